@@ -1,0 +1,57 @@
+"""ooc_spectral: greedy spectral embedding of datasets larger than RAM.
+
+Kernel PCA and spectral clustering / Laplacian eigenmaps from a small greedy
+dictionary (Ouimet & Bengio, 2005), out of core on dask arrays read from zarr.
+
+The modules follow the data flow:
+
+``source``      the input matrix (numpy, dask, zarr, or a zarr path)
+``kernels``     kernel blocks in float64
+``planning``    visiting order, task sizes, samples (pure arithmetic)
+``scan``        pass 1: the sequential dictionary scan (Algorithms 1 and 2)
+``accumulate``  pass 2: parallel map and ordered tree reduction
+``eigensolve``  the m x m eigenproblem and the map it yields
+``writeback``   pass 3: the embedding, lazily or written to zarr
+``pipeline``    the stages strung together, with checkpoints
+``estimator``   the scikit-learn-style estimator
+``persistence`` models as zarr groups with JSON attributes
+"""
+
+from .estimator import GreedySpectralEmbedding
+from .exceptions import (
+    ConfigurationMismatchError,
+    DictionaryError,
+    DictionarySizeError,
+    InvalidInputError,
+    InvalidParameterError,
+    LockedError,
+    NonFiniteInputError,
+    NotFittedError,
+    OocSpectralError,
+    OutputNotWritableError,
+    StoreNotFoundError,
+    StoreReadError,
+    UsageError,
+    WorkflowError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "GreedySpectralEmbedding",
+    "OocSpectralError",
+    "UsageError",
+    "InvalidParameterError",
+    "InvalidInputError",
+    "NonFiniteInputError",
+    "StoreNotFoundError",
+    "StoreReadError",
+    "OutputNotWritableError",
+    "DictionaryError",
+    "DictionarySizeError",
+    "NotFittedError",
+    "ConfigurationMismatchError",
+    "LockedError",
+    "WorkflowError",
+    "__version__",
+]

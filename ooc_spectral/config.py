@@ -1,0 +1,168 @@
+"""The estimator's parameters, declared once, validated in ``fit``.
+
+:class:`FitConfig` is the typed, validated form of the parameters of
+:class:`~ooc_spectral.GreedySpectralEmbedding`. Each field carries its
+constraint and its help text in ``metadata``; the estimator's ``__init__``
+mirrors the fields (scikit-learn reads parameters from the signature; a test
+keeps the two equal) and the command line builds its ``fit`` options from them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from .exceptions import InvalidParameterError
+from .kernels import KERNELS
+
+__all__ = ["FitConfig", "parameter_fields", "resolve_seed"]
+
+
+def _param(default, help: str, *, type, low=None, high=None, low_open=False,
+           choices=None, none=False):
+    return field(default=default, metadata={
+        "help": help, "type": type, "low": low, "high": high, "low_open": low_open,
+        "choices": choices, "none": none,
+    })
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    """Validated parameters of a fit (see the estimator's docstring for each)."""
+
+    n_components: int = _param(2, "number of embedding coordinates p", type=int, low=1)
+    kernel: str = _param("rbf", "kernel: " + ", ".join(KERNELS), type=str, choices=KERNELS)
+    gamma: float | None = _param(
+        None, "kernel width (rbf, laplacian) or scale (polynomial); default: the "
+        "median-distance heuristic on a seeded sample", type=float, low=0.0, low_open=True,
+        none=True)
+    degree: int = _param(3, "degree of the polynomial kernel", type=int, low=1)
+    coef0: float = _param(1.0, "constant term of the polynomial kernel", type=float)
+    tol: float = _param(1e-3, "the paper's epsilon: largest squared feature-space residual "
+                        "of a row left out of the dictionary", type=float, low=0.0)
+    dictionary_size: int | None = _param(
+        None, "ask for a dictionary of exactly this size (Algorithm 2) instead of tol",
+        type=int, low=2, none=True)
+    max_dictionary_size: int = _param(
+        5000, "stop with an error when the dictionary grows past this size", type=int, low=2)
+    affine: bool = _param(True, "the paper's affine constraint sum_i a_ti = 1", type=bool)
+    normalization: str = _param(
+        "additive", "additive (kernel PCA) or divisive (spectral clustering, Laplacian "
+        "eigenmaps)", type=str, choices=("additive", "divisive"))
+    degree_estimate: str = _param(
+        "exact", "divisive degrees: exact (Proposition 2, one more pass) or subset (kernel "
+        "normalized before the scan with degrees from a random subset)", type=str,
+        choices=("exact", "subset"))
+    degree_subset_size: int = _param(
+        1000, "rows of the random subset for degree_estimate=subset", type=int, low=1)
+    drop_first: bool = _param(
+        True, "divisive: drop the trivial first eigenvector", type=bool)
+    sample_size: int = _param(
+        20000, "rows of the seeded in-memory sample on which dictionary_size runs "
+        "Algorithm 2", type=int, low=2)
+    chunk_rows: int | None = _param(
+        None, "rows per task of the parallel passes (rounded up to whole storage chunks); "
+        "default: planned from a memory budget", type=int, low=1, none=True)
+    random_state: int | None = _param(
+        None, "seed of the visiting order and of every sample", type=int, low=0, none=True)
+
+    # ------------------------------------------------------------------ #
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> "FitConfig":
+        """Validate estimator parameters; ``random_state`` is resolved to an int seed."""
+        values = {}
+        for f in dataclasses.fields(cls):
+            value = params.get(f.name, f.default)
+            if f.name == "random_state":
+                value = resolve_seed(value)
+            values[f.name] = _check(f, value)
+        config = cls(**values)
+        config._check_together()
+        return config
+
+    def _check_together(self) -> None:
+        if self.dictionary_size is not None:
+            if self.dictionary_size > self.max_dictionary_size:
+                raise InvalidParameterError(
+                    f"dictionary_size={self.dictionary_size} exceeds "
+                    f"max_dictionary_size={self.max_dictionary_size}; raise max_dictionary_size"
+                )
+            if self.n_components >= self.dictionary_size:
+                raise InvalidParameterError(
+                    f"n_components={self.n_components} is not below "
+                    f"dictionary_size={self.dictionary_size}; ask for a dictionary_size of at "
+                    f"least {self.n_components + 1}"
+                )
+            if self.dictionary_size > self.sample_size:
+                raise InvalidParameterError(
+                    f"dictionary_size={self.dictionary_size} exceeds sample_size="
+                    f"{self.sample_size}, the rows Algorithm 2 searches; raise sample_size"
+                )
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def parameter_fields() -> tuple[dataclasses.Field, ...]:
+    """The declared parameters, in order (for the command line and the docs)."""
+    return dataclasses.fields(FitConfig)
+
+
+def resolve_seed(random_state) -> int:
+    """An int seed from None (a fresh one), an int, or a ``numpy.random`` generator."""
+    if random_state is None:
+        return int(np.random.SeedSequence().generate_state(1)[0] >> 1)
+    if isinstance(random_state, np.random.RandomState):
+        return int(random_state.randint(0, 2**31 - 1))
+    if isinstance(random_state, np.random.Generator):
+        return int(random_state.integers(0, 2**31 - 1))
+    return random_state
+
+
+def _describe(meta) -> str:
+    if meta["choices"]:
+        return "one of " + ", ".join(repr(c) for c in meta["choices"])
+    t = meta["type"]
+    name = {int: "an integer", float: "a number", bool: "True or False", str: "a string"}[t]
+    if meta["low"] is not None:
+        name += f" {'>' if meta['low_open'] else '>='} {meta['low']}"
+    if meta["high"] is not None:
+        name += f" <= {meta['high']}"
+    if meta["none"]:
+        name += " or None"
+    return name
+
+
+def _check(f: dataclasses.Field, value):
+    meta = f.metadata
+    expected = _describe(meta)
+    if value is None:
+        if meta["none"]:
+            return None
+        raise InvalidParameterError(f"{f.name}=None is not allowed: expected {expected}")
+    t = meta["type"]
+    ok_type = {
+        bool: isinstance(value, (bool, np.bool_)),
+        int: isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)),
+        float: isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)),
+        str: isinstance(value, str),
+    }[t]
+    if not ok_type:
+        raise InvalidParameterError(
+            f"{f.name}={value!r} has type {type(value).__name__}: expected {expected}"
+        )
+    value = t(value)
+    if t is float and not np.isfinite(value):
+        raise InvalidParameterError(f"{f.name}={value!r} is not finite: expected {expected}")
+    if meta["choices"] and value not in meta["choices"]:
+        raise InvalidParameterError(f"{f.name}={value!r} is not valid: expected {expected}")
+    low = meta["low"]
+    if low is not None and (value < low or (meta["low_open"] and value == low)):
+        raise InvalidParameterError(f"{f.name}={value!r} is out of range: expected {expected}")
+    if meta["high"] is not None and value > meta["high"]:
+        raise InvalidParameterError(f"{f.name}={value!r} is out of range: expected {expected}")
+    return value

@@ -1,0 +1,142 @@
+"""The m x m eigensolve, in the client process, and the map it yields.
+
+From the statistics of pass 2 (see :mod:`ooc_spectral.accumulate`):
+
+additive (kernel PCA, Proposition 2)
+    ``C = sum (y - ybar)(y - ybar)'``; ``C W = W Lambda``. The training embedding
+    is ``e_t = (y_t - ybar) W``: kernel PCA's projections (``sqrt(lambda_k)``
+    times the unit eigenvector of the centred Gram matrix), the scale of
+    scikit-learn's ``KernelPCA.fit_transform``; ``Lambda`` are the eigenvalues
+    of the centred Gram matrix (scikit-learn's ``eigenvalues_``).
+divisive, exact degrees (spectral clustering / Laplacian eigenmaps)
+    ``d_t = y_t . s`` with ``s = sum y``; ``S = sum y y' / d``; ``S W = W Lambda``.
+    The unit eigenvectors of ``D^-1/2 K D^-1/2`` are
+    ``v_k = (y_t / sqrt(d_t)) w_k / sqrt(lambda_k)``; the first (eigenvalue 1,
+    proportional to ``sqrt(d)``) is trivial and dropped by default.
+divisive, subset degrees
+    the kernel was normalized before the scan; ``S = sum y y'`` and
+    ``v_k = y_t w_k / sqrt(lambda_k)``. The Gram matrix of that kernel is
+    ``n D^-1/2 K D^-1/2``, so the eigenvalues reported are ``lambda / n``.
+
+Eigenvectors come back in descending order of eigenvalue with a deterministic
+sign: in each column of W the entry of largest magnitude is positive.
+
+:class:`SpectralMap` is what pass 3 and ``transform`` apply to rows of X: the
+Nyström formula of Bengio et al. (eqs. 8-12) in this basis, which on a training
+row gives back its training embedding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.linalg import eigh
+
+from .exceptions import DictionaryError
+from .scan import Dictionary
+
+__all__ = ["SpectralMap", "top_eigenpairs", "solve_additive", "solve_divisive",
+           "check_n_components"]
+
+MODES = ("additive", "divisive-exact", "divisive-subset")
+
+
+def top_eigenpairs(A: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` largest eigenpairs of the symmetric ``A``, descending, signs fixed."""
+    A = 0.5 * (A + A.T)
+    m = A.shape[0]
+    vals, vecs = eigh(A, subset_by_index=[m - k, m - 1], driver="evr")
+    vals, vecs = vals[::-1].copy(), vecs[:, ::-1].copy()
+    big = np.argmax(np.abs(vecs), axis=0)
+    signs = np.sign(vecs[big, np.arange(k)])
+    signs[signs == 0] = 1.0
+    return vals, vecs * signs
+
+
+def check_n_components(dictionary_size: int, n_components: int) -> None:
+    """Raise :class:`DictionaryError` unless ``n_components < dictionary_size``.
+
+    The centred projections span at most ``m - 1`` directions, and the divisive
+    embedding drops one of ``m``: either way ``n_components`` must be below ``m``.
+    """
+    m = int(dictionary_size)
+    if n_components >= m:
+        raise DictionaryError(
+            f"n_components={n_components} is not below the dictionary size ({m} points); "
+            f"lower n_components to at most {max(m - 1, 0)}, or grow the dictionary with a "
+            "smaller tol, a larger gamma, or dictionary_size > n_components"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class SpectralMap:
+    """The map from rows of X to embedding coordinates.
+
+    Attributes
+    ----------
+    dictionary : Dictionary
+    mode : {"additive", "divisive-exact", "divisive-subset"}
+    center : ndarray of shape (m,) or None
+        ``ybar`` (additive) or ``s = sum y`` (divisive, exact degrees).
+    components : ndarray of shape (m, p)
+        ``W`` (additive) or ``W / sqrt(Lambda)`` (divisive).
+    eigenvalues : ndarray of shape (p,)
+    n_samples : int
+    """
+
+    dictionary: Dictionary
+    mode: str
+    center: np.ndarray | None
+    components: np.ndarray
+    eigenvalues: np.ndarray
+    n_samples: int
+
+    @property
+    def n_components(self) -> int:
+        return int(self.components.shape[1])
+
+    def embed(self, X: np.ndarray) -> np.ndarray:
+        """Embedding of the rows of X, shape ``(len(X), n_components)``."""
+        Y, _ = self.dictionary.project(X, orthogonal=self.mode != "additive")
+        if self.mode == "additive":
+            Y -= self.center
+        elif self.mode == "divisive-exact":
+            d = Y @ self.center
+            if np.any(d <= 0):
+                i = int(np.flatnonzero(d <= 0)[0])
+                raise DictionaryError(
+                    f"the approximate degree of row {i} of this block is {d[i]:.3g} (not "
+                    "positive): the row is too far from the training data for the divisive "
+                    "normalization; refit with a smaller tol or degree_estimate='subset'"
+                )
+            Y /= np.sqrt(d)[:, None]
+        return Y @ self.components
+
+
+def solve_additive(dictionary: Dictionary, moments: dict, n_components: int) -> SpectralMap:
+    """Kernel PCA from the ``moments`` statistics of pass 2."""
+    check_n_components(dictionary.size, n_components)
+    vals, W = top_eigenpairs(moments["m2"], n_components)
+    return SpectralMap(dictionary, "additive", np.asarray(moments["mean"]), W, vals,
+                       int(moments["n"]))
+
+
+def solve_divisive(dictionary: Dictionary, stats: dict, n_components: int, *,
+                   drop_first: bool, subset: bool, total: np.ndarray | None = None) -> SpectralMap:
+    """Spectral embedding from the ``degrees`` (exact) or ``gram`` (subset) statistics."""
+    k = n_components + int(drop_first)
+    check_n_components(dictionary.size, n_components)
+    vals, W = top_eigenpairs(stats["S"], k)
+    if drop_first:
+        vals, W = vals[1:], W[:, 1:]
+    if np.any(vals <= 0):
+        raise DictionaryError(
+            f"the normalized kernel has only {int(np.sum(vals > 0))} positive eigenvalues among "
+            f"the {n_components} requested; lower n_components or tol"
+        )
+    n = int(stats["n"])
+    components = W / np.sqrt(vals)
+    if subset:
+        return SpectralMap(dictionary, "divisive-subset", None, components, vals / n, n)
+    return SpectralMap(dictionary, "divisive-exact", np.asarray(total), components, vals, n)

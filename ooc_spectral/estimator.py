@@ -1,0 +1,253 @@
+"""The scikit-learn-style estimator :class:`GreedySpectralEmbedding`."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+
+from .config import FitConfig
+from .eigensolve import SpectralMap
+from .exceptions import InvalidInputError, NotFittedError
+from .pipeline import FitResult, FitRun
+from .planning import plan_task_rows
+from .source import open_source
+from .writeback import embedding_graph
+
+__all__ = ["GreedySpectralEmbedding"]
+
+
+class GreedySpectralEmbedding(TransformerMixin, BaseEstimator):
+    """Kernel PCA and spectral embedding from a greedy dictionary, out of core.
+
+    The method of Ouimet & Bengio (2005): a sequential scan selects a small
+    dictionary of m rows whose feature-space span holds every row to within
+    ``tol`` (Algorithm 1, eqs. 5-10, in Cholesky form); every row is projected
+    on that span, and the projections' m x m second moments give the
+    eigenvectors of the n x n normalized Gram matrix (Proposition 2) in
+    O(n m^2) time and O(m^2) memory. The data can be a numpy array, a dask
+    array, a zarr array or the path of a zarr store; nothing of size n x m is
+    held in memory.
+
+    Parameters
+    ----------
+    n_components : int, default=2
+        Number of embedding coordinates p; must be below the dictionary size.
+    kernel : {"rbf", "laplacian", "linear", "polynomial"}, default="rbf"
+        ``rbf``: ``exp(-gamma ||x-y||^2)``; ``laplacian``: ``exp(-gamma ||x-y||_1)``;
+        ``linear``: ``x.y``; ``polynomial``: ``(gamma x.y + coef0)^degree``.
+    gamma : float, default=None
+        Kernel coefficient. None: the median heuristic on a seeded sample of
+        1000 rows (``1/median ||x-y||^2`` for rbf, ``1/median ||x-y||_1`` for
+        laplacian, ``1/median ||x||^2`` for polynomial); the value used is
+        ``gamma_``.
+    degree : int, default=3
+        Degree of the polynomial kernel.
+    coef0 : float, default=1.0
+        Constant term of the polynomial kernel.
+    tol : float, default=1e-3
+        The paper's epsilon: a row enters the dictionary when its squared
+        feature-space distance to the dictionary's span exceeds ``tol``; after
+        the scan every row is within ``tol`` (see ``max_residual_``).
+    dictionary_size : int, default=None
+        Ask for a dictionary of exactly this many points instead (the paper's
+        Algorithm 2, a search on the tolerance). The search runs on a seeded
+        in-memory sample of ``sample_size`` rows (all rows when n is not
+        larger); the dictionary comes from that sample and ``tol_`` is the
+        tolerance found. Rows outside the sample are projected, not scanned,
+        so ``max_residual_`` may exceed ``tol_``.
+    max_dictionary_size : int, default=5000
+        The scan stops with :class:`~ooc_spectral.exceptions.DictionarySizeError`
+        (naming a tol and a gamma to try) when the dictionary grows past this.
+    affine : bool, default=True
+        The paper's constraint ``sum_i a_ti = 1`` on the projection weights
+        (eq. 7-8): the residual becomes invariant to translations in feature space.
+    normalization : {"additive", "divisive"}, default="additive"
+        ``additive``: kernel PCA (same scale and eigenvalues as scikit-learn's
+        ``KernelPCA``). ``divisive``: unit-norm eigenvectors of
+        ``D^-1/2 K D^-1/2`` (spectral clustering, Laplacian eigenmaps).
+    degree_estimate : {"exact", "subset"}, default="exact"
+        Divisive only. ``exact``: the degrees of the approximate Gram matrix
+        (Proposition 2; one more parallel pass). ``subset``: the kernel is
+        normalized before the scan with degrees estimated on a seeded subset of
+        ``degree_subset_size`` rows (the paper's alternative).
+    degree_subset_size : int, default=1000
+        Rows of that subset.
+    drop_first : bool, default=True
+        Divisive only: drop the trivial first eigenvector (eigenvalue 1).
+    sample_size : int, default=20000
+        Rows of the in-memory sample for ``dictionary_size``.
+    chunk_rows : int, default=None
+        Rows per task of the parallel passes, rounded up to whole storage
+        chunks. None: planned so that one task works in about 256 MiB.
+    random_state : int, RandomState or Generator, default=None
+        Seed of the visiting order and of every sample. The same seed gives the
+        same dictionary whatever the chunking, workers or threads.
+
+    Attributes
+    ----------
+    embedding_ : ndarray or dask array of shape (n_samples, n_components)
+        The training embedding; numpy for numpy input, a dask array otherwise
+        (backed by the output zarr array when ``fit(..., output=...)`` was used).
+    eigenvalues_ : ndarray of shape (n_components,)
+        Additive: eigenvalues of the centred Gram matrix. Divisive: eigenvalues
+        of ``D^-1/2 K D^-1/2`` (the dropped trivial one excluded).
+    dictionary_ : ndarray of shape (m, n_features)
+        The dictionary rows, in the order selected.
+    dictionary_indices_ : ndarray of shape (m,)
+        Their row numbers in X.
+    max_residual_ : float
+        ``max_t delta_t`` with the final dictionary over all rows (the certificate).
+    max_residual_row_ : int
+        A row where it is reached.
+    gamma_ : float or None
+        The kernel coefficient used.
+    tol_ : float
+        The tolerance used (found by the search with ``dictionary_size``).
+    n_features_in_ : int
+    n_samples_fit_ : int
+    random_state_ : int
+        The seed used.
+    spectral_map_ : SpectralMap
+        Dictionary, factor, centring and eigenvectors: what ``transform`` applies.
+    timings_ : dict
+        Wall time of each stage in seconds.
+
+    References
+    ----------
+    M. Ouimet and Y. Bengio, *Greedy Spectral Embedding*, AISTATS 2005.
+    Y. Bengio et al., *Out-of-Sample Extensions for LLE, Isomap, MDS,
+    Eigenmaps, and Spectral Clustering*, NIPS 2003 (eqs. 8-12).
+    """
+
+    def __init__(self, n_components=2, *, kernel="rbf", gamma=None, degree=3, coef0=1.0,
+                 tol=1e-3, dictionary_size=None, max_dictionary_size=5000, affine=True,
+                 normalization="additive", degree_estimate="exact", degree_subset_size=1000,
+                 drop_first=True, sample_size=20000, chunk_rows=None, random_state=None):
+        self.n_components = n_components
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.tol = tol
+        self.dictionary_size = dictionary_size
+        self.max_dictionary_size = max_dictionary_size
+        self.affine = affine
+        self.normalization = normalization
+        self.degree_estimate = degree_estimate
+        self.degree_subset_size = degree_subset_size
+        self.drop_first = drop_first
+        self.sample_size = sample_size
+        self.chunk_rows = chunk_rows
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ #
+    def _config(self) -> FitConfig:
+        return FitConfig.from_params(self.get_params(deep=False))
+
+    def fit(self, X, y=None, *, output=None):
+        """Fit on X and compute the training embedding.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr array, or str
+            The n x d data, or the path/URL of a zarr array (or of a group
+            holding one data array).
+        y : ignored
+        output : str or os.PathLike, optional
+            Path/URL of a zarr group; the embedding is written there as the
+            array ``embedding`` (n x p, float64, chunks aligned with X's rows)
+            and ``embedding_`` reads it back lazily. The location is checked
+            before any work starts.
+
+        Returns
+        -------
+        self
+        """
+        config = self._config()
+        source = open_source(X)
+        if source.n_rows < 2:
+            raise InvalidInputError(
+                f"X has {source.n_rows} row; at least 2 samples are needed to fit an embedding"
+            )
+        result = FitRun(config, source).run(output)
+        self._set_fitted(result)
+        return self
+
+    def fit_transform(self, X, y=None, *, output=None):
+        """Fit and return ``embedding_`` (no second projection of X)."""
+        return self.fit(X, y, output=output).embedding_
+
+    def _set_fitted(self, r: FitResult) -> None:
+        self.spectral_map_ = r.spectral_map
+        self.kernel_ = r.kernel
+        self.embedding_ = r.embedding
+        self.eigenvalues_ = r.spectral_map.eigenvalues.copy()
+        self.dictionary_ = r.dictionary.points
+        self.dictionary_indices_ = r.dictionary.indices
+        self.max_residual_ = r.max_residual
+        self.max_residual_row_ = r.max_residual_row
+        self.gamma_ = r.gamma
+        self.tol_ = r.tol
+        self.n_features_in_ = r.n_features
+        self.n_samples_fit_ = r.n_samples
+        self.random_state_ = r.config.random_state
+        self.timings_ = dict(r.timings)
+        self.resumed_stages_ = list(r.resumed)
+
+    # ------------------------------------------------------------------ #
+    def _check_fitted(self) -> SpectralMap:
+        smap = getattr(self, "spectral_map_", None)
+        if smap is None:
+            raise NotFittedError(
+                f"this {type(self).__name__} instance is not fitted yet; call fit(X) first "
+                "or load a saved model with GreedySpectralEmbedding.load(path)"
+            )
+        return smap
+
+    def transform(self, X):
+        """Out-of-sample embedding of new rows by the Nyström formula.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr array, or str
+            Same input types as :meth:`fit`, with ``n_features_in_`` columns.
+
+        Returns
+        -------
+        ndarray or dask array of shape (n_rows, n_components)
+            numpy for numpy input, a lazy dask array otherwise. On training rows
+            this gives back the training embedding.
+        """
+        smap = self._check_fitted()
+        source = open_source(X)
+        if source.n_features != self.n_features_in_:
+            raise InvalidInputError(
+                f"X has {source.n_features} features, but {type(self).__name__} was fitted "
+                f"with {self.n_features_in_} features; pass rows with the training columns"
+            )
+        # Rows are checked finite block by block inside the projection.
+        rows = plan_task_rows(source.n_rows, source.n_features, source.storage_chunk_rows,
+                              smap.dictionary.size, requested=self.chunk_rows,
+                              itemsize=source.itemsize)
+        out = embedding_graph(source.to_dask(rows), smap, chunk_starts=source.chunk_starts)
+        return out.compute() if source.kind == "numpy" else out
+
+    # ------------------------------------------------------------------ #
+    def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> None:
+        """Save the fitted model as a zarr group of arrays with JSON attributes.
+
+        Never pickles. Load with :meth:`load`.
+        """
+        from .persistence import save_model
+
+        self._check_fitted()
+        save_model(self, path, overwrite=overwrite)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "GreedySpectralEmbedding":
+        """Load a model written by :meth:`save` (or by ``ooc-spectral fit``)."""
+        from .persistence import load_model
+
+        return load_model(cls, path)

@@ -1,0 +1,98 @@
+"""The exceptions ooc_spectral raises.
+
+A small hierarchy in the manner of zarr-python: every class derives from
+:class:`OocSpectralError` and also from the built-in exception a caller would
+naturally catch (``ValueError`` for bad input and parameters, as scikit-learn
+does, ``FileNotFoundError`` for a missing store, ``RuntimeError`` for a run that
+cannot go on). Messages say what was expected, what was found and how to fix it.
+
+The command line maps :class:`UsageError` (and its subclasses) to exit code 2 and
+every other failure to exit code 1.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "OocSpectralError",
+    "UsageError",
+    "InvalidParameterError",
+    "InvalidInputError",
+    "NonFiniteInputError",
+    "StoreNotFoundError",
+    "StoreReadError",
+    "OutputNotWritableError",
+    "DictionaryError",
+    "DictionarySizeError",
+    "NotFittedError",
+    "ConfigurationMismatchError",
+    "LockedError",
+    "WorkflowError",
+]
+
+
+class OocSpectralError(Exception):
+    """Base class of every exception raised by ooc_spectral."""
+
+
+class UsageError(OocSpectralError):
+    """A problem with what the caller asked for: input, parameters, configuration.
+
+    The command line exits with code 2 on these.
+    """
+
+
+class InvalidParameterError(UsageError, ValueError):
+    """A parameter is out of range, of the wrong type, or inconsistent with another."""
+
+
+class InvalidInputError(UsageError, ValueError):
+    """The data matrix cannot be used: wrong shape, dtype, or content."""
+
+
+class NonFiniteInputError(InvalidInputError):
+    """The data matrix holds NaN or infinity; the message names the chunk and row."""
+
+    def __init__(self, message: str, *, row: int | None = None, chunk: int | None = None):
+        super().__init__(message)
+        self.row = row
+        self.chunk = chunk
+
+
+class StoreNotFoundError(UsageError, FileNotFoundError):
+    """A zarr store, array or model that was named does not exist."""
+
+
+class StoreReadError(OocSpectralError, OSError):
+    """A chunk of the input store could not be read or decoded."""
+
+
+class OutputNotWritableError(UsageError, PermissionError):
+    """The output location cannot be written; raised before any work starts."""
+
+
+class DictionaryError(UsageError, ValueError):
+    """The dictionary found by the scan cannot support the requested embedding.
+
+    For example ``n_components`` is not below the dictionary size, or the scan
+    grew the dictionary past ``max_dictionary_size``.
+    """
+
+
+class DictionarySizeError(DictionaryError):
+    """The scan grew the dictionary past ``max_dictionary_size``."""
+
+
+class NotFittedError(OocSpectralError, ValueError, AttributeError):
+    """The estimator is used before ``fit`` (same bases as scikit-learn's)."""
+
+
+class ConfigurationMismatchError(UsageError, ValueError):
+    """An output directory holds a run with a different configuration."""
+
+
+class LockedError(UsageError, RuntimeError):
+    """Another live run holds the lock on an output directory."""
+
+
+class WorkflowError(UsageError, ValueError):
+    """A workflow file is malformed; the message names the file, step and key."""

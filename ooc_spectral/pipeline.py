@@ -1,0 +1,277 @@
+"""The fit, stage by stage: kernel, pass 1, pass 2, eigensolve, pass 3.
+
+:class:`FitRun` strings the stages together for one validated
+:class:`~ooc_spectral.config.FitConfig` and one
+:class:`~ooc_spectral.source.DataSource`. Each stage is one method, timed, and
+each can resume from a :class:`Checkpoint` (the command line's batch jobs give
+one; the estimator's plain ``fit`` gives none):
+
+==========  ==================================================  ====================
+stage       what it does                                        survives a restart
+==========  ==================================================  ====================
+kernel      resolve gamma (seeded sample), build the kernel     recomputed (cheap)
+scan        pass 1, sequential, in the seeded visiting order    state every k windows
+pass2       parallel map + ordered tree reduction               each finished segment
+solve       m x m eigensolve in this process                    recomputed (cheap)
+pass3       embedding, written chunk by chunk                   each written chunk
+==========  ==================================================  ====================
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+from .accumulate import PartialStore, accumulate, check_degrees
+from .config import FitConfig
+from .eigensolve import SpectralMap, check_n_components, solve_additive, solve_divisive
+from .execution import Executor
+from .kernels import GAMMA_SAMPLE_SIZE, Kernel, SubsetNormalizedKernel, make_kernel, median_heuristic_gamma
+from .planning import VisitOrder, plan_sample, plan_task_rows
+from .scan import Dictionary, DictionaryState, ScanProgress, scan_source, search_dictionary
+from .source import DataSource
+from .writeback import EmbeddingOutput, embedding_graph
+
+__all__ = ["FitRun", "FitResult", "Checkpoint", "SAMPLE_PURPOSE"]
+
+log = logging.getLogger("ooc_spectral")
+
+#: ``purpose`` tags of the seeded samples, so that each use draws its own rows.
+SAMPLE_PURPOSE = {"gamma": 1, "degree_subset": 2, "dictionary_size": 3}
+
+
+class Checkpoint(PartialStore, Protocol):
+    """What a resumable run stores between restarts (see :mod:`ooc_spectral.checkpoint`)."""
+
+    #: windows of the scan between two saves of its state
+    every: int
+
+    def load_scan(self) -> dict | None:
+        """``{"points", "indices", "L", "w", "windows_done", "tol"}`` or None."""
+
+    def save_scan(self, state: DictionaryState, windows_done: int, tol: float) -> None: ...
+
+
+@dataclass
+class FitResult:
+    """Everything a fit produced; the estimator copies it into its ``*_`` attributes."""
+
+    config: FitConfig
+    n_samples: int
+    n_features: int
+    kernel: Kernel
+    gamma: float | None
+    tol: float
+    dictionary: Dictionary
+    spectral_map: SpectralMap
+    max_residual: float
+    max_residual_row: int
+    task_rows: int
+    embedding: Any = None
+    timings: dict = field(default_factory=dict)
+    peak_memory: dict = field(default_factory=dict)
+    resumed: list = field(default_factory=list)
+
+
+class FitRun:
+    """One fit of one configuration on one data source.
+
+    Parameters
+    ----------
+    config : FitConfig
+    source : DataSource
+    executor : Executor, optional
+        How parallel passes are computed (default: the active scheduler).
+    checkpoint : Checkpoint, optional
+        Where stage state is kept across restarts.
+    resume : bool
+        Continue the work recorded in ``checkpoint`` and in the output.
+    memory_probe : callable, optional
+        Returns the current memory use in bytes; its peak per stage is recorded.
+    on_scan : callable, optional
+        Called with a :class:`~ooc_spectral.scan.ScanProgress` after each window.
+    """
+
+    def __init__(self, config: FitConfig, source: DataSource, *, executor: Executor | None = None,
+                 checkpoint: Checkpoint | None = None, resume: bool = False,
+                 memory_probe: Callable[[], int] | None = None,
+                 on_scan: Callable[[ScanProgress], None] | None = None):
+        self.config = config
+        self.source = source
+        self.executor = executor or Executor()
+        self.checkpoint = checkpoint
+        self.resume = resume
+        self.memory_probe = memory_probe
+        self.on_scan = on_scan
+        self.timings: dict[str, float] = {}
+        self.peak_memory: dict[str, int] = {}
+        self.resumed: list[str] = []
+
+    # ------------------------------------------------------------------ #
+    @contextmanager
+    def stage(self, name: str):
+        t0 = time.perf_counter()
+        log.info("stage %s: start", name)
+        try:
+            yield
+        finally:
+            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t0
+            if self.memory_probe is not None:
+                self.peak_memory[name] = int(self.memory_probe())
+            log.info("stage %s: %.2f s", name, self.timings[name])
+
+    def _sample(self, purpose: str, size: int) -> tuple[np.ndarray, np.ndarray]:
+        rows = plan_sample(self.source.n_rows, size, self.config.random_state, SAMPLE_PURPOSE[purpose])
+        return rows, self.source.read_index(rows)
+
+    # ------------------------------------------------------------------ #
+    # stage: kernel
+    # ------------------------------------------------------------------ #
+    def resolve_kernel(self) -> tuple[Kernel, float | None]:
+        """The kernel with its gamma (given, or the median heuristic on a seeded sample).
+
+        For ``normalization="divisive", degree_estimate="subset"`` the base
+        kernel is wrapped in a :class:`SubsetNormalizedKernel` whose subset is a
+        seeded sample of ``degree_subset_size`` rows.
+        """
+        c = self.config
+        gamma = c.gamma
+        if gamma is None and c.kernel != "linear":
+            _, sample = self._sample("gamma", GAMMA_SAMPLE_SIZE)
+            gamma = median_heuristic_gamma(c.kernel, sample)
+            log.info("gamma=None: median heuristic on %d rows gives gamma=%.6g", len(sample), gamma)
+        kernel = make_kernel(c.kernel, gamma=gamma, degree=c.degree, coef0=c.coef0)
+        if c.normalization == "divisive" and c.degree_estimate == "subset":
+            _, subset = self._sample("degree_subset", c.degree_subset_size)
+            kernel = SubsetNormalizedKernel(kernel, subset)
+        return kernel, (None if c.kernel == "linear" else float(gamma))
+
+    # ------------------------------------------------------------------ #
+    # stage: scan (pass 1)
+    # ------------------------------------------------------------------ #
+    def build_dictionary(self, kernel: Kernel) -> tuple[Dictionary, float]:
+        """Pass 1 (Algorithm 1), or Algorithm 2 on a sample when ``dictionary_size`` is set."""
+        c = self.config
+        order = VisitOrder(self.source.n_rows, c.random_state)
+        saved = self.checkpoint.load_scan() if (self.checkpoint is not None and self.resume) else None
+        if saved is not None:
+            state = DictionaryState.from_arrays(kernel, c.affine, saved["points"], saved["indices"],
+                                                saved["L"], saved["w"])
+            start, tol = int(saved["windows_done"]), float(saved["tol"])
+            self.resumed.append("scan")
+            log.info("scan: resuming after window %d of %d with %d dictionary points",
+                     start, order.n_windows, state.size)
+            if start >= order.n_windows:
+                return state.freeze(), tol
+        elif c.dictionary_size is not None:
+            state, tol = self._algorithm2(kernel, order)
+            if self.checkpoint is not None:
+                self.checkpoint.save_scan(state, order.n_windows, tol)
+            return state.freeze(), tol
+        else:
+            state, start, tol = DictionaryState(kernel, self.source.n_features, c.affine), 0, c.tol
+
+        every = self.checkpoint.every if self.checkpoint is not None else 0
+
+        def on_window(st: DictionaryState, progress: ScanProgress) -> None:
+            if self.on_scan is not None:
+                self.on_scan(progress)
+            done = progress.windows_done
+            if self.checkpoint is not None and (done % every == 0 or done == progress.n_windows):
+                self.checkpoint.save_scan(st, done, tol)
+
+        scan_source(self.source, order, state, tol=tol, max_size=c.max_dictionary_size,
+                    start_window=start, on_window=on_window)
+        return state.freeze(), tol
+
+    def _algorithm2(self, kernel: Kernel, order: VisitOrder) -> tuple[DictionaryState, float]:
+        c = self.config
+        if self.source.n_rows <= c.sample_size:
+            rows = order.global_order()
+            X = self.source.read_index(np.arange(self.source.n_rows))[rows]
+        else:
+            sorted_rows, X = self._sample("dictionary_size", c.sample_size)
+            perm = np.random.default_rng(np.random.SeedSequence([c.random_state, 0xA1])).permutation(len(sorted_rows))
+            rows, X = sorted_rows[perm], X[perm]
+        log.info("dictionary_size=%d: Algorithm 2 on %d in-memory rows", c.dictionary_size, len(rows))
+        return search_dictionary(kernel, X, rows, c.dictionary_size, affine=c.affine)
+
+    # ------------------------------------------------------------------ #
+    # stages: pass 2 and the eigensolve
+    # ------------------------------------------------------------------ #
+    def task_rows(self, dictionary_size: int) -> int:
+        s = self.source
+        return plan_task_rows(s.n_rows, s.n_features, s.storage_chunk_rows, dictionary_size,
+                              requested=self.config.chunk_rows, itemsize=s.itemsize)
+
+    def accumulate(self, dictionary: Dictionary, X) -> tuple[dict, dict, np.ndarray | None]:
+        """Pass 2 (and 2b for exact divisive degrees); returns (stats, certificate, total)."""
+        c = self.config
+        store = self.checkpoint
+        run = dict(executor=self.executor, chunk_starts=self.source.chunk_starts, store=store)
+        if store is not None and self.resume and getattr(store, "has_partials", lambda: False)():
+            self.resumed.append("pass2")
+        if c.normalization == "additive":
+            stats = accumulate(X, dictionary, "moments", stage="moments", **run)
+            return stats, stats, None
+        if c.degree_estimate == "subset":
+            stats = accumulate(X, dictionary, "gram", stage="gram", **run)
+            return stats, stats, None
+        sums = accumulate(X, dictionary, "sums", stage="sums", **run)
+        stats = accumulate(X, dictionary, "degrees", stage="degrees", total=sums["sum"], **run)
+        check_degrees(stats)
+        return stats, sums, sums["sum"]
+
+    def solve(self, dictionary: Dictionary, stats: dict, total) -> SpectralMap:
+        c = self.config
+        if c.normalization == "additive":
+            return solve_additive(dictionary, stats, c.n_components)
+        return solve_divisive(dictionary, stats, c.n_components, drop_first=c.drop_first,
+                              subset=c.degree_estimate == "subset", total=total)
+
+    # ------------------------------------------------------------------ #
+    # the whole fit
+    # ------------------------------------------------------------------ #
+    def run(self, output=None) -> FitResult:
+        """Run every stage; write the embedding to ``output`` (a zarr group path) if given."""
+        c, s = self.config, self.source
+        out = None
+        if output is not None:  # created (or checked) before any work starts
+            out = EmbeddingOutput(output, s.n_rows, c.n_components, s.storage_chunk_rows)
+            out.prepare(resume=self.resume)
+        with self.stage("kernel"):
+            kernel, gamma = self.resolve_kernel()
+        with self.stage("scan"):
+            dictionary, tol = self.build_dictionary(kernel)
+        log.info("dictionary: %d points", dictionary.size)
+        check_n_components(dictionary.size, c.n_components)
+        task_rows = self.task_rows(dictionary.size)
+        X = s.to_dask(task_rows)
+        with self.stage("pass2"):
+            stats, cert, total = self.accumulate(dictionary, X)
+        with self.stage("solve"):
+            smap = self.solve(dictionary, stats, total)
+        with self.stage("pass3"):
+            if out is None:
+                embedding = embedding_graph(X, smap, chunk_starts=s.chunk_starts)
+                if s.kind == "numpy":
+                    embedding = embedding.compute()
+            else:
+                written = out.write(X, smap, self.executor)
+                if self.resume and written < s.n_rows:
+                    self.resumed.append("pass3")
+                out.mark_complete()
+                embedding = out.as_dask()
+        return FitResult(
+            config=c, n_samples=s.n_rows, n_features=s.n_features, kernel=kernel, gamma=gamma,
+            tol=tol, dictionary=dictionary, spectral_map=smap,
+            max_residual=max(float(cert["max_delta"]), 0.0),
+            max_residual_row=int(cert["argmax"]), task_rows=task_rows, embedding=embedding,
+            timings=dict(self.timings), peak_memory=dict(self.peak_memory),
+            resumed=list(self.resumed),
+        )

@@ -1,0 +1,175 @@
+"""Planning: pure chunk, order and memory arithmetic, no I/O and no dask.
+
+Two plans are made before any data is read:
+
+- the **visiting order** of the sequential dictionary scan (pass 1): a seeded
+  shuffle of fixed windows of :data:`VISIT_WINDOW_ROWS` rows, each window read
+  once and its rows permuted inside it. The order depends only on the seed and
+  the number of rows, never on the storage chunking, so rechunking the input
+  cannot change the dictionary (DESIGN section 2);
+- the **task rows** of the parallel passes (2 and 3): a multiple of the storage
+  chunk rows, chosen so that one task's working set fits a memory budget.
+
+Both are plain values, recorded in checkpoints and reports.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from .exceptions import InvalidParameterError
+
+__all__ = [
+    "VISIT_WINDOW_ROWS",
+    "SCAN_BLOCK_ROWS",
+    "SEGMENT_TASKS",
+    "DEFAULT_TASK_MEMORY",
+    "VisitOrder",
+    "plan_task_rows",
+    "task_bounds",
+    "segments",
+    "parse_bytes",
+    "plan_sample",
+    "SAMPLE_RUNS",
+]
+
+#: A seeded sample is made of this many runs of contiguous rows (<= this many chunk reads).
+SAMPLE_RUNS = 64
+
+#: Rows per window of the scan's visiting order (the unit that is read at once).
+VISIT_WINDOW_ROWS = 1 << 16
+#: Rows per block of the blocked scan (one kernel block and one solve each).
+SCAN_BLOCK_ROWS = 2048
+#: Tasks of a parallel pass reduced together into one checkpointable partial.
+SEGMENT_TASKS = 64
+#: Default memory budget of one task of passes 2 and 3.
+DEFAULT_TASK_MEMORY = 256 * 2**20
+
+
+@dataclass(frozen=True)
+class VisitOrder:
+    """The seeded visiting order of the scan.
+
+    Window ``w`` covers rows ``[w * window, min((w + 1) * window, n_rows))``.
+    The scan visits windows in the order :attr:`windows` and, inside window
+    ``w``, rows in the order :meth:`rows_in_window`.
+    """
+
+    n_rows: int
+    seed: int
+    window: int = VISIT_WINDOW_ROWS
+
+    @property
+    def n_windows(self) -> int:
+        return -(-self.n_rows // self.window)
+
+    @property
+    def windows(self) -> np.ndarray:
+        rng = np.random.default_rng(np.random.SeedSequence([self.seed, 0x0C0FFEE, self.n_rows]))
+        return rng.permutation(self.n_windows)
+
+    def window_bounds(self, w: int) -> tuple[int, int]:
+        a = int(w) * self.window
+        return a, min(a + self.window, self.n_rows)
+
+    def rows_in_window(self, w: int) -> np.ndarray:
+        """Permutation of ``range(window length)`` for window ``w``."""
+        a, b = self.window_bounds(w)
+        rng = np.random.default_rng(np.random.SeedSequence([self.seed, 0x5CA9, int(w)]))
+        return rng.permutation(b - a)
+
+    def global_order(self) -> np.ndarray:
+        """All row numbers in visiting order (O(n) memory: for tests and small n)."""
+        parts = []
+        for w in self.windows:
+            a, _ = self.window_bounds(w)
+            parts.append(a + self.rows_in_window(w))
+        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+
+def parse_bytes(value) -> int:
+    """``"256MiB"``, ``"2 GB"``, ``1e9`` or an int, as a number of bytes."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, float) and np.isfinite(value):
+        return int(value)
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([kKmMgGtT]?i?[bB]?)\s*", str(value))
+    if not m:
+        raise InvalidParameterError(
+            f"cannot read {value!r} as a size in bytes; write it like '512MiB' or '2GB'"
+        )
+    number = float(m.group(1))
+    unit = m.group(2).lower().rstrip("b")
+    base = 1024 if unit.endswith("i") else 1000
+    power = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}[unit.rstrip("i")]
+    return int(number * base**power)
+
+
+def plan_task_rows(
+    n_rows: int,
+    n_features: int,
+    storage_rows: int,
+    dictionary_size: int,
+    *,
+    memory: int = DEFAULT_TASK_MEMORY,
+    requested: int | None = None,
+    itemsize: int = 8,
+) -> int:
+    """Rows per task of the parallel passes.
+
+    A task holds its input block (``itemsize`` bytes per value) and its float64
+    copy, the kernel block and its projection (``c x m`` each, plus one
+    temporary), and the ``m x m`` partial sum and the dictionary factor. The
+    result is a multiple of ``storage_rows`` (so every task reads whole storage
+    chunks and writes whole output chunks), at least one storage chunk, and at
+    most the whole matrix.
+
+    Parameters
+    ----------
+    requested : int, optional
+        A user's choice; rounded up to a multiple of ``storage_rows``.
+    """
+    storage_rows = max(1, min(int(storage_rows), int(n_rows)))
+    if requested is not None:
+        rows = int(requested)
+    else:
+        m = int(dictionary_size)
+        fixed = 3 * 8 * m * m
+        per_row = itemsize * n_features + 8 * n_features + 3 * 8 * m + 64
+        available = max(int(memory) - fixed, int(memory) // 4)
+        rows = max(1, available // per_row)
+    rows = max(storage_rows, (rows // storage_rows) * storage_rows if requested is None
+               else -(-rows // storage_rows) * storage_rows)
+    return int(min(rows, max(n_rows, 1)))
+
+
+def task_bounds(n_rows: int, task_rows: int) -> np.ndarray:
+    """Row boundaries of the tasks: ``[0, task_rows, 2 task_rows, ..., n_rows]``."""
+    return np.append(np.arange(0, n_rows, task_rows, dtype=np.int64), n_rows)
+
+
+def segments(n_tasks: int, per_segment: int = SEGMENT_TASKS) -> list[range]:
+    """Consecutive groups of task indices, each reduced into one partial."""
+    return [range(a, min(a + per_segment, n_tasks)) for a in range(0, n_tasks, per_segment)]
+
+
+def plan_sample(n_rows: int, size: int, seed: int, purpose: int = 0) -> np.ndarray:
+    """Sorted row numbers of a seeded sample of ``min(size, n_rows)`` rows.
+
+    The sample is :data:`SAMPLE_RUNS` runs of contiguous rows at seeded random
+    places, so reading it costs at most that many storage-chunk reads however
+    large the data. ``purpose`` separates the samples drawn for different
+    uses (gamma heuristic, subset degrees, Algorithm 2) from one seed.
+    """
+    n_rows, size = int(n_rows), int(size)
+    if size >= n_rows:
+        return np.arange(n_rows, dtype=np.int64)
+    run = -(-size // SAMPLE_RUNS)
+    n_runs = n_rows // run
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5A3F, purpose, n_rows]))
+    picked = np.sort(rng.choice(n_runs, size=-(-size // run), replace=False))
+    rows = (picked[:, None] * run + np.arange(run)[None, :]).ravel()[:size]
+    return rows.astype(np.int64)

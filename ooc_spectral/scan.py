@@ -1,0 +1,576 @@
+"""Pass 1: the greedy dictionary scan (Algorithms 1 and 2 of the main paper).
+
+The scan visits the rows in the seeded order of
+:class:`~ooc_spectral.planning.VisitOrder` and adds a row to the dictionary
+when its squared feature-space distance ``delta`` to the (affine) span of the
+dictionary exceeds ``tol`` (the paper's epsilon, eq. 5-8).
+
+It keeps the Cholesky factor ``M = L L'`` of the dictionary's Gram matrix and
+never inverts M (DESIGN section 2). With ``k_t = k(D, x_t)``:
+
+- ``z_t = L^-1 k_t``, ``w = L^-1 1``, ``beta = w.w`` (``= 1' M^-1 1``);
+- ``dhat_t = k(x_t, x_t) - z_t.z_t`` (unconstrained residual);
+- ``alpha_t = 1 - w.z_t`` and ``delta_t = dhat_t + alpha_t^2 / beta``
+  (the paper's eq. 8, with its affine constraint); ``delta_t = dhat_t`` when
+  ``affine=False``;
+- adding ``x_t`` appends ``[z_t', sqrt(dhat_t)]`` to L and
+  ``alpha_t / sqrt(dhat_t)`` to w.
+
+The **blocked** scan (:func:`scan_block`) handles a block of c rows with one
+kernel block and one triangular solve (BLAS-3), then walks the block in order:
+each added point costs one kernel column and one matrix-vector product over the
+rest of the block (O(c m)). It selects exactly the dictionary of the plain
+point-by-point scan (:func:`pointwise_scan`) over the same order: the two only
+round differently.
+
+A row is never added when its unconstrained residual is below
+``PIVOT_FLOOR * k(x, x)``: such a row (a duplicate, for instance) is already in
+the linear span, and its pivot would make L singular.
+
+The result of the pass is a frozen :class:`Dictionary`, whose
+:meth:`Dictionary.project` gives the coordinates ``y_t = z_t + (alpha_t/beta) w``
+used by passes 2 and 3 (``A M A' = Y Y'`` exactly).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+from scipy.linalg import solve_triangular
+
+from .exceptions import DictionaryError, DictionarySizeError
+from .kernels import Kernel, RBFKernel, LaplacianKernel, SubsetNormalizedKernel, PolynomialKernel
+from .planning import SCAN_BLOCK_ROWS, VisitOrder
+
+__all__ = [
+    "PIVOT_FLOOR",
+    "Dictionary",
+    "DictionaryState",
+    "ScanProgress",
+    "scan_block",
+    "scan_source",
+    "scan_rows",
+    "pointwise_scan",
+    "search_dictionary",
+]
+
+#: A row enters only if its unconstrained residual exceeds this times k(x, x).
+PIVOT_FLOOR = 1e3 * np.finfo(np.float64).eps
+
+
+# --------------------------------------------------------------------------- #
+# The frozen result of the pass
+# --------------------------------------------------------------------------- #
+@dataclass(frozen=True, eq=False)
+class Dictionary:
+    """The dictionary and its factor: everything passes 2, 3 and ``transform`` need.
+
+    Attributes
+    ----------
+    kernel : Kernel
+    points : ndarray of shape (m, d)
+        The dictionary rows, in the order they were selected.
+    indices : ndarray of shape (m,)
+        Their row numbers in X.
+    aux : ndarray or None
+        ``kernel.aux(points)``, cached.
+    L : ndarray of shape (m, m)
+        Lower Cholesky factor of ``M = k(D, D)``.
+    w : ndarray of shape (m,)
+        ``L^-1 1``.
+    beta : float
+        ``w . w``.
+    affine : bool
+        Whether the projection carries the constraint ``sum_i a_ti = 1``.
+    """
+
+    kernel: Kernel
+    points: np.ndarray
+    indices: np.ndarray
+    aux: np.ndarray | None
+    L: np.ndarray
+    w: np.ndarray
+    beta: float
+    affine: bool
+
+    @property
+    def size(self) -> int:
+        return int(self.points.shape[0])
+
+    def coordinates(self, X: np.ndarray, x_aux=None) -> tuple[np.ndarray, np.ndarray]:
+        """``Z = K L^-T`` (c x m) and ``k(x, x)`` for the rows of X."""
+        X = np.asarray(X, dtype=np.float64)
+        if x_aux is None:
+            x_aux = self.kernel.aux(X)
+        K = self.kernel.pairwise(X, self.points, x_aux, self.aux)
+        # K.T is a Fortran-ordered view: the solve works in place on it.
+        Z = solve_triangular(self.L, K.T, lower=True, overwrite_b=True, check_finite=False).T
+        return Z, self.kernel.diag(X, x_aux)
+
+    def project(self, X: np.ndarray, *, orthogonal: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Projection coordinates and residuals of the rows of X.
+
+        Parameters
+        ----------
+        X : ndarray of shape (c, d)
+        orthogonal : bool
+            Return the orthogonal projection on the span (``y_t = z_t``) even
+            when the dictionary is affine. The divisive normalization needs it:
+            only the orthogonal projection bounds the *uncentred* kernel
+            (Proposition 1: ``|K - Z Z'| <= tol`` entrywise), while the affine
+            one bounds the centred kernel, which is what kernel PCA uses.
+
+        Returns
+        -------
+        Y : ndarray of shape (c, m)
+            ``y_t = z_t + (alpha_t / beta) w`` (affine) or ``z_t``, so that
+            ``Y Y'`` is the approximate Gram matrix ``A M A'``.
+        delta : ndarray of shape (c,)
+            ``delta_t`` of eq. 8 with the final dictionary (the certificate;
+            the scan's criterion whatever ``orthogonal`` is).
+        """
+        Z, kx = self.coordinates(X)
+        delta = kx - np.einsum("ij,ij->i", Z, Z)
+        if self.affine:
+            alpha = 1.0 - Z @ self.w
+            delta += alpha * alpha / self.beta
+            if not orthogonal:
+                Z += np.multiply.outer(alpha / self.beta, self.w)
+        return Z, delta
+
+
+# --------------------------------------------------------------------------- #
+# The mutable state of the scan
+# --------------------------------------------------------------------------- #
+class DictionaryState:
+    """The growing dictionary: points, row numbers, Cholesky factor, ``w`` and ``beta``.
+
+    Storage grows by doubling; views ``[:size]`` are the live part.
+    """
+
+    def __init__(self, kernel: Kernel, n_features: int, affine: bool, capacity: int = 64):
+        self.kernel = kernel
+        self.affine = bool(affine)
+        self.n_features = int(n_features)
+        self.size = 0
+        self.beta = 0.0
+        self._points = np.empty((capacity, n_features))
+        self._indices = np.empty(capacity, dtype=np.int64)
+        self._L = np.zeros((capacity, capacity))
+        self._w = np.empty(capacity)
+        self._aux: np.ndarray | None = None
+
+    # -- views ------------------------------------------------------------ #
+    @property
+    def points(self) -> np.ndarray:
+        return self._points[: self.size]
+
+    @property
+    def indices(self) -> np.ndarray:
+        return self._indices[: self.size]
+
+    @property
+    def L(self) -> np.ndarray:
+        return self._L[: self.size, : self.size]
+
+    @property
+    def w(self) -> np.ndarray:
+        return self._w[: self.size]
+
+    @property
+    def aux(self) -> np.ndarray | None:
+        return None if self._aux is None else self._aux[: self.size]
+
+    # -- growth ----------------------------------------------------------- #
+    def _reserve(self, needed: int) -> None:
+        cap = self._points.shape[0]
+        if needed <= cap:
+            return
+        new = max(needed, 2 * cap)
+        m = self.size
+        pts = np.empty((new, self.n_features))
+        pts[:m] = self._points[:m]
+        idx = np.empty(new, dtype=np.int64)
+        idx[:m] = self._indices[:m]
+        L = np.zeros((new, new))
+        L[:m, :m] = self._L[:m, :m]
+        w = np.empty(new)
+        w[:m] = self._w[:m]
+        self._points, self._indices, self._L, self._w = pts, idx, L, w
+        if self._aux is not None:
+            aux = np.empty((new,) + self._aux.shape[1:])
+            aux[:m] = self._aux[:m]
+            self._aux = aux
+
+    def append(self, x, row: int, x_aux, z: np.ndarray, dhat: float, alpha: float) -> float:
+        """Add one point; ``z`` are its coordinates against the current dictionary.
+
+        Returns the entry appended to ``w`` (``alpha / sqrt(dhat)``).
+        """
+        m = self.size
+        self._reserve(m + 1)
+        pivot = math.sqrt(dhat)
+        self._L[m, :m] = z
+        self._L[m, m] = pivot
+        w_new = alpha / pivot
+        self._w[m] = w_new
+        self.beta += w_new * w_new
+        self._points[m] = x
+        self._indices[m] = row
+        if x_aux is not None:
+            if self._aux is None:
+                self._aux = np.empty((self._points.shape[0],) + np.shape(x_aux))
+            self._aux[m] = x_aux
+        self.size = m + 1
+        return w_new
+
+    def copy(self) -> "DictionaryState":
+        new = DictionaryState(self.kernel, self.n_features, self.affine, capacity=max(self.size, 64))
+        new._reserve(self.size)
+        m = self.size
+        new._points[:m] = self.points
+        new._indices[:m] = self.indices
+        new._L[:m, :m] = self.L
+        new._w[:m] = self.w
+        if self._aux is not None:
+            new._aux = np.empty((new._points.shape[0],) + self._aux.shape[1:])
+            new._aux[:m] = self._aux[:m]
+        new.beta = self.beta
+        new.size = m
+        return new
+
+    def freeze(self) -> Dictionary:
+        """The finished dictionary as an immutable :class:`Dictionary`."""
+        aux = None if self._aux is None else self.aux.copy()
+        return Dictionary(
+            kernel=self.kernel,
+            points=self.points.copy(),
+            indices=self.indices.copy(),
+            aux=aux,
+            L=np.tril(self.L).copy(),
+            w=self.w.copy(),
+            beta=float(self.beta),
+            affine=self.affine,
+        )
+
+    @classmethod
+    def from_arrays(cls, kernel: Kernel, affine: bool, points, indices, L, w) -> "DictionaryState":
+        """Rebuild a state (for a checkpoint resume). ``beta`` is ``w . w``."""
+        points = np.asarray(points, dtype=np.float64)
+        m, d = points.shape
+        st = cls(kernel, d, affine, capacity=max(64, m))
+        st._points[:m] = points
+        st._indices[:m] = np.asarray(indices, dtype=np.int64)
+        st._L[:m, :m] = np.asarray(L, dtype=np.float64)
+        st._w[:m] = np.asarray(w, dtype=np.float64)
+        # beta accumulated in the same order as during the scan, so it is bit-identical
+        beta = 0.0
+        for v in st._w[:m]:
+            beta += float(v) * float(v)
+        st.beta = beta
+        if m and kernel.has_aux:
+            aux = kernel.aux(points)
+            st._aux = np.empty((st._points.shape[0],) + aux.shape[1:])
+            st._aux[:m] = aux
+        st.size = m
+        return st
+
+
+# --------------------------------------------------------------------------- #
+# The blocked scan of one block
+# --------------------------------------------------------------------------- #
+def _residuals(state: DictionaryState, dhat, alpha, out=None):
+    if not state.affine:
+        return dhat
+    if state.size == 0:
+        return np.full_like(dhat, np.inf)
+    return dhat + alpha * alpha / state.beta
+
+
+def scan_block(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: float,
+               limit: int | None = None) -> bool:
+    """Scan one block of rows in order, adding those with ``delta > tol``.
+
+    Parameters
+    ----------
+    state : DictionaryState
+        Updated in place.
+    X : ndarray of shape (c, d), float64
+        The rows, in visiting order.
+    rows : ndarray of shape (c,)
+        Their row numbers in the data set.
+    tol : float
+        The paper's epsilon.
+    limit : int, optional
+        Largest dictionary size allowed. When a row qualifies while the
+        dictionary is already this large, the scan stops and returns True.
+
+    Returns
+    -------
+    bool
+        True if the scan stopped at ``limit``.
+    """
+    kernel = state.kernel
+    c = X.shape[0]
+    if c == 0:
+        return False
+    x_aux = kernel.aux(X)
+    kx = kernel.diag(X, x_aux)
+    floor = PIVOT_FLOOR * np.maximum(np.abs(kx), np.finfo(np.float64).tiny)
+    m0 = state.size
+    extra = min(c, 32)
+    Z = np.empty((c, m0 + extra))
+    if m0:
+        K = kernel.pairwise(X, state.points, x_aux, state.aux)
+        Z[:, :m0] = solve_triangular(state.L, K.T, lower=True, overwrite_b=True,
+                                     check_finite=False).T
+        Zm = Z[:, :m0]
+        dhat = kx - np.einsum("ij,ij->i", Zm, Zm)
+        alpha = 1.0 - Zm @ state.w
+    else:
+        dhat = kx.copy()
+        alpha = np.ones(c)
+
+    pos = 0
+    while pos < c:
+        delta = _residuals(state, dhat[pos:], alpha[pos:])
+        hits = np.flatnonzero((delta > tol) & (dhat[pos:] > floor[pos:]))
+        if hits.size == 0:
+            break
+        i = pos + int(hits[0])
+        if limit is not None and state.size >= limit:
+            return True
+        m = state.size
+        zi = Z[i, :m].copy()
+        w_new = state.append(X[i], int(rows[i]), None if x_aux is None else x_aux[i],
+                             zi, float(dhat[i]), float(alpha[i]))
+        pivot = state.L[m, m]
+        if i + 1 < c:
+            rest = slice(i + 1, c)
+            if m + 1 > Z.shape[1]:  # grow the coordinate block by doubling
+                Z2 = np.empty((c, max(m + 1, 2 * Z.shape[1])))
+                Z2[:, :m] = Z[:, :m]
+                Z = Z2
+            kcol = kernel.pairwise(
+                X[rest], X[i : i + 1],
+                None if x_aux is None else x_aux[rest],
+                None if x_aux is None else x_aux[i : i + 1],
+            )[:, 0]
+            if m:
+                kcol -= Z[rest, :m] @ zi
+            kcol /= pivot
+            Z[rest, m] = kcol
+            dhat[rest] -= kcol * kcol
+            alpha[rest] -= w_new * kcol
+        dhat[i] = 0.0
+        pos = i + 1
+    return False
+
+
+# --------------------------------------------------------------------------- #
+# Driving the scan over a data source
+# --------------------------------------------------------------------------- #
+@dataclass
+class ScanProgress:
+    """What the scan reports after each window (for progress bars and checkpoints)."""
+
+    windows_done: int
+    n_windows: int
+    rows_done: int
+    n_rows: int
+    dictionary_size: int
+    elapsed: float
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows_done / self.elapsed if self.elapsed > 0 else float("nan")
+
+
+def _size_error(state: DictionaryState, limit: int, rows_done: int, n_rows: int, tol: float) -> DictionarySizeError:
+    kernel = state.kernel
+    base = kernel.base if isinstance(kernel, SubsetNormalizedKernel) else kernel
+    hint = f"increase tol (try tol={max(tol, 1e-12) * 10:.3g})"
+    if isinstance(base, (RBFKernel, LaplacianKernel, PolynomialKernel)):
+        hint += f", or use a smoother kernel with a smaller gamma (try gamma={base.gamma / 2:.3g})"
+    return DictionarySizeError(
+        f"the dictionary grew past max_dictionary_size={limit} after scanning {rows_done} of "
+        f"{n_rows} rows with tol={tol:.3g}; {hint}, or raise max_dictionary_size"
+    )
+
+
+def scan_rows(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: float, *,
+              limit: int | None = None, block_rows: int = SCAN_BLOCK_ROWS) -> bool:
+    """Blocked scan of in-memory rows (already in visiting order).
+
+    Returns True if it stopped at ``limit`` (see :func:`scan_block`).
+    """
+    for a in range(0, X.shape[0], block_rows):
+        b = min(a + block_rows, X.shape[0])
+        if scan_block(state, X[a:b], rows[a:b], tol, limit):
+            return True
+    return False
+
+
+def scan_source(
+    source,
+    order: VisitOrder,
+    state: DictionaryState,
+    *,
+    tol: float,
+    max_size: int,
+    start_window: int = 0,
+    block_rows: int = SCAN_BLOCK_ROWS,
+    on_window: Callable[[DictionaryState, ScanProgress], None] | None = None,
+) -> DictionaryState:
+    """Algorithm 1, steps 1-16, over a :class:`~ooc_spectral.source.DataSource`.
+
+    Reads the windows of ``order`` from ``start_window`` on (the next window is
+    read in a background thread while the current one is scanned), permutes each
+    window's rows, and scans them in blocks. ``on_window`` is called after each
+    window with the state and a :class:`ScanProgress` (checkpoints hook in there).
+
+    Raises
+    ------
+    DictionarySizeError
+        The dictionary would grow past ``max_size``.
+    NonFiniteInputError
+        A row holds NaN or infinity.
+    """
+    windows = order.windows
+    n_windows = len(windows)
+    t0 = time.perf_counter()
+    rows_done = int(sum(order.window_bounds(w)[1] - order.window_bounds(w)[0]
+                        for w in windows[:start_window]))
+
+    def read(k: int):
+        a, b = order.window_bounds(windows[k])
+        return a, source.read_rows(a, b)
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ooc-scan-read") as pool:
+        nxt = pool.submit(read, start_window) if start_window < n_windows else None
+        for k in range(start_window, n_windows):
+            a, block = nxt.result()
+            nxt = pool.submit(read, k + 1) if k + 1 < n_windows else None
+            perm = order.rows_in_window(windows[k])
+            Xw = block[perm]
+            rw = a + perm
+            if scan_rows(state, Xw, rw, tol, limit=max_size, block_rows=block_rows):
+                raise _size_error(state, max_size, rows_done, order.n_rows, tol)
+            rows_done += Xw.shape[0]
+            if on_window is not None:
+                on_window(state, ScanProgress(k + 1, n_windows, rows_done, order.n_rows,
+                                              state.size, time.perf_counter() - t0))
+    return state
+
+
+def pointwise_scan(kernel: Kernel, X: np.ndarray, rows: np.ndarray, tol: float, *,
+                   affine: bool = True) -> DictionaryState:
+    """The plain point-by-point scan (the paper's Algorithm 1 loop, one row at a time).
+
+    The reference the blocked scan must agree with; O(m^2) Python-level work per
+    row, so for tests and benchmarks only.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    state = DictionaryState(kernel, X.shape[1], affine)
+    for t in range(X.shape[0]):
+        x = X[t : t + 1]
+        x_aux = kernel.aux(x)
+        kxx = float(kernel.diag(x, x_aux)[0])
+        m = state.size
+        if m:
+            k = kernel.pairwise(x, state.points, x_aux, state.aux)[0]
+            z = solve_triangular(state.L, k, lower=True, check_finite=False)
+            dhat = kxx - float(z @ z)
+            alpha = 1.0 - float(state.w @ z)
+            delta = dhat + alpha * alpha / state.beta if affine else dhat
+        else:
+            z = np.empty(0)
+            dhat, alpha = kxx, 1.0
+            delta = np.inf if affine else dhat
+        if delta > tol and dhat > PIVOT_FLOOR * max(abs(kxx), np.finfo(np.float64).tiny):
+            state.append(X[t], int(rows[t]), None if x_aux is None else x_aux[0], z, dhat, alpha)
+    return state
+
+
+# --------------------------------------------------------------------------- #
+# Algorithm 2: a dictionary of a requested size
+# --------------------------------------------------------------------------- #
+def search_dictionary(kernel: Kernel, X: np.ndarray, rows: np.ndarray, size: int, *,
+                      affine: bool = True, iterations: int = 40,
+                      block_rows: int = SCAN_BLOCK_ROWS) -> tuple[DictionaryState, float]:
+    """The paper's Algorithm 2 on in-memory rows (in visiting order).
+
+    Searches the tolerance while keeping small dictionaries and only adding
+    points: ``eps_minus`` always gives at most ``size`` points and its dictionary
+    is the base of the next trial; ``eps_plus`` gives too many. The search is
+    geometric once both ends are positive (the paper bisects arithmetically; on
+    a tolerance spanning decades the geometric step reaches the same bracket in
+    fewer trials). It ends with a scan at ``eps_plus`` stopped at ``size``
+    points (step 25), so it returns exactly ``size`` points.
+
+    Returns
+    -------
+    state : DictionaryState
+        Exactly ``size`` points.
+    tol : float
+        The tolerance that produced it.
+
+    Raises
+    ------
+    DictionaryError
+        The rows hold fewer than ``size`` points that are not in the span of the
+        others.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    rows = np.asarray(rows)
+    empty = DictionaryState(kernel, X.shape[1], affine)
+
+    def trial(base: DictionaryState, eps: float) -> tuple[DictionaryState, bool]:
+        st = base.copy()
+        over = scan_rows(st, X, rows, eps, limit=size, block_rows=block_rows)
+        return st, over
+
+    diag = kernel.diag(X[: min(len(X), 4096)])
+    eps_minus = 2.0 * float(np.max(np.abs(diag))) + 1.0
+    eps_plus = 0.0
+    # steps 4-13: find an eps_minus that gives a small enough dictionary
+    while True:
+        st, over = trial(empty, eps_minus)
+        if not over and st.size == size:
+            return st, eps_minus
+        if not over:
+            base = st
+            break
+        eps_plus, eps_minus = eps_minus, eps_minus * 10.0
+    # steps 14-24: search, keeping the smaller dictionary as the base
+    for _ in range(iterations):
+        eps = math.sqrt(eps_plus * eps_minus) if eps_plus > 0 else eps_minus / 10.0
+        st, over = trial(base, eps)
+        if not over and st.size == size:
+            return st, eps
+        if over:
+            eps_plus = eps
+        else:
+            eps_minus, base = eps, st
+    if eps_plus == 0.0:
+        raise DictionaryError(
+            f"dictionary_size={size} cannot be reached: even with tol={eps_minus:.1e} only "
+            f"{base.size} of the {len(X)} sampled rows are outside the span of the others; "
+            f"ask for dictionary_size <= {base.size}"
+        )
+    # step 25: from the base, scan with eps_plus, stopping when the size is reached
+    st = base.copy()
+    eps = eps_plus
+    for _ in range(60):
+        if scan_rows(st, X, rows, eps, limit=size, block_rows=block_rows) or st.size == size:
+            return st, eps
+        eps /= 10.0  # the last step is not monotone in rare cases: keep adding
+    raise DictionaryError(
+        f"dictionary_size={size} cannot be reached: only {st.size} of the {len(X)} sampled "
+        f"rows are outside the span of the others; ask for dictionary_size <= {st.size}"
+    )

@@ -1,0 +1,297 @@
+"""The input matrix: opening, validating and reading rows of X.
+
+:func:`open_source` accepts a numpy array (or anything ``np.asarray`` takes), a
+dask array, a ``zarr.Array``, or the path/URL of a zarr array or of a zarr group
+holding one data array (the layout ``ooc-spectral make-data`` writes: an array
+named ``data`` beside 1-D label arrays). It checks what can be checked without
+reading the data (two dimensions, at least one row and one feature, a real
+numeric dtype) and returns a :class:`DataSource`.
+
+Values are checked while the passes read them: :func:`check_finite` raises
+:class:`~ooc_spectral.exceptions.NonFiniteInputError` naming the first bad row
+and the storage chunk that holds it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import zarr
+
+from .exceptions import (
+    InvalidInputError,
+    NonFiniteInputError,
+    StoreNotFoundError,
+    StoreReadError,
+)
+
+__all__ = ["DataSource", "open_source", "check_finite", "open_zarr_array", "DATA_ARRAY_NAME"]
+
+#: Name of the data array inside a group written by ``make-data``.
+DATA_ARRAY_NAME = "data"
+#: Alignment unit (rows) of tasks and output chunks for in-memory numpy input.
+NUMPY_ALIGN_ROWS = 4096
+
+
+@dataclass(frozen=True, eq=False)
+class DataSource:
+    """Read access to an n x d matrix, whatever it is stored in.
+
+    Attributes
+    ----------
+    kind : {"numpy", "dask", "zarr"}
+    shape : (n_rows, n_features)
+    dtype : numpy dtype of the stored values
+    chunk_starts : ndarray of int, shape (n_chunks + 1,)
+        Row boundaries of the storage chunks (one chunk for numpy input).
+    storage_chunk_rows : int
+        Rows per storage chunk: the zarr chunk (or shard), the first dask chunk,
+        or :data:`NUMPY_ALIGN_ROWS` for numpy input. Tasks of the parallel
+        passes span whole multiples of it, and the output's chunks equal it.
+    url : str or None
+        Location of the zarr array, when the input is one.
+    """
+
+    kind: str
+    shape: tuple[int, int]
+    dtype: np.dtype
+    chunk_starts: np.ndarray
+    storage_chunk_rows: int
+    url: str | None = None
+    _numpy: np.ndarray | None = field(default=None, repr=False)
+    _dask: da.Array | None = field(default=None, repr=False)
+    _zarr: Any = field(default=None, repr=False)
+
+    @property
+    def n_rows(self) -> int:
+        return self.shape[0]
+
+    @property
+    def n_features(self) -> int:
+        return self.shape[1]
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    def chunk_of_row(self, row: int) -> int:
+        """Index of the storage chunk holding ``row``."""
+        return int(np.searchsorted(self.chunk_starts, row, side="right") - 1)
+
+    def describe_row(self, row: int) -> str:
+        c = self.chunk_of_row(row)
+        a, b = int(self.chunk_starts[c]), int(self.chunk_starts[c + 1])
+        n_chunks = len(self.chunk_starts) - 1
+        return f"row {row} (chunk {c} of {n_chunks}, rows {a}-{b - 1})"
+
+    def read_rows(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)`` as float64, checked finite."""
+        if self.kind == "numpy":
+            block = self._numpy[start:stop]
+        elif self.kind == "zarr":
+            try:
+                block = self._zarr[start:stop]
+            except Exception as exc:  # decoding or I/O error inside zarr
+                first = self.chunk_of_row(start)
+                last = self.chunk_of_row(stop - 1)
+                raise StoreReadError(
+                    f"could not read rows {start}-{stop - 1} (storage chunks {first}-{last}) "
+                    f"of {self.url}: {type(exc).__name__}: {exc}; check that the store is "
+                    "complete and readable, or regenerate it"
+                ) from exc
+        else:
+            block = self._dask[start:stop].compute()
+        block = np.asarray(block, dtype=np.float64)
+        check_finite(block, start, self)
+        return block
+
+    def read_index(self, rows: np.ndarray) -> np.ndarray:
+        """The rows numbered ``rows`` (sorted ascending), read run by run, as float64."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size == 0:
+            return np.empty((0, self.n_features))
+        breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+        starts = np.concatenate([[0], breaks])
+        stops = np.concatenate([breaks, [rows.size]])
+        return np.concatenate([
+            self.read_rows(int(rows[a]), int(rows[b - 1]) + 1) for a, b in zip(starts, stops)
+        ])
+
+    def to_dask(self, task_rows: int | None = None) -> da.Array:
+        """A dask view with regular row chunks of ``task_rows`` rows, all columns in one.
+
+        ``task_rows`` (default: :attr:`storage_chunk_rows`) should be a multiple
+        of :attr:`storage_chunk_rows`, so that every task reads whole storage
+        chunks and writes whole output chunks.
+        """
+        n, d = self.shape
+        rows = self.storage_chunk_rows if task_rows is None else int(task_rows)
+        if self.kind == "numpy":
+            return da.from_array(self._numpy, chunks=(rows, d), name=False)
+        if self.kind == "zarr":
+            return da.from_zarr(self._zarr, chunks=(rows, d))
+        arr = self._dask
+        if arr.chunks[1] == (d,) and all(c == rows for c in arr.chunks[0][:-1]) and arr.chunks[0][-1] <= rows:
+            return arr
+        return arr.rechunk((rows, d))
+
+
+def _validate_meta(shape, dtype, what: str) -> None:
+    if len(shape) != 2:
+        raise InvalidInputError(
+            f"expected a 2-D array (n_samples, n_features), got {len(shape)}-D {what} of "
+            f"shape {tuple(shape)}; reshape it, e.g. X.reshape(-1, 1) for a single feature"
+        )
+    if shape[0] == 0:
+        raise InvalidInputError(
+            f"{what} has 0 rows (shape {tuple(shape)}); at least 2 samples are needed"
+        )
+    if shape[1] == 0:
+        raise InvalidInputError(
+            f"{what} has 0 features (shape {tuple(shape)}); at least one column is needed"
+        )
+    dt = np.dtype(dtype)
+    if dt.kind not in "biuf":
+        raise InvalidInputError(
+            f"expected a real numeric dtype (bool, integer or float), got {dt} in {what}; "
+            "convert the data to float32 or float64"
+        )
+
+
+def check_finite(block: np.ndarray, row_offset: int, source: DataSource | None = None,
+                 chunk_starts: np.ndarray | None = None) -> None:
+    """Raise :class:`NonFiniteInputError` naming the first NaN/inf row of ``block``.
+
+    ``row_offset`` is the global row number of ``block[0]``.
+    """
+    if np.isfinite(block).all():
+        return
+    bad = ~np.isfinite(block)
+    local = int(np.flatnonzero(bad.any(axis=1))[0])
+    col = int(np.flatnonzero(bad[local])[0])
+    row = row_offset + local
+    value = block[local, col]
+    starts = source.chunk_starts if source is not None else chunk_starts
+    if starts is not None:
+        c = int(np.searchsorted(starts, row, side="right") - 1)
+        where = f"row {row}, column {col} (chunk {c} of {len(starts) - 1}, rows {int(starts[c])}-{int(starts[c + 1]) - 1})"
+    else:
+        c = None
+        where = f"row {row}, column {col}"
+    kind = "NaN" if np.isnan(value) else "infinity"
+    raise NonFiniteInputError(
+        f"X contains {kind} at {where}; remove or impute non-finite values before fitting",
+        row=row,
+        chunk=c,
+    )
+
+
+def open_zarr_array(location: str | os.PathLike, *, mode: str = "r"):
+    """Open a zarr array at ``location``, or the data array of a group there."""
+    loc = os.fspath(location)
+    try:
+        node = zarr.open(loc, mode=mode)
+    except (FileNotFoundError, KeyError) as exc:
+        raise StoreNotFoundError(
+            f"no zarr array or group at {loc!r}; check the path, or create the data "
+            "with `ooc-spectral make-data`"
+        ) from exc
+    except Exception as exc:
+        if type(exc).__name__ in {"NodeNotFoundError", "GroupNotFoundError", "ArrayNotFoundError"}:
+            raise StoreNotFoundError(
+                f"no zarr array or group at {loc!r}; check the path, or create the data "
+                "with `ooc-spectral make-data`"
+            ) from exc
+        raise
+    if isinstance(node, zarr.Group):
+        names = sorted(node.array_keys())
+        if DATA_ARRAY_NAME in names:
+            return node[DATA_ARRAY_NAME]
+        two_d = [k for k in names if node[k].ndim == 2]
+        if len(two_d) == 1:
+            return node[two_d[0]]
+        raise InvalidInputError(
+            f"the zarr group at {loc!r} holds {len(two_d)} 2-D arrays ({', '.join(two_d) or 'none'}); "
+            f"expected one, or one named {DATA_ARRAY_NAME!r}; pass the array's own path "
+            f"(e.g. {loc.rstrip('/')}/NAME)"
+        )
+    return node
+
+
+def _regular_chunk_starts(n: int, rows: int) -> np.ndarray:
+    starts = np.arange(0, n, rows, dtype=np.int64)
+    return np.append(starts, n)
+
+
+def open_source(X) -> DataSource:
+    """Wrap ``X`` as a :class:`DataSource`, validating shape and dtype.
+
+    Raises
+    ------
+    StoreNotFoundError
+        ``X`` names a location with no zarr array or group.
+    InvalidInputError
+        ``X`` is not 2-D, has no rows or no features, or is not real-numeric.
+    """
+    if isinstance(X, DataSource):
+        return X
+    if isinstance(X, (str, os.PathLike)):
+        arr = open_zarr_array(X)
+        return _from_zarr(arr, os.fspath(X))
+    if isinstance(X, zarr.Array):
+        return _from_zarr(X, str(X.store_path))
+    if isinstance(X, da.Array):
+        _validate_meta(X.shape, X.dtype, "the dask array")
+        if any(np.isnan(c) for c in X.chunks[0]):
+            raise InvalidInputError(
+                "the dask array has unknown chunk sizes; call X.compute_chunk_sizes() first"
+            )
+        row_chunks = np.asarray(X.chunks[0], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(row_chunks)])
+        return DataSource(
+            kind="dask",
+            shape=(int(X.shape[0]), int(X.shape[1])),
+            dtype=np.dtype(X.dtype),
+            chunk_starts=starts,
+            storage_chunk_rows=int(row_chunks[0]),
+            _dask=X,
+        )
+    try:
+        arr = np.asarray(X)
+    except Exception as exc:
+        raise InvalidInputError(
+            f"cannot use an object of type {type(X).__name__} as X; pass a numpy array, "
+            "a dask array, a zarr array or the path of a zarr store"
+        ) from exc
+    _validate_meta(arr.shape, arr.dtype, "the array")
+    n = int(arr.shape[0])
+    rows = min(n, NUMPY_ALIGN_ROWS)
+    return DataSource(
+        kind="numpy",
+        shape=(n, int(arr.shape[1])),
+        dtype=arr.dtype,
+        chunk_starts=_regular_chunk_starts(n, rows),
+        storage_chunk_rows=rows,
+        _numpy=arr,
+    )
+
+
+def _from_zarr(arr, url: str) -> DataSource:
+    _validate_meta(arr.shape, arr.dtype, f"the zarr array at {url}")
+    n = int(arr.shape[0])
+    # Sharded arrays: one task per shard, never per inner chunk (DESIGN section 3).
+    shards = getattr(arr, "shards", None)
+    rows = int((shards or arr.chunks)[0])
+    return DataSource(
+        kind="zarr",
+        shape=(n, int(arr.shape[1])),
+        dtype=np.dtype(arr.dtype),
+        chunk_starts=_regular_chunk_starts(n, rows),
+        storage_chunk_rows=rows,
+        url=url,
+        _zarr=arr,
+    )

@@ -1,0 +1,172 @@
+"""Pass 3: the embedding of every row, lazily or written to zarr.
+
+:func:`embedding_graph` is the lazy dask array ``(n, p)`` (one task per row
+chunk of X: a kernel block, the projection and one product).
+
+:class:`EmbeddingOutput` is the output group when one is given: an array
+``embedding`` (n x p, float64) whose chunks are aligned with the input rows,
+and an array ``embedding_written`` of per-chunk markers. Every output chunk is
+written by exactly one task (zarr 3 has no write locks), and its marker is set
+after the chunk, so a rerun writes only the chunks not yet marked. The array's
+attribute ``complete`` is set last; until then the output does not look
+finished.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import dask
+import dask.array as da
+import numpy as np
+import zarr
+import zarr.errors
+
+from .eigensolve import SpectralMap
+from .exceptions import OutputNotWritableError, ConfigurationMismatchError
+from .execution import Executor, shared
+from .source import check_finite
+
+__all__ = ["embedding_graph", "EmbeddingOutput", "EMBEDDING", "WRITTEN"]
+
+EMBEDDING = "embedding"
+WRITTEN = "embedding_written"
+
+
+def _embed_block(block, smap: SpectralMap, offset: int = 0, chunk_starts=None) -> np.ndarray:
+    X = np.asarray(block, dtype=np.float64)
+    check_finite(X, offset, chunk_starts=chunk_starts)
+    return smap.embed(X)
+
+
+def _embed_located(block, smap, chunk_starts=None, block_info=None):
+    offset = block_info[0]["array-location"][0][0] if block_info else 0
+    return _embed_block(block, smap, offset, chunk_starts)
+
+
+def embedding_graph(X: da.Array, smap: SpectralMap, chunk_starts=None) -> da.Array:
+    """The embedding of the rows of ``X`` as a lazy dask array (chunks follow X's rows).
+
+    Rows are checked finite on the way; ``chunk_starts`` (storage chunk
+    boundaries) lets the error name the chunk.
+    """
+    p = smap.n_components
+    starts = None if chunk_starts is None else shared(np.asarray(chunk_starts))
+    return da.map_blocks(_embed_located, X, shared(smap), starts, dtype=np.float64,
+                         meta=np.empty((0, p), dtype=np.float64),
+                         chunks=(X.chunks[0], (p,)), name="ooc-spectral-embed")
+
+
+@functools.lru_cache(maxsize=32)
+def _open(url: str, name: str):
+    return zarr.open_array(f"{url.rstrip('/')}/{name}", mode="r+")
+
+
+def _write_block(block, smap: SpectralMap, url: str, start: int, stop: int,
+                 chunk_rows: int) -> int:
+    out = _embed_block(block, smap, start)
+    _open(url, EMBEDDING)[start:stop] = out
+    first, last = start // chunk_rows, -(-stop // chunk_rows)
+    _open(url, WRITTEN)[first:last] = 1
+    return stop - start
+
+
+class EmbeddingOutput:
+    """The zarr group receiving the embedding.
+
+    Parameters
+    ----------
+    url : str
+        Path or URL of the group (created if needed).
+    n_rows, n_components : int
+    chunk_rows : int
+        Rows per output chunk: the input's storage chunk rows.
+    """
+
+    def __init__(self, url: str, n_rows: int, n_components: int, chunk_rows: int):
+        self.url = os.fspath(url)
+        self.n_rows = int(n_rows)
+        self.n_components = int(n_components)
+        self.chunk_rows = int(max(1, min(chunk_rows, n_rows)))
+
+    @property
+    def n_chunks(self) -> int:
+        return -(-self.n_rows // self.chunk_rows)
+
+    def prepare(self, *, resume: bool = False) -> "EmbeddingOutput":
+        """Create the arrays (or, with ``resume``, check the existing ones).
+
+        Raises :class:`OutputNotWritableError` before any work when the
+        location cannot be written.
+        """
+        try:
+            group = zarr.open_group(self.url, mode="a")
+            if resume and EMBEDDING in group and WRITTEN in group:
+                arr = group[EMBEDDING]
+                if arr.shape != (self.n_rows, self.n_components) or arr.chunks[0] != self.chunk_rows:
+                    raise ConfigurationMismatchError(
+                        f"the embedding at {self.url} has shape {arr.shape} and chunks "
+                        f"{arr.chunks}, not ({self.n_rows}, {self.n_components}) in chunks of "
+                        f"{self.chunk_rows} rows; start with a fresh output location"
+                    )
+                return self
+            group.create_array(
+                EMBEDDING, shape=(self.n_rows, self.n_components),
+                chunks=(self.chunk_rows, self.n_components), dtype="float64",
+                fill_value=np.nan, overwrite=True, attributes={"complete": False},
+            )
+            group.create_array(
+                WRITTEN, shape=(self.n_chunks,), chunks=(1,), dtype="uint8",
+                fill_value=0, overwrite=True,
+            )
+        except ConfigurationMismatchError:
+            raise
+        except (OSError, zarr.errors.BaseZarrError) as exc:
+            raise OutputNotWritableError(
+                f"cannot write the output at {self.url!r}: {type(exc).__name__}: {exc}; "
+                "choose a writable location that is not an existing file or array"
+            ) from exc
+        _open.cache_clear()
+        return self
+
+    def pending(self, bounds: np.ndarray) -> list[int]:
+        """Indices of the tasks (rows ``bounds[i]:bounds[i+1]``) not fully written."""
+        marks = zarr.open_array(f"{self.url.rstrip('/')}/{WRITTEN}", mode="r")[:]
+        out = []
+        for i in range(len(bounds) - 1):
+            a, b = int(bounds[i]), int(bounds[i + 1])
+            if not marks[a // self.chunk_rows : -(-b // self.chunk_rows)].all():
+                out.append(i)
+        return out
+
+    def write(self, X: da.Array, smap: SpectralMap, executor: Executor) -> int:
+        """Write the embedding of the unwritten row chunks of ``X``; returns rows written."""
+        bounds = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(np.int64)
+        if np.any(bounds[1:-1] % self.chunk_rows):
+            raise ValueError("task boundaries must be multiples of the output chunk rows")
+        todo = self.pending(bounds)
+        blocks = X.to_delayed().ravel()
+        s_key = shared(smap)
+        parts = {
+            i: dask.delayed(_write_block, pure=False)(
+                blocks[i], s_key, self.url, int(bounds[i]), int(bounds[i + 1]), self.chunk_rows)
+            for i in todo
+        }
+        done = executor.run("pass 3 (write-back)", parts)
+        return int(sum(done.values()))
+
+    def mark_complete(self) -> None:
+        arr = zarr.open_array(f"{self.url.rstrip('/')}/{EMBEDDING}", mode="r+")
+        arr.attrs["complete"] = True
+
+    def is_complete(self) -> bool:
+        try:
+            arr = zarr.open_array(f"{self.url.rstrip('/')}/{EMBEDDING}", mode="r")
+        except Exception:
+            return False
+        return bool(arr.attrs.get("complete", False))
+
+    def as_dask(self) -> da.Array:
+        arr = zarr.open_array(f"{self.url.rstrip('/')}/{EMBEDDING}", mode="r")
+        return da.from_zarr(arr)
