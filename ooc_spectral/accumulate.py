@@ -63,7 +63,7 @@ SPLIT_EVERY = 8
 # chunk functions: pure NumPy over (block, small state) -> small dict
 # --------------------------------------------------------------------------- #
 def _project(block, dictionary: Dictionary, offset: int, chunk_starts, orthogonal=True):
-    X = np.asarray(block, dtype=np.float64)
+    X = np.ascontiguousarray(block, dtype=np.float64)
     check_finite(X, offset, chunk_starts=chunk_starts)
     return dictionary.project(X, orthogonal=orthogonal)
 

@@ -54,7 +54,9 @@ GAMMA_SAMPLE_SIZE = 1000
 
 
 def _f64(X) -> np.ndarray:
-    return np.asarray(X, dtype=np.float64)
+    # C order always: BLAS rounds differently on other layouts, and the same
+    # rows must give the same bits whatever container they came in.
+    return np.ascontiguousarray(X, dtype=np.float64)
 
 
 class Kernel:

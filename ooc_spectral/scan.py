@@ -104,7 +104,7 @@ class Dictionary:
 
     def coordinates(self, X: np.ndarray, x_aux=None) -> tuple[np.ndarray, np.ndarray]:
         """``Z = K L^-T`` (c x m) and ``k(x, x)`` for the rows of X."""
-        X = np.asarray(X, dtype=np.float64)
+        X = np.ascontiguousarray(X, dtype=np.float64)
         if x_aux is None:
             x_aux = self.kernel.aux(X)
         K = self.kernel.pairwise(X, self.points, x_aux, self.aux)
@@ -475,7 +475,7 @@ def pointwise_scan(kernel: Kernel, X: np.ndarray, rows: np.ndarray, tol: float, 
     The reference the blocked scan must agree with; O(m^2) Python-level work per
     row, so for tests and benchmarks only.
     """
-    X = np.asarray(X, dtype=np.float64)
+    X = np.ascontiguousarray(X, dtype=np.float64)
     state = DictionaryState(kernel, X.shape[1], affine)
     for t in range(X.shape[0]):
         x = X[t : t + 1]
@@ -518,7 +518,10 @@ def search_dictionary(kernel: Kernel, X: np.ndarray, rows: np.ndarray, size: int
     state : DictionaryState
         Exactly ``size`` points.
     tol : float
-        The tolerance that produced it.
+        A tolerance every row of ``X`` meets with that dictionary: the trial's
+        tolerance when a trial hits ``size`` exactly, else ``eps_minus`` (the
+        step-25 scan stops at ``size`` points, before the end of the rows, but
+        its dictionary contains the ``eps_minus`` one).
 
     Raises
     ------
@@ -526,7 +529,7 @@ def search_dictionary(kernel: Kernel, X: np.ndarray, rows: np.ndarray, size: int
         The rows hold fewer than ``size`` points that are not in the span of the
         others.
     """
-    X = np.asarray(X, dtype=np.float64)
+    X = np.ascontiguousarray(X, dtype=np.float64)
     rows = np.asarray(rows)
     empty = DictionaryState(kernel, X.shape[1], affine)
 
@@ -563,12 +566,14 @@ def search_dictionary(kernel: Kernel, X: np.ndarray, rows: np.ndarray, size: int
             f"{base.size} of the {len(X)} sampled rows are outside the span of the others; "
             f"ask for dictionary_size <= {base.size}"
         )
-    # step 25: from the base, scan with eps_plus, stopping when the size is reached
+    # step 25: from the base, scan with eps_plus, stopping when the size is reached.
+    # The base held every row within eps_minus and the result contains the base,
+    # so eps_minus is the tolerance the result guarantees on these rows.
     st = base.copy()
     eps = eps_plus
     for _ in range(60):
         if scan_rows(st, X, rows, eps, limit=size, block_rows=block_rows) or st.size == size:
-            return st, eps
+            return st, eps_minus
         eps /= 10.0  # the last step is not monotone in rare cases: keep adding
     raise DictionaryError(
         f"dictionary_size={size} cannot be reached: only {st.size} of the {len(X)} sampled "

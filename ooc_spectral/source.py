@@ -105,7 +105,7 @@ class DataSource:
                 ) from exc
         else:
             block = self._dask[start:stop].compute()
-        block = np.asarray(block, dtype=np.float64)
+        block = np.ascontiguousarray(block, dtype=np.float64)
         check_finite(block, start, self)
         return block
 

@@ -35,7 +35,7 @@ WRITTEN = "embedding_written"
 
 
 def _embed_block(block, smap: SpectralMap, offset: int = 0, chunk_starts=None) -> np.ndarray:
-    X = np.asarray(block, dtype=np.float64)
+    X = np.ascontiguousarray(block, dtype=np.float64)
     check_finite(X, offset, chunk_starts=chunk_starts)
     return smap.embed(X)
 

@@ -1,0 +1,47 @@
+"""Shared fixtures: data sets, zarr stores on disk, a real LocalCluster."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zarr
+from sklearn.datasets import make_swiss_roll
+
+
+def write_zarr(path, X, chunk_rows, *, name=None, dtype=None):
+    """Write X to a zarr v3 array at ``path`` (or ``path/name`` in a group)."""
+    X = np.asarray(X) if dtype is None else np.asarray(X, dtype=dtype)
+    if name is None:
+        arr = zarr.create_array(str(path), shape=X.shape, chunks=(chunk_rows, X.shape[1]),
+                                dtype=X.dtype, overwrite=True)
+    else:
+        group = zarr.open_group(str(path), mode="a")
+        arr = group.create_array(name, shape=X.shape, chunks=(chunk_rows, X.shape[1]),
+                                 dtype=X.dtype, overwrite=True)
+    arr[...] = X
+    return arr
+
+
+@pytest.fixture(scope="session")
+def swiss_roll():
+    X, t = make_swiss_roll(2500, random_state=0)
+    return X, t
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """A real dask.distributed LocalCluster with two worker processes."""
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None, memory_limit="2GiB") as c:
+        yield c
+
+
+@pytest.fixture
+def client(cluster):
+    """A Client on the session's LocalCluster, the default client for the test only."""
+    from distributed import Client
+
+    with Client(cluster) as c:
+        yield c

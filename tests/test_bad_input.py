@@ -1,0 +1,162 @@
+"""Bad input gets a clear exception: the type, and the words that name the problem."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zarr
+
+from ooc_spectral import (
+    DictionaryError,
+    GreedySpectralEmbedding,
+    InvalidInputError,
+    InvalidParameterError,
+    NonFiniteInputError,
+    NotFittedError,
+    OutputNotWritableError,
+    StoreNotFoundError,
+    UsageError,
+)
+from ooc_spectral.planning import plan_sample
+
+from conftest import write_zarr
+
+rng = np.random.default_rng(0)
+X = rng.normal(size=(600, 3))
+
+
+def fit(data, **kw):
+    params = dict(n_components=2, tol=1e-2, random_state=0) | kw
+    return GreedySpectralEmbedding(**params).fit(data)
+
+
+@pytest.mark.parametrize("bad, words", [
+    (np.ones(10), "expected a 2-D array"),
+    (np.ones((4, 3, 2)), "got 3-D"),
+    (np.ones((0, 3)), "0 rows"),
+    (np.ones((5, 0)), "0 features"),
+    (np.array([["a", "b"], ["c", "d"]]), "real numeric dtype"),
+    (np.ones((5, 2), dtype=complex), "real numeric dtype"),
+    (np.array([[object(), 1]], dtype=object), "real numeric dtype"),
+    (np.ones((1, 3)), "at least 2 samples"),
+])
+def test_bad_shapes_and_dtypes(bad, words):
+    with pytest.raises(InvalidInputError, match=words) as info:
+        fit(bad)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, UsageError)
+
+
+@pytest.mark.parametrize("value, kind", [(np.nan, "NaN"), (np.inf, "infinity"), (-np.inf, "infinity")])
+def test_non_finite_value_in_a_middle_chunk_names_chunk_and_row(tmp_path, value, kind):
+    Xb = X.copy()
+    Xb[345, 1] = value
+    arr = write_zarr(tmp_path / "x.zarr", Xb, 100)
+    with pytest.raises(NonFiniteInputError) as info:
+        fit(arr)
+    msg = str(info.value)
+    assert f"X contains {kind} at row 345, column 1" in msg
+    assert "chunk 3 of 6, rows 300-399" in msg
+    assert "remove or impute" in msg
+    assert info.value.row == 345 and info.value.chunk == 3
+
+
+def test_non_finite_found_in_pass_2_names_chunk_and_row(tmp_path):
+    # dictionary_size runs Algorithm 2 on a sample: the bad row is met by pass 2
+    n = 3000
+    Xb = np.random.default_rng(1).normal(size=(n, 3))
+    sample = set(plan_sample(n, 500, 0, 3).tolist())
+    bad = next(r for r in range(1500, n) if r not in sample)
+    Xb[bad, 0] = np.nan
+    arr = write_zarr(tmp_path / "x.zarr", Xb, 250)
+    with pytest.raises(NonFiniteInputError, match=f"NaN at row {bad}, column 0 .chunk {bad // 250} of 12"):
+        fit(arr, dictionary_size=20, sample_size=500)
+
+
+def test_non_finite_in_transform_input():
+    est = fit(X)
+    Xn = X[:50].copy()
+    Xn[7, 2] = np.nan
+    with pytest.raises(NonFiniteInputError, match="row 7, column 2"):
+        est.transform(Xn)
+
+
+@pytest.mark.parametrize("param, value, words", [
+    ("n_components", 0, "n_components=0 is out of range: expected an integer >= 1"),
+    ("n_components", 2.5, "n_components=2.5 has type float: expected an integer"),
+    ("kernel", "sigmoid", "kernel='sigmoid' is not valid: expected one of 'rbf'"),
+    ("gamma", 0.0, "gamma=0.0 is out of range: expected a number > 0.0"),
+    ("gamma", np.nan, "gamma=nan is not finite"),
+    ("tol", -1e-3, "tol=-0.001 is out of range: expected a number >= 0.0"),
+    ("normalization", "both", "normalization='both' is not valid"),
+    ("degree_estimate", "guess", "degree_estimate='guess' is not valid"),
+    ("dictionary_size", 1, "dictionary_size=1 is out of range"),
+    ("max_dictionary_size", 1, "max_dictionary_size=1 is out of range"),
+    ("affine", "yes", "affine='yes' has type str: expected True or False"),
+    ("random_state", -1, "random_state=-1 is out of range"),
+    ("chunk_rows", 0, "chunk_rows=0 is out of range"),
+])
+def test_parameters_out_of_range(param, value, words):
+    with pytest.raises(InvalidParameterError) as info:
+        fit(X, **{param: value})
+    assert words in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_inconsistent_parameters():
+    with pytest.raises(InvalidParameterError, match="n_components=5 is not below dictionary_size=5"):
+        fit(X, n_components=5, dictionary_size=5)
+    with pytest.raises(InvalidParameterError, match="exceeds max_dictionary_size=10"):
+        fit(X, dictionary_size=50, max_dictionary_size=10)
+
+
+def test_n_components_not_below_dictionary_size_says_what_to_change():
+    # a very loose tol keeps the dictionary tiny
+    with pytest.raises(DictionaryError) as info:
+        fit(X, n_components=3, tol=10.0)
+    msg = str(info.value)
+    assert "n_components=3 is not below the dictionary size (1 points)" in msg
+    assert "lower n_components" in msg and "smaller tol" in msg
+
+
+def test_missing_store(tmp_path):
+    with pytest.raises(StoreNotFoundError, match="no zarr array or group at") as info:
+        fit(str(tmp_path / "nope.zarr"))
+    assert isinstance(info.value, FileNotFoundError)
+
+
+def test_group_without_a_single_data_array(tmp_path):
+    g = zarr.open_group(str(tmp_path / "g.zarr"), mode="w")
+    g.create_array("a", shape=(10, 2), dtype="f8")
+    g.create_array("b", shape=(10, 2), dtype="f8")
+    with pytest.raises(InvalidInputError, match="holds 2 2-D arrays .a, b.; expected one"):
+        fit(str(tmp_path / "g.zarr"))
+
+
+def test_transform_with_wrong_number_of_features():
+    est = fit(X)
+    with pytest.raises(InvalidInputError, match="X has 4 features, but GreedySpectralEmbedding "
+                                                "was fitted with 3 features"):
+        est.transform(np.ones((5, 4)))
+
+
+def test_not_fitted():
+    with pytest.raises(NotFittedError, match="not fitted yet; call fit"):
+        GreedySpectralEmbedding().transform(X)
+
+
+def test_unwritable_output_fails_before_any_work(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    import ooc_spectral.pipeline as pipeline
+
+    def no_scan(*a, **k):  # pragma: no cover - must not be reached
+        raise AssertionError("the scan started before the output was checked")
+
+    monkeypatch.setattr(pipeline, "scan_source", no_scan)
+    with pytest.raises(OutputNotWritableError, match="cannot write the output"):
+        GreedySpectralEmbedding(random_state=0).fit(X, output=str(blocker / "out.zarr"))
+
+
+def test_unknown_input_type():
+    with pytest.raises(InvalidInputError):
+        fit({"a": 1})

@@ -1,0 +1,155 @@
+"""Pass 1: the dictionary's guarantees, blocked = point-by-point, the visiting order."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.linalg import solve_triangular
+
+from ooc_spectral import DictionarySizeError, GreedySpectralEmbedding
+from ooc_spectral.kernels import LaplacianKernel, LinearKernel, PolynomialKernel, RBFKernel
+from ooc_spectral.planning import VisitOrder
+from ooc_spectral.scan import (
+    DictionaryState,
+    pointwise_scan,
+    scan_rows,
+    search_dictionary,
+)
+
+from conftest import write_zarr
+
+
+def residuals_against(kernel, D, X, affine):
+    """delta of every row of X against the dictionary rows D, computed from scratch."""
+    M = kernel(D)
+    L = np.linalg.cholesky(M)
+    K = kernel(X, D)
+    Z = solve_triangular(L, K.T, lower=True).T
+    dhat = kernel.diag(X) - np.sum(Z * Z, axis=1)
+    if not affine:
+        return dhat
+    w = solve_triangular(L, np.ones(len(D)), lower=True)
+    alpha = 1 - Z @ w
+    return dhat + alpha**2 / (w @ w)
+
+
+@pytest.fixture(scope="module")
+def data(swiss_roll):
+    X = swiss_roll[0]
+    order = VisitOrder(len(X), seed=3).global_order()
+    return X, order
+
+
+def blocked(kernel, X, rows, tol, affine, block_rows=256):
+    st = DictionaryState(kernel, X.shape[1], affine)
+    scan_rows(st, X, rows, tol, block_rows=block_rows)
+    return st
+
+
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("tol", [1e-1, 1e-3])
+def test_every_row_within_tol_and_every_entry_was_beyond(data, affine, tol):
+    X, order = data
+    k = RBFKernel(0.05)
+    st = blocked(k, X[order], order, tol, affine)
+    m = st.size
+    assert 3 < m < len(X) // 5  # m << n
+    D = st.points
+    # every row's residual with the final dictionary is at most tol
+    assert residuals_against(k, D, X, affine).max() <= tol
+    # each dictionary point's residual against those selected before it exceeds tol
+    for j in range(1, m):
+        assert residuals_against(k, D[:j], D[j : j + 1], affine)[0] > tol
+    # and the factor is the Cholesky factor of k(D, D)
+    np.testing.assert_allclose(st.L @ st.L.T, k(D), atol=1e-12)
+    assert np.all(np.diag(st.L) > 0)
+    np.testing.assert_allclose(st.w, solve_triangular(st.L, np.ones(m), lower=True), rtol=1e-10)
+
+
+@pytest.mark.parametrize("kernel", [RBFKernel(0.05), LaplacianKernel(0.1), LinearKernel(),
+                                    PolynomialKernel(0.01, 2, 1.0)], ids=lambda k: k.name)
+@pytest.mark.parametrize("affine", [True, False])
+def test_blocked_scan_selects_pointwise_dictionary(data, kernel, affine):
+    X, order = data
+    X, order = X[order[:1200]], order[:1200]
+    tol = 1e-3 if kernel.name != "linear" else 1e-6
+    ref = pointwise_scan(kernel, X, order, tol, affine=affine)
+    for block_rows in (1, 7, 256, 5000):
+        st = blocked(kernel, X, order, tol, affine, block_rows)
+        np.testing.assert_array_equal(st.indices, ref.indices)
+        np.testing.assert_allclose(st.L, ref.L, atol=1e-12)
+
+
+def test_duplicate_rows_never_enter(data):
+    X, order = data
+    Xd = np.repeat(X[:300], 3, axis=0)  # every row three times
+    rows = np.arange(len(Xd))
+    for tol in (0.0, 1e-12, 1e-6):
+        st = blocked(RBFKernel(0.05), Xd, rows, tol, affine=True)
+        assert len(np.unique(st.points, axis=0)) == st.size  # no point twice
+        assert np.all(np.diag(st.L) > 0) and np.all(np.isfinite(st.L))
+
+
+def test_visiting_order_is_a_seeded_permutation_independent_of_chunking():
+    o = VisitOrder(200_000, seed=5)
+    g = o.global_order()
+    assert np.array_equal(np.sort(g), np.arange(200_000))
+    assert np.array_equal(g, VisitOrder(200_000, seed=5).global_order())
+    assert not np.array_equal(g, VisitOrder(200_000, seed=6).global_order())
+    # windows are read whole: each window's rows are contiguous in the order
+    a, b = o.window_bounds(o.windows[0])
+    assert np.array_equal(np.sort(g[: b - a]), np.arange(a, b))
+
+
+def test_rechunking_the_input_does_not_change_the_dictionary(tmp_path, swiss_roll):
+    X = swiss_roll[0]
+    ref = None
+    for rows in (50, 333, 2500):
+        arr = write_zarr(tmp_path / f"x{rows}.zarr", X, rows)
+        est = GreedySpectralEmbedding(n_components=2, gamma=0.05, tol=1e-3, random_state=11).fit(arr)
+        if ref is None:
+            ref = est.dictionary_indices_
+        np.testing.assert_array_equal(est.dictionary_indices_, ref)
+
+
+def test_max_dictionary_size_stops_with_advice(swiss_roll):
+    X = swiss_roll[0]
+    est = GreedySpectralEmbedding(gamma=0.05, tol=1e-6, max_dictionary_size=20, random_state=0)
+    with pytest.raises(DictionarySizeError) as info:
+        est.fit(X)
+    msg = str(info.value)
+    assert "max_dictionary_size=20" in msg
+    assert "try tol=1e-05" in msg and "try gamma=0.025" in msg
+    assert isinstance(info.value, ValueError)
+
+
+def test_algorithm2_returns_exactly_m_and_is_seeded(data):
+    X, order = data
+    k = RBFKernel(0.05)
+    for m in (2, 17, 64):
+        st, tol = search_dictionary(k, X[order], order, m)
+        assert st.size == m
+        # the tolerance returned holds for every row of the sample
+        assert residuals_against(k, st.points, X, True).max() <= tol * (1 + 1e-9)
+
+
+def test_algorithm2_impossible_size_is_explained():
+    X = np.repeat(np.eye(3), 10, axis=0)  # 3 distinct points
+    from ooc_spectral import DictionaryError
+
+    with pytest.raises(DictionaryError, match="ask for dictionary_size <= 3"):
+        search_dictionary(RBFKernel(1.0), X, np.arange(30), 5)
+
+
+def test_checkpointed_state_round_trips_bit_for_bit(data):
+    X, order = data
+    k = RBFKernel(0.05)
+    half = 5 * 256  # a block boundary, as a window boundary is in the real scan
+    a = blocked(k, X[order], order, 1e-3, True)
+    b = blocked(k, X[order[:half]], order[:half], 1e-3, True)
+    b = DictionaryState.from_arrays(k, True, b.points, b.indices, b.L, b.w)
+    scan_rows(b, X[order[half:]], order[half:], 1e-3, block_rows=256)
+    # resuming at a block boundary gives the same bits
+    np.testing.assert_array_equal(a.indices, b.indices)
+    np.testing.assert_array_equal(a.L, b.L)
+    assert a.beta == b.beta
