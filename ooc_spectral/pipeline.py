@@ -214,16 +214,28 @@ class FitRun:
         c = self.config
         store = self.checkpoint
         run = dict(executor=self.executor, chunk_starts=self.source.chunk_starts, store=store)
-        if store is not None and self.resume and getattr(store, "has_partials", lambda: False)():
-            self.resumed.append("pass2")
+        loaded_before = getattr(store, "loaded_partials", 0)
+        try:
+            return self._accumulate(dictionary, X, run)
+        finally:
+            if getattr(store, "loaded_partials", 0) > loaded_before:
+                self.resumed.append("pass2")
+
+    def _accumulate(self, dictionary, X, run):
+        c = self.config
+        rows = X.chunks[0][0]  # partials are only valid for the same task layout
+
+        def stage(kind):
+            return f"{kind}-r{rows}"
+
         if c.normalization == "additive":
-            stats = accumulate(X, dictionary, "moments", stage="moments", **run)
+            stats = accumulate(X, dictionary, "moments", stage=stage("moments"), **run)
             return stats, stats, None
         if c.degree_estimate == "subset":
-            stats = accumulate(X, dictionary, "gram", stage="gram", **run)
+            stats = accumulate(X, dictionary, "gram", stage=stage("gram"), **run)
             return stats, stats, None
-        sums = accumulate(X, dictionary, "sums", stage="sums", **run)
-        stats = accumulate(X, dictionary, "degrees", stage="degrees", total=sums["sum"], **run)
+        sums = accumulate(X, dictionary, "sums", stage=stage("sums"), **run)
+        stats = accumulate(X, dictionary, "degrees", stage=stage("degrees"), total=sums["sum"], **run)
         check_degrees(stats)
         return stats, sums, sums["sum"]
 

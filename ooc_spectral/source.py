@@ -29,7 +29,8 @@ from .exceptions import (
     StoreReadError,
 )
 
-__all__ = ["DataSource", "open_source", "check_finite", "open_zarr_array", "DATA_ARRAY_NAME"]
+__all__ = ["DataSource", "open_source", "check_finite", "open_zarr_array", "array_url",
+           "DATA_ARRAY_NAME"]
 
 #: Name of the data array inside a group written by ``make-data``.
 DATA_ARRAY_NAME = "data"
@@ -240,10 +241,9 @@ def open_source(X) -> DataSource:
     if isinstance(X, DataSource):
         return X
     if isinstance(X, (str, os.PathLike)):
-        arr = open_zarr_array(X)
-        return _from_zarr(arr, os.fspath(X))
+        return _from_zarr(open_zarr_array(X))
     if isinstance(X, zarr.Array):
-        return _from_zarr(X, str(X.store_path))
+        return _from_zarr(X)
     if isinstance(X, da.Array):
         _validate_meta(X.shape, X.dtype, "the dask array")
         if any(np.isnan(c) for c in X.chunks[0]):
@@ -280,7 +280,14 @@ def open_source(X) -> DataSource:
     )
 
 
-def _from_zarr(arr, url: str) -> DataSource:
+def array_url(arr) -> str:
+    """Location of a zarr array: a local path, or the store's URL."""
+    url = str(arr.store_path)
+    return url[len("file://"):] if url.startswith("file://") else url
+
+
+def _from_zarr(arr) -> DataSource:
+    url = array_url(arr)
     _validate_meta(arr.shape, arr.dtype, f"the zarr array at {url}")
     n = int(arr.shape[0])
     # Sharded arrays: one task per shard, never per inner chunk (DESIGN section 3).

@@ -1,0 +1,312 @@
+"""The ``ooc-spectral`` command line.
+
+Subcommands: ``make-data``, ``fit``, ``transform``, ``run``, ``plot``, ``inspect``.
+Only parsing and reporting live here; the work is done by :mod:`ooc_spectral.jobs`,
+:mod:`ooc_spectral.datasets`, :mod:`ooc_spectral.workflow` and
+:mod:`ooc_spectral.plotting`.
+
+Exit codes: 0 success, 1 runtime failure, 2 usage, configuration or input
+error. Logs go to stderr; a failure prints one line ``ooc-spectral: error: ...``
+on stderr; with ``--json`` a final machine-readable summary line goes to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Sequence
+
+from .config import parameter_fields
+from .exceptions import UsageError
+
+__all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+log = logging.getLogger("ooc_spectral")
+
+
+class CommandError(UsageError):
+    """A usage error found after parsing (exit code 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so workflows can report the step."""
+
+    def error(self, message):
+        raise CommandError(f"{self.prog}: {message}")
+
+
+# --------------------------------------------------------------------------- #
+# options
+# --------------------------------------------------------------------------- #
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr (for cron)")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument("--json", action="store_true", help="print a one-line JSON summary on stdout at the end")
+
+
+def _add_cluster(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("cluster (default: an embedded LocalCluster)")
+    g.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                   help="address of an existing dask scheduler (default: $DASK_SCHEDULER_ADDRESS)")
+    g.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="worker processes of the embedded cluster (default: number of cores)")
+    g.add_argument("--threads-per-worker", type=int, default=1, metavar="T")
+    g.add_argument("--memory-limit", default="auto", metavar="SIZE",
+                   help="per worker of the embedded cluster, e.g. 4GiB (default: auto)")
+
+
+def _add_estimator_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("estimator (see GreedySpectralEmbedding)")
+    for f in parameter_fields():
+        meta = f.metadata
+        flag = "--" + f.name.replace("_", "-")
+        if f.name == "random_state":
+            g.add_argument("--seed", "--random-state", dest="random_state", type=int, default=0,
+                           metavar="S", help=meta["help"] + " (default: 0)")
+            continue
+        if meta["type"] is bool:
+            g.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
+                           default=f.default, help=meta["help"])
+            continue
+        kw = dict(dest=f.name, type=meta["type"], default=f.default,
+                  help=f"{meta['help']} (default: {f.default})")
+        if meta["choices"]:
+            kw["choices"] = meta["choices"]
+        g.add_argument(flag, **kw)
+
+
+def estimator_params(args: argparse.Namespace) -> dict:
+    return {f.name: getattr(args, f.name) for f in parameter_fields()}
+
+
+def _cluster_options(args):
+    from .cluster import ClusterOptions
+
+    for name in ("workers", "threads_per_worker"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise CommandError(f"--{name.replace('_', '-')}={value} must be at least 1")
+    return ClusterOptions(scheduler=args.scheduler, workers=args.workers,
+                          threads_per_worker=args.threads_per_worker,
+                          memory_limit=args.memory_limit)
+
+
+# --------------------------------------------------------------------------- #
+# subcommands
+# --------------------------------------------------------------------------- #
+def cmd_make_data(args) -> dict:
+    from .datasets import make_data
+
+    if args.n < 1:
+        raise CommandError(f"--n {args.n} must be at least 1")
+    params = _key_values(args.param)
+    path = make_data(args.name, args.n, args.out, dim=args.dim, noise=args.noise, seed=args.seed,
+                     chunk_rows=args.chunk_rows, dtype=args.dtype, overwrite=args.overwrite,
+                     **params)
+    return {"status": "complete", "out": str(path), "n": args.n, "name": args.name}
+
+
+def cmd_fit(args) -> dict:
+    from .jobs import FitJob, run_fit_job
+
+    if args.checkpoint_every < 1:
+        raise CommandError(f"--checkpoint-every {args.checkpoint_every} must be at least 1")
+    job = FitJob(input=args.input, outdir=args.out, params=estimator_params(args),
+                 cluster=_cluster_options(args), checkpoint_every=args.checkpoint_every,
+                 overwrite=args.overwrite, performance_report=args.performance_report,
+                 attrs=getattr(args, "workflow_attrs", None) or {})
+    report = run_fit_job(job)
+    return {k: report.get(k) for k in ("status", "outdir", "n_samples", "dictionary_size",
+                                       "max_residual", "gamma", "wall_seconds", "resumed_stages",
+                                       "config_hash")}
+
+
+def cmd_transform(args) -> dict:
+    from .jobs import TransformJob, run_transform_job
+
+    report = run_transform_job(TransformJob(model=args.model, input=args.input, out=args.out,
+                                            cluster=_cluster_options(args),
+                                            overwrite=args.overwrite, chunk_rows=args.chunk_rows))
+    return {"status": report.get("status"), "out": args.out, "n_samples": report.get("n_samples")}
+
+
+def cmd_run(args) -> dict:
+    from .workflow import run_workflow
+
+    return run_workflow(args.workflow, overrides=args.set, parser=build_parser())
+
+
+def cmd_plot(args) -> dict:
+    from .plotting import plot_embedding
+
+    try:
+        dims = tuple(int(v) for v in args.dims.split(","))
+    except ValueError:
+        raise CommandError(f"--dims {args.dims!r} must be two integers like 0,1") from None
+    if len(dims) != 2:
+        raise CommandError(f"--dims {args.dims!r} must be two integers like 0,1")
+    info = plot_embedding(args.outdir, args.out, color_by=args.color_by, dims=dims,
+                          density=args.density, title=args.title)
+    return {"status": "complete", "out": args.out, **info}
+
+
+def cmd_inspect(args) -> dict:
+    from .inspection import inspect_path
+
+    text, info = inspect_path(args.path)
+    if not args.json:
+        print(text)
+    return info
+
+
+def _key_values(items) -> dict:
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise CommandError(f"--param {item!r} must look like key=value")
+        k, v = item.split("=", 1)
+        try:
+            out[k.replace("-", "_")] = json.loads(v)
+        except ValueError:
+            out[k.replace("-", "_")] = v
+    return out
+
+
+# --------------------------------------------------------------------------- #
+def build_parser() -> argparse.ArgumentParser:
+    from .datasets import DATASETS
+
+    parser = _Parser(prog="ooc-spectral", description=(
+        "Greedy spectral embedding (kernel PCA, spectral clustering) of data larger than RAM, "
+        "out of core on dask and zarr."),
+        epilog="Exit codes: 0 success, 1 runtime failure, 2 usage, configuration or input error.")
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {__import__('ooc_spectral').__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("make-data", help="stream a synthetic data set to zarr",
+                       description="Stream a synthetic data set to a zarr group (array 'data' "
+                       "plus its generating parameter or label), in flat memory.")
+    p.add_argument("name", choices=sorted(DATASETS),
+                   help="; ".join(f"{k}: {v.description}" for k, v in sorted(DATASETS.items())))
+    p.add_argument("--n", type=int, required=True, help="number of rows")
+    p.add_argument("--out", required=True, help="zarr group to create")
+    p.add_argument("--dim", type=int, default=None, help="pad with noise dimensions up to D columns")
+    p.add_argument("--noise", type=float, default=None, help="std of noise added to every coordinate")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--chunk-rows", type=int, default=None, help="rows per zarr chunk")
+    p.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    p.add_argument("--param", action="append", metavar="KEY=VALUE",
+                   help="a parameter of the data set (repeatable)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    _add_common(p)
+    p.set_defaults(func=cmd_make_data)
+
+    p = sub.add_parser("fit", help="embed a zarr array (the whole pipeline, resumable)",
+                       description="Fit the greedy spectral embedding on INPUT and write OUTDIR: "
+                       "embedding, model, report.json. Rerunning the same command resumes.")
+    p.add_argument("input", help="zarr array, or the group make-data wrote")
+    p.add_argument("--out", required=True, metavar="OUTDIR", help="output directory (a zarr group)")
+    _add_estimator_options(p)
+    _add_cluster(p)
+    g = p.add_argument_group("batch")
+    g.add_argument("--checkpoint-every", type=int, default=4, metavar="K",
+                   help="save the scan's state every K windows of 65536 rows (default: 4)")
+    g.add_argument("--overwrite", action="store_true",
+                   help="discard what OUTDIR holds, even a run of another configuration")
+    g.add_argument("--performance-report", metavar="FILE.html", default=None,
+                   help="write dask's performance report of the run")
+    _add_common(p)
+    p.set_defaults(func=cmd_fit)
+
+    p = sub.add_parser("transform", help="out-of-sample embedding with a saved model")
+    p.add_argument("model", help="a saved model, or a fit OUTDIR")
+    p.add_argument("input", help="zarr array of new rows")
+    p.add_argument("--out", required=True, help="output group for the embedding")
+    p.add_argument("--chunk-rows", type=int, default=None)
+    p.add_argument("--overwrite", action="store_true")
+    _add_cluster(p)
+    _add_common(p)
+    p.set_defaults(func=cmd_transform)
+
+    p = sub.add_parser("run", help="run a declarative workflow file (TOML)")
+    p.add_argument("workflow", help="a .toml workflow file")
+    p.add_argument("--set", action="append", metavar="STEP.KEY=VALUE", default=[],
+                   help="override a step's parameter, e.g. --set fit.n_components=3 "
+                   "(STEP is the step's id, its action, or its index)")
+    _add_common(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("plot", help="scatter or density plot of an embedding")
+    p.add_argument("outdir", help="a fit or transform OUTDIR")
+    p.add_argument("--out", required=True, help="PNG file to write")
+    p.add_argument("--color-by", choices=("label", "coordinate", "none"), default="label",
+                   help="colour by the input's stored label/parameter, or by the next coordinate")
+    p.add_argument("--dims", default="0,1", help="the two coordinates to plot (default: 0,1)")
+    p.add_argument("--density", choices=("auto", "always", "never"), default="auto",
+                   help="density rendering read chunk by chunk (auto: for n >= 10^6)")
+    p.add_argument("--title", default=None)
+    _add_common(p)
+    p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("inspect", help="readable summary of an OUTDIR, a model or a data set")
+    p.add_argument("path")
+    _add_common(p)
+    p.set_defaults(func=cmd_inspect)
+    return parser
+
+
+def configure_logging(quiet: bool = False, verbose: bool = False) -> None:
+    level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s",
+                                           "%Y-%m-%d %H:%M:%S"))
+    root = logging.getLogger("ooc_spectral")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+    for name in ("distributed", "tornado", "asyncio"):
+        logging.getLogger(name).setLevel(logging.ERROR if quiet else logging.WARNING)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit code."""
+    want_json = "--json" in (argv if argv is not None else sys.argv[1:])
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version
+        return int(exc.code or 0)
+    except UsageError as exc:
+        return _fail(EXIT_USAGE, _one_line(exc), want_json)
+    configure_logging(args.quiet, args.verbose)
+    try:
+        summary = args.func(args)
+    except UsageError as exc:
+        return _fail(EXIT_USAGE, _one_line(exc), args.json)
+    except KeyboardInterrupt:
+        return _fail(EXIT_FAILURE, "interrupted; rerun the same command to resume", args.json)
+    except Exception as exc:  # a runtime failure
+        log.debug("traceback", exc_info=True)
+        return _fail(EXIT_FAILURE, f"{type(exc).__name__}: {_one_line(exc)}", args.json)
+    if args.json:
+        print(json.dumps({"exit_code": EXIT_OK, **(summary or {})}, default=str), flush=True)
+    return EXIT_OK
+
+
+def _fail(code: int, message: str, want_json: bool) -> int:
+    print(f"ooc-spectral: error: {message}", file=sys.stderr, flush=True)
+    if want_json:
+        print(json.dumps({"status": "error", "exit_code": code, "error": message}), flush=True)
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""Batch jobs: what ``ooc-spectral fit`` and ``transform`` do, without the parsing.
+
+A job owns an output directory (see :mod:`ooc_spectral.checkpoint`): it takes
+the lock, checks that the directory holds nothing or a run of the same
+configuration, runs (or resumes) the pipeline on a dask cluster, saves the
+model, writes ``report.json`` and, last, marks the run complete. A job that
+fails leaves the directory marked ``failed``; the same command resumes it.
+
+The command line and the workflow runner call these functions; no algorithm
+code lives here either, only orchestration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .checkpoint import RunDirectory, _now, config_hash
+from .cluster import ClusterOptions, dask_client
+from .config import FitConfig
+from .execution import Executor
+from .monitor import MemorySampler, ProgressLog
+from .persistence import load_model, package_versions
+from .pipeline import FitRun
+from .planning import plan_task_rows
+from .source import DataSource, open_source
+from .writeback import EmbeddingOutput
+
+__all__ = ["FitJob", "TransformJob", "run_fit_job", "run_transform_job", "input_identity"]
+
+log = logging.getLogger("ooc_spectral")
+
+
+def input_identity(source: DataSource) -> dict:
+    """What identifies the input in a run's configuration."""
+    url = source.url
+    if url is not None and "://" not in url:
+        url = str(Path(url.replace("file://", "")).resolve())
+    return {"url": url, "shape": list(source.shape), "dtype": str(source.dtype),
+            "chunk_rows": int(source.storage_chunk_rows)}
+
+
+@dataclass
+class FitJob:
+    """Everything ``ooc-spectral fit`` was asked to do."""
+
+    input: str
+    outdir: str
+    params: dict
+    cluster: ClusterOptions = field(default_factory=ClusterOptions)
+    checkpoint_every: int = 4
+    overwrite: bool = False
+    performance_report: str | None = None
+    attrs: dict = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def _performance_report(path: str | None):
+    if not path:
+        yield
+        return
+    from distributed import performance_report
+
+    with performance_report(filename=path):
+        yield
+
+
+def run_fit_job(job: FitJob) -> dict:
+    """Run or resume a fit into ``job.outdir``; returns the report."""
+    from .estimator import GreedySpectralEmbedding
+
+    config = FitConfig.from_params(job.params)
+    source = open_source(job.input)
+    resolved = {"estimator": config.to_json(), "input": input_identity(source)}
+    rundir = RunDirectory(job.outdir)
+    with rundir:
+        rundir.acquire(description=f"fit {job.input}")
+        resuming = rundir.begin(resolved, overwrite=job.overwrite, extra=job.attrs)
+        if resuming and rundir.status() == "complete":
+            log.info("%s already holds the complete result of this configuration", job.outdir)
+            report = rundir.read_report() or {}
+            return report
+        if resuming:
+            log.info("resuming the run in %s", job.outdir)
+        t0 = time.perf_counter()
+        progress = ProgressLog()
+        try:
+            with MemorySampler() as sampler, dask_client(job.cluster) as client, \
+                    _performance_report(job.performance_report):
+                run = FitRun(config, source, executor=Executor(client, on_progress=progress.parts),
+                             checkpoint=rundir.checkpoint(job.checkpoint_every), resume=resuming,
+                             memory_probe=sampler.take_peak, on_scan=progress.scan)
+                result = run.run(output=job.outdir)
+                with run.stage("model"):
+                    est = GreedySpectralEmbedding(**config.to_json())
+                    est._set_fitted(result)
+                    est.save(Path(job.outdir) / "model", overwrite=True)
+                workers = len(client.scheduler_info().get("workers", {}))
+            report = {
+                "status": "complete",
+                "input": resolved["input"],
+                "outdir": str(Path(job.outdir).resolve()),
+                "n_samples": result.n_samples,
+                "n_features": result.n_features,
+                "n_components": config.n_components,
+                "kernel": config.kernel,
+                "gamma": result.gamma,
+                "tol": result.tol,
+                "dictionary_size": result.dictionary.size,
+                "max_residual": result.max_residual,
+                "max_residual_row": result.max_residual_row,
+                "eigenvalues": [float(v) for v in result.spectral_map.eigenvalues],
+                "normalization": config.normalization,
+                "degree_estimate": config.degree_estimate if config.normalization == "divisive" else None,
+                "task_rows": result.task_rows,
+                "stages": {name: {"seconds": round(sec, 4),
+                                  "peak_memory_bytes": run.peak_memory.get(name)}
+                           for name, sec in run.timings.items()},
+                "wall_seconds": round(time.perf_counter() - t0, 4),
+                "peak_memory_bytes": sampler.peak,
+                "workers": workers,
+                "scheduler": job.cluster.address or "embedded LocalCluster",
+                "resumed_stages": result.resumed,
+                "config": resolved,
+                "config_hash": config_hash(resolved),
+                "versions": package_versions(),
+                "finished": _now(),
+            }
+            rundir.write_report(report)
+            rundir.mark("complete", finished=report["finished"])  # the marker, last
+            return report
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                rundir.mark("failed", error=f"{type(exc).__name__}: {exc}")
+            raise
+
+
+@dataclass
+class TransformJob:
+    """Everything ``ooc-spectral transform`` was asked to do."""
+
+    model: str
+    input: str
+    out: str
+    cluster: ClusterOptions = field(default_factory=ClusterOptions)
+    overwrite: bool = False
+    chunk_rows: int | None = None
+
+
+def run_transform_job(job: TransformJob) -> dict:
+    """Out-of-sample embedding of ``job.input`` with a saved model, into ``job.out``."""
+    from .estimator import GreedySpectralEmbedding
+
+    est = load_model(GreedySpectralEmbedding, job.model)
+    smap = est.spectral_map_
+    source = open_source(job.input)
+    if source.n_features != est.n_features_in_:
+        from .exceptions import InvalidInputError
+
+        raise InvalidInputError(
+            f"{job.input} has {source.n_features} features, but the model was fitted with "
+            f"{est.n_features_in_}; pass rows with the training columns"
+        )
+    resolved = {"model": str(Path(job.model).resolve()), "input": input_identity(source)}
+    rundir = RunDirectory(job.out)
+    with rundir:
+        rundir.acquire(description=f"transform {job.input}")
+        resuming = rundir.begin(resolved, overwrite=job.overwrite)
+        if resuming and rundir.status() == "complete":
+            return rundir.read_report() or {}
+        t0 = time.perf_counter()
+        try:
+            out = EmbeddingOutput(job.out, source.n_rows, smap.n_components,
+                                  source.storage_chunk_rows).prepare(resume=resuming)
+            rows = plan_task_rows(source.n_rows, source.n_features, source.storage_chunk_rows,
+                                  smap.dictionary.size, requested=job.chunk_rows,
+                                  itemsize=source.itemsize)
+            progress = ProgressLog()
+            with dask_client(job.cluster) as client:
+                out.write(source.to_dask(rows), smap, Executor(client, on_progress=progress.parts))
+            out.mark_complete()
+            report = {"status": "complete", "model": resolved["model"], "input": resolved["input"],
+                      "n_samples": source.n_rows, "n_components": smap.n_components,
+                      "wall_seconds": round(time.perf_counter() - t0, 4),
+                      "config_hash": config_hash(resolved), "versions": package_versions(),
+                      "finished": _now()}
+            rundir.write_report(report)
+            rundir.mark("complete", finished=report["finished"])
+            return report
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                rundir.mark("failed", error=f"{type(exc).__name__}: {exc}")
+            raise
+

@@ -1,0 +1,187 @@
+"""Declarative workflow files: TOML data, never executed.
+
+A workflow is a list of steps, each a command-line subcommand with its
+options written as TOML keys::
+
+    [workflow]
+    name = "quickstart"
+    root = ".."                    # paths below are relative to this (itself
+                                   # relative to the file's directory)
+
+    [[step]]
+    run = "make-data"              # make-data | fit | transform | plot | inspect
+    id = "data"                    # optional; --set uses it
+    name = "swiss-roll"
+    n = 1_000_000
+    out = "results/quickstart/data.zarr"
+
+    [[step]]
+    run = "fit"
+    input = "results/quickstart/data.zarr"
+    out = "results/quickstart/fit"
+    n_components = 2
+
+Keys are the long options of the subcommand with ``-`` written ``_``
+(``n_components`` for ``--n-components``), plus its positional arguments by
+name (``input``, ``model``, ``outdir``, ``path``, ``name``). Every key is checked
+against the subcommand before any step runs; an unknown key, a bad value or a
+missing required key is a :class:`~ooc_spectral.exceptions.WorkflowError`
+naming the file, the step and the key. Paths (``input``, ``out``, ``outdir``,
+``model``, ``path``, ``performance_report``) resolve relative to the workflow's
+root. ``ooc-spectral run FILE --set STEP.KEY=VALUE`` overrides a key (VALUE is
+read as a TOML value, or else as a string). The fit step stores the resolved
+step in its output's attributes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from .exceptions import UsageError, WorkflowError
+
+__all__ = ["load_workflow", "run_workflow", "STEP_ACTIONS", "PATH_KEYS"]
+
+log = logging.getLogger("ooc_spectral")
+
+STEP_ACTIONS = ("make-data", "fit", "transform", "plot", "inspect")
+PATH_KEYS = {"input", "out", "outdir", "model", "path", "performance_report"}
+_CONTROL = {"help", "func", "json", "quiet", "verbose", "command"}
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:  # argparse keeps subparsers here
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    raise RuntimeError("parser has no subcommands")  # pragma: no cover
+
+
+def _parse_value(text: str):
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def load_workflow(path, overrides=()) -> dict:
+    """Read and validate the structure of a workflow file (no step runs)."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise WorkflowError(f"{path}: no such workflow file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise WorkflowError(f"{path}: not valid TOML: {exc}") from None
+    unknown = set(data) - {"workflow", "step"}
+    if unknown:
+        raise WorkflowError(f"{path}: unknown top-level key {sorted(unknown)[0]!r}; expected "
+                            "[workflow] and [[step]] tables")
+    meta = data.get("workflow", {})
+    extra = set(meta) - {"name", "description", "root"}
+    if extra:
+        raise WorkflowError(f"{path}: [workflow]: unknown key {sorted(extra)[0]!r}; known keys: "
+                            "name, description, root")
+    steps = data.get("step", [])
+    if not isinstance(steps, list) or not steps:
+        raise WorkflowError(f"{path}: no [[step]] tables; a workflow needs at least one step")
+    ids = []
+    for i, step in enumerate(steps):
+        action = step.get("run")
+        if action not in STEP_ACTIONS:
+            raise WorkflowError(f"{path}: step {i}: key 'run' is {action!r}; expected one of "
+                                f"{', '.join(STEP_ACTIONS)}")
+        ids.append(str(step.get("id", action)))
+    for item in overrides:
+        target, _, value = item.partition("=")
+        step_key, dot, key = target.rpartition(".")
+        if not _ or not dot or not key:
+            raise WorkflowError(f"{path}: --set {item!r} must look like STEP.KEY=VALUE")
+        matches = [i for i, s in enumerate(steps)
+                   if step_key in (str(i), str(s.get("id", "")), s.get("run"))]
+        if len(matches) != 1:
+            raise WorkflowError(f"{path}: --set {item!r}: step {step_key!r} matches "
+                                f"{len(matches)} steps; use a step id or index (ids: {', '.join(ids)})")
+        steps[matches[0]][key] = _parse_value(value)
+    root = (path.parent / meta.get("root", ".")).resolve()
+    return {"file": str(path.resolve()), "name": meta.get("name", path.stem), "root": root,
+            "steps": steps, "ids": ids}
+
+
+def _step_argv(wf: dict, i: int, step: dict, sub: argparse.ArgumentParser) -> tuple[list[str], dict]:
+    """Command-line arguments equivalent to one step, with the paths resolved."""
+    where = f"{wf['file']}: step {i} ({wf['ids'][i]})"
+    positionals = [a for a in sub._actions if not a.option_strings and a.dest not in _CONTROL]
+    options = {a.dest: a for a in sub._actions if a.option_strings and a.dest not in _CONTROL}
+    known = {a.dest for a in positionals} | set(options)
+    resolved = {}
+    for key, value in step.items():
+        if key in ("run", "id"):
+            continue
+        if key not in known:
+            raise WorkflowError(f"{where}: unknown key {key!r}; known keys: {', '.join(sorted(known))}")
+        if key in PATH_KEYS:
+            if not isinstance(value, str) or not value or "\x00" in value:
+                raise WorkflowError(f"{where}: key {key!r} must be a path (a non-empty string)")
+            if "://" not in value:
+                value = str((wf["root"] / value).resolve())
+        resolved[key] = value
+    argv = [step["run"]]
+    for a in positionals:
+        if a.dest not in resolved:
+            raise WorkflowError(f"{where}: missing required key {a.dest!r}")
+        argv.append(str(resolved[a.dest]))
+    for key, value in resolved.items():
+        if key not in options:
+            continue
+        a = options[key]
+        flag = max(a.option_strings, key=len) if key != "random_state" else "--seed"
+        if isinstance(a, argparse.BooleanOptionalAction):
+            argv.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(a, argparse._StoreTrueAction):
+            if value:
+                argv.append(flag)
+        elif isinstance(a, argparse._AppendAction):
+            items = value if isinstance(value, list) else [value]
+            if isinstance(value, dict):
+                items = [f"{k}={v}" for k, v in value.items()]
+            for v in items:
+                argv += [flag, str(v)]
+        else:
+            if isinstance(value, (dict, list)):
+                raise WorkflowError(f"{where}: key {key!r} must be a single value, not {type(value).__name__}")
+            argv += [flag, str(value)]
+    return argv, resolved
+
+
+def run_workflow(path, *, overrides=(), parser: argparse.ArgumentParser) -> dict:
+    """Validate every step, then run them in order; returns a summary."""
+    wf = load_workflow(path, overrides)
+    subs = _subparsers(parser)
+    planned = []
+    for i, step in enumerate(wf["steps"]):
+        argv, resolved = _step_argv(wf, i, step, subs[step["run"]])
+        try:
+            args = parser.parse_args(argv)
+        except UsageError as exc:
+            raise WorkflowError(f"{wf['file']}: step {i} ({wf['ids'][i]}): {exc}") from None
+        args.quiet = args.verbose = False
+        args.json = True  # inspect: no text dump in the middle of a workflow
+        if step["run"] == "fit":
+            args.workflow_attrs = {"workflow": {"file": wf["file"], "name": wf["name"],
+                                                "step": wf["ids"][i], "resolved": resolved}}
+        planned.append((i, args))
+    results = []
+    for i, args in planned:
+        log.info("workflow %s: step %d (%s)", wf["name"], i, wf["ids"][i])
+        try:
+            results.append({"step": wf["ids"][i], **(args.func(args) or {})})
+        except UsageError as exc:
+            raise type(exc)(f"{wf['file']}: step {i} ({wf['ids'][i]}): {exc}") from exc
+    return {"status": "complete", "workflow": wf["file"], "steps": results}
