@@ -1,0 +1,310 @@
+"""The real console script, in subprocesses: exit codes, messages, outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from ooc_spectral import GreedySpectralEmbedding
+
+EXE = shutil.which("ooc-spectral") or "ooc-spectral"
+
+
+def cli(*args, check=None, timeout=300, **kw):
+    """Run the console script; returns the CompletedProcess."""
+    proc = subprocess.run([EXE, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, **kw)
+    if check is not None:
+        assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
+    return proc
+
+
+def last_json(proc):
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+FAST = ["--workers", "1", "--threads-per-worker", "2", "-q"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    cli("make-data", "swiss-roll", "--n", 6000, "--out", d / "roll.zarr", "--chunk-rows", 1000,
+        "--seed", 1, check=0)
+    return d / "roll.zarr"
+
+
+@pytest.fixture(scope="module")
+def fitted(data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("fit") / "out"
+    proc = cli("fit", data, "--out", out, "--n-components", 2, "--gamma", 0.05, "--tol", 1e-3,
+               "--json", *FAST, check=0)
+    return out, last_json(proc)
+
+
+def test_make_data_writes_group_with_labels(data):
+    g = zarr.open_group(str(data), mode="r")
+    assert g["data"].shape == (6000, 3) and g["data"].chunks == (1000, 3)
+    assert g["t"].shape == (6000,)
+    t = g["t"][...]
+    assert t.min() >= 1.5 * np.pi and t.max() <= 4.5 * np.pi
+    assert g.attrs["ooc_spectral_dataset"]["complete"] is True
+
+
+def test_make_data_bad_name_is_usage_error(tmp_path):
+    proc = cli("make-data", "moons", "--n", 10, "--out", tmp_path / "x.zarr")
+    assert proc.returncode == 2
+    assert "invalid choice: 'moons'" in proc.stderr
+
+
+def test_fit_writes_embedding_model_and_report(data, fitted):
+    out, summary = fitted
+    assert summary["status"] == "complete" and summary["exit_code"] == 0
+    report = json.loads((out / "report.json").read_text())
+    for key in ("n_samples", "n_features", "dictionary_size", "tol", "max_residual", "gamma",
+                "eigenvalues", "normalization", "stages", "versions", "config_hash",
+                "resumed_stages"):
+        assert key in report
+    assert report["n_samples"] == 6000 and report["n_features"] == 3
+    assert report["resumed_stages"] == []
+    assert report["max_residual"] <= 1e-3
+    for stage in ("scan", "pass2", "solve", "pass3"):
+        assert report["stages"][stage]["seconds"] >= 0
+        assert report["stages"][stage]["peak_memory_bytes"] > 0
+    emb = zarr.open_array(str(out / "embedding"), mode="r")
+    assert emb.chunks == (1000, 2)  # aligned with the input rows
+    # the model loads, and equals the Python API on the same data and parameters
+    model = GreedySpectralEmbedding.load(out / "model")
+    X = zarr.open_group(str(data), mode="r")["data"][...]
+    est = GreedySpectralEmbedding(n_components=2, gamma=0.05, tol=1e-3, random_state=0).fit(X)
+    np.testing.assert_allclose(emb[...], est.embedding_, atol=1e-10)
+    np.testing.assert_allclose(model.transform(X[:100]), est.embedding_[:100], atol=1e-10)
+    assert zarr.open_group(str(out), mode="r").attrs["ooc_spectral_run"]["status"] == "complete"
+
+
+def test_rerun_of_a_complete_run_is_a_no_op(data, fitted):
+    out, summary = fitted
+    before = (out / "report.json").read_text()
+    proc = cli("fit", data, "--out", out, "--n-components", 2, "--gamma", 0.05, "--tol", 1e-3,
+               "--json", *FAST, check=0)
+    assert last_json(proc)["config_hash"] == summary["config_hash"]
+    assert (out / "report.json").read_text() == before
+
+
+def test_fit_missing_store(tmp_path):
+    proc = cli("fit", tmp_path / "nope.zarr", "--out", tmp_path / "o", "--json", "-q")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("ooc-spectral: error: no zarr array or group at")
+    assert last_json(proc) == {"status": "error", "exit_code": 2,
+                               "error": proc.stderr.strip().split("error: ", 1)[1]}
+
+
+def test_fit_nan_in_data(tmp_path):
+    X = np.random.default_rng(0).normal(size=(3000, 3))
+    X[2345, 2] = np.nan
+    arr = zarr.create_array(str(tmp_path / "x.zarr"), shape=X.shape, chunks=(500, 3), dtype="f8")
+    arr[...] = X
+    proc = cli("fit", tmp_path / "x.zarr", "--out", tmp_path / "o", *FAST)
+    assert proc.returncode == 2
+    assert "X contains NaN at row 2345, column 2 (chunk 4 of 6, rows 2000-2499)" in proc.stderr
+    # the output is not marked complete
+    attrs = zarr.open_group(str(tmp_path / "o"), mode="r").attrs["ooc_spectral_run"]
+    assert attrs["status"] == "failed" and "NaN" in attrs["error"]
+    assert not (tmp_path / "o" / "report.json").exists()
+
+
+def test_fit_out_of_range_parameter(data, tmp_path):
+    proc = cli("fit", data, "--out", tmp_path / "o", "--tol", -1, "-q")
+    assert proc.returncode == 2
+    assert "tol=-1.0 is out of range: expected a number >= 0.0" in proc.stderr
+    proc = cli("fit", data, "--out", tmp_path / "o", "--kernel", "sigmoid", "-q")
+    assert proc.returncode == 2 and "invalid choice: 'sigmoid'" in proc.stderr
+
+
+def test_fit_different_configuration_on_existing_outdir(data, fitted):
+    out, _ = fitted
+    proc = cli("fit", data, "--out", out, "--n-components", 3, "--gamma", 0.05, "--tol", 1e-3, *FAST)
+    assert proc.returncode == 2
+    assert "holds a run with a different configuration" in proc.stderr
+    assert "estimator.n_components: 2 -> 3" in proc.stderr and "--overwrite" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1  # one line says what went wrong
+
+
+def test_overwrite_replaces_a_different_configuration(data, tmp_path):
+    out = tmp_path / "o"
+    cli("fit", data, "--out", out, "--gamma", 0.05, "--tol", 1e-2, *FAST, check=0)
+    cli("fit", data, "--out", out, "--gamma", 0.05, "--tol", 1e-3, "--overwrite", *FAST, check=0)
+    report = json.loads((out / "report.json").read_text())
+    assert report["tol"] == 1e-3
+
+
+def test_second_run_on_a_locked_outdir_refuses(data, tmp_path):
+    out = tmp_path / "o"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (out / ".lock").write_text(json.dumps({"pid": holder.pid, "host": os.uname().nodename,
+                                               "started": "2026-01-01T00:00:00"}))
+        proc = cli("fit", data, "--out", out, *FAST)
+        assert proc.returncode == 2
+        assert f"is locked by another run (pid {holder.pid} on {os.uname().nodename}" in proc.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder is dead now: its lock is stale and is taken over
+    cli("fit", data, "--out", out, "--gamma", 0.05, *FAST, check=0)
+    assert not (out / ".lock").exists()
+
+
+def test_transform_command(data, fitted, tmp_path):
+    out, _ = fitted
+    new = tmp_path / "new.zarr"
+    cli("make-data", "swiss-roll", "--n", 1500, "--out", new, "--seed", 9, "--chunk-rows", 500, check=0)
+    proc = cli("transform", out / "model", new, "--out", tmp_path / "t", "--json", *FAST, check=0)
+    assert last_json(proc)["n_samples"] == 1500
+    got = zarr.open_array(str(tmp_path / "t" / "embedding"), mode="r")
+    X = zarr.open_group(str(new), mode="r")["data"][...]
+    want = GreedySpectralEmbedding.load(out / "model").transform(X)
+    np.testing.assert_allclose(got[...], want, atol=1e-12)
+    assert got.chunks == (500, 2)
+    # the OUTDIR itself is accepted as MODEL
+    cli("transform", out, new, "--out", tmp_path / "t2", *FAST, check=0)
+
+
+def test_transform_wrong_features(fitted, tmp_path):
+    out, _ = fitted
+    cli("make-data", "spiral", "--n", 100, "--out", tmp_path / "s.zarr", check=0)
+    proc = cli("transform", out, tmp_path / "s.zarr", "--out", tmp_path / "t", *FAST)
+    assert proc.returncode == 2 and "has 2 features, but the model was fitted with 3" in proc.stderr
+
+
+def test_plot_scatter_and_density(fitted, tmp_path):
+    out, _ = fitted
+    import matplotlib.image as mpimg
+
+    for mode in ("never", "always"):
+        png = tmp_path / f"{mode}.png"
+        proc = cli("plot", out, "--out", png, "--density", mode, "--json", "-q", check=0)
+        info = last_json(proc)
+        assert info["color_by"] == "t" and info["density"] == (mode == "always")
+        img = mpimg.imread(png)
+        assert img.shape[0] > 300 and img.shape[1] > 300
+        assert img[..., :3].std() > 0.05  # not a blank picture
+    proc = cli("plot", out, "--out", tmp_path / "x.png", "--dims", "0,5", "-q")
+    assert proc.returncode == 2 and "the embedding has 2 coordinates" in proc.stderr
+
+
+def test_inspect(fitted):
+    out, summary = fitted
+    proc = cli("inspect", out, check=0)
+    assert "status           complete" in proc.stdout
+    assert "dictionary" in proc.stdout and "certificate" in proc.stdout
+    proc = cli("inspect", out / "model", check=0)
+    assert "ooc-spectral model" in proc.stdout and "eigenvalues" in proc.stdout
+
+
+WORKFLOW = """
+[workflow]
+name = "small"
+
+[[step]]
+run = "make-data"
+name = "swiss-roll"
+n = 3000
+out = "data.zarr"
+chunk_rows = 1000
+
+[[step]]
+run = "fit"
+id = "embed"
+input = "data.zarr"
+out = "fit"
+gamma = 0.05
+n_components = 2
+workers = 1
+
+[[step]]
+run = "plot"
+outdir = "fit"
+out = "fig.png"
+"""
+
+
+def test_run_workflow_with_override(tmp_path):
+    wf = tmp_path / "wf" / "small.toml"
+    wf.parent.mkdir()
+    wf.write_text(WORKFLOW)
+    proc = cli("run", wf, "--set", "embed.n_components=3", "--set", "make-data.n=2500", "--json",
+               "-q", check=0)
+    summary = last_json(proc)
+    assert [s["step"] for s in summary["steps"]] == ["make-data", "embed", "plot"]
+    # paths resolve relative to the workflow file
+    attrs = zarr.open_group(str(wf.parent / "fit"), mode="r").attrs["ooc_spectral_run"]
+    assert attrs["config"]["estimator"]["n_components"] == 3
+    assert attrs["workflow"]["resolved"]["n_components"] == 3
+    assert attrs["workflow"]["resolved"]["input"] == str(wf.parent / "data.zarr")
+    assert zarr.open_array(str(wf.parent / "fit" / "embedding")).shape == (2500, 3)
+    assert (wf.parent / "fig.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("text, words", [
+    (WORKFLOW.replace("gamma = 0.05", "gama = 0.05"), "step 1 (embed): unknown key 'gama'"),
+    (WORKFLOW.replace("n = 3000", "n = \"many\""), "step 0 (make-data): ooc-spectral make-data: argument --n: invalid int value: 'many'"),
+    (WORKFLOW.replace('run = "plot"', 'run = "paint"'), "step 2: key 'run' is 'paint'"),
+    (WORKFLOW.replace('input = "data.zarr"\n', ""), "step 1 (embed): missing required key 'input'"),
+    ("[[step]\n", "not valid TOML"),
+])
+def test_workflow_errors_name_file_step_and_key(tmp_path, text, words):
+    wf = tmp_path / "bad.toml"
+    wf.write_text(text)
+    proc = cli("run", wf, "-q")
+    assert proc.returncode == 2
+    assert str(wf) in proc.stderr and words in proc.stderr
+    assert not (tmp_path / "data.zarr").exists()  # validated before any step ran
+
+
+def test_fit_on_external_dask_cluster(data, tmp_path):
+    sched_file = tmp_path / "scheduler.json"
+    env = {**os.environ, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
+    procs = [subprocess.Popen(["dask", "scheduler", "--scheduler-file", str(sched_file),
+                               "--port", "0", "--no-dashboard"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)]
+    try:
+        deadline = time.time() + 60
+        while not sched_file.exists() and time.time() < deadline:
+            time.sleep(0.1)
+        address = json.loads(sched_file.read_text())["address"]
+        for _ in range(2):
+            procs.append(subprocess.Popen(["dask", "worker", address, "--nthreads", "1",
+                                           "--no-dashboard"], env=env, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL, start_new_session=True))
+        from distributed import Client
+
+        with Client(address, timeout="60s") as c:
+            c.wait_for_workers(2, timeout=60)
+        out = tmp_path / "o"
+        proc = cli("fit", data, "--out", out, "--scheduler", address, "--gamma", 0.05,
+                   "--json", "-q", check=0)
+        report = json.loads((out / "report.json").read_text())
+        assert report["workers"] == 2 and report["scheduler"] == address
+        assert last_json(proc)["status"] == "complete"
+        ref = GreedySpectralEmbedding(gamma=0.05, random_state=0).fit(
+            zarr.open_group(str(data), mode="r")["data"][...])
+        np.testing.assert_allclose(zarr.open_array(str(out / "embedding"))[...], ref.embedding_,
+                                   atol=1e-10)
+    finally:
+        for p in procs:
+            os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            p.wait(timeout=30)

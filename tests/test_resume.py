@@ -1,0 +1,106 @@
+"""Batch semantics: ``ooc-spectral fit`` killed with SIGKILL resumes to the same result.
+
+Each test starts the real console script in its own session, watches the output
+directory until the run is inside the stage under test, kills the whole process
+group (the client and the embedded cluster's workers) with SIGKILL, reruns the
+same command, and compares the final embedding with an uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from test_cli import EXE, cli
+
+N = 400_000
+ARGS = ["--gamma", "0.05", "--tol", "1e-3", "--n-components", "3", "--chunk-rows", "1000",
+        "--checkpoint-every", "1", "--workers", "2", "--threads-per-worker", "1", "-q"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("resume")
+    cli("make-data", "swiss-roll", "--n", N, "--out", d / "roll.zarr", "--chunk-rows", 1000,
+        check=0)
+    return d / "roll.zarr"
+
+
+@pytest.fixture(scope="module")
+def reference(data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref") / "out"
+    cli("fit", data, "--out", out, *ARGS, check=0)
+    return zarr.open_array(str(out / "embedding"), mode="r")[...]
+
+
+def _attrs(path: Path, key: str):
+    try:
+        return json.loads((path / "zarr.json").read_text())["attributes"].get(key)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def in_scan(out: Path) -> bool:
+    scan = _attrs(out / "checkpoint", "scan")
+    return bool(scan) and 1 <= scan["windows_done"] < -(-N // 65536)
+
+
+def in_pass2(out: Path) -> bool:
+    parts = out / "checkpoint" / "partials"
+    return parts.exists() and any(_attrs(p, "partial") for p in parts.iterdir() if p.is_dir())
+
+
+def in_pass3(out: Path) -> bool:
+    marks = out / "embedding_written" / "c"
+    return marks.exists() and any(marks.iterdir())
+
+
+def kill_when(out: Path, predicate, args) -> None:
+    """Start ``fit``, SIGKILL its process group once ``predicate(out)`` holds."""
+    proc = subprocess.Popen([EXE, "fit", *args], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 600
+        while not predicate(out):
+            assert proc.poll() is None, f"the run ended before the stage: {proc.stderr.read()}"
+            assert time.time() < deadline
+            time.sleep(0.005)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("stage, predicate, resumed", [
+    ("scan", in_scan, {"scan"}),
+    ("pass2", in_pass2, {"scan", "pass2"}),
+    ("pass3", in_pass3, {"scan", "pass2", "pass3"}),
+])
+def test_sigkill_then_rerun_equals_uninterrupted_run(data, reference, tmp_path, stage, predicate,
+                                                     resumed):
+    out = tmp_path / "out"
+    args = [str(data), "--out", str(out), *ARGS]
+    kill_when(out, predicate, args)
+    # a killed run never looks complete
+    run = _attrs(out, "ooc_spectral_run")
+    assert run["status"] == "running"
+    assert not (out / "report.json").exists()
+    if stage == "pass2":
+        total = len(list((out / "checkpoint" / "partials").iterdir()))
+        assert total >= 1
+    # the same command resumes
+    cli("fit", *args, check=0)
+    report = json.loads((out / "report.json").read_text())
+    assert resumed <= set(report["resumed_stages"]), report["resumed_stages"]
+    got = zarr.open_array(str(out / "embedding"), mode="r")[...]
+    np.testing.assert_allclose(got, reference, rtol=0, atol=1e-12)
+    assert _attrs(out, "ooc_spectral_run")["status"] == "complete"
+    assert not (out / ".lock").exists()
