@@ -118,7 +118,13 @@ def _step_argv(wf: dict, i: int, step: dict, sub: argparse.ArgumentParser) -> tu
     """Command-line arguments equivalent to one step, with the paths resolved."""
     where = f"{wf['file']}: step {i} ({wf['ids'][i]})"
     positionals = [a for a in sub._actions if not a.option_strings and a.dest not in _CONTROL]
-    options = {a.dest: a for a in sub._actions if a.option_strings and a.dest not in _CONTROL}
+    options = {}  # every spelling of an option: its dest and each long flag (seed, random_state)
+    for a in sub._actions:
+        if a.option_strings and a.dest not in _CONTROL:
+            options[a.dest] = a
+            for flag in a.option_strings:
+                if flag.startswith("--"):
+                    options[flag[2:].replace("-", "_")] = a
     known = {a.dest for a in positionals} | set(options)
     resolved = {}
     for key, value in step.items():
@@ -141,7 +147,7 @@ def _step_argv(wf: dict, i: int, step: dict, sub: argparse.ArgumentParser) -> tu
         if key not in options:
             continue
         a = options[key]
-        flag = max(a.option_strings, key=len) if key != "random_state" else "--seed"
+        flag = a.option_strings[0] if a.option_strings[0].startswith("--") else max(a.option_strings, key=len)
         if isinstance(a, argparse.BooleanOptionalAction):
             argv.append(flag if value else "--no-" + flag[2:])
         elif isinstance(a, argparse._StoreTrueAction):
