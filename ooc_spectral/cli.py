@@ -1,6 +1,7 @@
 """The ``ooc-spectral`` command line.
 
-Subcommands: ``make-data``, ``fit``, ``transform``, ``run``, ``plot``, ``inspect``.
+Subcommands: ``make-data``, ``fit``, ``transform``, ``run``, ``plot``, ``evaluate``,
+``inspect``.
 Only parsing and reporting live here; the work is done by :mod:`ooc_spectral.jobs`,
 :mod:`ooc_spectral.datasets`, :mod:`ooc_spectral.workflow` and
 :mod:`ooc_spectral.plotting`.
@@ -105,7 +106,7 @@ def cmd_make_data(args) -> dict:
     params = _key_values(args.param)
     path = make_data(args.name, args.n, args.out, dim=args.dim, noise=args.noise, seed=args.seed,
                      chunk_rows=args.chunk_rows, dtype=args.dtype, overwrite=args.overwrite,
-                     **params)
+                     reuse=True, **params)
     return {"status": "complete", "out": str(path), "n": args.n, "name": args.name}
 
 
@@ -151,6 +152,20 @@ def cmd_plot(args) -> dict:
     info = plot_embedding(args.outdir, args.out, color_by=args.color_by, dims=dims,
                           density=args.density, title=args.title)
     return {"status": "complete", "out": args.out, **info}
+
+
+def cmd_evaluate(args) -> dict:
+    from .experiments import available, run_experiment
+
+    if args.list:
+        for name, func in sorted(available().items()):
+            doc = (func.__doc__ or "").strip().splitlines()
+            print(f"{name}: {doc[0] if doc else ''}")
+        return {"experiments": sorted(available())}
+    if not args.experiment or not args.out:
+        raise CommandError("evaluate needs an experiment name and --out (or --list)")
+    return {"status": "complete", "experiment": args.experiment, "out": args.out,
+            **(run_experiment(args.experiment, args.out, **_key_values(args.param)) or {})}
 
 
 def cmd_inspect(args) -> dict:
@@ -201,7 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     p.add_argument("--param", action="append", metavar="KEY=VALUE",
                    help="a parameter of the data set (repeatable)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing store (an identical complete one is reused anyway)")
     _add_common(p)
     p.set_defaults(func=cmd_make_data)
 
@@ -251,6 +267,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--title", default=None)
     _add_common(p)
     p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("evaluate", help="run an evaluation or a paper reproduction",
+                       description="Run an experiment of ooc_spectral.experiments; it writes "
+                       "markdown tables and PNG figures under --out.")
+    p.add_argument("experiment", nargs="?", help="experiment name (see --list)")
+    p.add_argument("--out", default=None, help="directory for the tables and figures")
+    p.add_argument("--param", action="append", metavar="KEY=VALUE",
+                   help="a parameter of the experiment (repeatable; VALUE read as JSON if it can be)")
+    p.add_argument("--list", action="store_true", help="list the experiments and exit")
+    _add_common(p)
+    p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("inspect", help="readable summary of an OUTDIR, a model or a data set")
     p.add_argument("path")

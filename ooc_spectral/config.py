@@ -47,6 +47,10 @@ class FitConfig:
     dictionary_size: int | None = _param(
         None, "ask for a dictionary of exactly this size (Algorithm 2) instead of tol",
         type=int, low=2, none=True)
+    selection: str = _param(
+        "greedy", "dictionary selection: greedy (the paper's scan) or random (a seeded random "
+        "subset of dictionary_size rows, all rows projected: Harmeling et al.)", type=str,
+        choices=("greedy", "random"))
     max_dictionary_size: int = _param(
         5000, "stop with an error when the dictionary grows past this size", type=int, low=2)
     affine: bool = _param(True, "the paper's affine constraint sum_i a_ti = 1", type=bool)
@@ -85,6 +89,11 @@ class FitConfig:
         return config
 
     def _check_together(self) -> None:
+        if self.selection == "random" and self.dictionary_size is None:
+            raise InvalidParameterError(
+                "selection='random' needs dictionary_size (the number of random rows); "
+                "set dictionary_size, or use selection='greedy' with tol"
+            )
         if self.dictionary_size is not None:
             if self.dictionary_size > self.max_dictionary_size:
                 raise InvalidParameterError(

@@ -91,6 +91,7 @@ only after the last block is written.
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import os
@@ -801,7 +802,8 @@ def _create_group(loc: str, overwrite: bool):
 
 def make_data(name: str, n: int, out: str | os.PathLike, *, dim: int | None = None,
               noise: float | None = None, seed: int = 0, chunk_rows: int | None = None,
-              dtype: Any = "float32", overwrite: bool = False, threads: int | None = None,
+              dtype: Any = "float32", overwrite: bool = False, reuse: bool = False,
+              threads: int | None = None,
               progress: Callable[[int, int], None] | None = None, **params: Any) -> str:
     """Stream a synthetic data set to a zarr v3 group, block by block, in flat memory.
 
@@ -836,6 +838,10 @@ def make_data(name: str, n: int, out: str | os.PathLike, *, dim: int | None = No
     overwrite : bool, default False
         Replace an existing zarr store at ``out`` (a non-empty directory that is
         not a zarr store is never deleted).
+    reuse : bool, default False
+        If ``out`` already holds a complete data set with the same attributes,
+        return at once; if it holds an unfinished one, write it again. Any other
+        existing store is an error (unless ``overwrite``). The command line sets it.
     threads : int, optional
         Threads generating blocks (default ``min(4, os.cpu_count())``). Does not
         change the values.
@@ -876,6 +882,15 @@ def make_data(name: str, n: int, out: str | os.PathLike, *, dim: int | None = No
     threads = _check_int("threads", threads, 1, "pass a positive number of threads, or "
                          "leave it unset")
     loc = os.fspath(out)
+    if reuse and not overwrite:
+        found = _existing_meta(loc)
+        if found is not None:
+            same = {k: v for k, v in found.items() if k != "complete"} == \
+                _meta(plan, chunk_rows, dt)
+            if same and found.get("complete"):
+                return loc  # an identical, complete data set is already there
+            if same:
+                overwrite = True  # an interrupted make-data of the same data: start over
 
     group = _create_group(loc, overwrite)
     arrays = {DATA_ARRAY_NAME: group.create_array(
@@ -883,26 +898,7 @@ def make_data(name: str, n: int, out: str | os.PathLike, *, dim: int | None = No
     for lab in plan.spec.labels:
         arrays[lab.name] = group.create_array(lab.name, shape=(plan.n,), chunks=(chunk_rows,),
                                               dtype=lab.dtype)
-    meta = {
-        "format": FORMAT_VERSION,
-        "name": plan.spec.name,
-        "n": plan.n,
-        "dim": plan.dim,
-        "intrinsic_dim": plan.k,
-        "noise": plan.noise,
-        "seed": plan.seed,
-        "params": plan.params,
-        "chunk_rows": chunk_rows,
-        "dtype": dt.name,
-        "generation_block_rows": GENERATION_BLOCK_ROWS,
-        "labels": plan.spec.label_kinds,
-        "description": plan.spec.description,
-        "complete": False,
-    }
-    if plan.spec.name == "blobs":
-        meta["centers"] = blob_centers(plan.seed, plan.params["n_clusters"],
-                                       plan.params["n_features"],
-                                       plan.params["center_box"]).tolist()
+    meta = dict(_meta(plan, chunk_rows, dt), complete=False)
     group.attrs[DATASET_KEY] = meta
 
     # Regions: whole storage chunks (aligned writes), about REGION_BYTES_TARGET of
@@ -925,6 +921,40 @@ def make_data(name: str, n: int, out: str | os.PathLike, *, dim: int | None = No
 
     group.attrs[DATASET_KEY] = dict(meta, complete=True)
     return loc
+
+
+def _meta(plan: _Plan, chunk_rows: int, dt: np.dtype) -> dict[str, Any]:
+    """The ``ooc_spectral_dataset`` attribute of a store (without ``complete``)."""
+    meta = {
+        "format": FORMAT_VERSION,
+        "name": plan.spec.name,
+        "n": plan.n,
+        "dim": plan.dim,
+        "intrinsic_dim": plan.k,
+        "noise": plan.noise,
+        "seed": plan.seed,
+        "params": plan.params,
+        "chunk_rows": chunk_rows,
+        "dtype": dt.name,
+        "generation_block_rows": GENERATION_BLOCK_ROWS,
+        "labels": plan.spec.label_kinds,
+        "description": plan.spec.description,
+    }
+    if plan.spec.name == "blobs":
+        meta["centers"] = blob_centers(plan.seed, plan.params["n_clusters"],
+                                       plan.params["n_features"],
+                                       plan.params["center_box"]).tolist()
+    # through JSON, as the store holds it (tuples become lists, ...)
+    return json.loads(json.dumps(meta))
+
+
+def _existing_meta(loc: str) -> dict[str, Any] | None:
+    try:
+        group = zarr.open_group(loc, mode="r")
+    except Exception:
+        return None
+    meta = group.attrs.get(DATASET_KEY)
+    return meta if isinstance(meta, dict) else None
 
 
 def open_dataset(path: str | os.PathLike) -> tuple[Any, dict[str, Any], dict[str, Any]]:

@@ -57,6 +57,11 @@ class GreedySpectralEmbedding(TransformerMixin, BaseEstimator):
         larger); the dictionary comes from that sample and ``tol_`` is the
         tolerance found. Rows outside the sample are projected, not scanned,
         so ``max_residual_`` may exceed ``tol_``.
+    selection : {"greedy", "random"}, default="greedy"
+        ``greedy``: the paper's scan. ``random``: ``dictionary_size`` rows of the
+        same seeded sample, in random order, skipping rows already in the span
+        (the random dictionary of Harmeling et al., every row still projected);
+        the baseline the paper's Figure 4 compares with.
     max_dictionary_size : int, default=5000
         The scan stops with :class:`~ooc_spectral.exceptions.DictionarySizeError`
         (naming a tol and a gamma to try) when the dictionary grows past this.
@@ -122,7 +127,8 @@ class GreedySpectralEmbedding(TransformerMixin, BaseEstimator):
     """
 
     def __init__(self, n_components=2, *, kernel="rbf", gamma=None, degree=3, coef0=1.0,
-                 tol=1e-3, dictionary_size=None, max_dictionary_size=5000, affine=True,
+                 tol=1e-3, dictionary_size=None, selection="greedy", max_dictionary_size=5000,
+                 affine=True,
                  normalization="additive", degree_estimate="exact", degree_subset_size=1000,
                  drop_first=True, sample_size=20000, chunk_rows=None, random_state=None):
         self.n_components = n_components
@@ -132,6 +138,7 @@ class GreedySpectralEmbedding(TransformerMixin, BaseEstimator):
         self.coef0 = coef0
         self.tol = tol
         self.dictionary_size = dictionary_size
+        self.selection = selection
         self.max_dictionary_size = max_dictionary_size
         self.affine = affine
         self.normalization = normalization

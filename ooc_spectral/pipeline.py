@@ -33,7 +33,9 @@ from .eigensolve import SpectralMap, check_n_components, solve_additive, solve_d
 from .execution import Executor
 from .kernels import GAMMA_SAMPLE_SIZE, Kernel, SubsetNormalizedKernel, make_kernel, median_heuristic_gamma
 from .planning import VisitOrder, plan_sample, plan_task_rows
-from .scan import Dictionary, DictionaryState, ScanProgress, scan_source, search_dictionary
+from .exceptions import DictionaryError
+from .scan import (Dictionary, DictionaryState, ScanProgress, scan_rows, scan_source,
+                   search_dictionary)
 from .source import DataSource
 from .writeback import EmbeddingOutput, embedding_graph
 
@@ -169,7 +171,10 @@ class FitRun:
             if start >= order.n_windows:
                 return state.freeze(), tol
         elif c.dictionary_size is not None:
-            state, tol = self._algorithm2(kernel, order)
+            if c.selection == "random":
+                state, tol = self._random_dictionary(kernel, order)
+            else:
+                state, tol = self._algorithm2(kernel, order)
             if self.checkpoint is not None:
                 self.checkpoint.save_scan(state, order.n_windows, tol)
             return state.freeze(), tol
@@ -189,17 +194,37 @@ class FitRun:
                     start_window=start, on_window=on_window)
         return state.freeze(), tol
 
-    def _algorithm2(self, kernel: Kernel, order: VisitOrder) -> tuple[DictionaryState, float]:
+    def _search_sample(self, order: VisitOrder) -> tuple[np.ndarray, np.ndarray]:
+        """Rows (numbers, values) in random order on which ``dictionary_size`` is met."""
         c = self.config
         if self.source.n_rows <= c.sample_size:
             rows = order.global_order()
-            X = self.source.read_index(np.arange(self.source.n_rows))[rows]
-        else:
-            sorted_rows, X = self._sample("dictionary_size", c.sample_size)
-            perm = np.random.default_rng(np.random.SeedSequence([c.random_state, 0xA1])).permutation(len(sorted_rows))
-            rows, X = sorted_rows[perm], X[perm]
+            return rows, self.source.read_index(np.arange(self.source.n_rows))[rows]
+        sorted_rows, X = self._sample("dictionary_size", c.sample_size)
+        rng = np.random.default_rng(np.random.SeedSequence([c.random_state, 0xA1]))
+        perm = rng.permutation(len(sorted_rows))
+        return sorted_rows[perm], X[perm]
+
+    def _algorithm2(self, kernel: Kernel, order: VisitOrder) -> tuple[DictionaryState, float]:
+        c = self.config
+        rows, X = self._search_sample(order)
         log.info("dictionary_size=%d: Algorithm 2 on %d in-memory rows", c.dictionary_size, len(rows))
         return search_dictionary(kernel, X, rows, c.dictionary_size, affine=c.affine)
+
+    def _random_dictionary(self, kernel: Kernel, order: VisitOrder) -> tuple[DictionaryState, float]:
+        """The first ``dictionary_size`` rows of the random sample not already in the span."""
+        c = self.config
+        rows, X = self._search_sample(order)
+        state = DictionaryState(kernel, self.source.n_features, c.affine)
+        scan_rows(state, X, rows, -np.inf, limit=c.dictionary_size)
+        if state.size < c.dictionary_size:
+            raise DictionaryError(
+                f"dictionary_size={c.dictionary_size} cannot be reached: only {state.size} of "
+                f"the {len(rows)} sampled rows are outside the span of the others; ask for "
+                f"dictionary_size <= {state.size}"
+            )
+        _, delta = state.freeze().project(X)
+        return state, float(max(delta.max(), 0.0))
 
     # ------------------------------------------------------------------ #
     # stages: pass 2 and the eigensolve

@@ -9,7 +9,7 @@ options written as TOML keys::
                                    # relative to the file's directory)
 
     [[step]]
-    run = "make-data"              # make-data | fit | transform | plot | inspect
+    run = "make-data"              # make-data | fit | transform | plot | evaluate | inspect
     id = "data"                    # optional; --set uses it
     name = "swiss-roll"
     n = 1_000_000
@@ -51,8 +51,8 @@ __all__ = ["load_workflow", "run_workflow", "STEP_ACTIONS", "PATH_KEYS"]
 
 log = logging.getLogger("ooc_spectral")
 
-STEP_ACTIONS = ("make-data", "fit", "transform", "plot", "inspect")
-PATH_KEYS = {"input", "out", "outdir", "model", "path", "performance_report"}
+STEP_ACTIONS = ("make-data", "fit", "transform", "plot", "evaluate", "inspect")
+PATH_KEYS = {"input", "out", "outdir", "model", "path", "performance_report", "workflow"}
 _CONTROL = {"help", "func", "json", "quiet", "verbose", "command"}
 
 
