@@ -173,12 +173,7 @@ class GreedySpectralEmbedding(TransformerMixin, BaseEstimator):
         self
         """
         config = self._config()
-        source = open_source(X)
-        if source.n_rows < 2:
-            raise InvalidInputError(
-                f"X has {source.n_rows} row; at least 2 samples are needed to fit an embedding"
-            )
-        result = FitRun(config, source).run(output)
+        result = FitRun(config, open_source(X)).run(output)
         self._set_fitted(result)
         return self
 

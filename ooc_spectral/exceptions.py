@@ -27,6 +27,7 @@ __all__ = [
     "ConfigurationMismatchError",
     "LockedError",
     "WorkflowError",
+    "DictionaryWarning",
 ]
 
 
@@ -62,8 +63,11 @@ class StoreNotFoundError(UsageError, FileNotFoundError):
     """A zarr store, array or model that was named does not exist."""
 
 
-class StoreReadError(OocSpectralError, OSError):
-    """A chunk of the input store could not be read or decoded."""
+class StoreReadError(UsageError, OSError):
+    """A chunk of the input store could not be read or decoded; the message names it.
+
+    An input error (exit code 2): the data must be repaired before a rerun helps.
+    """
 
 
 class OutputNotWritableError(UsageError, PermissionError):
@@ -96,3 +100,7 @@ class LockedError(UsageError, RuntimeError):
 
 class WorkflowError(UsageError, ValueError):
     """A workflow file is malformed; the message names the file, step and key."""
+
+
+class DictionaryWarning(UserWarning):
+    """The dictionary is degenerate in a way that still allows a result (e.g. m = n)."""

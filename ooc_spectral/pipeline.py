@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -33,7 +34,7 @@ from .eigensolve import SpectralMap, check_n_components, solve_additive, solve_d
 from .execution import Executor
 from .kernels import GAMMA_SAMPLE_SIZE, Kernel, SubsetNormalizedKernel, make_kernel, median_heuristic_gamma
 from .planning import VisitOrder, plan_sample, plan_task_rows
-from .exceptions import DictionaryError
+from .exceptions import DictionaryError, DictionaryWarning, InvalidInputError
 from .scan import (Dictionary, DictionaryState, ScanProgress, scan_rows, scan_source,
                    search_dictionary)
 from .source import DataSource
@@ -226,6 +227,38 @@ class FitRun:
         _, delta = state.freeze().project(X)
         return state, float(max(delta.max(), 0.0))
 
+    def check_dictionary(self, dictionary: Dictionary, kernel: Kernel, gamma, tol: float) -> None:
+        """Explain a degenerate dictionary: too small for ``n_components``, or every row."""
+        c, m, n = self.config, dictionary.size, self.source.n_rows
+        width = ""
+        if gamma is not None:
+            width = f" (gamma={gamma:.3g})"
+        if m <= c.n_components:
+            scale = float(np.max(kernel.diag(dictionary.points)))
+            if tol >= 0.1 * scale:
+                hint = (f"; tol={tol:.3g} is not small against k(x, x)={scale:.3g}: lower tol "
+                        f"(try tol={scale * 1e-3:.3g})")
+            elif gamma is not None and c.kernel in ("rbf", "laplacian"):
+                hint = (f"; with gamma={gamma:.3g} the {c.kernel} kernel is nearly constant over "
+                        f"the data, so every row is within tol of the first points: use a larger "
+                        f"gamma (gamma=None picks the median heuristic) or a smaller tol")
+            else:
+                hint = f"; lower tol (try tol={tol / 100:.3g})"
+            raise DictionaryError(
+                f"the dictionary has only {m} point{'s' if m != 1 else ''}, so n_components="
+                f"{c.n_components} is not below the dictionary size{hint}; or lower n_components "
+                f"to at most {max(m - 1, 0)}"
+            )
+        if c.dictionary_size is None and m == n:
+            msg = (f"every one of the {n} rows entered the dictionary{width}: the kernel is so "
+                   "narrow that no row is near the span of the others; the result is the exact "
+                   "embedding at the cost of the full problem")
+            if gamma is not None and c.kernel in ("rbf", "laplacian"):
+                msg += f"; use a smaller gamma (try gamma={gamma / 10:.3g}) or a larger tol"
+            log.warning(msg)
+            warnings.warn(msg, DictionaryWarning, stacklevel=3)
+        check_n_components(m, c.n_components)
+
     # ------------------------------------------------------------------ #
     # stages: pass 2 and the eigensolve
     # ------------------------------------------------------------------ #
@@ -277,6 +310,10 @@ class FitRun:
     def run(self, output=None) -> FitResult:
         """Run every stage; write the embedding to ``output`` (a zarr group path) if given."""
         c, s = self.config, self.source
+        if s.n_rows < 2:
+            raise InvalidInputError(
+                f"X has {s.n_rows} row; at least 2 samples are needed to fit an embedding"
+            )
         out = None
         if output is not None:  # created (or checked) before any work starts
             out = EmbeddingOutput(output, s.n_rows, c.n_components, s.storage_chunk_rows)
@@ -286,7 +323,7 @@ class FitRun:
         with self.stage("scan"):
             dictionary, tol = self.build_dictionary(kernel)
         log.info("dictionary: %d points", dictionary.size)
-        check_n_components(dictionary.size, c.n_components)
+        self.check_dictionary(dictionary, kernel, gamma, tol)
         task_rows = self.task_rows(dictionary.size)
         X = s.to_dask(task_rows)
         with self.stage("pass2"):

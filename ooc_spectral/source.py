@@ -89,21 +89,17 @@ class DataSource:
         n_chunks = len(self.chunk_starts) - 1
         return f"row {row} (chunk {c} of {n_chunks}, rows {a}-{b - 1})"
 
+    def _token(self, rows: int) -> str:
+        from dask.base import tokenize
+
+        return tokenize(self.url, self.shape, str(self.dtype), self.storage_chunk_rows, rows)
+
     def read_rows(self, start: int, stop: int) -> np.ndarray:
         """Rows ``[start, stop)`` as float64, checked finite."""
         if self.kind == "numpy":
             block = self._numpy[start:stop]
         elif self.kind == "zarr":
-            try:
-                block = self._zarr[start:stop]
-            except Exception as exc:  # decoding or I/O error inside zarr
-                first = self.chunk_of_row(start)
-                last = self.chunk_of_row(stop - 1)
-                raise StoreReadError(
-                    f"could not read rows {start}-{stop - 1} (storage chunks {first}-{last}) "
-                    f"of {self.url}: {type(exc).__name__}: {exc}; check that the store is "
-                    "complete and readable, or regenerate it"
-                ) from exc
+            block = _ZarrRef(self._zarr, self.url, self.storage_chunk_rows).read(start, stop)
         else:
             block = self._dask[start:stop].compute()
         block = np.ascontiguousarray(block, dtype=np.float64)
@@ -134,11 +130,52 @@ class DataSource:
         if self.kind == "numpy":
             return da.from_array(self._numpy, chunks=(rows, d), name=False)
         if self.kind == "zarr":
-            return da.from_zarr(self._zarr, chunks=(rows, d))
+            # Our own reader rather than da.from_zarr: a chunk that cannot be read or
+            # decoded is reported with its chunk numbers, from any worker.
+            starts = np.append(np.arange(0, n, rows), n)
+            return da.map_blocks(
+                _read_zarr_block, _ZarrRef(self._zarr, self.url, self.storage_chunk_rows),
+                chunks=(tuple(np.diff(starts).tolist()), (d,)), dtype=self.dtype,
+                meta=np.empty((0, d), dtype=self.dtype), name=f"read-{self._token(rows)}")
         arr = self._dask
         if arr.chunks[1] == (d,) and all(c == rows for c in arr.chunks[0][:-1]) and arr.chunks[0][-1] <= rows:
             return arr
         return arr.rechunk((rows, d))
+
+
+@dataclass(frozen=True, eq=False)
+class _ZarrRef:
+    """A zarr array as a task argument: it reads rows, naming the chunks on failure."""
+
+    array: Any
+    url: str
+    chunk_rows: int
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        try:
+            return self.array[start:stop]
+        except Exception as exc:  # decoding or I/O error inside zarr
+            c, a, b, cause = self._culprit(start, stop, exc)
+            raise StoreReadError(
+                f"could not read rows {a}-{b - 1} (chunk {c} of {self.url}): "
+                f"{type(cause).__name__}: {' '.join(str(cause).split())}; the store is damaged "
+                "or incomplete: restore or regenerate that chunk"
+            ) from exc
+
+    def _culprit(self, start: int, stop: int, exc: Exception):
+        """The first storage chunk of ``[start, stop)`` that fails to read on its own."""
+        for c in range(start // self.chunk_rows, (stop - 1) // self.chunk_rows + 1):
+            a, b = max(start, c * self.chunk_rows), min(stop, (c + 1) * self.chunk_rows)
+            try:
+                self.array[a:b]
+            except Exception as err:
+                return c, a, b, err
+        return start // self.chunk_rows, start, stop, exc  # pragma: no cover - transient
+
+
+def _read_zarr_block(ref: _ZarrRef, block_info=None) -> np.ndarray:
+    (a, b), _ = block_info[None]["array-location"]
+    return ref.read(a, b)
 
 
 def _validate_meta(shape, dtype, what: str) -> None:

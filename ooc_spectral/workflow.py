@@ -28,7 +28,7 @@ against the subcommand before any step runs; an unknown key, a bad value or a
 missing required key is a :class:`~ooc_spectral.exceptions.WorkflowError`
 naming the file, the step and the key. Paths (``input``, ``out``, ``outdir``,
 ``model``, ``path``, ``performance_report``) resolve relative to the workflow's
-root. ``ooc-spectral run FILE --set STEP.KEY=VALUE`` overrides a key (VALUE is
+root and may not escape it (an absolute path is taken as written). ``ooc-spectral run FILE --set STEP.KEY=VALUE`` overrides a key (VALUE is
 read as a TOML value, or else as a string). The fit step stores the resolved
 step in its output's attributes.
 """
@@ -136,7 +136,7 @@ def _step_argv(wf: dict, i: int, step: dict, sub: argparse.ArgumentParser) -> tu
             if not isinstance(value, str) or not value or "\x00" in value:
                 raise WorkflowError(f"{where}: key {key!r} must be a path (a non-empty string)")
             if "://" not in value:
-                value = str((wf["root"] / value).resolve())
+                value = _resolve_path(wf, where, key, value)
         resolved[key] = value
     argv = [step["run"]]
     for a in positionals:
@@ -164,6 +164,20 @@ def _step_argv(wf: dict, i: int, step: dict, sub: argparse.ArgumentParser) -> tu
                 raise WorkflowError(f"{where}: key {key!r} must be a single value, not {type(value).__name__}")
             argv += [flag, str(value)]
     return argv, resolved
+
+
+def _resolve_path(wf: dict, where: str, key: str, value: str) -> str:
+    """A step's path: relative ones resolve against the root and must stay inside it."""
+    p = Path(value)
+    if p.is_absolute():
+        return str(p)
+    resolved = (wf["root"] / p).resolve()
+    if not resolved.is_relative_to(wf["root"]):
+        raise WorkflowError(
+            f"{where}: key {key!r} = {value!r} escapes the workflow's root {wf['root']}; "
+            "write an absolute path if you mean a place outside it"
+        )
+    return str(resolved)
 
 
 def run_workflow(path, *, overrides=(), parser: argparse.ArgumentParser) -> dict:

@@ -114,8 +114,9 @@ def test_n_components_not_below_dictionary_size_says_what_to_change():
     with pytest.raises(DictionaryError) as info:
         fit(X, n_components=3, tol=10.0)
     msg = str(info.value)
-    assert "n_components=3 is not below the dictionary size (1 points)" in msg
-    assert "lower n_components" in msg and "smaller tol" in msg
+    assert "the dictionary has only 1 point, so n_components=3 is not below the dictionary size" in msg
+    assert "tol=10 is not small against k(x, x)=1: lower tol" in msg
+    assert "lower n_components to at most 0" in msg
 
 
 def test_missing_store(tmp_path):
