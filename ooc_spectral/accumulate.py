@@ -15,13 +15,13 @@ Four kinds of statistics:
     ``C = sum (y - ybar)(y - ybar)'``, combined with the pairwise update of
     Chan, Golub & LeVeque (the rows of Y share a large common part: raw sums
     would cancel badly), plus the certificate ``max delta``;
-``sums`` (divisive normalization, first pass)
-    ``n``, ``sum y`` and ``max delta``;
+``ksums`` (divisive normalization with exact degrees, first pass)
+    ``n`` and ``sum k`` (kernel blocks only; ``sum y = L^-1 sum k`` is solved once);
 ``gram`` (divisive normalization with subset degrees)
     ``n``, ``S = sum y y'`` and ``max delta``;
 ``degrees`` (divisive normalization with exact degrees, Proposition 2)
     with ``s = sum y`` known: ``d_t = y_t . s`` (the row sums of ``Y Y'``),
-    ``S = sum y y' / d_t`` and the smallest degree.
+    ``S = sum y y' / d_t``, the smallest degree and ``max delta``.
 
 The tasks are grouped in segments of :data:`~ooc_spectral.planning.SEGMENT_TASKS`
 consecutive chunks; each segment is reduced into one partial, which a
@@ -44,7 +44,7 @@ from .source import check_finite
 
 __all__ = [
     "chunk_moments",
-    "chunk_sums",
+    "chunk_ksums",
     "chunk_gram",
     "chunk_degrees",
     "combine",
@@ -53,6 +53,7 @@ __all__ = [
     "PartialStore",
     "STAT_KINDS",
     "check_degrees",
+    "VIOLATOR_CAP",
 ]
 
 #: Split factor of the tree reduction.
@@ -65,47 +66,67 @@ SPLIT_EVERY = 8
 def _project(block, dictionary: Dictionary, offset: int, chunk_starts, orthogonal=True):
     X = np.ascontiguousarray(block, dtype=np.float64)
     check_finite(X, offset, chunk_starts=chunk_starts)
-    return dictionary.project(X, orthogonal=orthogonal)
+    return (X, *dictionary.project(X, orthogonal=orthogonal))
 
 
-def _certificate(delta: np.ndarray, offset: int) -> dict:
+#: Largest number of rows beyond ``tol`` a pass collects (prefix scan); past it, the
+#: scan of the rest of the data is cheaper than shipping them.
+VIOLATOR_CAP = 100_000
+
+
+def _certificate(delta: np.ndarray, offset: int, X=None, tol_check=None) -> dict:
     i = int(np.argmax(delta))
-    return {"max_delta": float(delta[i]), "argmax": int(offset + i)}
+    out = {"max_delta": float(delta[i]), "argmax": int(offset + i)}
+    if tol_check is not None:  # rows beyond tol, for the prefix scan's second pass
+        bad = np.flatnonzero(delta > tol_check)[: VIOLATOR_CAP + 1]
+        out["violator_rows"] = (offset + bad).astype(np.int64)
+        out["violator_X"] = np.ascontiguousarray(X[bad])
+    return out
 
 
-def chunk_moments(block, dictionary: Dictionary, offset: int, chunk_starts=None) -> dict:
+def chunk_moments(block, dictionary: Dictionary, offset: int, chunk_starts=None,
+                  tol_check=None) -> dict:
     """``n``, mean and centred sum of squares of the projections of one chunk."""
-    Y, delta = _project(block, dictionary, offset, chunk_starts, orthogonal=False)
+    X, Y, delta = _project(block, dictionary, offset, chunk_starts, orthogonal=False)
     n = Y.shape[0]
     mean = Y.mean(axis=0)
     Y -= mean
     m2 = Y.T @ Y
-    return {"kind": "moments", "n": n, "mean": mean, "m2": m2, **_certificate(delta, offset)}
+    return {"kind": "moments", "n": n, "mean": mean, "m2": m2,
+            **_certificate(delta, offset, X, tol_check)}
 
 
-def chunk_sums(block, dictionary: Dictionary, offset: int, chunk_starts=None) -> dict:
-    """``n`` and ``sum y`` of one chunk (divisive, before the degrees are known)."""
-    Y, delta = _project(block, dictionary, offset, chunk_starts)
-    return {"kind": "sums", "n": Y.shape[0], "sum": Y.sum(axis=0), **_certificate(delta, offset)}
+def chunk_ksums(block, dictionary: Dictionary, offset: int, chunk_starts=None) -> dict:
+    """``n`` and ``sum k`` of one chunk: a kernel block, no projection.
+
+    The divisive normalization's first pass: ``sum z = L^-1 sum k`` is solved once
+    in the client, so this pass costs O(c m d) per chunk.
+    """
+    X = np.ascontiguousarray(block, dtype=np.float64)
+    check_finite(X, offset, chunk_starts=chunk_starts)
+    K, _ = dictionary.kernel_block(X)
+    return {"kind": "ksums", "n": K.shape[0], "sum": K.sum(axis=0)}
 
 
-def chunk_gram(block, dictionary: Dictionary, offset: int, chunk_starts=None) -> dict:
+def chunk_gram(block, dictionary: Dictionary, offset: int, chunk_starts=None,
+               tol_check=None) -> dict:
     """``n`` and ``S = sum y y'`` of one chunk (divisive with subset degrees)."""
-    Y, delta = _project(block, dictionary, offset, chunk_starts)
-    return {"kind": "gram", "n": Y.shape[0], "S": Y.T @ Y, **_certificate(delta, offset)}
+    X, Y, delta = _project(block, dictionary, offset, chunk_starts)
+    return {"kind": "gram", "n": Y.shape[0], "S": Y.T @ Y,
+            **_certificate(delta, offset, X, tol_check)}
 
 
 def chunk_degrees(block, dictionary: Dictionary, offset: int, total: np.ndarray,
-                  chunk_starts=None) -> dict:
-    """``S = sum y y' / d`` and the smallest degree ``d = y . total`` of one chunk."""
-    Y, _ = _project(block, dictionary, offset, chunk_starts)
+                  chunk_starts=None, tol_check=None) -> dict:
+    """``S = sum y y' / d``, the smallest degree ``d = y . total`` and the certificate."""
+    X, Y, delta = _project(block, dictionary, offset, chunk_starts)
     d = Y @ total
     i = int(np.argmin(d))
     if d[i] > 0:
         Y /= np.sqrt(d)[:, None]
     S = Y.T @ Y
     return {"kind": "degrees", "n": Y.shape[0], "S": S, "min_degree": float(d[i]),
-            "argmin": int(offset + i)}
+            "argmin": int(offset + i), **_certificate(delta, offset, X, tol_check)}
 
 
 # --------------------------------------------------------------------------- #
@@ -114,8 +135,13 @@ def chunk_degrees(block, dictionary: Dictionary, offset: int, total: np.ndarray,
 def _combine_certificate(a: dict, b: dict) -> dict:
     # ties go to the earlier row, so the answer does not depend on the tree
     if b["max_delta"] > a["max_delta"] or (b["max_delta"] == a["max_delta"] and b["argmax"] < a["argmax"]):
-        return {"max_delta": b["max_delta"], "argmax": b["argmax"]}
-    return {"max_delta": a["max_delta"], "argmax": a["argmax"]}
+        out = {"max_delta": b["max_delta"], "argmax": b["argmax"]}
+    else:
+        out = {"max_delta": a["max_delta"], "argmax": a["argmax"]}
+    if "violator_rows" in a:
+        out["violator_rows"] = np.concatenate([a["violator_rows"], b["violator_rows"]])[: VIOLATOR_CAP + 1]
+        out["violator_X"] = np.concatenate([a["violator_X"], b["violator_X"]])[: VIOLATOR_CAP + 1]
+    return out
 
 
 def combine(a: dict, b: dict) -> dict:
@@ -129,9 +155,8 @@ def combine(a: dict, b: dict) -> dict:
         m2 = a["m2"] + b["m2"]
         m2 += np.multiply.outer(delta, delta) * (na * nb / n)
         return {"kind": kind, "n": n, "mean": mean, "m2": m2, **_combine_certificate(a, b)}
-    if kind == "sums":
-        return {"kind": kind, "n": a["n"] + b["n"], "sum": a["sum"] + b["sum"],
-                **_combine_certificate(a, b)}
+    if kind == "ksums":
+        return {"kind": kind, "n": a["n"] + b["n"], "sum": a["sum"] + b["sum"]}
     if kind == "gram":
         return {"kind": kind, "n": a["n"] + b["n"], "S": a["S"] + b["S"],
                 **_combine_certificate(a, b)}
@@ -140,7 +165,8 @@ def combine(a: dict, b: dict) -> dict:
             low = {"min_degree": b["min_degree"], "argmin": b["argmin"]}
         else:
             low = {"min_degree": a["min_degree"], "argmin": a["argmin"]}
-        return {"kind": kind, "n": a["n"] + b["n"], "S": a["S"] + b["S"], **low}
+        return {"kind": kind, "n": a["n"] + b["n"], "S": a["S"] + b["S"], **low,
+                **_combine_certificate(a, b)}
     raise ValueError(f"unknown partial kind {kind!r}")
 
 
@@ -170,14 +196,14 @@ class PartialStore(Protocol):
     def save_partial(self, stage: str, segment: int, partial: dict) -> None: ...
 
 
-STAT_KINDS = {"moments": chunk_moments, "sums": chunk_sums, "gram": chunk_gram,
+STAT_KINDS = {"moments": chunk_moments, "ksums": chunk_ksums, "gram": chunk_gram,
               "degrees": chunk_degrees}
 
 
 def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
                chunk_starts=None, total: np.ndarray | None = None,
                store: PartialStore | None = None, stage: str | None = None,
-               per_segment: int = SEGMENT_TASKS) -> dict:
+               per_segment: int = SEGMENT_TASKS, tol_check: float | None = None) -> dict:
     """Run one parallel pass over the row chunks of the dask array ``X``.
 
     Parameters
@@ -194,6 +220,9 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
     store, stage : optional
         Segment partials found in ``store`` under ``stage`` are not recomputed;
         new ones are saved there as they finish.
+    tol_check : float, optional
+        Also collect the rows whose residual exceeds it (numbers and values,
+        in row order, at most ``VIOLATOR_CAP + 1``): the prefix scan's check.
 
     Returns
     -------
@@ -216,8 +245,9 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
         if found is not None:
             partials[s] = found
             continue
+        check = {} if tol_check is None else {"tol_check": float(tol_check)}
         tasks = [dask.delayed(func, pure=True)(blocks[i], d_key, int(offsets[i]), *extra,
-                                               chunk_starts=starts_key)
+                                               chunk_starts=starts_key, **check)
                  for i in seg]
         todo[s] = tree_reduce(tasks)
 

@@ -90,10 +90,12 @@ class RunCheckpoint:
             return None
         slot = self.group[meta["slot"]]
         out = {k: np.asarray(slot[k][...]) for k in ("points", "indices", "L", "w")}
-        out.update(windows_done=int(meta["windows_done"]), tol=float(meta["tol"]))
+        out.update(windows_done=int(meta["windows_done"]), tol=float(meta["tol"]),
+                   prefix_done=bool(meta.get("prefix_done", False)))
         return out
 
-    def save_scan(self, state: DictionaryState, windows_done: int, tol: float) -> None:
+    def save_scan(self, state: DictionaryState, windows_done: int, tol: float, *,
+                  prefix_done: bool = False) -> None:
         meta = self.group.attrs.get("scan") or {}
         slot_name = "scan_b" if meta.get("slot") == "scan_a" else "scan_a"
         slot = self.group.require_group(slot_name)
@@ -106,7 +108,8 @@ class RunCheckpoint:
             arr[...] = value
         # the pointer is written last, atomically
         self.group.attrs["scan"] = {"slot": slot_name, "windows_done": int(windows_done),
-                                    "tol": float(tol), "size": int(state.size), "time": _now()}
+                                    "tol": float(tol), "size": int(state.size),
+                                    "prefix_done": bool(prefix_done), "time": _now()}
 
     # -- pass-2 partials --------------------------------------------------- #
     def _partial_name(self, stage: str, segment: int) -> str:

@@ -66,14 +66,14 @@ def _add_estimator_options(p: argparse.ArgumentParser) -> None:
         flag = "--" + f.name.replace("_", "-")
         if f.name == "random_state":
             g.add_argument("--seed", "--random-state", dest="random_state", type=int, default=0,
-                           metavar="S", help=meta["help"] + " (default: 0)")
+                           metavar="S", help=meta["help"].replace("%", "%%") + " (default: 0)")
             continue
         if meta["type"] is bool:
             g.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
-                           default=f.default, help=meta["help"])
+                           default=f.default, help=meta["help"].replace("%", "%%"))
             continue
         kw = dict(dest=f.name, type=meta["type"], default=f.default,
-                  help=f"{meta['help']} (default: {f.default})")
+                  help=f"{meta['help'].replace('%', '%%')} (default: {f.default})")
         if meta["choices"]:
             kw["choices"] = meta["choices"]
         g.add_argument(flag, **kw)

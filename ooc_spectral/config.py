@@ -47,6 +47,13 @@ class FitConfig:
     dictionary_size: int | None = _param(
         None, "ask for a dictionary of exactly this size (Algorithm 2) instead of tol",
         type=int, low=2, none=True)
+    scan: str = _param(
+        "full", "full: scan every row sequentially; prefix: stop the sequential scan once "
+        "the dictionary stops growing, let pass 2 find the rows beyond tol and scan only "
+        "those (same dictionary, same guarantee)", type=str, choices=("full", "prefix"))
+    prefix_patience: int = _param(
+        2, "prefix scan: stop after this many windows of 65536 rows that each added at most "
+        "0.1% of the dictionary", type=int, low=1)
     selection: str = _param(
         "greedy", "dictionary selection: greedy (the paper's scan) or random (a seeded random "
         "subset of dictionary_size rows, all rows projected: Harmeling et al.)", type=str,
@@ -68,6 +75,10 @@ class FitConfig:
     sample_size: int = _param(
         20000, "rows of the seeded in-memory sample on which dictionary_size runs "
         "Algorithm 2", type=int, low=2)
+    solver: str = _param(
+        "gemm", "per-chunk projection: gemm (multiply by the precomputed inverse factor; "
+        "passes at the matrix-multiply rate) or trsm (a triangular solve per chunk; the most "
+        "stable)", type=str, choices=("gemm", "trsm"))
     chunk_rows: int | None = _param(
         None, "rows per task of the parallel passes (rounded up to whole storage chunks); "
         "default: planned from a memory budget", type=int, low=1, none=True)

@@ -28,10 +28,11 @@ row gives back its training embedding.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import eigh
+from scipy.linalg import eigh, solve_triangular
 
 from .exceptions import DictionaryError
 from .scan import Dictionary
@@ -96,21 +97,62 @@ class SpectralMap:
     def n_components(self) -> int:
         return int(self.components.shape[1])
 
+    @functools.cached_property
+    def folded(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(G, c0)`` such that the embedding is ``k(X, D) G + c0`` (``solver="gemm"``).
+
+        With ``y = P L^-1 k + w/beta`` (affine; ``P = I - w w'/beta``) or
+        ``y = L^-1 k``, every mode is a kernel block times one small matrix:
+
+        - additive: ``G = L^-T P W``, ``c0 = (w/beta - ybar) W`` (``-ybar W`` if not affine);
+        - divisive, exact degrees: ``G = L^-T [W / sqrt(Lambda), s]``; the last column
+          gives the degree ``d`` and the rest is divided by ``sqrt(d)``;
+        - divisive, subset degrees: ``G = L^-T W / sqrt(Lambda)``.
+        """
+        d = self.dictionary
+        W = self.components
+        p = W.shape[1]
+        c0 = np.zeros(p)
+        if self.mode == "additive":
+            if d.affine:
+                W = W - np.outer(d.w, d.w @ W) / d.beta
+                c0 = (d.w / d.beta - self.center) @ self.components
+            else:
+                c0 = -self.center @ W
+        elif self.mode == "divisive-exact":
+            W = np.column_stack([W, self.center])
+        G = solve_triangular(d.L.T, W, lower=False, check_finite=False)
+        return np.ascontiguousarray(G), c0
+
+    def _check_degrees(self, deg: np.ndarray) -> None:
+        if np.any(deg <= 0):
+            i = int(np.flatnonzero(deg <= 0)[0])
+            raise DictionaryError(
+                f"the approximate degree of row {i} of this block is {deg[i]:.3g} (not "
+                "positive): the row is too far from the training data for the divisive "
+                "normalization; refit with a smaller tol or degree_estimate='subset'"
+            )
+
     def embed(self, X: np.ndarray) -> np.ndarray:
         """Embedding of the rows of X, shape ``(len(X), n_components)``."""
+        if self.dictionary.solver == "gemm":
+            K, _ = self.dictionary.kernel_block(X)
+            G, c0 = self.folded
+            E = K @ G
+            if self.mode == "divisive-exact":
+                deg = E[:, -1]
+                self._check_degrees(deg)
+                E = E[:, :-1] / np.sqrt(deg)[:, None]
+            else:
+                E += c0
+            return E
         Y, _ = self.dictionary.project(X, orthogonal=self.mode != "additive")
         if self.mode == "additive":
             Y -= self.center
         elif self.mode == "divisive-exact":
-            d = Y @ self.center
-            if np.any(d <= 0):
-                i = int(np.flatnonzero(d <= 0)[0])
-                raise DictionaryError(
-                    f"the approximate degree of row {i} of this block is {d[i]:.3g} (not "
-                    "positive): the row is too far from the training data for the divisive "
-                    "normalization; refit with a smaller tol or degree_estimate='subset'"
-                )
-            Y /= np.sqrt(d)[:, None]
+            deg = Y @ self.center
+            self._check_degrees(deg)
+            Y /= np.sqrt(deg)[:, None]
         return Y @ self.components
 
 

@@ -2,28 +2,27 @@
 
 Every method here embeds training rows with the leading eigenvectors of a
 data-dependent kernel and new rows with the Nyström formula of that kernel
-(Bengio et al. 2003, eqs. 8-12; the kernels are eqs. 14-16). Which of them run
-out of core, with memory independent of the number of rows n:
+(Bengio et al. 2003, eqs. 8-12; the kernels are eqs. 14-16).
 
-=========================  ============  ====================================================
-estimator                  out of core?  memory / what is in memory
-=========================  ============  ====================================================
-:class:`LaplacianEigenmaps`  yes         O(m^2 + chunk x (d + m)); the greedy dictionary
-                                         (m rows) and the divisive normalization of
-                                         :class:`~ooc_spectral.GreedySpectralEmbedding`
-:class:`DiffusionMap`        yes         same
-:class:`MetricMDS`           yes for     ``metric="euclidean"``: classical scaling is kernel
-                             euclidean   PCA with the linear kernel (dictionary of at most d
-                                         rows, exact); any other metric: n x n distances
-                                         in memory
-:class:`LandmarkIsomap`      yes         landmarks = the greedy dictionary; geodesics on the
-                                         k-NN graph of a seeded in-memory sample of
-                                         ``graph_size`` rows (O(graph_size x (d + k + m)));
-                                         every row of X is embedded block by block
-:class:`Isomap`              no          the n x n geodesic distance matrix
-:class:`LocallyLinearEmbedding` no       the k-NN graph and its n x n sparse M (dense n x n
-                                         with ``eigen_solver="dense"``)
-=========================  ============  ====================================================
+Out of core (memory independent of n; X read block by block from numpy, dask,
+zarr or a zarr path):
+
+- :class:`LaplacianEigenmaps`, :class:`DiffusionMap`: the greedy dictionary and
+  the divisive normalization of :class:`~ooc_spectral.GreedySpectralEmbedding`
+  (exact degrees); O(m^2 + chunk x (d + m)) memory.
+- :class:`MetricMDS` with ``metric="euclidean"``: classical scaling with
+  Euclidean distances is kernel PCA with a linear kernel; the greedy dictionary
+  then holds at most d + 1 rows and the result is exact.
+- :class:`LandmarkIsomap`: the landmarks are the greedy dictionary; geodesics
+  run on the k-NN graph of a seeded in-memory sample of ``graph_size`` rows
+  (O(graph_size x (d + k + m)) memory); every row of X is embedded block by block.
+
+In memory (the fitted model holds n x n or k-NN-graph-sized arrays):
+
+- :class:`MetricMDS` with any other metric: the n x n distance matrix.
+- :class:`Isomap`: the n x n geodesic distance matrix.
+- :class:`LocallyLinearEmbedding`: the k-NN graph and the sparse n x n matrix
+  ``M`` (dense with ``eigen_solver="dense"``).
 
 The in-memory estimators refuse more than ``max_samples`` rows with a message
 naming the out-of-core alternative; their ``transform`` still processes new
@@ -76,7 +75,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.neighbors import NearestNeighbors
 
 from ._validation import check_choice, check_float, check_int
-from .config import FitConfig, resolve_seed
+from .config import resolve_seed
 from .eigensolve import top_eigenpairs
 from .estimator import GreedySpectralEmbedding
 from .exceptions import DictionaryError, InvalidInputError, InvalidParameterError, NotFittedError
@@ -210,7 +209,11 @@ def _check_connected(owner: str, graph, n_neighbors: int, what: str) -> None:
 
 
 class _Fitted:
-    """``_check_fitted`` and the ``n_features`` check shared by the estimators."""
+    """``_check_fitted`` and ``fit_transform`` shared by the estimators."""
+
+    def fit_transform(self, X, y=None):
+        """Fit and return ``embedding_`` (no second pass over X)."""
+        return self.fit(X).embedding_
 
     def _check_fitted(self):
         emap = getattr(self, "_map", None)
@@ -475,14 +478,14 @@ class MetricMDS(_Fitted, TransformerMixin, BaseEstimator):
 
     ``metric="euclidean"`` runs **out of core**: with Euclidean distances the
     kernel of eq. 14 is the centred linear kernel, so the result is kernel PCA
-    with the linear kernel, computed by
-    :class:`~ooc_spectral.GreedySpectralEmbedding` (``kernel="linear"``,
-    ``affine=False``): its greedy dictionary spans the data's space with at most
-    d rows, every row is projected exactly, and the embedding equals the dense
-    computation (and PCA). ``n_components`` must then be below the rank of X
-    (at most d - 1). Any other ``metric`` (a name ``scipy.spatial.distance.cdist``
-    knows) holds the n x n distance matrix **in memory** (at most ``max_samples``
-    rows).
+    with a linear kernel, computed by :class:`~ooc_spectral.GreedySpectralEmbedding`
+    with ``k(x, y) = gamma x.y + 1`` (polynomial of degree 1, ``affine=False``; its
+    centred Gram matrix is ``gamma`` times the linear one, undone on the output):
+    the greedy dictionary spans the whole feature space with at most d + 1 rows,
+    every row is projected exactly, and the embedding equals the dense
+    computation (and PCA). ``n_components`` can then be at most the rank of X.
+    Any other ``metric`` (a name ``scipy.spatial.distance.cdist`` knows) holds the
+    n x n distance matrix **in memory** (at most ``max_samples`` rows).
 
     Parameters
     ----------
@@ -543,16 +546,24 @@ class MetricMDS(_Fitted, TransformerMixin, BaseEstimator):
         if self.metric == "euclidean":
             check_float(name, "tol", self.tol, low=0.0)
             source = open_source(X)
+            # The centred kernel of eq. 14 for Euclidean distances is the centred linear
+            # kernel; k(x, y) = gamma x.y + 1 (polynomial, degree 1) has the same centred
+            # Gram matrix up to the factor gamma, and its feature space has d + 1
+            # dimensions, so the dictionary can hold d + 1 rows and n_components can reach
+            # d. gamma = 1 / median ||x||^2 (the core's heuristic) keeps both terms of order 1.
             est = GreedySpectralEmbedding(
-                n_components=p, kernel="linear", affine=False, tol=self.tol,
-                normalization="additive", max_dictionary_size=max(5000, source.n_features + 1),
+                n_components=p, kernel="polynomial", degree=1, coef0=1.0, gamma=None,
+                affine=False, tol=self.tol, normalization="additive",
+                max_dictionary_size=max(5000, source.n_features + 2),
                 chunk_rows=self.chunk_rows, random_state=seed).fit(source)
+            scale = 1.0 / np.sqrt(est.gamma_)
             self.embedding_estimator_ = est
             self.out_of_core_ = True
-            self.embedding_ = est.embedding_
-            self.eigenvalues_ = est.eigenvalues_.copy()
+            self.embedding_ = est.embedding_ * scale
+            self.eigenvalues_ = est.eigenvalues_ / est.gamma_
             self.n_features_in_ = est.n_features_in_
             self._map = est
+            self._scale = scale
             return self
         Xf = _read_in_memory(name, X, max_samples)
         try:
@@ -584,7 +595,7 @@ class MetricMDS(_Fitted, TransformerMixin, BaseEstimator):
         """
         emap = self._check_fitted()
         if self.out_of_core_:
-            return emap.transform(X)
+            return emap.transform(X) * self._scale
         n = emap.X_fit.shape[0]
         return _apply_rows(type(self).__name__, emap, X, self.n_features_in_, 8 * 3 * n,
                            self.chunk_rows)
@@ -734,7 +745,8 @@ class LandmarkIsomap(_Fitted, TransformerMixin, BaseEstimator):
        :class:`~ooc_spectral.GreedySpectralEmbedding`, a sequential scan that
        keeps every row within ``tol`` of the landmarks' span in the feature space
        of ``kernel``: with the Gaussian kernel they cover the data at the
-       kernel's width);
+       kernel's width; the core estimator's fit also runs its pass 2, one
+       parallel pass whose result is not used here);
     2. geodesics: the k-nearest-neighbour graph of a seeded in-memory sample of
        ``graph_size`` rows plus the landmarks, Dijkstra from every landmark;
     3. classical scaling of the m x m squared landmark geodesics;
@@ -795,28 +807,28 @@ class LandmarkIsomap(_Fitted, TransformerMixin, BaseEstimator):
         -------
         self
         """
-        from .pipeline import FitRun
-
         name = type(self).__name__
         p = check_int(name, "n_components", self.n_components, low=1)
         k = check_int(name, "n_neighbors", self.n_neighbors, low=1)
         graph_size = check_int(name, "graph_size", self.graph_size, low=2)
         seed = resolve_seed(self.random_state)
-        config = FitConfig.from_params({
-            "n_components": p, "kernel": self.kernel, "gamma": self.gamma, "tol": self.tol,
-            "dictionary_size": self.dictionary_size,
-            "max_dictionary_size": self.max_dictionary_size, "sample_size": self.sample_size,
-            "chunk_rows": self.chunk_rows, "random_state": seed})
         source = open_source(X)
-        run = FitRun(config, source)
-        kernel, gamma = run.resolve_kernel()
-        dictionary, _ = run.build_dictionary(kernel)
-        m = dictionary.size
+        # The landmarks are the dictionary of the core estimator. Its pass 2 (one
+        # parallel pass) is not needed here; its pass 3 stays lazy and is never run
+        # (numpy input goes in as a dask view for that).
+        est = GreedySpectralEmbedding(
+            n_components=1, kernel=self.kernel, gamma=self.gamma, tol=self.tol,
+            dictionary_size=self.dictionary_size, max_dictionary_size=self.max_dictionary_size,
+            sample_size=self.sample_size, chunk_rows=self.chunk_rows, random_state=seed)
+        est.fit(source.to_dask() if source.kind == "numpy" else source)
+        gamma = est.gamma_
+        points = np.asarray(est.dictionary_)
+        m = points.shape[0]
         if m <= p:
             raise DictionaryError(
                 f"{name}: the greedy dictionary has {m} landmarks, not more than "
                 f"n_components={p}; lower tol, raise gamma, or ask for dictionary_size > {p}")
-        lm_rows = np.asarray(dictionary.indices, dtype=np.int64)
+        lm_rows = np.asarray(est.dictionary_indices_, dtype=np.int64)
         sample = plan_sample(source.n_rows, graph_size, seed, GRAPH_SAMPLE_PURPOSE)
         nodes = np.union1d(sample, lm_rows)
         G = source.read_index(nodes)
@@ -832,7 +844,7 @@ class LandmarkIsomap(_Fitted, TransformerMixin, BaseEstimator):
         D_L = 0.5 * (D_L + D_L.T)
         B, col, _ = _double_centre(D_L * D_L)
         vals, V = _top_positive(name, B, p, "dense", seed)
-        self.landmarks_ = dictionary.points
+        self.landmarks_ = points
         self.landmark_indices_ = lm_rows
         self.landmark_geodesics_ = D_L
         self.landmark_embedding_ = V * np.sqrt(vals)

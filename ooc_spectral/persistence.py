@@ -88,6 +88,7 @@ def save_model(est, path, *, overwrite: bool = False) -> None:
         "kernel": kernel_attrs,
         "mode": smap.mode,
         "affine": bool(d.affine),
+        "solver": d.solver,
         "beta": float(d.beta),
         "n_samples": int(smap.n_samples),
         "fitted": {
@@ -144,6 +145,7 @@ def load_model(cls, path):
         w=arr["w"],
         beta=float(meta["beta"]),
         affine=bool(meta["affine"]),
+        solver=meta.get("solver", "trsm"),
     )
     smap = SpectralMap(dictionary, meta["mode"], arr.get("center"), arr["components"],
                        arr["eigenvalues"], int(meta["n_samples"]))

@@ -12,6 +12,7 @@ stage       what it does                                        survives a resta
 kernel      resolve gamma (seeded sample), build the kernel     recomputed (cheap)
 scan        pass 1, sequential, in the seeded visiting order    state every k windows
 pass2       parallel map + ordered tree reduction               each finished segment
+rescan      prefix scan only: the rows pass 2 found beyond tol  the grown state
 solve       m x m eigensolve in this process                    recomputed (cheap)
 pass3       embedding, written chunk by chunk                   each written chunk
 ==========  ==================================================  ====================
@@ -27,8 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 import numpy as np
+from scipy.linalg import solve_triangular
 
-from .accumulate import PartialStore, accumulate, check_degrees
+from . import planning
+from .accumulate import VIOLATOR_CAP, PartialStore, accumulate, check_degrees
 from .config import FitConfig
 from .eigensolve import SpectralMap, check_n_components, solve_additive, solve_divisive
 from .execution import Executor
@@ -57,7 +60,8 @@ class Checkpoint(PartialStore, Protocol):
     def load_scan(self) -> dict | None:
         """``{"points", "indices", "L", "w", "windows_done", "tol"}`` or None."""
 
-    def save_scan(self, state: DictionaryState, windows_done: int, tol: float) -> None: ...
+    def save_scan(self, state: DictionaryState, windows_done: int, tol: float, *,
+                  prefix_done: bool = False) -> None: ...
 
 
 @dataclass
@@ -157,10 +161,17 @@ class FitRun:
     # ------------------------------------------------------------------ #
     # stage: scan (pass 1)
     # ------------------------------------------------------------------ #
-    def build_dictionary(self, kernel: Kernel) -> tuple[Dictionary, float]:
-        """Pass 1 (Algorithm 1), or Algorithm 2 on a sample when ``dictionary_size`` is set."""
+    def build_dictionary(self, kernel: Kernel) -> tuple[Dictionary, float, bool]:
+        """Pass 1 (Algorithm 1), or Algorithm 2 on a sample when ``dictionary_size`` is set.
+
+        Returns the dictionary, the tolerance it meets, and whether every row was
+        scanned. With ``scan="prefix"`` the scan stops once the dictionary stops
+        growing; :meth:`complete_prefix_scan` then finishes the job from the
+        rows pass 2 finds beyond ``tol``.
+        """
         c = self.config
-        order = VisitOrder(self.source.n_rows, c.random_state)
+        order = VisitOrder(self.source.n_rows, c.random_state, window=planning.VISIT_WINDOW_ROWS)
+        self._order = order
         saved = self.checkpoint.load_scan() if (self.checkpoint is not None and self.resume) else None
         if saved is not None:
             state = DictionaryState.from_arrays(kernel, c.affine, saved["points"], saved["indices"],
@@ -169,8 +180,9 @@ class FitRun:
             self.resumed.append("scan")
             log.info("scan: resuming after window %d of %d with %d dictionary points",
                      start, order.n_windows, state.size)
-            if start >= order.n_windows:
-                return state.freeze(), tol
+            if start >= order.n_windows or saved.get("prefix_done"):
+                self._state, self._windows_done = state, start
+                return state.freeze(c.solver), tol, start >= order.n_windows
         elif c.dictionary_size is not None:
             if c.selection == "random":
                 state, tol = self._random_dictionary(kernel, order)
@@ -178,10 +190,24 @@ class FitRun:
                 state, tol = self._algorithm2(kernel, order)
             if self.checkpoint is not None:
                 self.checkpoint.save_scan(state, order.n_windows, tol)
-            return state.freeze(), tol
+            self._state = state
+            return state.freeze(c.solver), tol, True
         else:
             state, start, tol = DictionaryState(kernel, self.source.n_features, c.affine), 0, c.tol
+        self._state = state
+        done = self._scan_windows(state, order, start, tol,
+                                  patience=c.prefix_patience if c.scan == "prefix" else None)
+        self._windows_done = done
+        complete = done >= order.n_windows
+        if not complete:
+            log.info("prefix scan: the dictionary stopped growing after %d of %d windows (%d "
+                     "points); pass 2 checks the other rows", done, order.n_windows, state.size)
+            if self.checkpoint is not None:
+                self.checkpoint.save_scan(state, done, tol, prefix_done=True)
+        return state.freeze(c.solver), tol, complete
 
+    def _scan_windows(self, state: DictionaryState, order: VisitOrder, start: int, tol: float,
+                      patience: int | None = None) -> int:
         every = self.checkpoint.every if self.checkpoint is not None else 0
 
         def on_window(st: DictionaryState, progress: ScanProgress) -> None:
@@ -191,9 +217,38 @@ class FitRun:
             if self.checkpoint is not None and (done % every == 0 or done == progress.n_windows):
                 self.checkpoint.save_scan(st, done, tol)
 
-        scan_source(self.source, order, state, tol=tol, max_size=c.max_dictionary_size,
-                    start_window=start, on_window=on_window)
-        return state.freeze(), tol
+        return scan_source(self.source, order, state, tol=tol, max_size=self.config.max_dictionary_size,
+                           start_window=start, on_window=on_window, patience=patience)
+
+    def complete_prefix_scan(self, stats: dict, tol: float) -> bool:
+        """Scan the rows pass 2 found beyond ``tol``; True if the dictionary grew.
+
+        The rows beyond ``tol`` of the prefix's dictionary are scanned in visiting
+        order against the growing dictionary. Rows within ``tol`` stay within it
+        as the span grows, so this selects exactly the points the full scan
+        would have selected, and afterwards every row is within ``tol``. If pass
+        2 found more than ``VIOLATOR_CAP`` such rows, the sequential scan goes on
+        over the rest of the data instead.
+        """
+        c, state, order = self.config, self._state, self._order
+        rows, Xv = stats.pop("violator_rows"), stats.pop("violator_X")
+        before = state.size
+        if len(rows) > VIOLATOR_CAP:
+            log.info("prefix scan: more than %d rows beyond tol; scanning the rest of the data",
+                     VIOLATOR_CAP)
+            self._scan_windows(state, order, self._windows_done, tol)
+        elif len(rows):
+            sequence = np.argsort(order.sort_keys(rows), kind="stable")
+            if scan_rows(state, Xv[sequence], rows[sequence], tol, limit=c.max_dictionary_size):
+                from .scan import _size_error
+
+                raise _size_error(state, c.max_dictionary_size, self.source.n_rows,
+                                  self.source.n_rows, tol)
+            log.info("prefix scan: %d rows beyond tol, %d entered the dictionary", len(rows),
+                     state.size - before)
+        if self.checkpoint is not None:
+            self.checkpoint.save_scan(state, order.n_windows, tol)
+        return state.size > before
 
     def _search_sample(self, order: VisitOrder) -> tuple[np.ndarray, np.ndarray]:
         """Rows (numbers, values) in random order on which ``dictionary_size`` is met."""
@@ -267,11 +322,12 @@ class FitRun:
         return plan_task_rows(s.n_rows, s.n_features, s.storage_chunk_rows, dictionary_size,
                               requested=self.config.chunk_rows, itemsize=s.itemsize)
 
-    def accumulate(self, dictionary: Dictionary, X) -> tuple[dict, dict, np.ndarray | None]:
+    def accumulate(self, dictionary: Dictionary, X, tol_check: float | None = None
+                   ) -> tuple[dict, dict, np.ndarray | None]:
         """Pass 2 (and 2b for exact divisive degrees); returns (stats, certificate, total)."""
-        c = self.config
         store = self.checkpoint
-        run = dict(executor=self.executor, chunk_starts=self.source.chunk_starts, store=store)
+        run = dict(executor=self.executor, chunk_starts=self.source.chunk_starts, store=store,
+                   tol_check=tol_check)
         loaded_before = getattr(store, "loaded_partials", 0)
         try:
             return self._accumulate(dictionary, X, run)
@@ -281,10 +337,11 @@ class FitRun:
 
     def _accumulate(self, dictionary, X, run):
         c = self.config
-        rows = X.chunks[0][0]  # partials are only valid for the same task layout
+        rows = X.chunks[0][0]  # partials are only valid for the same tasks and dictionary
+        tag = f"r{rows}-m{dictionary.size}" + ("-check" if run["tol_check"] is not None else "")
 
         def stage(kind):
-            return f"{kind}-r{rows}"
+            return f"{kind}-{tag}"
 
         if c.normalization == "additive":
             stats = accumulate(X, dictionary, "moments", stage=stage("moments"), **run)
@@ -292,10 +349,13 @@ class FitRun:
         if c.degree_estimate == "subset":
             stats = accumulate(X, dictionary, "gram", stage=stage("gram"), **run)
             return stats, stats, None
-        sums = accumulate(X, dictionary, "sums", stage=stage("sums"), **run)
-        stats = accumulate(X, dictionary, "degrees", stage=stage("degrees"), total=sums["sum"], **run)
+        sums = accumulate(X, dictionary, "ksums", stage=stage("ksums"),
+                          **{**run, "tol_check": None})
+        # sum_t z_t = L^-1 sum_t k_t: one small solve instead of one per row
+        total = solve_triangular(dictionary.L, sums["sum"], lower=True, check_finite=False)
+        stats = accumulate(X, dictionary, "degrees", stage=stage("degrees"), total=total, **run)
         check_degrees(stats)
-        return stats, sums, sums["sum"]
+        return stats, stats, total
 
     def solve(self, dictionary: Dictionary, stats: dict, total) -> SpectralMap:
         c = self.config
@@ -321,13 +381,25 @@ class FitRun:
         with self.stage("kernel"):
             kernel, gamma = self.resolve_kernel()
         with self.stage("scan"):
-            dictionary, tol = self.build_dictionary(kernel)
+            dictionary, tol, complete = self.build_dictionary(kernel)
         log.info("dictionary: %d points", dictionary.size)
         self.check_dictionary(dictionary, kernel, gamma, tol)
         task_rows = self.task_rows(dictionary.size)
         X = s.to_dask(task_rows)
         with self.stage("pass2"):
-            stats, cert, total = self.accumulate(dictionary, X)
+            stats, cert, total = self.accumulate(dictionary, X,
+                                                 tol_check=None if complete else tol)
+        if not complete:
+            with self.stage("rescan"):
+                grew = self.complete_prefix_scan(cert, tol)
+            if grew:  # the sums were of the smaller dictionary: once more, with the final one
+                dictionary = self._state.freeze(c.solver)
+                log.info("dictionary: %d points", dictionary.size)
+                self.check_dictionary(dictionary, kernel, gamma, tol)
+                task_rows = self.task_rows(dictionary.size)
+                X = s.to_dask(task_rows)
+                with self.stage("pass2"):
+                    stats, cert, total = self.accumulate(dictionary, X)
         with self.stage("solve"):
             smap = self.solve(dictionary, stats, total)
         with self.stage("pass3"):

@@ -81,6 +81,19 @@ class VisitOrder:
         rng = np.random.default_rng(np.random.SeedSequence([self.seed, 0x5CA9, int(w)]))
         return rng.permutation(b - a)
 
+    def sort_keys(self, rows: np.ndarray) -> np.ndarray:
+        """Keys that sort row numbers as the visiting order does (for a few rows)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        rank = np.empty(self.n_windows, dtype=np.int64)
+        rank[self.windows] = np.arange(self.n_windows)
+        win = rows // self.window
+        out = np.empty(rows.shape, dtype=np.int64)
+        for w in np.unique(win):
+            sel = win == w
+            inverse = np.argsort(self.rows_in_window(int(w)))
+            out[sel] = rank[w] * self.window + inverse[rows[sel] - w * self.window]
+        return out
+
     def global_order(self) -> np.ndarray:
         """All row numbers in visiting order (O(n) memory: for tests and small n)."""
         parts = []

@@ -34,6 +34,7 @@ used by passes 2 and 3 (``A M A' = Y Y'`` exactly).
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -97,20 +98,37 @@ class Dictionary:
     w: np.ndarray
     beta: float
     affine: bool
+    solver: str = "trsm"
 
     @property
     def size(self) -> int:
         return int(self.points.shape[0])
 
-    def coordinates(self, X: np.ndarray, x_aux=None) -> tuple[np.ndarray, np.ndarray]:
-        """``Z = K L^-T`` (c x m) and ``k(x, x)`` for the rows of X."""
+    @functools.cached_property
+    def inverse_factor_t(self) -> np.ndarray:
+        """``L^-T`` (m x m, upper triangular), computed once per process for ``solver="gemm"``."""
+        inv = solve_triangular(self.L, np.eye(self.size), lower=True, check_finite=False)
+        return np.ascontiguousarray(inv.T)
+
+    def kernel_block(self, X: np.ndarray, x_aux=None) -> tuple[np.ndarray, np.ndarray]:
+        """``K = k(X, D)`` (c x m) and ``k(x, x)`` for the rows of X."""
         X = np.ascontiguousarray(X, dtype=np.float64)
         if x_aux is None:
             x_aux = self.kernel.aux(X)
-        K = self.kernel.pairwise(X, self.points, x_aux, self.aux)
+        return self.kernel.pairwise(X, self.points, x_aux, self.aux), self.kernel.diag(X, x_aux)
+
+    def coordinates(self, X: np.ndarray, x_aux=None) -> tuple[np.ndarray, np.ndarray]:
+        """``Z = K L^-T`` (c x m) and ``k(x, x)`` for the rows of X.
+
+        ``solver="trsm"`` solves with L (backward stable); ``"gemm"`` multiplies
+        by the precomputed ``L^-T``, a matrix product at the machine's gemm rate.
+        """
+        K, kx = self.kernel_block(X, x_aux)
+        if self.solver == "gemm":
+            return K @ self.inverse_factor_t, kx
         # K.T is a Fortran-ordered view: the solve works in place on it.
         Z = solve_triangular(self.L, K.T, lower=True, overwrite_b=True, check_finite=False).T
-        return Z, self.kernel.diag(X, x_aux)
+        return Z, kx
 
     def project(self, X: np.ndarray, *, orthogonal: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Projection coordinates and residuals of the rows of X.
@@ -244,7 +262,7 @@ class DictionaryState:
         new.size = m
         return new
 
-    def freeze(self) -> Dictionary:
+    def freeze(self, solver: str = "trsm") -> Dictionary:
         """The finished dictionary as an immutable :class:`Dictionary`."""
         aux = None if self._aux is None else self.aux.copy()
         return Dictionary(
@@ -256,6 +274,7 @@ class DictionaryState:
             w=self.w.copy(),
             beta=float(self.beta),
             affine=self.affine,
+            solver=solver,
         )
 
     @classmethod
@@ -426,13 +445,25 @@ def scan_source(
     start_window: int = 0,
     block_rows: int = SCAN_BLOCK_ROWS,
     on_window: Callable[[DictionaryState, ScanProgress], None] | None = None,
-) -> DictionaryState:
+    patience: int | None = None,
+) -> int:
     """Algorithm 1, steps 1-16, over a :class:`~ooc_spectral.source.DataSource`.
 
     Reads the windows of ``order`` from ``start_window`` on (the next window is
     read in a background thread while the current one is scanned), permutes each
     window's rows, and scans them in blocks. ``on_window`` is called after each
     window with the state and a :class:`ScanProgress` (checkpoints hook in there).
+
+    With ``patience=k`` the scan stops early, after ``k`` consecutive windows
+    that each added at most ``size // 1000`` points (the *prefix scan*; the rows
+    left must then be checked by a parallel pass, see
+    :func:`~ooc_spectral.pipeline.FitRun.build_dictionary`).
+
+    Returns
+    -------
+    int
+        The number of windows of ``order`` scanned so far (``order.n_windows``
+        unless the prefix scan stopped early).
 
     Raises
     ------
@@ -451,6 +482,8 @@ def scan_source(
         a, b = order.window_bounds(windows[k])
         return a, source.read_rows(a, b)
 
+    stable = 0
+    done = start_window
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ooc-scan-read") as pool:
         nxt = pool.submit(read, start_window) if start_window < n_windows else None
         for k in range(start_window, n_windows):
@@ -459,13 +492,20 @@ def scan_source(
             perm = order.rows_in_window(windows[k])
             Xw = block[perm]
             rw = a + perm
+            before = state.size
             if scan_rows(state, Xw, rw, tol, limit=max_size, block_rows=block_rows):
                 raise _size_error(state, max_size, rows_done, order.n_rows, tol)
             rows_done += Xw.shape[0]
+            done = k + 1
             if on_window is not None:
                 on_window(state, ScanProgress(k + 1, n_windows, rows_done, order.n_rows,
                                               state.size, time.perf_counter() - t0))
-    return state
+            stable = stable + 1 if state.size - before <= state.size // 1000 else 0
+            if patience is not None and stable >= patience and done < n_windows:
+                if nxt is not None:
+                    nxt.cancel()
+                break
+    return done
 
 
 def pointwise_scan(kernel: Kernel, X: np.ndarray, rows: np.ndarray, tol: float, *,
