@@ -509,14 +509,16 @@ def scan_source(
 
 
 def pointwise_scan(kernel: Kernel, X: np.ndarray, rows: np.ndarray, tol: float, *,
-                   affine: bool = True) -> DictionaryState:
+                   affine: bool = True, state: DictionaryState | None = None) -> DictionaryState:
     """The plain point-by-point scan (the paper's Algorithm 1 loop, one row at a time).
 
     The reference the blocked scan must agree with; O(m^2) Python-level work per
-    row, so for tests and benchmarks only.
+    row, so for tests and benchmarks only. Continues ``state`` if given.
     """
     X = np.ascontiguousarray(X, dtype=np.float64)
-    state = DictionaryState(kernel, X.shape[1], affine)
+    if state is None:
+        state = DictionaryState(kernel, X.shape[1], affine)
+    affine = state.affine
     for t in range(X.shape[0]):
         x = X[t : t + 1]
         x_aux = kernel.aux(x)
