@@ -104,3 +104,45 @@ def test_sigkill_then_rerun_equals_uninterrupted_run(data, reference, tmp_path, 
     np.testing.assert_allclose(got, reference, rtol=0, atol=1e-12)
     assert _attrs(out, "ooc_spectral_run")["status"] == "complete"
     assert not (out / ".lock").exists()
+
+
+def test_scheduler_loss_exits_1_and_the_rerun_resumes(data, reference, tmp_path):
+    """The dask scheduler dies mid-pass: exit code 1, and the same command resumes."""
+    sched_file = tmp_path / "scheduler.json"
+    procs = [subprocess.Popen(["dask", "scheduler", "--scheduler-file", str(sched_file), "--port",
+                               "0", "--no-dashboard"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)]
+    try:
+        deadline = time.time() + 60
+        while not sched_file.exists() and time.time() < deadline:
+            time.sleep(0.1)
+        address = json.loads(sched_file.read_text())["address"]
+        procs.append(subprocess.Popen(["dask", "worker", address, "--nthreads", "1",
+                                       "--no-dashboard"], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL, start_new_session=True))
+        out = tmp_path / "out"
+        args = [str(data), "--out", str(out), *ARGS]
+        fit = subprocess.Popen([EXE, "fit", *args, "--scheduler", address],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 600
+        while not in_pass2(out):
+            assert fit.poll() is None, fit.stderr.read()
+            assert time.time() < deadline
+            time.sleep(0.005)
+        os.killpg(procs[0].pid, signal.SIGKILL)  # the scheduler
+        err = fit.communicate(timeout=300)[1]
+        assert fit.returncode == 1, err
+        assert err.strip().splitlines()[-1].startswith("ooc-spectral: error: ")
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+    assert _attrs(out, "ooc_spectral_run")["status"] == "failed"
+    cli("fit", *args, check=0)  # rerun, on the embedded cluster this time
+    report = json.loads((out / "report.json").read_text())
+    assert "scan" in report["resumed_stages"]
+    got = zarr.open_array(str(out / "embedding"), mode="r")[...]
+    np.testing.assert_allclose(got, reference, rtol=0, atol=1e-12)
