@@ -92,8 +92,21 @@ def _sq_norms(X: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", X, X)
 
 
+class _Stationary(Kernel):
+    """A kernel ``exp(-gamma * distance)``: unit diagonal, one parameter."""
+
+    gamma: float
+
+    def diag(self, X, x_aux=None):
+        return np.ones(np.shape(X)[0])
+
+    @property
+    def params(self):
+        return {"gamma": float(self.gamma)}
+
+
 @dataclass(frozen=True)
-class RBFKernel(Kernel):
+class RBFKernel(_Stationary):
     """Gaussian kernel ``k(x, y) = exp(-gamma * ||x - y||^2)``."""
 
     gamma: float
@@ -116,16 +129,10 @@ class RBFKernel(Kernel):
         np.exp(K, out=K)
         return K
 
-    def diag(self, X, x_aux=None):
-        return np.ones(np.shape(X)[0])
-
-    @property
-    def params(self):
-        return {"gamma": float(self.gamma)}
 
 
 @dataclass(frozen=True)
-class LaplacianKernel(Kernel):
+class LaplacianKernel(_Stationary):
     """Laplacian kernel ``k(x, y) = exp(-gamma * ||x - y||_1)``."""
 
     gamma: float
@@ -139,13 +146,6 @@ class LaplacianKernel(Kernel):
         K *= -self.gamma
         np.exp(K, out=K)
         return K
-
-    def diag(self, X, x_aux=None):
-        return np.ones(np.shape(X)[0])
-
-    @property
-    def params(self):
-        return {"gamma": float(self.gamma)}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,82 @@
+"""Kernel blocks against scikit-learn's pairwise kernels; float64 whatever the input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.metrics.pairwise import laplacian_kernel, linear_kernel, polynomial_kernel, rbf_kernel
+
+from ooc_spectral import InvalidParameterError
+from ooc_spectral.kernels import (
+    SubsetNormalizedKernel,
+    kernel_from_attrs,
+    kernel_to_attrs,
+    make_kernel,
+    median_heuristic_gamma,
+)
+
+rng = np.random.default_rng(0)
+X = rng.normal(size=(40, 5)) * 3
+Y = rng.normal(size=(17, 5)) * 3
+
+CASES = [
+    (make_kernel("rbf", gamma=0.07), rbf_kernel(X, Y, gamma=0.07)),
+    (make_kernel("laplacian", gamma=0.2), laplacian_kernel(X, Y, gamma=0.2)),
+    (make_kernel("linear"), linear_kernel(X, Y)),
+    (make_kernel("polynomial", gamma=0.1, degree=3, coef0=1.5), polynomial_kernel(X, Y, degree=3, gamma=0.1, coef0=1.5)),
+]
+
+
+@pytest.mark.parametrize("kernel, expected", CASES, ids=[c[0].name for c in CASES])
+def test_blocks_and_diagonal_match_sklearn(kernel, expected):
+    np.testing.assert_allclose(kernel(X, Y), expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(kernel.diag(X), np.diag(kernel(X)), rtol=1e-12, atol=1e-12)
+    K = kernel.pairwise(X, Y, kernel.aux(X), kernel.aux(Y))
+    assert K.dtype == np.float64 and K.shape == (40, 17)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int16])
+def test_any_real_dtype_is_computed_in_float64(dtype):
+    Xi = (X * 2).astype(dtype)
+    k = make_kernel("rbf", gamma=0.01)
+    got = k(Xi)
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, k(Xi.astype(np.float64)))
+
+
+def test_rbf_distances_never_negative():
+    # identical rows: the expansion |x|^2 + |y|^2 - 2 x.y rounds, the kernel must stay <= 1
+    Z = np.repeat(rng.normal(size=(1, 5)) * 1e3, 4, axis=0)
+    assert np.all(make_kernel("rbf", gamma=1.0)(Z) <= 1.0)
+
+
+def test_median_heuristic():
+    S = rng.normal(size=(50, 3))
+    d2 = ((S[:, None] - S[None]) ** 2).sum(-1)[np.triu_indices(50, 1)]
+    assert median_heuristic_gamma("rbf", S) == pytest.approx(1 / np.median(d2), rel=1e-12)
+    d1 = np.abs(S[:, None] - S[None]).sum(-1)[np.triu_indices(50, 1)]
+    assert median_heuristic_gamma("laplacian", S) == pytest.approx(1 / np.median(d1), rel=1e-12)
+    assert median_heuristic_gamma("polynomial", S) == pytest.approx(1 / np.median((S**2).sum(1)))
+    assert median_heuristic_gamma("linear", S) is None
+    assert median_heuristic_gamma("rbf", np.ones((5, 2))) == 1.0  # all distances zero
+
+
+def test_subset_normalized_kernel_is_divisive_normalization():
+    base = make_kernel("rbf", gamma=0.05)
+    k = SubsetNormalizedKernel(base, X)  # the subset is the data itself
+    deg = base(X).mean(axis=1)
+    np.testing.assert_allclose(k(X), base(X) / np.sqrt(np.outer(deg, deg)), rtol=1e-12)
+    np.testing.assert_allclose(k.diag(X), 1.0 / deg, rtol=1e-12)
+
+
+@pytest.mark.parametrize("kernel", [c[0] for c in CASES] + [SubsetNormalizedKernel(make_kernel("rbf", gamma=0.3), Y)],
+                         ids=lambda k: k.name)
+def test_attrs_round_trip(kernel):
+    attrs, arrays = kernel_to_attrs(kernel)
+    back = kernel_from_attrs(attrs, arrays)
+    np.testing.assert_array_equal(back(X, Y), kernel(X, Y))
+
+
+def test_unknown_kernel():
+    with pytest.raises(InvalidParameterError, match="kernel='cosine' is not a known kernel"):
+        make_kernel("cosine")
