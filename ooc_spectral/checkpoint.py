@@ -290,7 +290,7 @@ class RunDirectory:
 
     def write_report(self, report: dict) -> None:
         tmp = self.path / (REPORT_NAME + ".partial")
-        tmp.write_text(json.dumps(report, indent=2, sort_keys=True, default=_json_default) + "\n")
+        tmp.write_text(json.dumps(report, indent=2, default=_json_default) + "\n")
         os.replace(tmp, self.path / REPORT_NAME)
 
     def read_report(self) -> dict | None:
