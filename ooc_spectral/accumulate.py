@@ -23,9 +23,9 @@ Four kinds of statistics:
     with ``s = sum y`` known: ``d_t = y_t . s`` (the row sums of ``Y Y'``),
     ``S = sum y y' / d_t``, the smallest degree and ``max delta``.
 
-The tasks are grouped in segments of :data:`~ooc_spectral.planning.SEGMENT_TASKS`
-consecutive chunks; each segment is reduced into one partial, which a
-checkpoint can store, and the partials are folded in segment order.
+The tasks are grouped in at most :data:`~ooc_spectral.planning.MAX_SEGMENTS`
+segments of consecutive chunks; each segment is reduced into one partial, which
+a checkpoint can store, and the partials are folded in segment order.
 Nothing n x m is ever held: a task holds one c x m block.
 """
 
@@ -38,7 +38,7 @@ import numpy as np
 
 from .exceptions import DictionaryError
 from .execution import Executor, shared
-from .planning import SEGMENT_TASKS, segments
+from .planning import MAX_SEGMENTS, segments
 from .scan import Dictionary
 from .source import check_finite
 
@@ -203,7 +203,7 @@ STAT_KINDS = {"moments": chunk_moments, "ksums": chunk_ksums, "gram": chunk_gram
 def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
                chunk_starts=None, total: np.ndarray | None = None,
                store: PartialStore | None = None, stage: str | None = None,
-               per_segment: int = SEGMENT_TASKS, tol_check: float | None = None) -> dict:
+               max_segments: int = MAX_SEGMENTS, tol_check: float | None = None) -> dict:
     """Run one parallel pass over the row chunks of the dask array ``X``.
 
     Parameters
@@ -235,7 +235,7 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
     d_key = shared(dictionary)
     starts_key = shared(chunk_starts) if chunk_starts is not None else None
     extra = (shared(total),) if kind == "degrees" else ()
-    segs = segments(len(blocks), per_segment)
+    segs = segments(len(blocks), max_segments)
     stage = stage or kind
 
     partials: dict[int, dict] = {}

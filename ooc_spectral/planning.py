@@ -25,7 +25,7 @@ from .exceptions import InvalidParameterError
 __all__ = [
     "VISIT_WINDOW_ROWS",
     "SCAN_BLOCK_ROWS",
-    "SEGMENT_TASKS",
+    "MAX_SEGMENTS",
     "DEFAULT_TASK_MEMORY",
     "VisitOrder",
     "plan_task_rows",
@@ -43,8 +43,8 @@ SAMPLE_RUNS = 64
 VISIT_WINDOW_ROWS = 1 << 16
 #: Rows per block of the blocked scan (one kernel block and one solve each).
 SCAN_BLOCK_ROWS = 2048
-#: Tasks of a parallel pass reduced together into one checkpointable partial.
-SEGMENT_TASKS = 64
+#: A parallel pass is reduced in at most this many checkpointable partials (segments).
+MAX_SEGMENTS = 32
 #: Default memory budget of one task of passes 2 and 3.
 DEFAULT_TASK_MEMORY = 256 * 2**20
 
@@ -164,9 +164,15 @@ def task_bounds(n_rows: int, task_rows: int) -> np.ndarray:
     return np.append(np.arange(0, n_rows, task_rows, dtype=np.int64), n_rows)
 
 
-def segments(n_tasks: int, per_segment: int = SEGMENT_TASKS) -> list[range]:
-    """Consecutive groups of task indices, each reduced into one partial."""
-    return [range(a, min(a + per_segment, n_tasks)) for a in range(0, n_tasks, per_segment)]
+def segments(n_tasks: int, max_segments: int = MAX_SEGMENTS) -> list[range]:
+    """Consecutive groups of task indices, each reduced into one partial.
+
+    At most ``max_segments`` groups of equal size (the last may be shorter): the
+    unit of progress and of checkpointing of a pass, whose stored partials
+    (``m x m`` each) then stay bounded whatever n.
+    """
+    per = max(1, -(-n_tasks // max_segments))
+    return [range(a, min(a + per, n_tasks)) for a in range(0, n_tasks, per)]
 
 
 def plan_sample(n_rows: int, size: int, seed: int, purpose: int = 0) -> np.ndarray:
