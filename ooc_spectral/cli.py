@@ -115,6 +115,12 @@ def cmd_fit(args) -> dict:
 
     if args.checkpoint_every < 1:
         raise CommandError(f"--checkpoint-every {args.checkpoint_every} must be at least 1")
+    if args.performance_report:
+        try:
+            import bokeh  # noqa: F401  (dask's performance report is drawn with bokeh)
+        except ImportError:
+            raise CommandError("--performance-report needs bokeh: pip install "
+                               "'ooc_spectral[report]'") from None
     job = FitJob(input=args.input, outdir=args.out, params=estimator_params(args),
                  cluster=_cluster_options(args), checkpoint_every=args.checkpoint_every,
                  overwrite=args.overwrite, performance_report=args.performance_report,

@@ -65,6 +65,7 @@ def dask_client(options: ClusterOptions):
              n, options.threads_per_worker, options.memory_limit)
     with LocalCluster(n_workers=n, threads_per_worker=options.threads_per_worker,
                       processes=True, memory_limit=options.memory_limit,
-                      dashboard_address=None, silence_logs=logging.WARNING) as cluster, \
+                      dashboard_address=":0", silence_logs=logging.WARNING) as cluster, \
             Client(cluster) as client:
+        log.debug("dask dashboard: %s", client.dashboard_link)
         yield client

@@ -308,3 +308,12 @@ def test_fit_on_external_dask_cluster(data, tmp_path):
             os.killpg(p.pid, signal.SIGTERM)
         for p in procs:
             p.wait(timeout=30)
+
+
+def test_performance_report_and_quiet(data, tmp_path):
+    html = tmp_path / "perf.html"
+    proc = cli("fit", data, "--out", tmp_path / "o", "--gamma", 0.05, "--performance-report", html,
+               *FAST, check=0)
+    assert proc.stderr == ""  # --quiet: nothing on stderr when all goes well
+    text = html.read_text()
+    assert "<html" in text.lower() and "chunk_moments" in text
