@@ -69,7 +69,7 @@ from dataclasses import dataclass
 import dask
 import dask.array as da
 import numpy as np
-from scipy.linalg import LinAlgError, cho_factor, cho_solve
+from scipy.linalg import LinAlgError, cho_factor, cho_solve, eigh
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from .config import resolve_seed
@@ -99,6 +99,7 @@ __all__ = [
     "SubsetCenteredKernel",
     "NystromModel",
     "metropolis_volume_sample",
+    "efraimidis_spirakis_keys",
     "selection_kernel",
     "kernel_matmul",
     "NYSTROM_SELECTIONS",
@@ -288,8 +289,27 @@ def _positive_or_raise(vals: np.ndarray, what: str, n_components: int) -> None:
         )
 
 
+def _top_eigenpairs_inplace(A: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`~ooc_spectral.eigensolve.top_eigenpairs` without copies of ``A`` (overwritten).
+
+    LAPACK's ``dsyevr`` reduces ``A`` in place, so the peak memory is ``A``
+    itself plus ``O(n k)``; same order and sign
+    convention (the entry of largest magnitude of each eigenvector is positive).
+    """
+    n = A.shape[0]
+    # A is symmetric: its transpose is a Fortran-ordered view LAPACK can overwrite
+    # without the copy it makes of a C-ordered array
+    vals, vecs = eigh(A.T, subset_by_index=[n - k, n - 1], driver="evr", overwrite_a=True,
+                      check_finite=False)
+    vals, vecs = vals[::-1].copy(), vecs[:, ::-1].copy()
+    big = np.argmax(np.abs(vecs), axis=0)
+    signs = np.sign(vecs[big, np.arange(k)])
+    signs[signs == 0] = 1.0
+    return vals, vecs * signs
+
+
 def _dense_fit(K: np.ndarray, normalization: str, n_components: int, drop_first: bool):
-    """Eigen-decomposition of a dense, normalized Gram matrix.
+    """Eigen-decomposition of a dense Gram matrix, normalized in place (``K`` is overwritten).
 
     Returns ``(coef, offset, eigenvalues, train_embedding)`` for
     :class:`NystromModel` (``scale = 1``).
@@ -297,11 +317,10 @@ def _dense_fit(K: np.ndarray, normalization: str, n_components: int, drop_first:
     K = np.asarray(K, dtype=np.float64)
     if normalization == "additive":
         mu = K.mean(axis=1)
-        Kc = K - mu[:, None]
-        Kc -= mu[None, :]
-        Kc += mu.mean()
-        vals, U = top_eigenpairs(Kc, n_components)
-        del Kc
+        K -= mu[:, None]
+        K -= mu[None, :]
+        K += mu.mean()
+        vals, U = _top_eigenpairs_inplace(K, n_components)
         _positive_or_raise(vals, "centred Gram matrix", n_components)
         coef = U / np.sqrt(vals)
         return coef, mu @ coef, vals, U * np.sqrt(vals)
@@ -312,11 +331,10 @@ def _dense_fit(K: np.ndarray, normalization: str, n_components: int, drop_first:
             "normalization is undefined; use a kernel with positive values (rbf, laplacian)"
         )
     s = 1.0 / np.sqrt(d)
-    N = K * s[:, None]
-    N *= s[None, :]
+    K *= s[:, None]
+    K *= s[None, :]
     k = n_components + int(drop_first)
-    vals, V = top_eigenpairs(N, k)
-    del N
+    vals, V = _top_eigenpairs_inplace(K, k)
     if drop_first:
         vals, V = vals[1:], V[:, 1:]
     _positive_or_raise(vals, "normalized kernel matrix D^-1/2 K D^-1/2", n_components)
@@ -608,8 +626,10 @@ class ExactKernelEmbedding(_KernelEmbeddingBase):
     drop_first : bool, default=True
         Divisive only: drop the trivial first eigenvector.
     memory_budget : int or str, default="2GiB"
-        Largest memory the Gram matrix and its eigen-decomposition may take
-        (estimated as ``3 * 8 n^2`` bytes).
+        Largest memory the Gram matrix and its eigen-decomposition may take,
+        estimated as ``16 n^2`` bytes: the float64 Gram matrix, normalized and
+        decomposed in place, and as much again for the kernel computation's
+        temporaries and LAPACK's workspace.
     chunk_rows : int, default=None
         Rows per task of ``transform`` on dask or zarr input.
     random_state : int, default=None
@@ -625,7 +645,7 @@ class ExactKernelEmbedding(_KernelEmbeddingBase):
         The training rows and coefficients ``transform`` applies.
     n_features_in_, n_samples_fit_ : int
     timings_ : dict
-        ``{"gram": s, "eigensolve": s}``.
+        ``{"read": s, "gram_and_eigensolve": s}``.
 
     Raises
     ------
@@ -650,8 +670,8 @@ class ExactKernelEmbedding(_KernelEmbeddingBase):
 
     @staticmethod
     def required_memory(n_samples: int) -> int:
-        """Bytes the exact method needs for ``n_samples`` rows (Gram, copy, eigenvectors)."""
-        return 3 * 8 * int(n_samples) ** 2
+        """Bytes the exact method is budgeted for ``n_samples`` rows (``16 n^2``)."""
+        return 16 * int(n_samples) ** 2
 
     def fit(self, X, y=None):
         """Fit on X and compute the training embedding.
@@ -672,7 +692,7 @@ class ExactKernelEmbedding(_KernelEmbeddingBase):
         n = source.n_rows
         need = self.required_memory(n)
         if need > budget:
-            n_max = math.isqrt(budget // 24)
+            n_max = math.isqrt(budget // 16)
             raise InvalidInputError(
                 f"ExactKernelEmbedding needs about {need / 2**30:.2f} GiB for the {n} x {n} Gram "
                 f"matrix of X, above memory_budget={self.memory_budget!r} (at most {n_max} rows); "
@@ -683,11 +703,9 @@ class ExactKernelEmbedding(_KernelEmbeddingBase):
         kernel, gamma = _resolve_kernel(self, source, seed)
         t0 = time.perf_counter()
         Xm = source.read_rows(0, n)
-        K = kernel(Xm)
         t1 = time.perf_counter()
-        coef, offset, vals, emb = _dense_fit(K, self.normalization, self.n_components,
+        coef, offset, vals, emb = _dense_fit(kernel(Xm), self.normalization, self.n_components,
                                              self.drop_first)
-        del K
         t2 = time.perf_counter()
         self.model_ = NystromModel(kernel, Xm, kernel.aux(Xm), self.normalization, coef, offset)
         self.eigenvalues_ = vals
@@ -695,7 +713,7 @@ class ExactKernelEmbedding(_KernelEmbeddingBase):
         self.n_features_in_ = source.n_features
         self.n_samples_fit_ = n
         self.random_state_ = seed
-        self.timings_ = {"gram": t1 - t0, "eigensolve": t2 - t1}
+        self.timings_ = {"read": t1 - t0, "gram_and_eigensolve": t2 - t1}
         if source.kind == "numpy":
             self.embedding_ = emb
         else:
@@ -728,6 +746,25 @@ def _keep_top(keys: np.ndarray, rows: np.ndarray, values: np.ndarray, m: int):
     return keys[order], rows[order], values[order]
 
 
+def efraimidis_spirakis_keys(weights, uniforms) -> np.ndarray:
+    """Keys whose ``m`` largest give a weighted sample of ``m`` items without replacement.
+
+    Efraimidis & Spirakis (2006): with ``u_i ~ U(0, 1)`` independent, the items
+    of the ``m`` largest ``log(u_i) / w_i`` (the order of ``u_i^(1/w_i)``) are
+    distributed as ``m`` successive draws without replacement, each with
+    probability proportional to its weight among those left. Items with
+    ``w_i <= 0`` get ``-inf`` (never drawn before a positive one).
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    u = np.asarray(uniforms, dtype=np.float64)
+    keys = np.full(np.broadcast_shapes(w.shape, u.shape), -np.inf)
+    w, u = np.broadcast_to(w, keys.shape), np.broadcast_to(u, keys.shape)
+    positive = w > 0
+    with np.errstate(divide="ignore"):
+        keys[positive] = np.log(u[positive]) / w[positive]
+    return keys
+
+
 def _diag_block(block, kernel: Kernel, mode: str, m: int, seed: int, start: int):
     """The ``m`` best rows of one block for ``diagonal`` / ``largest-diagonal``."""
     X = _f64(block)
@@ -738,9 +775,7 @@ def _diag_block(block, kernel: Kernel, mode: str, m: int, seed: int, start: int)
         keys = diag.copy()
     else:  # Efraimidis & Spirakis: the m largest log(u) / w sample without replacement ~ w
         u = _row_random(seed, 0xD1A6, start, start + X.shape[0], None, kind="uniform")
-        positive = diag > 0
-        keys = np.full(X.shape[0], -np.inf)
-        keys[positive] = np.log(u[positive]) / diag[positive]
+        keys = efraimidis_spirakis_keys(diag, u)
     return _keep_top(keys, rows, diag, m)
 
 
@@ -929,8 +964,7 @@ class NystromEmbedding(_KernelEmbeddingBase):
         rows, scores, acc = self._select(source, base, seed)
         t1 = time.perf_counter()
         L = source.read_index(rows)
-        K = base(L)
-        coef, offset, vals, _ = _dense_fit(K, self.normalization, self.n_components,
+        coef, offset, vals, _ = _dense_fit(base(L), self.normalization, self.n_components,
                                            self.drop_first)
         n, m = source.n_rows, len(rows)
         if self.normalization == "additive":

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from .config import FitConfig

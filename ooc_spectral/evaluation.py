@@ -53,6 +53,8 @@ __all__ = [
     "reference_embedding",
     "align",
     "generalization_error",
+    "paired_difference",
+    "pointwise_error",
     "Protocol",
     "ProtocolResult",
     "kernel_reconstruction_error",
@@ -187,15 +189,37 @@ def align(E, reference) -> tuple[np.ndarray, np.ndarray]:
     return A @ B, B
 
 
+def pointwise_error(E, reference) -> np.ndarray:
+    """Per test point: the squared difference between aligned ``E`` and ``reference``.
+
+    Averaged over the reference's coordinates; :func:`generalization_error` is
+    their mean.
+    """
+    aligned, _ = align(E, reference)
+    return np.mean((aligned - np.asarray(reference)) ** 2, axis=1)
+
+
 def generalization_error(E, reference) -> ErrorEstimate:
     """Mean squared difference between the aligned ``E`` and ``reference``, with 95% CI.
 
     The per-point value is the squared difference averaged over the reference's
     coordinates.
     """
-    aligned, _ = align(E, reference)
-    per_point = np.mean((aligned - np.asarray(reference)) ** 2, axis=1)
-    return ErrorEstimate.of(per_point)
+    return ErrorEstimate.of(pointwise_error(E, reference))
+
+
+def paired_difference(a: "ProtocolResult", b: "ProtocolResult") -> ErrorEstimate:
+    """Mean of ``a``'s per-point error minus ``b``'s on the same test points, with 95% CI.
+
+    Both results must come from the same :class:`Protocol`; a CI entirely below
+    zero says ``a`` generalizes better than ``b``.
+    """
+    if a.per_point is None or b.per_point is None or a.per_point.shape != b.per_point.shape:
+        raise InvalidInputError(
+            "paired_difference needs two results of the same Protocol (per-point errors on "
+            "the same test points)"
+        )
+    return ErrorEstimate.of(a.per_point - b.per_point)
 
 
 @dataclass
@@ -213,6 +237,8 @@ class ProtocolResult:
         steadier measure on a shared machine.
     info : dict
         Fitted facts worth reporting (dictionary size, tol, landmarks, ...).
+    per_point : ndarray of shape (n_test,)
+        The per-point errors (for paired comparisons; not in :meth:`to_dict`).
     """
 
     error: ErrorEstimate
@@ -222,6 +248,7 @@ class ProtocolResult:
     fit_cpu_seconds: float = math.nan
     transform_cpu_seconds: float = math.nan
     info: dict = field(default_factory=dict)
+    per_point: np.ndarray | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict:
         return {"error": self.error.to_dict(), "n_train": self.n_train,
@@ -338,8 +365,9 @@ class Protocol:
             t2, c2 = time.perf_counter(), time.process_time()
             fit_t, tr_t = min(fit_t, t1 - t0), min(tr_t, t2 - t1)
             fit_c, tr_c = min(fit_c, c1 - c0), min(tr_c, c2 - c1)
-        err = generalization_error(E, self.reference)
-        return ProtocolResult(err, n, fit_t, tr_t, fit_c, tr_c, _fitted_info(estimator))
+        points = pointwise_error(E, self.reference)
+        return ProtocolResult(ErrorEstimate.of(points), n, fit_t, tr_t, fit_c, tr_c,
+                              _fitted_info(estimator), points)
 
 
 # --------------------------------------------------------------------------- #

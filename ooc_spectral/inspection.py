@@ -67,7 +67,7 @@ def _model_summary(path: Path, meta: dict, group) -> tuple[str, dict]:
              f"  eigenvalues      {', '.join(f'{v:.6g}' for v in group['eigenvalues'][...])}",
              f"  trained on       {fitted.get('n_samples_fit_')} rows",
              f"  certificate      max residual {fitted.get('max_residual_')} (tol {fitted.get('tol_')})",
-             f"  versions         " + ", ".join(f"{k} {v}" for k, v in meta.get("versions", {}).items())]
+             "  versions         " + ", ".join(f"{k} {v}" for k, v in meta.get("versions", {}).items())]
     return "\n".join(lines), {"kind": "model", "path": str(path), "meta": meta}
 
 

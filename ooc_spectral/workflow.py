@@ -36,6 +36,7 @@ step in its output's attributes.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
@@ -155,8 +156,9 @@ def _step_argv(wf: dict, i: int, step: dict, sub: argparse.ArgumentParser) -> tu
                 argv.append(flag)
         elif isinstance(a, argparse._AppendAction):
             items = value if isinstance(value, list) else [value]
-            if isinstance(value, dict):
-                items = [f"{k}={v}" for k, v in value.items()]
+            if isinstance(value, dict):  # KEY=VALUE options: VALUE as JSON keeps its type
+                items = [f"{k}={v if isinstance(v, str) else json.dumps(v)}"
+                         for k, v in value.items()]
             for v in items:
                 argv += [flag, str(v)]
         else:

@@ -9,6 +9,8 @@ reference embeddings.
 from __future__ import annotations
 
 import ast
+import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -142,9 +144,35 @@ def median_gamma(X: np.ndarray, seed: int = 0, sample: int = 2000) -> float:
     return float(1.0 / np.median(pdist(X[rows], "sqeuclidean")))
 
 
+def single_threaded_experiment(func: Callable) -> Callable:
+    """Run an experiment function inside :func:`single_threaded`."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        with single_threaded():
+            return func(*args, **kwargs)
+
+    return wrapper
+
+
 # --------------------------------------------------------------------------- #
 # timing and statistics
 # --------------------------------------------------------------------------- #
+@contextlib.contextmanager
+def single_threaded():
+    """One BLAS thread and dask's synchronous scheduler, for comparable timings.
+
+    Every method is then timed on one core: CPU seconds measure its cost, and
+    no method gains or loses from thread scheduling (on an oversubscribed
+    machine a multi-threaded BLAS can be a hundred times slower than one thread).
+    """
+    import dask
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1), dask.config.set(scheduler="synchronous"):
+        yield
+
+
 def timed(fn: Callable[[], Any], repeats: int = 1) -> tuple[Any, float, float]:
     """``(result, wall, cpu)``: the best wall and process CPU seconds over ``repeats``."""
     wall = cpu = math.inf
@@ -185,6 +213,17 @@ def fmt_ci(mean: float, half: float) -> str:
 # --------------------------------------------------------------------------- #
 # outputs
 # --------------------------------------------------------------------------- #
+def sparse_labels(xs: Sequence[float], factor: float = 1.4) -> list[bool]:
+    """Which points of a log-scale series to label so that labels do not pile up."""
+    keep, last = [], None
+    for x in xs:
+        ok = last is None or not (x > 0 and last > 0) or max(x / last, last / x) >= factor
+        keep.append(ok)
+        if ok:
+            last = x
+    return keep
+
+
 def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
@@ -214,12 +253,26 @@ def save_figure(fig, path: Path, dpi: int = 100) -> str:
     import matplotlib.pyplot as plt
 
     path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
     for d in (dpi, 80, 64, 50):
         fig.savefig(path, dpi=d, bbox_inches="tight")
         if path.stat().st_size <= MAX_PNG_BYTES:
             break
     plt.close(fig)
     return str(path)
+
+
+def log_xticks(ax, values: Sequence[float], max_labels: int = 8) -> None:
+    """Log x axis labelled at (a thinned subset of) ``values``, no minor labels."""
+    from matplotlib.ticker import NullFormatter
+
+    values = sorted(set(values))
+    step = max(1, -(-len(values) // max_labels))
+    ticks = values[::step]
+    ax.set_xscale("log")
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"{t:g}" for t in ticks])
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def pyplot():
