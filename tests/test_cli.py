@@ -316,3 +316,14 @@ def test_performance_report_and_quiet(data, tmp_path):
     assert proc.stderr == ""  # --quiet: nothing on stderr when all goes well
     text = html.read_text()
     assert "<html" in text.lower() and "chunk_moments" in text
+
+
+def test_evaluate_lists_and_rejects_unknown(tmp_path):
+    proc = cli("evaluate", "--list", check=0)
+    for name in ("ob2005-table1", "ob2005-figure4", "hm2011-halo-ball"):
+        assert f"{name}:" in proc.stdout
+    proc = cli("evaluate", "no-such-experiment", "--out", tmp_path / "e", "-q")
+    assert proc.returncode == 2
+    assert "unknown experiment 'no-such-experiment'; expected one of:" in proc.stderr
+    proc = cli("evaluate", "ob2005-figure3", "--out", tmp_path / "e", "--param", "bogus=1", "-q")
+    assert proc.returncode == 2 and "has no parameter 'bogus'" in proc.stderr
