@@ -142,15 +142,17 @@ def _apply_rows(owner: str, emap, X, n_features: int, per_row_bytes: int,
                          name=f"ooc-spectral-{owner.lower()}")
 
 
-def _read_in_memory(owner: str, X, max_samples: int) -> np.ndarray:
+def _read_in_memory(owner: str, X, max_samples: int,
+                    what: str = "an n x n matrix") -> np.ndarray:
     """All rows of X as float64 (checked finite), refusing more than ``max_samples``."""
     source = open_source(X)
     n = source.n_rows
     if n > max_samples:
         raise InvalidInputError(
-            f"{owner} holds an n x n matrix in memory and X has {n} rows, above "
-            f"max_samples={max_samples} (about {8 * n * n / 2**30:.1f} GiB for one n x n "
-            "float64 matrix); fit on a sample, raise max_samples if the memory is there, or "
+            f"{owner} holds {what} in memory and X has {n} rows, above "
+            f"max_samples={max_samples} (one dense n x n float64 matrix would take about "
+            f"{8 * n * n / 2**30:.1f} GiB); fit on a sample, raise max_samples if the memory "
+            "is there, or "
             "use an out-of-core method: LandmarkIsomap, MetricMDS(metric='euclidean'), "
             "LaplacianEigenmaps or DiffusionMap")
     return source.read_rows(0, n)
@@ -565,7 +567,7 @@ class MetricMDS(_Fitted, TransformerMixin, BaseEstimator):
             self._map = est
             self._scale = scale
             return self
-        Xf = _read_in_memory(name, X, max_samples)
+        Xf = _read_in_memory(name, X, max_samples, "the n x n distance matrix")
         try:
             S = cdist(Xf[:2], Xf[:2], metric=self.metric)
         except (ValueError, TypeError) as exc:
@@ -697,7 +699,7 @@ class Isomap(_Fitted, TransformerMixin, BaseEstimator):
         check_choice(name, "eigen_solver", self.eigen_solver, ("auto", "dense", "arpack"))
         max_samples = check_int(name, "max_samples", self.max_samples, low=2)
         check_int(name, "chunk_rows", self.chunk_rows, low=1, none=True)
-        Xf = _read_in_memory(name, X, max_samples)
+        Xf = _read_in_memory(name, X, max_samples, "the n x n geodesic distance matrix")
         n = Xf.shape[0]
         if k >= n:
             raise InvalidParameterError(
@@ -979,7 +981,9 @@ class LocallyLinearEmbedding(_Fitted, TransformerMixin, BaseEstimator):
         tol = check_float(name, "tol", self.tol, low=0.0)
         max_samples = check_int(name, "max_samples", self.max_samples, low=2)
         check_int(name, "chunk_rows", self.chunk_rows, low=1, none=True)
-        Xf = _read_in_memory(name, X, max_samples)
+        Xf = _read_in_memory(name, X, max_samples,
+                             "the k-NN graph and the n x n matrix M (dense for eigen_solver="
+                             "'dense')")
         n = Xf.shape[0]
         if k >= n:
             raise InvalidParameterError(
