@@ -38,7 +38,7 @@ from .exceptions import DictionaryError
 from .scan import Dictionary
 
 __all__ = ["SpectralMap", "top_eigenpairs", "solve_additive", "solve_divisive",
-           "check_n_components"]
+           "check_n_components", "spent_directions"]
 
 MODES = ("additive", "divisive-exact", "divisive-subset")
 
@@ -55,17 +55,30 @@ def top_eigenpairs(A: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return vals, vecs * signs
 
 
-def check_n_components(dictionary_size: int, n_components: int) -> None:
-    """Raise :class:`DictionaryError` unless ``n_components < dictionary_size``.
+def spent_directions(affine: bool, mode: str, drop_first: bool) -> int:
+    """Directions of the m-dimensional projection not available as components.
 
-    The centred projections span at most ``m - 1`` directions, and the divisive
-    embedding drops one of ``m``: either way ``n_components`` must be below ``m``.
+    Centring the affine projections loses one (they lie in an affine subspace of
+    dimension m - 1); the divisive embedding drops the trivial eigenvector.
+    """
+    if mode == "additive":
+        return 1 if affine else 0
+    return 1 if drop_first else 0
+
+
+def check_n_components(dictionary_size: int, n_components: int, spent: int = 1) -> None:
+    """Raise :class:`DictionaryError` unless ``n_components + spent <= dictionary_size``.
+
+    ``spent`` is :func:`spent_directions`: with the defaults (affine kernel PCA,
+    or divisive with the trivial eigenvector dropped) ``n_components`` must be
+    below ``m``.
     """
     m = int(dictionary_size)
-    if n_components >= m:
+    if n_components + spent > m:
+        bound = "below" if spent else "at most"
         raise DictionaryError(
-            f"n_components={n_components} is not below the dictionary size ({m} points); "
-            f"lower n_components to at most {max(m - 1, 0)}, or grow the dictionary with a "
+            f"n_components={n_components} is not {bound} the dictionary size ({m} points); "
+            f"lower n_components to at most {max(m - spent, 0)}, or grow the dictionary with a "
             "smaller tol, a larger gamma, or dictionary_size > n_components"
         )
 
@@ -135,17 +148,26 @@ class SpectralMap:
 
     def embed(self, X: np.ndarray) -> np.ndarray:
         """Embedding of the rows of X, shape ``(len(X), n_components)``."""
+        return self.embed_with_degrees(X)[0]
+
+    def embed_with_degrees(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """The embedding of the rows of X and, for ``divisive-exact``, their degrees ``d(x)``.
+
+        The degrees (``y(x) . s``, the row sums of the approximate Gram matrix)
+        give Laplacian-eigenmap and diffusion-map coordinates ``v_k / sqrt(d)``.
+        """
+        deg = None
         if self.dictionary.solver == "gemm":
             K, _ = self.dictionary.kernel_block(X)
             G, c0 = self.folded
             E = K @ G
             if self.mode == "divisive-exact":
-                deg = E[:, -1]
+                deg = E[:, -1].copy()
                 self._check_degrees(deg)
                 E = E[:, :-1] / np.sqrt(deg)[:, None]
             else:
                 E += c0
-            return E
+            return E, deg
         Y, _ = self.dictionary.project(X, orthogonal=self.mode != "additive")
         if self.mode == "additive":
             Y -= self.center
@@ -153,12 +175,13 @@ class SpectralMap:
             deg = Y @ self.center
             self._check_degrees(deg)
             Y /= np.sqrt(deg)[:, None]
-        return Y @ self.components
+        return Y @ self.components, deg
 
 
 def solve_additive(dictionary: Dictionary, moments: dict, n_components: int) -> SpectralMap:
     """Kernel PCA from the ``moments`` statistics of pass 2."""
-    check_n_components(dictionary.size, n_components)
+    check_n_components(dictionary.size, n_components,
+                       spent_directions(dictionary.affine, "additive", False))
     vals, W = top_eigenpairs(moments["m2"], n_components)
     return SpectralMap(dictionary, "additive", np.asarray(moments["mean"]), W, vals,
                        int(moments["n"]))
@@ -168,7 +191,8 @@ def solve_divisive(dictionary: Dictionary, stats: dict, n_components: int, *,
                    drop_first: bool, subset: bool, total: np.ndarray | None = None) -> SpectralMap:
     """Spectral embedding from the ``degrees`` (exact) or ``gram`` (subset) statistics."""
     k = n_components + int(drop_first)
-    check_n_components(dictionary.size, n_components)
+    check_n_components(dictionary.size, n_components,
+                       spent_directions(dictionary.affine, "divisive", drop_first))
     vals, W = top_eigenpairs(stats["S"], k)
     if drop_first:
         vals, W = vals[1:], W[:, 1:]

@@ -9,6 +9,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from .config import FitConfig
 from .eigensolve import SpectralMap
 from .exceptions import InvalidInputError, NotFittedError
+from .execution import compute
 from .pipeline import FitResult, FitRun
 from .planning import plan_task_rows
 from .source import open_source
@@ -254,7 +255,7 @@ class GreedySpectralEmbedding(TransformerMixin, BaseEstimator):
                               smap.dictionary.size, requested=self.chunk_rows,
                               itemsize=source.itemsize)
         out = embedding_graph(source.to_dask(rows), smap, chunk_starts=source.chunk_starts)
-        return out.compute() if source.kind == "numpy" else out
+        return compute(out)[0] if source.kind == "numpy" else out
 
     # ------------------------------------------------------------------ #
     def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> None:

@@ -19,12 +19,39 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Mapping
 
 import dask
+import dask.base
+from threadpoolctl import threadpool_limits
 
-__all__ = ["Executor", "PartProgress", "shared", "active_client"]
+__all__ = ["Executor", "PartProgress", "shared", "active_client", "compute", "task_blas_threads"]
+
+
+@contextmanager
+def task_blas_threads():
+    """One BLAS thread per task while dask's threaded scheduler runs tasks side by side.
+
+    The threaded scheduler runs one task per core; letting each task's BLAS
+    start one thread per core as well oversubscribes the machine (and makes
+    OpenBLAS spin). Distributed workers already pin BLAS to one thread; the
+    synchronous scheduler keeps every BLAS thread.
+    """
+    import dask.threaded
+
+    if dask.base.get_scheduler() is dask.threaded.get and (os.cpu_count() or 1) > 1:
+        with threadpool_limits(1):
+            yield
+    else:
+        yield
+
+
+def compute(*collections):
+    """``dask.compute`` with :func:`task_blas_threads`."""
+    with task_blas_threads():
+        return dask.compute(*collections)
 
 
 def shared(obj: Any):
@@ -111,7 +138,7 @@ class Executor:
         batch = max(1, 2 * (os.cpu_count() or 1))
         for a in range(0, total, batch):
             chunk = names[a : a + batch]
-            values = dask.compute(*[parts[n] for n in chunk])
+            values = compute(*[parts[n] for n in chunk])
             for n, v in zip(chunk, values):
                 done(n, v)
         return results

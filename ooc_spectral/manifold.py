@@ -240,19 +240,8 @@ class _DivisiveCoordinates:
         return int(self.scale.shape[0])
 
     def embed(self, X: np.ndarray) -> np.ndarray:
-        # The computation of SpectralMap.embed (divisive-exact), keeping d(x).
-        Y, _ = self.smap.dictionary.project(X, orthogonal=True)
-        d = Y @ self.smap.center
-        if np.any(d <= 0):
-            i = int(np.flatnonzero(d <= 0)[0])
-            raise DictionaryError(
-                f"the approximate degree of row {i} of this block is {d[i]:.3g} (not positive): "
-                "the row is too far from the training data for the divisive normalization; "
-                "refit with a smaller tol or a smaller gamma")
-        root = np.sqrt(d)[:, None]
-        Y /= root
-        V = Y @ self.smap.components
-        V /= root
+        V, d = self.smap.embed_with_degrees(X)
+        V /= np.sqrt(d)[:, None]
         V *= self.scale
         return V
 

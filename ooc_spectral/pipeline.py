@@ -33,8 +33,9 @@ from scipy.linalg import solve_triangular
 from . import planning
 from .accumulate import VIOLATOR_CAP, PartialStore, accumulate, check_degrees
 from .config import FitConfig
-from .eigensolve import SpectralMap, check_n_components, solve_additive, solve_divisive
-from .execution import Executor
+from .eigensolve import (SpectralMap, check_n_components, solve_additive, solve_divisive,
+                         spent_directions)
+from .execution import Executor, compute
 from .kernels import GAMMA_SAMPLE_SIZE, Kernel, SubsetNormalizedKernel, make_kernel, median_heuristic_gamma
 from .planning import VisitOrder, plan_sample, plan_task_rows
 from .exceptions import DictionaryError, DictionaryWarning, InvalidInputError
@@ -285,10 +286,11 @@ class FitRun:
     def check_dictionary(self, dictionary: Dictionary, kernel: Kernel, gamma, tol: float) -> None:
         """Explain a degenerate dictionary: too small for ``n_components``, or every row."""
         c, m, n = self.config, dictionary.size, self.source.n_rows
+        spent = spent_directions(c.affine, c.normalization, c.drop_first)
         width = ""
         if gamma is not None:
             width = f" (gamma={gamma:.3g})"
-        if m <= c.n_components:
+        if m < c.n_components + spent:
             scale = float(np.max(kernel.diag(dictionary.points)))
             if tol >= 0.1 * scale:
                 hint = (f"; tol={tol:.3g} is not small against k(x, x)={scale:.3g}: lower tol "
@@ -301,8 +303,8 @@ class FitRun:
                 hint = f"; lower tol (try tol={tol / 100:.3g})"
             raise DictionaryError(
                 f"the dictionary has only {m} point{'s' if m != 1 else ''}, so n_components="
-                f"{c.n_components} is not below the dictionary size{hint}; or lower n_components "
-                f"to at most {max(m - 1, 0)}"
+                f"{c.n_components} is not {'below' if spent else 'at most'} the dictionary size"
+                f"{hint}; or lower n_components to at most {max(m - spent, 0)}"
             )
         if c.dictionary_size is None and m == n:
             msg = (f"every one of the {n} rows entered the dictionary{width}: the kernel is so "
@@ -312,7 +314,7 @@ class FitRun:
                 msg += f"; use a smaller gamma (try gamma={gamma / 10:.3g}) or a larger tol"
             log.warning(msg)
             warnings.warn(msg, DictionaryWarning, stacklevel=3)
-        check_n_components(m, c.n_components)
+        check_n_components(m, c.n_components, spent)
 
     # ------------------------------------------------------------------ #
     # stages: pass 2 and the eigensolve
@@ -406,7 +408,7 @@ class FitRun:
             if out is None:
                 embedding = embedding_graph(X, smap, chunk_starts=s.chunk_starts)
                 if s.kind == "numpy":
-                    embedding = embedding.compute()
+                    (embedding,) = compute(embedding)
             else:
                 written = out.write(X, smap, self.executor)
                 if self.resume and written < s.n_rows:

@@ -161,3 +161,14 @@ def test_unwritable_output_fails_before_any_work(tmp_path, monkeypatch):
 def test_unknown_input_type():
     with pytest.raises(InvalidInputError):
         fit({"a": 1})
+
+
+def test_unconstrained_kernel_pca_may_use_every_dictionary_direction():
+    # without the affine constraint the centred projections span all m directions
+    Xs = np.random.default_rng(5).normal(size=(200, 2))
+    est = GreedySpectralEmbedding(n_components=3, kernel="linear", tol=1e-9, affine=False,
+                                  random_state=0).fit(np.column_stack([Xs, Xs.sum(1) ** 2]))
+    assert est.dictionary_.shape[0] == 3 and est.embedding_.shape == (200, 3)
+    with pytest.raises(DictionaryError, match="n_components=3 is not below the dictionary size"):
+        GreedySpectralEmbedding(n_components=3, kernel="linear", tol=1e-9,
+                                random_state=0).fit(np.column_stack([Xs, Xs.sum(1) ** 2]))
