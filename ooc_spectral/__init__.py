@@ -15,8 +15,15 @@ The modules follow the data flow:
 ``pipeline``    the stages strung together, with checkpoints
 ``estimator``   the scikit-learn-style estimator
 ``persistence`` models as zarr groups with JSON attributes
+
+Around them: ``clustering`` (spectral clustering), ``manifold`` (Laplacian
+eigenmaps, diffusion maps, MDS, Isomap, LLE), ``baselines`` (exact, Nyström,
+Gaussian projection), ``evaluation`` and ``experiments`` (the papers' protocols),
+``datasets`` and ``loaders`` (data), and the batch layer (``checkpoint``,
+``jobs``, ``cli``, ``workflow``).
 """
 
+from .clustering import GreedySpectralClustering
 from .estimator import GreedySpectralEmbedding
 from .exceptions import (
     ConfigurationMismatchError,
@@ -40,6 +47,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "GreedySpectralEmbedding",
+    "GreedySpectralClustering",
     "OocSpectralError",
     "UsageError",
     "InvalidParameterError",
