@@ -1,10 +1,11 @@
-"""Parameter checks shared by the estimators of :mod:`ooc_spectral.manifold` and
-:mod:`ooc_spectral.clustering`.
+"""Parameter checks shared by every estimator of the package.
 
 scikit-learn convention: ``__init__`` only stores parameters, ``fit`` checks
 them with these helpers, which raise
 :class:`~ooc_spectral.exceptions.InvalidParameterError` with a message naming
-the estimator, the parameter, the value found and what is expected.
+the estimator (``owner``, left out when None), the parameter, the value found
+and what is expected. :class:`~ooc_spectral.config.FitConfig` applies them to
+its declared fields.
 """
 
 from __future__ import annotations
@@ -15,65 +16,72 @@ import numpy as np
 
 from .exceptions import InvalidParameterError
 
-__all__ = ["check_int", "check_float", "check_choice", "check_bool"]
+__all__ = ["check_int", "check_float", "check_choice", "check_bool", "check_str"]
 
 
 def _is_int(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
-def check_int(owner: str, name: str, value, *, low: int | None = None,
+def _fail(owner: str | None, message: str) -> InvalidParameterError:
+    return InvalidParameterError(f"{owner}: {message}" if owner else message)
+
+
+def _expected(base: str, low=None, high=None, low_open=False, none=False) -> str:
+    if low is not None:
+        base += f" {'>' if low_open else '>='} {low}"
+    if high is not None:
+        base += f" <= {high}"
+    return base + (" or None" if none else "")
+
+
+def check_int(owner: str | None, name: str, value, *, low: int | None = None,
               high: int | None = None, none: bool = False) -> int | None:
     """``value`` as an int within ``[low, high]`` (None allowed when ``none``)."""
     if value is None and none:
         return None
-    expected = "an integer"
-    if low is not None:
-        expected += f" >= {low}"
-    if high is not None:
-        expected += f" <= {high}"
-    if none:
-        expected += " or None"
+    expected = _expected("an integer", low, high, none=none)
     if not _is_int(value):
-        raise InvalidParameterError(
-            f"{owner}: {name}={value!r} has type {type(value).__name__}: expected {expected}")
+        raise _fail(owner, f"{name}={value!r} has type {type(value).__name__}: expected {expected}")
     value = int(value)
     if (low is not None and value < low) or (high is not None and value > high):
-        raise InvalidParameterError(f"{owner}: {name}={value!r} is out of range: expected {expected}")
+        raise _fail(owner, f"{name}={value!r} is out of range: expected {expected}")
     return value
 
 
-def check_float(owner: str, name: str, value, *, low: float | None = None,
+def check_float(owner: str | None, name: str, value, *, low: float | None = None,
                 low_open: bool = False, none: bool = False) -> float | None:
     """``value`` as a finite float ``>= low`` (``> low`` when ``low_open``)."""
     if value is None and none:
         return None
-    expected = "a finite number"
-    if low is not None:
-        expected += f" {'>' if low_open else '>='} {low}"
-    if none:
-        expected += " or None"
+    expected = _expected("a number", low, low_open=low_open, none=none)
     if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
-        raise InvalidParameterError(
-            f"{owner}: {name}={value!r} has type {type(value).__name__}: expected {expected}")
+        raise _fail(owner, f"{name}={value!r} has type {type(value).__name__}: expected {expected}")
     value = float(value)
-    if not np.isfinite(value) or (low is not None and (value < low or (low_open and value == low))):
-        raise InvalidParameterError(f"{owner}: {name}={value!r} is out of range: expected {expected}")
+    if not np.isfinite(value):
+        raise _fail(owner, f"{name}={value!r} is not finite: expected {expected}")
+    if low is not None and (value < low or (low_open and value == low)):
+        raise _fail(owner, f"{name}={value!r} is out of range: expected {expected}")
     return value
 
 
-def check_choice(owner: str, name: str, value, choices) -> str:
+def check_choice(owner: str | None, name: str, value, choices) -> str:
     """``value`` if it is one of ``choices``."""
     if value not in choices:
-        raise InvalidParameterError(
-            f"{owner}: {name}={value!r} is not valid: expected one of "
-            f"{', '.join(repr(c) for c in choices)}")
+        raise _fail(owner, f"{name}={value!r} is not valid: expected one of "
+                           f"{', '.join(repr(c) for c in choices)}")
     return value
 
 
-def check_bool(owner: str, name: str, value) -> bool:
+def check_bool(owner: str | None, name: str, value) -> bool:
     """``value`` if it is a bool."""
     if not isinstance(value, (bool, np.bool_)):
-        raise InvalidParameterError(
-            f"{owner}: {name}={value!r} has type {type(value).__name__}: expected True or False")
+        raise _fail(owner, f"{name}={value!r} has type {type(value).__name__}: expected True or False")
     return bool(value)
+
+
+def check_str(owner: str | None, name: str, value) -> str:
+    """``value`` if it is a string."""
+    if not isinstance(value, str):
+        raise _fail(owner, f"{name}={value!r} has type {type(value).__name__}: expected a string")
+    return value

@@ -60,7 +60,6 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import numbers
 import os
 import tempfile
 import time
@@ -72,6 +71,7 @@ import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve, eigh
 from sklearn.base import BaseEstimator, TransformerMixin
 
+from ._validation import check_bool, check_choice, check_float, check_int
 from .config import resolve_seed
 from .eigensolve import top_eigenpairs
 from .exceptions import (
@@ -81,14 +81,12 @@ from .exceptions import (
     NotFittedError,
 )
 from .kernels import (
-    GAMMA_SAMPLE_SIZE,
     KERNELS,
     Kernel,
     SubsetNormalizedKernel,
     make_kernel,
-    median_heuristic_gamma,
 )
-from .pipeline import SAMPLE_PURPOSE
+from .pipeline import resolve_gamma
 from .planning import parse_bytes, plan_sample
 from .source import DataSource, check_finite, open_source
 
@@ -125,46 +123,6 @@ _REFRESH_EVERY = 64
 # --------------------------------------------------------------------------- #
 # parameter checks
 # --------------------------------------------------------------------------- #
-def _is_int(value) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
-
-
-def _check_int(name: str, value, low: int, *, none: bool = False):
-    if value is None and none:
-        return None
-    if not _is_int(value) or value < low:
-        raise InvalidParameterError(
-            f"{name}={value!r} is not valid: expected an integer >= {low}"
-            + (" or None" if none else "")
-        )
-    return int(value)
-
-
-def _check_float(name: str, value, *, low: float = 0.0, none: bool = False):
-    if value is None and none:
-        return None
-    ok = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
-    if not ok or not np.isfinite(value) or value <= low:
-        raise InvalidParameterError(
-            f"{name}={value!r} is not valid: expected a number > {low}" + (" or None" if none else "")
-        )
-    return float(value)
-
-
-def _check_choice(name: str, value, choices) -> str:
-    if value not in choices:
-        raise InvalidParameterError(
-            f"{name}={value!r} is not valid: expected one of {', '.join(repr(c) for c in choices)}"
-        )
-    return value
-
-
-def _check_bool(name: str, value) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise InvalidParameterError(f"{name}={value!r} is not valid: expected True or False")
-    return bool(value)
-
-
 # --------------------------------------------------------------------------- #
 # shared numerical pieces
 # --------------------------------------------------------------------------- #
@@ -182,12 +140,8 @@ def _task_rows(source: DataSource, requested: int | None) -> int:
 
 def _resolve_kernel(est, source: DataSource, seed: int) -> tuple[Kernel, float | None]:
     """The base kernel; ``gamma=None`` is the core's median heuristic on the same sample."""
-    gamma = est.gamma
-    if gamma is None and est.kernel != "linear":
-        rows = plan_sample(source.n_rows, GAMMA_SAMPLE_SIZE, seed, SAMPLE_PURPOSE["gamma"])
-        gamma = median_heuristic_gamma(est.kernel, source.read_index(rows))
-    kernel = make_kernel(est.kernel, gamma=gamma, degree=est.degree, coef0=est.coef0)
-    return kernel, (None if est.kernel == "linear" else float(gamma))
+    gamma = resolve_gamma(est.kernel, est.gamma, source, seed)
+    return make_kernel(est.kernel, gamma=gamma, degree=est.degree, coef0=est.coef0), gamma
 
 
 def _row_random(seed: int, tag: int, start: int, stop: int, columns: int | None,
@@ -557,18 +511,17 @@ class _KernelEmbeddingBase(TransformerMixin, BaseEstimator):
     """Shared checks, kernel resolution and ``transform`` of the baselines."""
 
     def _check_common(self) -> None:
-        _check_int("n_components", self.n_components, 1)
-        _check_choice("kernel", self.kernel, KERNELS)
-        _check_float("gamma", self.gamma, none=True)
-        _check_int("degree", self.degree, 1)
-        if not isinstance(self.coef0, numbers.Real) or not np.isfinite(self.coef0):
-            raise InvalidParameterError(f"coef0={self.coef0!r} is not valid: expected a finite number")
-        _check_choice("normalization", self.normalization, NORMALIZATIONS)
-        _check_bool("drop_first", self.drop_first)
-        _check_int("chunk_rows", self.chunk_rows, 1, none=True)
+        check_int(type(self).__name__, "n_components", self.n_components, low=1)
+        check_choice(type(self).__name__, "kernel", self.kernel, KERNELS)
+        check_float(type(self).__name__, "gamma", self.gamma, low=0.0, low_open=True, none=True)
+        check_int(type(self).__name__, "degree", self.degree, low=1)
+        check_float(type(self).__name__, "coef0", self.coef0)
+        check_choice(type(self).__name__, "normalization", self.normalization, NORMALIZATIONS)
+        check_bool(type(self).__name__, "drop_first", self.drop_first)
+        check_int(type(self).__name__, "chunk_rows", self.chunk_rows, low=1, none=True)
         if self.random_state is not None and not isinstance(
                 self.random_state, (np.random.RandomState, np.random.Generator)):
-            _check_int("random_state", self.random_state, 0)
+            check_int(type(self).__name__, "random_state", self.random_state, low=0)
 
     def _open(self, X) -> DataSource:
         source = open_source(X)
@@ -888,11 +841,11 @@ class NystromEmbedding(_KernelEmbeddingBase):
 
     def _check_params(self, n: int) -> None:
         self._check_common()
-        m = _check_int("n_landmarks", self.n_landmarks, 2)
-        _check_choice("selection", self.selection, NYSTROM_SELECTIONS)
-        _check_int("degree_subset_size", self.degree_subset_size, 1)
-        _check_int("sample_size", self.sample_size, 2)
-        _check_int("n_steps", self.n_steps, 0, none=True)
+        m = check_int(type(self).__name__, "n_landmarks", self.n_landmarks, low=2)
+        check_choice(type(self).__name__, "selection", self.selection, NYSTROM_SELECTIONS)
+        check_int(type(self).__name__, "degree_subset_size", self.degree_subset_size, low=1)
+        check_int(type(self).__name__, "sample_size", self.sample_size, low=2)
+        check_int(type(self).__name__, "n_steps", self.n_steps, low=0, none=True)
         if self.n_components >= m:
             raise InvalidParameterError(
                 f"n_components={self.n_components} is not below n_landmarks={m}; ask for at "
@@ -1176,8 +1129,8 @@ class GaussianProjectionEmbedding(_KernelEmbeddingBase):
         self
         """
         self._check_common()
-        _check_int("oversampling", self.oversampling, 0)
-        q = _check_int("power_iterations", self.power_iterations, 0)
+        check_int(type(self).__name__, "oversampling", self.oversampling, low=0)
+        q = check_int(type(self).__name__, "power_iterations", self.power_iterations, low=0)
         source = self._open(X)
         n = source.n_rows
         divisive = self.normalization == "divisive"

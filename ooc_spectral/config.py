@@ -10,12 +10,12 @@ keeps the two equal) and the command line builds its ``fit`` options from them.
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
 
+from ._validation import check_bool, check_choice, check_float, check_int, check_str
 from .exceptions import InvalidParameterError
 from .kernels import KERNELS
 
@@ -143,46 +143,20 @@ def resolve_seed(random_state) -> int:
     return random_state
 
 
-def _describe(meta) -> str:
-    if meta["choices"]:
-        return "one of " + ", ".join(repr(c) for c in meta["choices"])
-    t = meta["type"]
-    name = {int: "an integer", float: "a number", bool: "True or False", str: "a string"}[t]
-    if meta["low"] is not None:
-        name += f" {'>' if meta['low_open'] else '>='} {meta['low']}"
-    if meta["high"] is not None:
-        name += f" <= {meta['high']}"
-    if meta["none"]:
-        name += " or None"
-    return name
-
-
 def _check(f: dataclasses.Field, value):
+    """Check one declared field (see :mod:`ooc_spectral._validation`)."""
     meta = f.metadata
-    expected = _describe(meta)
-    if value is None:
-        if meta["none"]:
-            return None
-        raise InvalidParameterError(f"{f.name}=None is not allowed: expected {expected}")
     t = meta["type"]
-    ok_type = {
-        bool: isinstance(value, (bool, np.bool_)),
-        int: isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)),
-        float: isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)),
-        str: isinstance(value, str),
-    }[t]
-    if not ok_type:
-        raise InvalidParameterError(
-            f"{f.name}={value!r} has type {type(value).__name__}: expected {expected}"
-        )
-    value = t(value)
-    if t is float and not np.isfinite(value):
-        raise InvalidParameterError(f"{f.name}={value!r} is not finite: expected {expected}")
-    if meta["choices"] and value not in meta["choices"]:
-        raise InvalidParameterError(f"{f.name}={value!r} is not valid: expected {expected}")
-    low = meta["low"]
-    if low is not None and (value < low or (meta["low_open"] and value == low)):
-        raise InvalidParameterError(f"{f.name}={value!r} is out of range: expected {expected}")
-    if meta["high"] is not None and value > meta["high"]:
-        raise InvalidParameterError(f"{f.name}={value!r} is out of range: expected {expected}")
-    return value
+    if value is None and not meta["none"]:
+        kind = {int: "an integer", float: "a number", bool: "True or False", str: "a string"}[t]
+        raise InvalidParameterError(f"{f.name}=None is not allowed: expected {kind}")
+    if meta["choices"]:
+        return check_choice(None, f.name, value, meta["choices"])
+    if t is int:
+        return check_int(None, f.name, value, low=meta["low"], high=meta["high"], none=meta["none"])
+    if t is float:
+        return check_float(None, f.name, value, low=meta["low"], low_open=meta["low_open"],
+                           none=meta["none"])
+    if t is bool:
+        return check_bool(None, f.name, value)
+    return check_str(None, f.name, value)

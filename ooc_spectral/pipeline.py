@@ -44,12 +44,24 @@ from .scan import (Dictionary, DictionaryState, ScanProgress, scan_rows, scan_so
 from .source import DataSource
 from .writeback import EmbeddingOutput, embedding_graph
 
-__all__ = ["FitRun", "FitResult", "Checkpoint", "SAMPLE_PURPOSE"]
+__all__ = ["FitRun", "FitResult", "Checkpoint", "SAMPLE_PURPOSE", "resolve_gamma"]
 
 log = logging.getLogger("ooc_spectral")
 
 #: ``purpose`` tags of the seeded samples, so that each use draws its own rows.
 SAMPLE_PURPOSE = {"gamma": 1, "degree_subset": 2, "dictionary_size": 3}
+
+
+def resolve_gamma(kernel: str, gamma: float | None, source: DataSource, seed: int) -> float | None:
+    """``gamma`` as given, or the median heuristic on the seeded sample of
+    :data:`~ooc_spectral.kernels.GAMMA_SAMPLE_SIZE` rows; None for the linear kernel."""
+    if kernel == "linear":
+        return None
+    if gamma is None:
+        rows = plan_sample(source.n_rows, GAMMA_SAMPLE_SIZE, seed, SAMPLE_PURPOSE["gamma"])
+        gamma = median_heuristic_gamma(kernel, source.read_index(rows))
+        log.info("gamma=None: median heuristic on %d rows gives gamma=%.6g", len(rows), gamma)
+    return float(gamma)
 
 
 class Checkpoint(PartialStore, Protocol):
@@ -148,16 +160,12 @@ class FitRun:
         seeded sample of ``degree_subset_size`` rows.
         """
         c = self.config
-        gamma = c.gamma
-        if gamma is None and c.kernel != "linear":
-            _, sample = self._sample("gamma", GAMMA_SAMPLE_SIZE)
-            gamma = median_heuristic_gamma(c.kernel, sample)
-            log.info("gamma=None: median heuristic on %d rows gives gamma=%.6g", len(sample), gamma)
+        gamma = resolve_gamma(c.kernel, c.gamma, self.source, c.random_state)
         kernel = make_kernel(c.kernel, gamma=gamma, degree=c.degree, coef0=c.coef0)
         if c.normalization == "divisive" and c.degree_estimate == "subset":
             _, subset = self._sample("degree_subset", c.degree_subset_size)
             kernel = SubsetNormalizedKernel(kernel, subset)
-        return kernel, (None if c.kernel == "linear" else float(gamma))
+        return kernel, gamma
 
     # ------------------------------------------------------------------ #
     # stage: scan (pass 1)
