@@ -85,6 +85,7 @@ from .kernels import (
     Kernel,
     SubsetNormalizedKernel,
     make_kernel,
+    subset_means,
 )
 from .pipeline import resolve_gamma
 from .planning import parse_bytes, plan_sample
@@ -318,15 +319,8 @@ class SubsetCenteredKernel(Kernel):
         object.__setattr__(self, "subset_mean", float(self.means(self.subset).mean()))
 
     def means(self, X, base_aux=None) -> np.ndarray:
-        """``mu(x)`` for the rows of X (in blocks of 4096 rows)."""
-        X = _f64(X)
-        out = np.empty(X.shape[0])
-        s_aux = self.base.aux(self.subset)
-        for a in range(0, X.shape[0], 4096):
-            b = min(a + 4096, X.shape[0])
-            xa = None if base_aux is None else base_aux[a:b]
-            out[a:b] = self.base.pairwise(X[a:b], self.subset, xa, s_aux).mean(axis=1)
-        return out
+        """``mu(x)`` for the rows of X."""
+        return subset_means(self.base, self.subset, X, base_aux)
 
     def aux(self, X):
         X = _f64(X)

@@ -41,6 +41,7 @@ __all__ = [
     "LinearKernel",
     "PolynomialKernel",
     "SubsetNormalizedKernel",
+    "subset_means",
     "KERNELS",
     "make_kernel",
     "median_heuristic_gamma",
@@ -209,15 +210,7 @@ class SubsetNormalizedKernel(Kernel):
     has_aux = True
 
     def degrees(self, X, base_aux=None) -> np.ndarray:
-        X = _f64(X)
-        out = np.empty(X.shape[0])
-        step = 4096  # bounded temporaries: step x len(subset)
-        s_aux = self.base.aux(self.subset)
-        for a in range(0, X.shape[0], step):
-            b = min(a + step, X.shape[0])
-            xa = None if base_aux is None else base_aux[a:b]
-            out[a:b] = self.base.pairwise(X[a:b], self.subset, xa, s_aux).mean(axis=1)
-        return out
+        return subset_means(self.base, self.subset, X, base_aux)
 
     def aux(self, X):
         X = _f64(X)
@@ -257,6 +250,18 @@ class SubsetNormalizedKernel(Kernel):
     @property
     def params(self):
         return {"base": self.base.name, **self.base.params, "subset_size": int(self.subset.shape[0])}
+
+
+def subset_means(base: Kernel, subset: np.ndarray, X, base_aux=None, step: int = 4096) -> np.ndarray:
+    """``mean_{s in subset} k(x, s)`` for each row of X, ``step`` rows at a time."""
+    X = _f64(X)
+    out = np.empty(X.shape[0])
+    s_aux = base.aux(subset)
+    for a in range(0, X.shape[0], step):  # bounded temporaries: step x len(subset)
+        b = min(a + step, X.shape[0])
+        xa = None if base_aux is None else base_aux[a:b]
+        out[a:b] = base.pairwise(X[a:b], subset, xa, s_aux).mean(axis=1)
+    return out
 
 
 KERNELS = ("rbf", "laplacian", "linear", "polynomial")

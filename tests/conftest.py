@@ -6,6 +6,19 @@ import numpy as np
 import pytest
 import zarr
 from sklearn.datasets import make_swiss_roll
+from threadpoolctl import threadpool_limits
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_blas_thread():
+    """One BLAS thread in the test process (subprocesses and workers set their own).
+
+    The fits here are small; OpenBLAS's busy-waiting threads make them many times
+    slower when the two cores are shared with the LocalCluster workers or another
+    job, and the results do not depend on the thread count.
+    """
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
 
 
 def write_zarr(path, X, chunk_rows, *, name=None, dtype=None):

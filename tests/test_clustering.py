@@ -5,7 +5,6 @@ from __future__ import annotations
 import dask.array as da
 import numpy as np
 import pytest
-from threadpoolctl import threadpool_limits
 from sklearn.base import clone
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
@@ -16,13 +15,6 @@ from ooc_spectral.exceptions import InvalidParameterError, NotFittedError
 
 from conftest import write_zarr
 
-@pytest.fixture(scope="module", autouse=True)
-def one_blas_thread():
-    """One BLAS thread in this process: these fits are small, and OpenBLAS's busy-waiting
-    threads make them up to 100 times slower when the two cores are shared (measured:
-    64 s instead of 15 s for the three test modules under load). Results do not depend on it."""
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
 
 
 # Acceptance threshold of issue 7 and the ceiling for k-means on the raw data.

@@ -22,7 +22,6 @@ from __future__ import annotations
 import dask.array as da
 import numpy as np
 import pytest
-from threadpoolctl import threadpool_limits
 from scipy.linalg import eigh
 from sklearn import manifold as skm
 from sklearn.base import clone
@@ -42,13 +41,6 @@ from ooc_spectral.manifold import (
 
 from conftest import write_zarr
 
-@pytest.fixture(scope="module", autouse=True)
-def one_blas_thread():
-    """One BLAS thread in this process: these fits are small, and OpenBLAS's busy-waiting
-    threads make them up to 100 times slower when the two cores are shared (measured:
-    64 s instead of 15 s for the three test modules under load). Results do not depend on it."""
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
 
 
 GAMMA = 0.05

@@ -9,19 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from threadpoolctl import threadpool_limits
 
 from ooc_spectral.exceptions import InvalidParameterError
 from ooc_spectral.experiments import available, run_experiment
 from ooc_spectral.experiments.stability import affine_align, split_sizes, substitution_equivalent
 
-@pytest.fixture(scope="module", autouse=True)
-def one_blas_thread():
-    """One BLAS thread in this process: these fits are small, and OpenBLAS's busy-waiting
-    threads make them up to 100 times slower when the two cores are shared (measured:
-    64 s instead of 15 s for the three test modules under load). Results do not depend on it."""
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
 
 
 ROOT = Path(__file__).resolve().parents[1]
