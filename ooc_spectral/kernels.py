@@ -16,8 +16,8 @@ Inputs of any real dtype are converted to float64 here, so float32, float16 and
 integer data are computed in float64.
 
 The Gaussian block is computed as ``exp(-gamma (|x|^2 + |y|^2 - 2 x.y))`` with
-one matrix product (BLAS) and the rest in place, clipped so that a distance is
-never negative.
+one matrix product of the rows augmented with their squared norms (BLAS), then
+clipped (a distance is never negative) and exponentiated in place.
 
 Kernels are plain frozen dataclasses; :func:`kernel_to_attrs` and
 :func:`kernel_from_attrs` turn them into JSON-able attributes (plus named
@@ -121,11 +121,20 @@ class RBFKernel(_Stationary):
         X, Y = _f64(X), _f64(Y)
         xx = _sq_norms(X) if x_aux is None else x_aux
         yy = _sq_norms(Y) if y_aux is None else y_aux
-        K = X @ Y.T  # the only O(c m d) step, through BLAS
-        # -gamma * (|x|^2 + |y|^2 - 2 x.y), computed in place.
-        K *= 2.0 * self.gamma
-        K -= self.gamma * xx[:, None]
-        K -= self.gamma * yy[None, :]
+        g = self.gamma
+        # The exponent -gamma (|x|^2 + |y|^2 - 2 x.y) as one matrix product of the rows
+        # augmented with their squared norms: [x, |x|^2, 1] . [2g y, -g, -g |y|^2].
+        # One BLAS call, then two passes in place (clip at 0, exp) over the block.
+        d = X.shape[1]
+        A = np.empty((X.shape[0], d + 2))
+        A[:, :d] = X
+        A[:, d] = xx
+        A[:, d + 1] = 1.0
+        B = np.empty((Y.shape[0], d + 2))
+        np.multiply(Y, 2.0 * g, out=B[:, :d])
+        B[:, d] = -g
+        B[:, d + 1] = -g * yy
+        K = A @ B.T
         np.minimum(K, 0.0, out=K)
         np.exp(K, out=K)
         return K

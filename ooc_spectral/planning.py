@@ -25,6 +25,7 @@ from .exceptions import InvalidParameterError
 __all__ = [
     "VISIT_WINDOW_ROWS",
     "SCAN_BLOCK_ROWS",
+    "scan_block_rows",
     "MAX_SEGMENTS",
     "DEFAULT_TASK_MEMORY",
     "VisitOrder",
@@ -41,8 +42,11 @@ SAMPLE_RUNS = 64
 
 #: Rows per window of the scan's visiting order (the unit that is read at once).
 VISIT_WINDOW_ROWS = 1 << 16
-#: Rows per block of the blocked scan (one kernel block and one solve each).
-SCAN_BLOCK_ROWS = 2048
+#: Largest number of rows per block of the blocked scan (one kernel block and one
+#: solve each); see :func:`scan_block_rows`.
+SCAN_BLOCK_ROWS = 8192
+#: Memory for one block's c x m coordinates in the scan.
+SCAN_BLOCK_MEMORY = 128 * 2**20
 #: A parallel pass is reduced in at most this many checkpointable partials (segments).
 MAX_SEGMENTS = 32
 #: Default memory budget of one task of passes 2 and 3.
@@ -101,6 +105,17 @@ class VisitOrder:
             a, _ = self.window_bounds(w)
             parts.append(a + self.rows_in_window(w))
         return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+
+def scan_block_rows(dictionary_size: int) -> int:
+    """Rows per block of the scan for a dictionary of ``dictionary_size`` points.
+
+    Large blocks keep the triangular solve at the BLAS-3 rate (the factor is read
+    once per block, not once per row); the c x m coordinates stay within
+    :data:`SCAN_BLOCK_MEMORY`. The blocked scan selects the same dictionary
+    whatever the block size.
+    """
+    return int(max(512, min(SCAN_BLOCK_ROWS, SCAN_BLOCK_MEMORY // (8 * max(int(dictionary_size), 1)))))
 
 
 def parse_bytes(value) -> int:

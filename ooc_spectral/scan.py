@@ -43,10 +43,11 @@ from typing import Callable
 
 import numpy as np
 from scipy.linalg import solve_triangular
+from scipy.linalg.blas import dger
 
 from .exceptions import DictionaryError, DictionarySizeError
 from .kernels import Kernel, RBFKernel, LaplacianKernel, SubsetNormalizedKernel, PolynomialKernel
-from .planning import SCAN_BLOCK_ROWS, VisitOrder
+from .planning import VisitOrder, scan_block_rows
 
 __all__ = [
     "PIVOT_FLOOR",
@@ -157,8 +158,8 @@ class Dictionary:
         if self.affine:
             alpha = 1.0 - Z @ self.w
             delta += alpha * alpha / self.beta
-            if not orthogonal:
-                Z += np.multiply.outer(alpha / self.beta, self.w)
+            if not orthogonal:  # Z += (alpha / beta) w', a rank-one update in place
+                Z = dger(1.0, self.w, alpha / self.beta, a=Z.T, overwrite_a=True).T
         return Z, delta
 
 
@@ -342,16 +343,17 @@ def scan_block(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: flo
     kx = kernel.diag(X, x_aux)
     floor = PIVOT_FLOOR * np.maximum(np.abs(kx), np.finfo(np.float64).tiny)
     m0 = state.size
-    extra = min(c, 32)
-    Z = np.empty((c, m0 + extra))
+    # Coordinates against the dictionary at the start of the block (the solve's own
+    # output, c x m0, no copy) and against the points added within the block (Zn).
+    Zn = np.empty((c, min(c, 32)))
     if m0:
         K = kernel.pairwise(X, state.points, x_aux, state.aux)
-        Z[:, :m0] = solve_triangular(state.L, K.T, lower=True, overwrite_b=True,
-                                     check_finite=False).T
-        Zm = Z[:, :m0]
-        dhat = kx - np.einsum("ij,ij->i", Zm, Zm)
-        alpha = 1.0 - Zm @ state.w
+        # K.T is a Fortran-ordered view: the solve works in place on it.
+        Z0 = solve_triangular(state.L, K.T, lower=True, overwrite_b=True, check_finite=False).T
+        dhat = kx - np.einsum("ij,ij->i", Z0, Z0)
+        alpha = 1.0 - Z0 @ state.w
     else:
+        Z0 = np.empty((c, 0))
         dhat = kx.copy()
         alpha = np.ones(c)
 
@@ -365,25 +367,28 @@ def scan_block(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: flo
         if limit is not None and state.size >= limit:
             return True
         m = state.size
-        zi = Z[i, :m].copy()
+        j = m - m0  # points added in this block so far
+        zi = np.concatenate([Z0[i], Zn[i, :j]])
         w_new = state.append(X[i], int(rows[i]), None if x_aux is None else x_aux[i],
                              zi, float(dhat[i]), float(alpha[i]))
         pivot = state.L[m, m]
         if i + 1 < c:
             rest = slice(i + 1, c)
-            if m + 1 > Z.shape[1]:  # grow the coordinate block by doubling
-                Z2 = np.empty((c, max(m + 1, 2 * Z.shape[1])))
-                Z2[:, :m] = Z[:, :m]
-                Z = Z2
+            if j + 1 > Zn.shape[1]:  # grow the new coordinates by doubling
+                Zn2 = np.empty((c, 2 * Zn.shape[1]))
+                Zn2[:, :j] = Zn[:, :j]
+                Zn = Zn2
             kcol = kernel.pairwise(
                 X[rest], X[i : i + 1],
                 None if x_aux is None else x_aux[rest],
                 None if x_aux is None else x_aux[i : i + 1],
             )[:, 0]
-            if m:
-                kcol -= Z[rest, :m] @ zi
+            if m0:
+                kcol -= Z0[rest] @ zi[:m0]
+            if j:
+                kcol -= Zn[rest, :j] @ zi[m0:]
             kcol /= pivot
-            Z[rest, m] = kcol
+            Zn[rest, j] = kcol
             dhat[rest] -= kcol * kcol
             alpha[rest] -= w_new * kcol
         dhat[i] = 0.0
@@ -423,11 +428,13 @@ def _size_error(state: DictionaryState, limit: int, rows_done: int, n_rows: int,
 
 
 def scan_rows(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: float, *,
-              limit: int | None = None, block_rows: int = SCAN_BLOCK_ROWS) -> bool:
+              limit: int | None = None, block_rows: int | None = None) -> bool:
     """Blocked scan of in-memory rows (already in visiting order).
 
     Returns True if it stopped at ``limit`` (see :func:`scan_block`).
     """
+    if block_rows is None:
+        block_rows = scan_block_rows(state.size)
     for a in range(0, X.shape[0], block_rows):
         b = min(a + block_rows, X.shape[0])
         if scan_block(state, X[a:b], rows[a:b], tol, limit):
@@ -443,7 +450,7 @@ def scan_source(
     tol: float,
     max_size: int,
     start_window: int = 0,
-    block_rows: int = SCAN_BLOCK_ROWS,
+    block_rows: int | None = None,
     on_window: Callable[[DictionaryState, ScanProgress], None] | None = None,
     patience: int | None = None,
 ) -> int:
@@ -544,7 +551,7 @@ def pointwise_scan(kernel: Kernel, X: np.ndarray, rows: np.ndarray, tol: float, 
 # --------------------------------------------------------------------------- #
 def search_dictionary(kernel: Kernel, X: np.ndarray, rows: np.ndarray, size: int, *,
                       affine: bool = True, iterations: int = 40,
-                      block_rows: int = SCAN_BLOCK_ROWS) -> tuple[DictionaryState, float]:
+                      block_rows: int | None = None) -> tuple[DictionaryState, float]:
     """The paper's Algorithm 2 on in-memory rows (in visiting order).
 
     Searches the tolerance while keeping small dictionaries and only adding
