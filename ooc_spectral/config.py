@@ -76,9 +76,10 @@ class FitConfig:
         20000, "rows of the seeded in-memory sample on which dictionary_size runs "
         "Algorithm 2", type=int, low=2)
     solver: str = _param(
-        "gemm", "per-chunk projection: gemm (multiply by the precomputed inverse factor; "
-        "passes at the matrix-multiply rate) or trsm (a triangular solve per chunk; the most "
-        "stable)", type=str, choices=("gemm", "trsm"))
+        "gemm", "write-back and transform: gemm (the inverse factor, centring and "
+        "eigenvectors folded into one m x p matrix: a kernel block and one product per "
+        "chunk) or trsm (a triangular solve per chunk, then the eigenvectors)", type=str,
+        choices=("gemm", "trsm"))
     chunk_rows: int | None = _param(
         None, "rows per task of the parallel passes (rounded up to whole storage chunks); "
         "default: planned from a memory budget", type=int, low=1, none=True)

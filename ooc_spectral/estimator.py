@@ -93,12 +93,12 @@ class GreedySpectralEmbedding(TransformerMixin, BaseEstimator):
     sample_size : int, default=20000
         Rows of the in-memory sample for ``dictionary_size``.
     solver : {"gemm", "trsm"}, default="gemm"
-        How a chunk's kernel block is projected on the dictionary. ``gemm``:
-        multiplied by ``L^-T`` (computed once); pass 3 folds ``L^-T``, the
-        centring and the eigenvectors into one m x p matrix, so each chunk costs
-        a kernel block and one product. ``trsm``: one triangular solve per chunk
-        (backward stable; about half the speed). Both pass the exactness tests
-        at ``tol=1e-8``.
+        How pass 3 and ``transform`` map a chunk to its embedding. ``gemm``:
+        ``L^-T``, the centring and the eigenvectors are folded into one m x p
+        matrix, so a chunk costs a kernel block and one product (O(c m (d + p))
+        instead of O(c m^2)). ``trsm``: one triangular solve per chunk, then the
+        eigenvectors. Both pass the exactness tests at ``tol=1e-8``. Pass 2
+        always solves: it needs every row's coordinates for the certificate.
     chunk_rows : int, default=None
         Rows per task of the parallel passes, rounded up to whole storage
         chunks. None: planned so that one task works in about 256 MiB.

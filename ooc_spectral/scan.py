@@ -34,7 +34,6 @@ used by passes 2 and 3 (``A M A' = Y Y'`` exactly).
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -105,12 +104,6 @@ class Dictionary:
     def size(self) -> int:
         return int(self.points.shape[0])
 
-    @functools.cached_property
-    def inverse_factor_t(self) -> np.ndarray:
-        """``L^-T`` (m x m, upper triangular), computed once per process for ``solver="gemm"``."""
-        inv = solve_triangular(self.L, np.eye(self.size), lower=True, check_finite=False)
-        return np.ascontiguousarray(inv.T)
-
     def kernel_block(self, X: np.ndarray, x_aux=None) -> tuple[np.ndarray, np.ndarray]:
         """``K = k(X, D)`` (c x m) and ``k(x, x)`` for the rows of X."""
         X = np.ascontiguousarray(X, dtype=np.float64)
@@ -121,12 +114,11 @@ class Dictionary:
     def coordinates(self, X: np.ndarray, x_aux=None) -> tuple[np.ndarray, np.ndarray]:
         """``Z = K L^-T`` (c x m) and ``k(x, x)`` for the rows of X.
 
-        ``solver="trsm"`` solves with L (backward stable); ``"gemm"`` multiplies
-        by the precomputed ``L^-T``, a matrix product at the machine's gemm rate.
+        One triangular solve (BLAS-3, backward stable). A product with an explicit
+        ``L^-1`` does twice the flops and, measured on this project's machines,
+        takes longer (see ``workflows/bench/passes.py``).
         """
         K, kx = self.kernel_block(X, x_aux)
-        if self.solver == "gemm":
-            return K @ self.inverse_factor_t, kx
         # K.T is a Fortran-ordered view: the solve works in place on it.
         Z = solve_triangular(self.L, K.T, lower=True, overwrite_b=True, check_finite=False).T
         return Z, kx
