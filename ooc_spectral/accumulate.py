@@ -11,10 +11,13 @@ which worker finished first.
 Four kinds of statistics:
 
 ``moments`` (additive normalization)
-    ``n``, the mean ``ybar`` and the centred sum of squares
-    ``C = sum (y - ybar)(y - ybar)'``, combined with the pairwise update of
-    Chan, Golub & LeVeque (the rows of Y share a large common part: raw sums
-    would cancel badly), plus the certificate ``max delta``;
+    ``n``, the mean ``kbar`` and the centred sum of squares
+    ``C_K = sum (k - kbar)(k - kbar)'`` of the kernel rows ``k = k(x, D)``,
+    combined with the pairwise update of Chan, Golub & LeVeque (the rows share a
+    large common part: raw sums would cancel badly), plus the certificate
+    ``max delta``; the eigensolve maps them to the projections' moments;
+``cross`` (additive, after the prefix scan grew the dictionary)
+    the co-moments between the kernel rows on the old and on the new points;
 ``ksums`` (divisive normalization with exact degrees, first pass)
     ``n`` and ``sum k`` (kernel blocks only; ``sum y = L^-1 sum k`` is solved once);
 ``gram`` (divisive normalization with subset degrees)
@@ -44,6 +47,7 @@ from .source import check_finite
 
 __all__ = [
     "chunk_moments",
+    "chunk_cross_moments",
     "chunk_ksums",
     "chunk_gram",
     "chunk_degrees",
@@ -53,6 +57,7 @@ __all__ = [
     "PartialStore",
     "STAT_KINDS",
     "check_degrees",
+    "extend_moments",
     "VIOLATOR_CAP",
 ]
 
@@ -78,6 +83,10 @@ def _certificate(delta: np.ndarray, offset: int, X=None, tol_check=None) -> dict
     i = int(np.argmax(delta))
     out = {"max_delta": float(delta[i]), "argmax": int(offset + i)}
     if tol_check is not None:  # rows beyond tol, for the prefix scan's second pass
+        inside = np.flatnonzero(delta <= tol_check)
+        j = int(inside[np.argmax(delta[inside])]) if inside.size else 0
+        out["max_within"] = float(delta[j]) if inside.size else -np.inf
+        out["argmax_within"] = int(offset + j)
         bad = np.flatnonzero(delta > tol_check)[: VIOLATOR_CAP + 1]
         out["violator_rows"] = (offset + bad).astype(np.int64)
         out["violator_X"] = np.ascontiguousarray(X[bad])
@@ -86,14 +95,39 @@ def _certificate(delta: np.ndarray, offset: int, X=None, tol_check=None) -> dict
 
 def chunk_moments(block, dictionary: Dictionary, offset: int, chunk_starts=None,
                   tol_check=None) -> dict:
-    """``n``, mean and centred sum of squares of the projections of one chunk."""
-    X, Y, delta = _project(block, dictionary, offset, chunk_starts, orthogonal=False)
-    n = Y.shape[0]
-    mean = Y.mean(axis=0)
-    Y -= mean
-    m2 = Y.T @ Y
+    """``n``, mean and centred sum of squares of the kernel rows ``k(x, D)`` of one chunk.
+
+    Kept in kernel space: the projections are linear in ``k``
+    (``y = P L^-1 k + w/beta``), so :func:`~ooc_spectral.eigensolve.solve_additive`
+    maps the combined moments once, and a dictionary grown by a few points later
+    (the prefix scan) extends them with :func:`chunk_cross_moments` instead of a
+    second full pass. The coordinates are still solved for, for the certificate.
+    """
+    X = np.ascontiguousarray(block, dtype=np.float64)
+    check_finite(X, offset, chunk_starts=chunk_starts)
+    K, kx = dictionary.kernel_block(X)
+    n = K.shape[0]
+    mean = K.mean(axis=0)
+    Kc = K - mean
+    m2 = Kc.T @ Kc
+    del Kc
+    delta, _ = dictionary.residuals(dictionary.solve(K, overwrite=True), kx)
     return {"kind": "moments", "n": n, "mean": mean, "m2": m2,
             **_certificate(delta, offset, X, tol_check)}
+
+
+def chunk_cross_moments(block, dictionary: Dictionary, offset: int, old_size: int,
+                        chunk_starts=None) -> dict:
+    """Moments between the kernel rows on the first ``old_size`` dictionary points
+    and on the points added after them, for one chunk (O(c m (d + new)) work)."""
+    X = np.ascontiguousarray(block, dtype=np.float64)
+    check_finite(X, offset, chunk_starts=chunk_starts)
+    K, _ = dictionary.kernel_block(X)
+    mean = K.mean(axis=0)
+    K -= mean
+    old, new = K[:, :old_size], K[:, old_size:]
+    return {"kind": "cross", "n": K.shape[0], "mean_old": mean[:old_size],
+            "mean_new": mean[old_size:], "cross": old.T @ new, "new": new.T @ new}
 
 
 def chunk_ksums(block, dictionary: Dictionary, offset: int, chunk_starts=None) -> dict:
@@ -139,6 +173,8 @@ def _combine_certificate(a: dict, b: dict) -> dict:
     else:
         out = {"max_delta": a["max_delta"], "argmax": a["argmax"]}
     if "violator_rows" in a:
+        first = a if a["max_within"] >= b["max_within"] else b
+        out["max_within"], out["argmax_within"] = first["max_within"], first["argmax_within"]
         out["violator_rows"] = np.concatenate([a["violator_rows"], b["violator_rows"]])[: VIOLATOR_CAP + 1]
         out["violator_X"] = np.concatenate([a["violator_X"], b["violator_X"]])[: VIOLATOR_CAP + 1]
     return out
@@ -155,6 +191,16 @@ def combine(a: dict, b: dict) -> dict:
         m2 = a["m2"] + b["m2"]
         m2 += np.multiply.outer(delta, delta) * (na * nb / n)
         return {"kind": kind, "n": n, "mean": mean, "m2": m2, **_combine_certificate(a, b)}
+    if kind == "cross":  # co-moments: the pairwise update, block by block
+        na, nb = a["n"], b["n"]
+        n = na + nb
+        d_old, d_new = b["mean_old"] - a["mean_old"], b["mean_new"] - a["mean_new"]
+        f = na * nb / n
+        return {"kind": kind, "n": n,
+                "mean_old": a["mean_old"] + d_old * (nb / n),
+                "mean_new": a["mean_new"] + d_new * (nb / n),
+                "cross": a["cross"] + b["cross"] + np.multiply.outer(d_old, d_new) * f,
+                "new": a["new"] + b["new"] + np.multiply.outer(d_new, d_new) * f}
     if kind == "ksums":
         return {"kind": kind, "n": a["n"] + b["n"], "sum": a["sum"] + b["sum"]}
     if kind == "gram":
@@ -197,13 +243,14 @@ class PartialStore(Protocol):
 
 
 STAT_KINDS = {"moments": chunk_moments, "ksums": chunk_ksums, "gram": chunk_gram,
-              "degrees": chunk_degrees}
+              "degrees": chunk_degrees, "cross": chunk_cross_moments}
 
 
 def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
                chunk_starts=None, total: np.ndarray | None = None,
                store: PartialStore | None = None, stage: str | None = None,
-               max_segments: int = MAX_SEGMENTS, tol_check: float | None = None) -> dict:
+               max_segments: int = MAX_SEGMENTS, tol_check: float | None = None,
+               old_size: int | None = None) -> dict:
     """Run one parallel pass over the row chunks of the dask array ``X``.
 
     Parameters
@@ -223,6 +270,8 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
     tol_check : float, optional
         Also collect the rows whose residual exceeds it (numbers and values,
         in row order, at most ``VIOLATOR_CAP + 1``): the prefix scan's check.
+    old_size : int, optional
+        For ``kind="cross"``: the dictionary size the ``moments`` were made with.
 
     Returns
     -------
@@ -234,7 +283,7 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
     offsets = np.concatenate([[0], np.cumsum(X.chunks[0])[:-1]]).astype(np.int64)
     d_key = shared(dictionary)
     starts_key = shared(chunk_starts) if chunk_starts is not None else None
-    extra = (shared(total),) if kind == "degrees" else ()
+    extra = ((shared(total),) if kind == "degrees" else (int(old_size),) if kind == "cross" else ())
     segs = segments(len(blocks), max_segments)
     stage = stage or kind
 
@@ -257,6 +306,20 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
 
     partials.update(executor.run(f"pass 2 ({kind})", todo, on_result=keep))
     return _combine_many([partials[s] for s in range(len(segs))])
+
+
+def extend_moments(moments: dict, cross: dict) -> dict:
+    """Kernel-row moments on a dictionary grown after ``moments`` were taken.
+
+    ``moments`` are over the first points; ``cross`` (the ``cross`` pass) holds
+    the co-moments with the points added since and among them. The result is
+    what a ``moments`` pass with the whole dictionary gives, up to rounding.
+    """
+    if moments["n"] != cross["n"]:
+        raise ValueError("the moments and the cross moments are not over the same rows")
+    m2 = np.block([[moments["m2"], cross["cross"]], [cross["cross"].T, cross["new"]]])
+    mean = np.concatenate([moments["mean"], cross["mean_new"]])
+    return {**moments, "mean": mean, "m2": m2}
 
 
 def check_degrees(stats: dict) -> None:

@@ -3,7 +3,8 @@
 From the statistics of pass 2 (see :mod:`ooc_spectral.accumulate`):
 
 additive (kernel PCA, Proposition 2)
-    ``C = sum (y - ybar)(y - ybar)'``; ``C W = W Lambda``. The training embedding
+    ``C = sum (y - ybar)(y - ybar)'`` (mapped from the kernel rows' moments by
+    :func:`projection_moments`); ``C W = W Lambda``. The training embedding
     is ``e_t = (y_t - ybar) W``: kernel PCA's projections (``sqrt(lambda_k)``
     times the unit eigenvector of the centred Gram matrix), the scale of
     scikit-learn's ``KernelPCA.fit_transform``; ``Lambda`` are the eigenvalues
@@ -38,6 +39,7 @@ from .exceptions import DictionaryError
 from .scan import Dictionary
 
 __all__ = ["SpectralMap", "top_eigenpairs", "solve_additive", "solve_divisive",
+           "projection_moments",
            "check_n_components", "spent_directions"]
 
 MODES = ("additive", "divisive-exact", "divisive-subset")
@@ -178,13 +180,33 @@ class SpectralMap:
         return Y @ self.components, deg
 
 
+def projection_moments(dictionary: Dictionary, kbar: np.ndarray, CK: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and centred second moment of the projections from those of the kernel rows.
+
+    ``y = P L^-1 k + w/beta`` (``P = I - w w'/beta``; ``y = L^-1 k`` when not
+    affine), so ``ybar = P L^-1 kbar + w/beta`` and ``C = P L^-1 C_K L^-T P``:
+    two triangular solves on an m x m matrix.
+    """
+    L = dictionary.L
+    A = solve_triangular(L, CK, lower=True, check_finite=False)  # L^-1 C_K
+    C = solve_triangular(L, A.T, lower=True, check_finite=False)  # L^-1 C_K L^-T
+    zbar = solve_triangular(L, kbar, lower=True, check_finite=False)
+    if not dictionary.affine:
+        return zbar, C
+    w, beta = dictionary.w, dictionary.beta
+    Cw = C @ w
+    C = C - np.outer(w, Cw) / beta - np.outer(Cw, w) / beta + np.outer(w, w) * (w @ Cw) / beta**2
+    return zbar - w * (w @ zbar) / beta + w / beta, C
+
+
 def solve_additive(dictionary: Dictionary, moments: dict, n_components: int) -> SpectralMap:
-    """Kernel PCA from the ``moments`` statistics of pass 2."""
+    """Kernel PCA from the kernel-space ``moments`` statistics of pass 2."""
     check_n_components(dictionary.size, n_components,
                        spent_directions(dictionary.affine, "additive", False))
-    vals, W = top_eigenpairs(moments["m2"], n_components)
-    return SpectralMap(dictionary, "additive", np.asarray(moments["mean"]), W, vals,
-                       int(moments["n"]))
+    ybar, C = projection_moments(dictionary, np.asarray(moments["mean"]), moments["m2"])
+    vals, W = top_eigenpairs(C, n_components)
+    return SpectralMap(dictionary, "additive", ybar, W, vals, int(moments["n"]))
 
 
 def solve_divisive(dictionary: Dictionary, stats: dict, n_components: int, *,

@@ -61,10 +61,13 @@ class GreedySpectralEmbedding(TransformerMixin, BaseEstimator):
         ``full``: the sequential scan visits every row. ``prefix``: it stops once
         the dictionary stops growing (``prefix_patience`` windows of 65,536 rows
         that each added at most 0.1% of it); pass 2 then collects every row whose
-        residual exceeds ``tol``, those few rows are scanned in visiting order,
-        and pass 2 runs again only if the dictionary grew. This selects exactly
-        the dictionary of the full scan, with the same guarantee, while the
-        sequential part reads only a prefix of the data.
+        residual exceeds ``tol``, and those few rows are scanned in visiting
+        order. This selects exactly the dictionary of the full scan, with the
+        same guarantee, while the sequential part reads only a prefix of the
+        data. If the dictionary grew, kernel PCA extends pass 2's moments to the
+        new points with a cheap pass (O(n m (d + new points))) and
+        ``max_residual_`` becomes an upper bound (pass 2's residuals within
+        ``tol`` can only have shrunk); the divisive normalization runs pass 2 again.
     prefix_patience : int, default=2
     selection : {"greedy", "random"}, default="greedy"
         ``greedy``: the paper's scan. ``random``: ``dictionary_size`` rows of the

@@ -31,7 +31,7 @@ import numpy as np
 from scipy.linalg import solve_triangular
 
 from . import planning
-from .accumulate import VIOLATOR_CAP, PartialStore, accumulate, check_degrees
+from .accumulate import VIOLATOR_CAP, PartialStore, accumulate, check_degrees, extend_moments
 from .config import FitConfig
 from .eigensolve import (SpectralMap, check_n_components, solve_additive, solve_divisive,
                          spent_directions)
@@ -229,8 +229,8 @@ class FitRun:
         return scan_source(self.source, order, state, tol=tol, max_size=self.config.max_dictionary_size,
                            start_window=start, on_window=on_window, patience=patience)
 
-    def complete_prefix_scan(self, stats: dict, tol: float) -> bool:
-        """Scan the rows pass 2 found beyond ``tol``; True if the dictionary grew.
+    def complete_prefix_scan(self, stats: dict, tol: float) -> dict:
+        """Scan the rows pass 2 found beyond ``tol``.
 
         The rows beyond ``tol`` of the prefix's dictionary are scanned in visiting
         order against the growing dictionary. Rows within ``tol`` stay within it
@@ -238,11 +238,17 @@ class FitRun:
         would have selected, and afterwards every row is within ``tol``. If pass
         2 found more than ``VIOLATOR_CAP`` such rows, the sequential scan goes on
         over the rest of the data instead.
+
+        Returns ``{"grew", "rescanned_all", "certificate"}``: the certificate
+        (``max_delta``, ``argmax``) bounds every row's residual with the final
+        dictionary: the largest of the pass-2 residuals within ``tol`` (they can
+        only have shrunk) and of the scanned rows' final residuals.
         """
         c, state, order = self.config, self._state, self._order
         rows, Xv = stats.pop("violator_rows"), stats.pop("violator_X")
         before = state.size
-        if len(rows) > VIOLATOR_CAP:
+        rescanned_all = len(rows) > VIOLATOR_CAP
+        if rescanned_all:
             log.info("prefix scan: more than %d rows beyond tol; scanning the rest of the data",
                      VIOLATOR_CAP)
             self._scan_windows(state, order, self._windows_done, tol)
@@ -257,7 +263,13 @@ class FitRun:
                      state.size - before)
         if self.checkpoint is not None:
             self.checkpoint.save_scan(state, order.n_windows, tol)
-        return state.size > before
+        cert = {"max_delta": stats["max_within"], "argmax": stats["argmax_within"]}
+        if len(rows) and not rescanned_all:
+            _, delta = state.freeze().project(Xv)
+            i = int(np.argmax(delta))
+            if delta[i] > cert["max_delta"]:
+                cert = {"max_delta": float(delta[i]), "argmax": int(rows[i])}
+        return {"grew": state.size > before, "rescanned_all": rescanned_all, "certificate": cert}
 
     def _search_sample(self, order: VisitOrder) -> tuple[np.ndarray, np.ndarray]:
         """Rows (numbers, values) in random order on which ``dictionary_size`` is met."""
@@ -401,15 +413,24 @@ class FitRun:
                                                  tol_check=None if complete else tol)
         if not complete:
             with self.stage("rescan"):
-                grew = self.complete_prefix_scan(cert, tol)
-            if grew:  # the sums were of the smaller dictionary: once more, with the final one
-                dictionary = self._state.freeze(c.solver)
+                rescan = self.complete_prefix_scan(cert, tol)
+            if rescan["grew"]:
+                old_size, dictionary = dictionary.size, self._state.freeze(c.solver)
                 log.info("dictionary: %d points", dictionary.size)
                 self.check_dictionary(dictionary, kernel, gamma, tol)
-                task_rows = self.task_rows(dictionary.size)
-                X = s.to_dask(task_rows)
                 with self.stage("pass2"):
-                    stats, cert, total = self.accumulate(dictionary, X)
+                    if c.normalization == "additive" and not rescan["rescanned_all"]:
+                        # extend the kernel-row moments to the new points: O(n m (d + new))
+                        cross = accumulate(
+                            X, dictionary, "cross", old_size=old_size, executor=self.executor,
+                            chunk_starts=s.chunk_starts, store=self.checkpoint,
+                            stage=f"cross-r{X.chunks[0][0]}-m{old_size}to{dictionary.size}")
+                        stats = extend_moments(stats, cross)
+                        cert = rescan["certificate"]
+                    else:  # the sums were of the smaller dictionary: once more
+                        task_rows = self.task_rows(dictionary.size)
+                        X = s.to_dask(task_rows)
+                        stats, cert, total = self.accumulate(dictionary, X)
         with self.stage("solve"):
             smap = self.solve(dictionary, stats, total)
         with self.stage("pass3"):

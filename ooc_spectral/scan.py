@@ -111,17 +111,30 @@ class Dictionary:
             x_aux = self.kernel.aux(X)
         return self.kernel.pairwise(X, self.points, x_aux, self.aux), self.kernel.diag(X, x_aux)
 
-    def coordinates(self, X: np.ndarray, x_aux=None) -> tuple[np.ndarray, np.ndarray]:
-        """``Z = K L^-T`` (c x m) and ``k(x, x)`` for the rows of X.
+    def solve(self, K: np.ndarray, overwrite: bool = False) -> np.ndarray:
+        """``Z = K L^-T`` for a C-ordered kernel block K (c x m), in place if ``overwrite``.
 
         One triangular solve (BLAS-3, backward stable). A product with an explicit
         ``L^-1`` does twice the flops and, measured on this project's machines,
         takes longer (see ``workflows/bench/passes.py``).
         """
-        K, kx = self.kernel_block(X, x_aux)
         # K.T is a Fortran-ordered view: the solve works in place on it.
-        Z = solve_triangular(self.L, K.T, lower=True, overwrite_b=True, check_finite=False).T
-        return Z, kx
+        return solve_triangular(self.L, K.T, lower=True, overwrite_b=overwrite,
+                                check_finite=False).T
+
+    def coordinates(self, X: np.ndarray, x_aux=None) -> tuple[np.ndarray, np.ndarray]:
+        """``Z = K L^-T`` (c x m) and ``k(x, x)`` for the rows of X."""
+        K, kx = self.kernel_block(X, x_aux)
+        return self.solve(K, overwrite=True), kx
+
+    def residuals(self, Z: np.ndarray, kx: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """``delta_t`` (eq. 8) from the coordinates, and ``alpha_t`` (None if not affine)."""
+        delta = kx - np.einsum("ij,ij->i", Z, Z)
+        if not self.affine:
+            return delta, None
+        alpha = 1.0 - Z @ self.w
+        delta += alpha * alpha / self.beta
+        return delta, alpha
 
     def project(self, X: np.ndarray, *, orthogonal: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Projection coordinates and residuals of the rows of X.
@@ -146,12 +159,9 @@ class Dictionary:
             the scan's criterion whatever ``orthogonal`` is).
         """
         Z, kx = self.coordinates(X)
-        delta = kx - np.einsum("ij,ij->i", Z, Z)
-        if self.affine:
-            alpha = 1.0 - Z @ self.w
-            delta += alpha * alpha / self.beta
-            if not orthogonal:  # Z += (alpha / beta) w', a rank-one update in place
-                Z = dger(1.0, self.w, alpha / self.beta, a=Z.T, overwrite_a=True).T
+        delta, alpha = self.residuals(Z, kx)
+        if self.affine and not orthogonal:  # Z += (alpha / beta) w', a rank-one update in place
+            Z = dger(1.0, self.w, alpha / self.beta, a=Z.T, overwrite_a=True).T
         return Z, delta
 
 

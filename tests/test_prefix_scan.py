@@ -35,7 +35,12 @@ def test_prefix_scan_selects_the_full_scans_dictionary(small_windows, roll, norm
     kernel = pre.kernel_
     delta = residuals_against(kernel, pre.dictionary_, roll, True)
     assert delta.max() <= 1e-4
-    assert pre.max_residual_ == pytest.approx(full.max_residual_, rel=1e-9)
+    if normalization == "additive":
+        # the moments were extended to the new points, not recomputed: the certificate
+        # is then the bound from pass 2's residuals, which only shrink as the span grows
+        assert full.max_residual_ <= pre.max_residual_ <= 1e-4
+    else:
+        assert pre.max_residual_ == pytest.approx(full.max_residual_, rel=1e-9)
 
 
 def test_prefix_scan_without_late_growth_needs_one_pass(small_windows, roll):
