@@ -47,7 +47,7 @@ def cluster():
     from distributed import LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None, memory_limit="2GiB") as c:
+                      dashboard_address=":0", memory_limit="2GiB") as c:
         yield c
 
 

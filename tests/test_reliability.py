@@ -36,7 +36,7 @@ def roll(tmp_path_factory):
 def reference(roll, tmp_path_factory):
     """A fault-free run on a 2-worker cluster."""
     out = tmp_path_factory.mktemp("ref") / "out.zarr"
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl, \
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cl, \
             Client(cl):
         est = GreedySpectralEmbedding(**PARAMS).fit(str(roll), output=str(out))
     return est, zarr.open_array(str(out / "embedding"))[...]
@@ -69,7 +69,7 @@ def test_worker_killed_mid_pass_gives_identical_result(roll, reference, tmp_path
     ref_est, ref_emb = reference
     out = tmp_path / "out.zarr"
     killed: list = []
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl, \
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cl, \
             Client(cl) as client:
         watcher = _kill_a_worker_when(client, prefix, killed)
         est = GreedySpectralEmbedding(**PARAMS).fit(str(roll), output=str(out))
@@ -87,7 +87,7 @@ def test_same_seed_same_result_whatever_workers_threads_and_chunks(roll, referen
     configs = [(1, 1, 2000), (2, 2, 2000), (1, 2, 10_000), (2, 1, 6000)]
     for workers, threads, chunk_rows in configs:
         with LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True,
-                          dashboard_address=None) as cl, Client(cl):
+                          dashboard_address=":0") as cl, Client(cl):
             est = GreedySpectralEmbedding(**{**PARAMS, "chunk_rows": chunk_rows}).fit(str(roll))
             emb = est.embedding_.compute()
         # the dictionary bit for bit, the embedding to 1e-12
