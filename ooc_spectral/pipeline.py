@@ -386,6 +386,45 @@ class FitRun:
         return solve_divisive(dictionary, stats, c.n_components, drop_first=c.drop_first,
                               subset=c.degree_estimate == "subset", total=total)
 
+    def finish_prefix_scan(self, dictionary, X, stats, cert, total, kernel, gamma, tol):
+        """After a prefix scan: scan the rows beyond ``tol``, then bring pass 2 up to date.
+
+        Kernel PCA extends its kernel-row moments to the points added (one cheap
+        pass); the divisive normalization runs pass 2 again. Returns the updated
+        ``(dictionary, X, stats, certificate, total)``.
+        """
+        c, s = self.config, self.source
+        with self.stage("rescan"):
+            rescan = self.complete_prefix_scan(cert, tol)
+        if not rescan["grew"]:
+            return dictionary, X, stats, cert, total
+        old_size, dictionary = dictionary.size, self._state.freeze(c.solver)
+        log.info("dictionary: %d points", dictionary.size)
+        self.check_dictionary(dictionary, kernel, gamma, tol)
+        with self.stage("pass2"):
+            if c.normalization == "additive" and not rescan["rescanned_all"]:
+                cross = accumulate(
+                    X, dictionary, "cross", old_size=old_size, executor=self.executor,
+                    chunk_starts=s.chunk_starts, store=self.checkpoint,
+                    stage=f"cross-r{X.chunks[0][0]}-m{old_size}to{dictionary.size}")
+                return dictionary, X, extend_moments(stats, cross), rescan["certificate"], total
+            X = s.to_dask(self.task_rows(dictionary.size))
+            stats, cert, total = self.accumulate(dictionary, X)
+        return dictionary, X, stats, cert, total
+
+    def write_embedding(self, X, smap: SpectralMap, out: EmbeddingOutput | None):
+        """Pass 3: the lazy embedding (computed for numpy input), or written to ``out``."""
+        if out is None:
+            embedding = embedding_graph(X, smap, chunk_starts=self.source.chunk_starts)
+            if self.source.kind == "numpy":
+                (embedding,) = compute(embedding)
+            return embedding
+        written = out.write(X, smap, self.executor)
+        if self.resume and written < self.source.n_rows:
+            self.resumed.append("pass3")
+        out.mark_complete()
+        return out.as_dask()
+
     # ------------------------------------------------------------------ #
     # the whole fit
     # ------------------------------------------------------------------ #
@@ -412,43 +451,17 @@ class FitRun:
             stats, cert, total = self.accumulate(dictionary, X,
                                                  tol_check=None if complete else tol)
         if not complete:
-            with self.stage("rescan"):
-                rescan = self.complete_prefix_scan(cert, tol)
-            if rescan["grew"]:
-                old_size, dictionary = dictionary.size, self._state.freeze(c.solver)
-                log.info("dictionary: %d points", dictionary.size)
-                self.check_dictionary(dictionary, kernel, gamma, tol)
-                with self.stage("pass2"):
-                    if c.normalization == "additive" and not rescan["rescanned_all"]:
-                        # extend the kernel-row moments to the new points: O(n m (d + new))
-                        cross = accumulate(
-                            X, dictionary, "cross", old_size=old_size, executor=self.executor,
-                            chunk_starts=s.chunk_starts, store=self.checkpoint,
-                            stage=f"cross-r{X.chunks[0][0]}-m{old_size}to{dictionary.size}")
-                        stats = extend_moments(stats, cross)
-                        cert = rescan["certificate"]
-                    else:  # the sums were of the smaller dictionary: once more
-                        task_rows = self.task_rows(dictionary.size)
-                        X = s.to_dask(task_rows)
-                        stats, cert, total = self.accumulate(dictionary, X)
+            dictionary, X, stats, cert, total = self.finish_prefix_scan(
+                dictionary, X, stats, cert, total, kernel, gamma, tol)
         with self.stage("solve"):
             smap = self.solve(dictionary, stats, total)
         with self.stage("pass3"):
-            if out is None:
-                embedding = embedding_graph(X, smap, chunk_starts=s.chunk_starts)
-                if s.kind == "numpy":
-                    (embedding,) = compute(embedding)
-            else:
-                written = out.write(X, smap, self.executor)
-                if self.resume and written < s.n_rows:
-                    self.resumed.append("pass3")
-                out.mark_complete()
-                embedding = out.as_dask()
+            embedding = self.write_embedding(X, smap, out)
         return FitResult(
             config=c, n_samples=s.n_rows, n_features=s.n_features, kernel=kernel, gamma=gamma,
             tol=tol, dictionary=dictionary, spectral_map=smap,
             max_residual=max(float(cert["max_delta"]), 0.0),
-            max_residual_row=int(cert["argmax"]), task_rows=task_rows, embedding=embedding,
+            max_residual_row=int(cert["argmax"]), task_rows=int(X.chunks[0][0]), embedding=embedding,
             timings=dict(self.timings), peak_memory=dict(self.peak_memory),
             resumed=list(self.resumed),
         )
