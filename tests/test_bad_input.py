@@ -172,3 +172,22 @@ def test_unconstrained_kernel_pca_may_use_every_dictionary_direction():
     with pytest.raises(DictionaryError, match="n_components=3 is not below the dictionary size"):
         GreedySpectralEmbedding(n_components=3, kernel="linear", tol=1e-9,
                                 random_state=0).fit(np.column_stack([Xs, Xs.sum(1) ** 2]))
+
+
+@pytest.mark.parametrize("where", ["scan", "pass 2"])
+def test_unreadable_chunk_raises_store_read_error_naming_it(tmp_path, where):
+    from ooc_spectral import StoreReadError
+
+    n = 30_000
+    arr = write_zarr(tmp_path / "x.zarr", np.random.default_rng(2).normal(size=(n, 3)), 250)
+    # pass 2: Algorithm 2 searches a sample (gamma given: no other sample) that does not
+    # touch the damaged chunk, so a worker of pass 2 is the first to read it
+    kw = dict(dictionary_size=20, sample_size=400, gamma=0.5) if where == "pass 2" else {}
+    sample = set(plan_sample(n, 400, 0, 3).tolist())
+    bad = next(c for c in range(n // 250) if not sample & set(range(250 * c, 250 * c + 250))) \
+        if where == "pass 2" else 5
+    (tmp_path / "x.zarr" / "c" / str(bad) / "0").write_bytes(b"not a zstd frame")
+    with pytest.raises(StoreReadError) as info:
+        fit(arr, **kw)
+    assert f"(chunk {bad} of" in str(info.value) and "restore or regenerate" in str(info.value)
+    assert isinstance(info.value, OSError) and isinstance(info.value, UsageError)
