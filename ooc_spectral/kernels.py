@@ -77,6 +77,25 @@ class Kernel:
     def diag(self, X, x_aux=None) -> np.ndarray:  # pragma: no cover
         raise NotImplementedError
 
+    def pairwise_monotone(self, X, Y, x_aux=None, y_aux=None, out=None) -> np.ndarray:
+        """A block ``S`` with ``pairwise = monotone_to_kernel(S)``, increasing elementwise.
+
+        Ordered like the kernel block but cheaper when the kernel is an increasing
+        function of something simpler (the Gaussian's exponent): the scan's local
+        certificate finds each row's most similar dictionary point on ``S`` and
+        maps only a few entries. By default ``S`` is the kernel block itself.
+        ``out``, a C-ordered float64 array of the block's shape, receives it.
+        """
+        K = self.pairwise(X, Y, x_aux, y_aux)
+        if out is None:
+            return K
+        out[...] = K
+        return out
+
+    def monotone_to_kernel(self, S: np.ndarray) -> np.ndarray:
+        """Kernel values from entries of :meth:`pairwise_monotone` (in place when possible)."""
+        return S
+
     def __call__(self, X, Y=None) -> np.ndarray:
         """Full kernel matrix ``k(X, Y)`` (``Y=X`` when omitted); for small inputs."""
         X = _f64(X)
@@ -118,13 +137,21 @@ class RBFKernel(_Stationary):
         return _sq_norms(_f64(X))
 
     def pairwise(self, X, Y, x_aux=None, y_aux=None):
+        return self.monotone_to_kernel(self.pairwise_monotone(X, Y, x_aux, y_aux))
+
+    def monotone_to_kernel(self, S):
+        np.minimum(S, 0.0, out=S)  # a distance is never negative
+        return np.exp(S, out=S)
+
+    def pairwise_monotone(self, X, Y, x_aux=None, y_aux=None, out=None):
+        """The exponent ``-gamma ||x - y||^2`` (before the clip at 0)."""
         X, Y = _f64(X), _f64(Y)
         xx = _sq_norms(X) if x_aux is None else x_aux
         yy = _sq_norms(Y) if y_aux is None else y_aux
         g = self.gamma
         # The exponent -gamma (|x|^2 + |y|^2 - 2 x.y) as one matrix product of the rows
         # augmented with their squared norms: [x, |x|^2, 1] . [2g y, -g, -g |y|^2].
-        # One BLAS call, then two passes in place (clip at 0, exp) over the block.
+        # One BLAS call; monotone_to_kernel then clips at 0 and exponentiates in place.
         d = X.shape[1]
         A = np.empty((X.shape[0], d + 2))
         A[:, :d] = X
@@ -134,10 +161,7 @@ class RBFKernel(_Stationary):
         np.multiply(Y, 2.0 * g, out=B[:, :d])
         B[:, d] = -g
         B[:, d + 1] = -g * yy
-        K = A @ B.T
-        np.minimum(K, 0.0, out=K)
-        np.exp(K, out=K)
-        return K
+        return np.matmul(A, B.T, out=out)
 
 
 
@@ -152,10 +176,16 @@ class LaplacianKernel(_Stationary):
         return None
 
     def pairwise(self, X, Y, x_aux=None, y_aux=None):
-        K = cdist(_f64(X), _f64(Y), metric="cityblock")
+        return self.monotone_to_kernel(self.pairwise_monotone(X, Y, x_aux, y_aux))
+
+    def pairwise_monotone(self, X, Y, x_aux=None, y_aux=None, out=None):
+        """The exponent ``-gamma ||x - y||_1``."""
+        K = cdist(_f64(X), _f64(Y), metric="cityblock", out=out)
         K *= -self.gamma
-        np.exp(K, out=K)
         return K
+
+    def monotone_to_kernel(self, S):
+        return np.exp(S, out=S)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,17 @@ A row is never added when its unconstrained residual is below
 ``PIVOT_FLOOR * k(x, x)``: such a row (a duplicate, for instance) is already in
 the linear span, and its pivot would make L singular.
 
+**Local certificates.** Once the dictionary is large, most rows are within tol of
+a handful of nearby dictionary points, and the residual against any subset of the
+dictionary bounds the residual against all of it from above (the projection on a
+smaller span, or affine hull, is never closer). :class:`LocalCertificate` keeps,
+for each dictionary point j, the factor of its :data:`LOCAL_SIZE` nearest
+dictionary points (by kernel value); a row is bounded with the neighbourhood of
+the dictionary point it is closest to, at O(q^2) instead of O(m^2). Rows whose
+bound is below tol can never be added (adding points only lowers a residual), so
+:func:`scan_block` drops them before the full solve: the dictionary is the one
+the point-by-point scan selects, only the work changes.
+
 The result of the pass is a frozen :class:`Dictionary`, whose
 :meth:`Dictionary.project` gives the coordinates ``y_t = z_t + (alpha_t/beta) w``
 used by passes 2 and 3 (``A M A' = Y Y'`` exactly).
@@ -35,6 +46,8 @@ used by passes 2 and 3 (``A M A' = Y Y'`` exactly).
 from __future__ import annotations
 
 import math
+import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -43,6 +56,7 @@ from typing import Callable
 import numpy as np
 from scipy.linalg import solve_triangular
 from scipy.linalg.blas import dger
+from threadpoolctl import ThreadpoolController
 
 from .exceptions import DictionaryError, DictionarySizeError
 from .kernels import Kernel, RBFKernel, LaplacianKernel, SubsetNormalizedKernel, PolynomialKernel
@@ -52,16 +66,34 @@ __all__ = [
     "PIVOT_FLOOR",
     "Dictionary",
     "DictionaryState",
+    "LocalCertificate",
+    "LOCAL_SIZE",
+    "LOCAL_MIN_SIZE",
+    "local_certificate_size",
     "ScanProgress",
     "scan_block",
     "scan_source",
     "scan_rows",
+    "uncertified_rows",
+    "certify_rows",
     "pointwise_scan",
     "search_dictionary",
 ]
 
 #: A row enters only if its unconstrained residual exceeds this times k(x, x).
 PIVOT_FLOOR = 1e3 * np.finfo(np.float64).eps
+
+#: Dictionary points in each neighbourhood of a :class:`LocalCertificate`.
+LOCAL_SIZE = 32
+#: The scan uses local certificates once the dictionary holds this many points
+#: (below it, the full solve costs about as little as the bound).
+LOCAL_MIN_SIZE = 384
+#: Local certificates are rebuilt each time the dictionary has grown by this factor.
+LOCAL_GROWTH = 1.25
+#: Threads that evaluate the certificate's kernel blocks (the scan is otherwise
+#: sequential; these blocks are independent).
+CERTIFY_THREADS = max(1, min(4, os.cpu_count() or 1))
+_BLAS_CONTROLLER = ThreadpoolController()
 
 
 # --------------------------------------------------------------------------- #
@@ -166,6 +198,150 @@ class Dictionary:
 
 
 # --------------------------------------------------------------------------- #
+# Local certificates: an upper bound on delta at O(q^2) per row
+# --------------------------------------------------------------------------- #
+def local_certificate_size(size: int) -> int:
+    """Dictionary points covered by the local certificate of a dictionary of ``size``.
+
+    The largest point of the grid ``ceil(LOCAL_MIN_SIZE * LOCAL_GROWTH**k)`` not
+    above ``size`` (0 below :data:`LOCAL_MIN_SIZE`). A function of the size only,
+    so a scan resumed from a checkpoint rebuilds the certificate an uninterrupted
+    scan had, and rebuilding costs a geometric series (about 5x the last build).
+    """
+    if size < LOCAL_MIN_SIZE:
+        return 0
+    g = LOCAL_MIN_SIZE
+    while math.ceil(g * LOCAL_GROWTH) <= size:
+        g = math.ceil(g * LOCAL_GROWTH)
+    return g
+
+
+@dataclass(frozen=True, eq=False)
+class LocalCertificate:
+    """Upper bounds on the residual ``delta`` (eq. 8) from small neighbourhoods.
+
+    For each of the first ``size`` dictionary points j: its ``q`` nearest
+    dictionary points ``N_j`` (largest kernel values among the first ``size``),
+    ``W_j = chol(k(N_j, N_j))^-1``, ``w_j = W_j 1`` and ``beta_j = w_j . w_j``.
+    A row x with ``j = argmax_i k(x, d_i)`` is bounded by its residual against
+    ``N_j``: ``z = W_j k(N_j, x)``, ``delta_j = k(x, x) - z.z (+ (1 - w_j.z)^2 / beta_j)``.
+    The projection on a subset of the dictionary is never closer than on all of
+    it, so ``delta_j >= delta``: a row with ``delta_j <= tol`` is within tol of the
+    dictionary now and after any point is added.
+
+    Per row this costs one pass over ``size`` entries of
+    :meth:`~ooc_spectral.kernels.Kernel.pairwise_monotone` (for the Gaussian, a
+    matrix product without the exponential), q kernel values and a q x q
+    product, instead of the full kernel row and an m x m triangular solve.
+
+    Attributes
+    ----------
+    kernel : Kernel
+    points : ndarray of shape (size, d)
+        The dictionary prefix the certificate covers.
+    aux : ndarray or None
+        ``kernel.aux(points)``.
+    neighbours : ndarray of shape (size, q)
+    inverse : ndarray of shape (size, q, q)
+        ``W_j``; NaN for a neighbourhood whose factor failed (never certifies).
+    w : ndarray of shape (size, q)
+    beta : ndarray of shape (size,)
+    affine : bool
+    """
+
+    kernel: Kernel
+    points: np.ndarray
+    aux: np.ndarray | None
+    neighbours: np.ndarray
+    inverse: np.ndarray
+    w: np.ndarray
+    beta: np.ndarray
+    affine: bool
+
+    @property
+    def size(self) -> int:
+        return int(self.points.shape[0])
+
+    @classmethod
+    def build(cls, kernel: Kernel, points: np.ndarray, aux, affine: bool,
+              q: int | None = None) -> "LocalCertificate":
+        """The certificate of the dictionary ``points`` (m x d), O(m^2 d + m q^3).
+
+        ``q`` defaults to :data:`LOCAL_SIZE`.
+        """
+        points = np.array(points, dtype=np.float64)
+        aux = None if aux is None else np.array(aux)
+        m = points.shape[0]
+        q = min(LOCAL_SIZE if q is None else int(q), m)
+        neighbours = np.empty((m, q), dtype=np.int64)
+        for a in range(0, m, 512):  # the m x m Gram matrix one row block at a time
+            b = min(a + 512, m)
+            G = kernel.pairwise(points[a:b], points, None if aux is None else aux[a:b], aux)
+            part = (np.argpartition(-G, q - 1, axis=1)[:, :q] if q < m
+                    else np.tile(np.arange(m), (b - a, 1)))
+            neighbours[a:b] = np.sort(part, axis=1)
+        S = np.empty((m, q, q))
+        for j in range(m):
+            nb = neighbours[j]
+            a_j = None if aux is None else aux[nb]
+            S[j] = kernel.pairwise(points[nb], points[nb], a_j, a_j)
+        inverse = np.full((m, q, q), np.nan)
+        try:
+            inverse[:] = np.linalg.inv(np.linalg.cholesky(S))
+        except np.linalg.LinAlgError:  # a neighbourhood is numerically singular: skip it alone
+            for j in range(m):
+                try:
+                    inverse[j] = np.linalg.inv(np.linalg.cholesky(S[j]))
+                except np.linalg.LinAlgError:
+                    pass
+        w = inverse.sum(axis=2)
+        return cls(kernel=kernel, points=points, aux=aux, neighbours=neighbours, inverse=inverse,
+                   w=w, beta=np.einsum("ij,ij->i", w, w), affine=bool(affine))
+
+    def upper_bounds(self, X: np.ndarray, x_aux=None) -> tuple[np.ndarray, np.ndarray]:
+        """Upper bounds on ``delta`` for the rows of X, and ``k(x, x)``.
+
+        Parameters
+        ----------
+        X : ndarray of shape (c, d)
+        x_aux : optional
+            ``kernel.aux(X)``.
+
+        Returns
+        -------
+        bounds : ndarray of shape (c,)
+            ``delta_j >= delta`` (NaN where a neighbourhood was unusable).
+        kx : ndarray of shape (c,)
+        """
+        kernel = self.kernel
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        if x_aux is None:
+            x_aux = kernel.aux(X)
+        kx = kernel.diag(X, x_aux)
+        S = kernel.pairwise_monotone(X, self.points, x_aux, self.aux,
+                                     out=_scratch(X.shape[0], self.size))
+        j = np.argmax(S, axis=1)
+        G = kernel.monotone_to_kernel(np.take_along_axis(S, self.neighbours[j], axis=1))
+        Z = np.matmul(self.inverse[j], G[:, :, None])[:, :, 0]
+        bounds = kx - np.einsum("ij,ij->i", Z, Z)
+        if self.affine:
+            alpha = 1.0 - np.einsum("ij,ij->i", self.w[j], Z)
+            bounds += alpha * alpha / self.beta[j]
+        return bounds, kx
+
+    def certified(self, X: np.ndarray, tol: float, x_aux=None) -> np.ndarray:
+        """Rows of X certainly within ``tol`` of the dictionary (a boolean mask).
+
+        The bound must be below tol by a margin (``1e-6 tol`` plus
+        ``1e3 eps k(x, x)``), which leaves the rows within rounding of tol to the
+        full computation, as in the point-by-point scan.
+        """
+        bounds, kx = self.upper_bounds(X, x_aux)
+        margin = 1e-6 * tol + 1e3 * np.finfo(np.float64).eps * np.abs(kx)
+        return bounds <= tol - margin
+
+
+# --------------------------------------------------------------------------- #
 # The mutable state of the scan
 # --------------------------------------------------------------------------- #
 class DictionaryState:
@@ -185,6 +361,7 @@ class DictionaryState:
         self._L = np.zeros((capacity, capacity))
         self._w = np.empty(capacity)
         self._aux: np.ndarray | None = None
+        self._local: LocalCertificate | None = None
 
     # -- views ------------------------------------------------------------ #
     @property
@@ -206,6 +383,17 @@ class DictionaryState:
     @property
     def aux(self) -> np.ndarray | None:
         return None if self._aux is None else self._aux[: self.size]
+
+    def local_certificate(self) -> LocalCertificate | None:
+        """The :class:`LocalCertificate` for the current size (built when the size
+        crosses a point of :func:`local_certificate_size`'s grid), or None."""
+        g = local_certificate_size(self.size)
+        if g == 0:
+            return None
+        if self._local is None or self._local.size != g:
+            self._local = LocalCertificate.build(self.kernel, self._points[:g], None if self._aux is None
+                                                 else self._aux[:g], self.affine)
+        return self._local
 
     # -- growth ----------------------------------------------------------- #
     def _reserve(self, needed: int) -> None:
@@ -263,6 +451,7 @@ class DictionaryState:
             new._aux[:m] = self._aux[:m]
         new.beta = self.beta
         new.size = m
+        new._local = self._local  # immutable, and built from points the copy shares
         return new
 
     def freeze(self, solver: str = "trsm") -> Dictionary:
@@ -347,7 +536,6 @@ def scan_block(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: flo
     m0 = state.size
     # Coordinates against the dictionary at the start of the block (the solve's own
     # output, c x m0, no copy) and against the points added within the block (Zn).
-    Zn = np.empty((c, min(c, 32)))
     if m0:
         K = kernel.pairwise(X, state.points, x_aux, state.aux)
         # K.T is a Fortran-ordered view: the solve works in place on it.
@@ -358,6 +546,7 @@ def scan_block(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: flo
         Z0 = np.empty((c, 0))
         dhat = kx.copy()
         alpha = np.ones(c)
+    Zn = np.empty((c, min(c, 32)))
 
     pos = 0
     while pos < c:
@@ -429,18 +618,98 @@ def _size_error(state: DictionaryState, limit: int, rows_done: int, n_rows: int,
     )
 
 
+def uncertified_rows(state: DictionaryState, X: np.ndarray, tol: float) -> np.ndarray | None:
+    """Positions of the rows of X that the local certificate cannot rule out.
+
+    None when the dictionary is too small for a certificate (every row must be
+    scanned). The rows are bounded :func:`certify_rows` at a time, the blocks
+    shared between :data:`CERTIFY_THREADS` threads (NumPy releases the GIL; each
+    thread's BLAS runs single-threaded meanwhile).
+    """
+    cert = state.local_certificate()
+    if cert is None:
+        return None
+    c = X.shape[0]
+    parts = -(-c // certify_rows(cert.size))
+    parts = -(-parts // CERTIFY_THREADS) * CERTIFY_THREADS  # the threads get equal shares
+    step = max(1, -(-c // parts))
+
+    def part(a: int) -> np.ndarray:
+        return a + np.flatnonzero(~cert.certified(X[a : a + step], tol))
+
+    starts = range(0, c, step)
+    if len(starts) < 2 or CERTIFY_THREADS < 2:
+        keep = [part(a) for a in starts]
+    else:
+        with _BLAS_CONTROLLER.limit(limits=1, user_api="blas"):
+            keep = list(_certify_pool().map(part, starts))
+    return np.concatenate(keep) if keep else np.empty(0, dtype=np.int64)
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+_SCRATCH = threading.local()
+
+
+def _certify_pool() -> ThreadPoolExecutor:
+    """The certificate's threads, started once per process (their scratch blocks persist)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(CERTIFY_THREADS, thread_name_prefix="ooc-certify")
+        return _POOL
+
+
+def _scratch(rows: int, cols: int) -> np.ndarray:
+    """A rows x cols float64 block reused by this thread: a block allocated afresh each
+    time is mapped and faulted in by the allocator, which costs as much as filling it."""
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.size < rows * cols:
+        buf = _SCRATCH.buf = np.empty(rows * cols)
+    return buf[: rows * cols].reshape(rows, cols)
+
+
+def certify_rows(size: int) -> int:
+    """Rows bounded at once by a certificate of ``size`` points: the c x size block
+    stays within 16 MiB, so the allocator reuses its memory instead of mapping
+    (and faulting in) new pages, and the gathered q x q factors stay small."""
+    return int(max(256, min(2048, (16 * 2**20) // (8 * max(size, 1)))))
+
+
 def scan_rows(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: float, *,
               limit: int | None = None, block_rows: int | None = None) -> bool:
     """Blocked scan of in-memory rows (already in visiting order).
 
+    Once the dictionary has a :class:`LocalCertificate`, each block of rows is
+    first bounded, and only the rows the bound cannot rule out are scanned (by
+    :func:`scan_block`, in their order). Certifying against the dictionary as it
+    was before the block's additions is valid: adding points only lowers a
+    residual. The uncertified rows of consecutive blocks are gathered so that one
+    full solve handles many of them (the m x m factor is read once per solve).
+
     Returns True if it stopped at ``limit`` (see :func:`scan_block`).
     """
-    if block_rows is None:
-        block_rows = scan_block_rows(state.size)
-    for a in range(0, X.shape[0], block_rows):
-        b = min(a + block_rows, X.shape[0])
-        if scan_block(state, X[a:b], rows[a:b], tol, limit):
+    n = X.shape[0]
+    a = 0
+    while a < n:
+        size = block_rows or scan_block_rows(state.size)
+        keep = uncertified_rows(state, X[a : a + size], tol)
+        if keep is None:  # no certificate yet: scan the block as it is
+            b = min(a + size, n)
+            if scan_block(state, X[a:b], rows[a:b], tol, limit):
+                return True
+            a = b
+            continue
+        pending, b = [a + keep], min(a + size, n)
+        # gather uncertified rows over further blocks, up to one block of them
+        while b < n and sum(p.size for p in pending) < size // 8:
+            keep = uncertified_rows(state, X[b : b + size], tol)
+            pending.append(b + keep)
+            b = min(b + size, n)
+        idx = np.concatenate(pending)
+        if idx.size and scan_block(state, X[idx], rows[idx], tol, limit):
             return True
+        a = b
     return False
 
 

@@ -8,12 +8,17 @@ from scipy.linalg import solve_triangular
 
 from ooc_spectral import DictionarySizeError, GreedySpectralEmbedding
 from ooc_spectral.kernels import LaplacianKernel, LinearKernel, PolynomialKernel, RBFKernel
+from sklearn.datasets import make_swiss_roll
+
+from ooc_spectral import scan
 from ooc_spectral.planning import VisitOrder
 from ooc_spectral.scan import (
     DictionaryState,
+    LocalCertificate,
     pointwise_scan,
     scan_rows,
     search_dictionary,
+    uncertified_rows,
 )
 
 from conftest import write_zarr
@@ -153,3 +158,73 @@ def test_checkpointed_state_round_trips_bit_for_bit(data):
     np.testing.assert_array_equal(a.indices, b.indices)
     np.testing.assert_array_equal(a.L, b.L)
     assert a.beta == b.beta
+
+
+# --------------------------------------------------------------------------- #
+# Local certificates
+# --------------------------------------------------------------------------- #
+KERNELS = [RBFKernel(0.05), LaplacianKernel(0.1), LinearKernel(), PolynomialKernel(0.01, 2, 1.0)]
+
+
+@pytest.fixture
+def small_certificates(monkeypatch):
+    """Certificates from 8 dictionary points on, with neighbourhoods of 6."""
+    monkeypatch.setattr(scan, "LOCAL_MIN_SIZE", 8)
+    monkeypatch.setattr(scan, "LOCAL_SIZE", 6)
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
+@pytest.mark.parametrize("affine", [True, False])
+def test_local_certificate_bounds_the_residual(data, kernel, affine):
+    X, order = data
+    tol = 1e-3 if kernel.name != "linear" else 1e-6
+    D = pointwise_scan(kernel, X[order[:1200]], order[:1200], tol, affine=affine).points
+    full = residuals_against(kernel, D, X, affine)
+    cert = LocalCertificate.build(kernel, D, kernel.aux(D), affine, q=6)
+    bounds, kx = cert.upper_bounds(X)
+    np.testing.assert_array_equal(kx, kernel.diag(X))
+    scale = np.maximum(np.abs(kx), 1.0)
+    # a residual against 6 dictionary points is never below the residual against all of them
+    assert np.all(bounds >= full - 1e-9 * scale)
+    ok = cert.certified(X, tol)
+    assert np.all(full[ok] <= tol)
+    # with every dictionary point in every neighbourhood, the bound is the residual
+    D40 = D[:40]
+    whole = LocalCertificate.build(kernel, D40, kernel.aux(D40), affine, q=len(D40))
+    np.testing.assert_allclose(whole.upper_bounds(X)[0], residuals_against(kernel, D40, X, affine),
+                               rtol=0, atol=1e-9 * scale.max())
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
+@pytest.mark.parametrize("affine", [True, False])
+def test_certified_scan_selects_pointwise_dictionary(data, kernel, affine, small_certificates):
+    X, order = data
+    X, order = X[order[:1200]], order[:1200]
+    tol = 1e-3 if kernel.name != "linear" else 1e-6
+    ref = pointwise_scan(kernel, X, order, tol, affine=affine)
+    for block_rows in (7, 256, 5000):
+        st = blocked(kernel, X, order, tol, affine, block_rows)
+        np.testing.assert_array_equal(st.indices, ref.indices)
+        np.testing.assert_allclose(st.L, ref.L, atol=1e-12)
+    if kernel.name in ("rbf", "laplacian"):  # local kernels: the certified path was taken
+        assert ref.size >= 8
+        assert uncertified_rows(st, X, tol).size < 0.9 * len(X)
+
+
+def test_certificate_at_the_default_size_rules_out_most_rows():
+    """A dictionary past LOCAL_MIN_SIZE: same dictionary, and most rows never solved."""
+    X, _ = make_swiss_roll(6000, random_state=1)
+    kernel, tol = RBFKernel(0.1), 1e-3
+    rows = np.arange(len(X))
+    ref = pointwise_scan(kernel, X, rows, tol)
+    assert ref.size > scan.LOCAL_MIN_SIZE
+    st = blocked(kernel, X, rows, tol, True, block_rows=2048)
+    np.testing.assert_array_equal(st.indices, ref.indices)
+    np.testing.assert_allclose(st.L, ref.L, atol=1e-10)
+    # against the final dictionary, the certificate alone clears most rows
+    assert uncertified_rows(st, X, tol).size < 0.25 * len(X)
+    assert residuals_against(kernel, st.points, X, True).max() <= tol
+
+
+def test_checkpointed_state_round_trips_with_certificates(data, small_certificates):
+    test_checkpointed_state_round_trips_bit_for_bit(data)

@@ -2,7 +2,9 @@
 
 On random small data sets, kernels, tolerances and block sizes:
 
-- the blocked scan selects exactly the point-by-point scan's dictionary;
+- the blocked scan selects exactly the point-by-point scan's dictionary, also
+  when local certificates rule rows out (a second test turns them on from two
+  dictionary points);
 - the factor stays positive definite and is the Cholesky factor of k(D, D);
 - every row is within ``tol`` of the final dictionary's span, or in its linear
   span (a row whose pivot would vanish never enters: see ``PIVOT_FLOOR``);
@@ -16,11 +18,13 @@ the algorithm.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.linalg import solve_triangular
 
 from ooc_spectral.kernels import LaplacianKernel, LinearKernel, PolynomialKernel, RBFKernel
+from ooc_spectral import scan
 from ooc_spectral.scan import PIVOT_FLOOR, DictionaryState, pointwise_scan, scan_rows
 
 SLACK = 1e-9
@@ -65,6 +69,20 @@ def residuals(kernel, D, X, affine):
 @BUDGET
 @given(problems())
 def test_scan_properties(problem):
+    check_scan(problem)
+
+
+@settings(BUDGET, max_examples=100)
+@given(problems())
+def test_scan_properties_with_local_certificates(problem):
+    """The same, with local certificates from 2 dictionary points on (neighbourhoods of 3)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(scan, "LOCAL_MIN_SIZE", 2)
+        mp.setattr(scan, "LOCAL_SIZE", 3)
+        check_scan(problem)
+
+
+def check_scan(problem):
     X, kernel, tol, affine, block = problem
     rows = np.arange(len(X))
     st_ = DictionaryState(kernel, X.shape[1], affine)
