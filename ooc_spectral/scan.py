@@ -630,6 +630,8 @@ def uncertified_rows(state: DictionaryState, X: np.ndarray, tol: float) -> np.nd
     if cert is None:
         return None
     c = X.shape[0]
+    if c == 0:
+        return np.empty(0, dtype=np.int64)
     parts = -(-c // certify_rows(cert.size))
     parts = -(-parts // CERTIFY_THREADS) * CERTIFY_THREADS  # the threads get equal shares
     step = max(1, -(-c // parts))
@@ -701,11 +703,15 @@ def scan_rows(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: floa
             a = b
             continue
         pending, b = [a + keep], min(a + size, n)
-        # gather uncertified rows over further blocks, up to one block of them
-        while b < n and sum(p.size for p in pending) < size // 8:
-            keep = uncertified_rows(state, X[b : b + size], tol)
+        # gather uncertified rows over further rows while they are few; never more
+        # than one block of them (the full scan's c x m coordinates stay in budget)
+        held = keep.size
+        while b < n and held < size // 8:
+            e = min(b + size - held, n)
+            keep = uncertified_rows(state, X[b:e], tol)
             pending.append(b + keep)
-            b = min(b + size, n)
+            held += keep.size
+            b = e
         idx = np.concatenate(pending)
         if idx.size and scan_block(state, X[idx], rows[idx], tol, limit):
             return True
