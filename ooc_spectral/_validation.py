@@ -14,9 +14,9 @@ import numbers
 
 import numpy as np
 
-from .exceptions import InvalidParameterError
+from .exceptions import InvalidParameterError, NotFittedError
 
-__all__ = ["check_int", "check_float", "check_choice", "check_bool", "check_str"]
+__all__ = ["check_int", "check_float", "check_choice", "check_bool", "check_str", "check_fitted"]
 
 
 def _is_int(value) -> bool:
@@ -84,4 +84,16 @@ def check_str(owner: str | None, name: str, value) -> str:
     """``value`` if it is a string."""
     if not isinstance(value, str):
         raise _fail(owner, f"{name}={value!r} has type {type(value).__name__}: expected a string")
+    return value
+
+
+def check_fitted(estimator, attribute: str, hint: str = ""):
+    """``getattr(estimator, attribute)``, or :class:`NotFittedError` when it is unset.
+
+    The message names the estimator and says to call ``fit`` (and ``hint``, if given).
+    """
+    value = getattr(estimator, attribute, None)
+    if value is None:
+        raise NotFittedError(f"this {type(estimator).__name__} instance is not fitted yet; "
+                             f"call fit(X) first{hint}")
     return value

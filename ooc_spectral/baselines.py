@@ -71,14 +71,13 @@ import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve, eigh
 from sklearn.base import BaseEstimator, TransformerMixin
 
-from ._validation import check_bool, check_choice, check_float, check_int
+from ._validation import check_bool, check_choice, check_fitted, check_float, check_int
 from .config import resolve_seed
 from .eigensolve import top_eigenpairs
 from .exceptions import (
     DictionaryError,
     InvalidInputError,
     InvalidParameterError,
-    NotFittedError,
 )
 from .kernels import (
     KERNELS,
@@ -526,12 +525,7 @@ class _KernelEmbeddingBase(TransformerMixin, BaseEstimator):
         return source
 
     def _check_fitted(self):
-        model = getattr(self, "model_", None)
-        if model is None:
-            raise NotFittedError(
-                f"this {type(self).__name__} instance is not fitted yet; call fit(X) first"
-            )
-        return model
+        return check_fitted(self, "model_")
 
     def _open_new(self, X) -> DataSource:
         source = open_source(X)
@@ -545,6 +539,21 @@ class _KernelEmbeddingBase(TransformerMixin, BaseEstimator):
     def fit_transform(self, X, y=None):
         """Fit and return ``embedding_``."""
         return self.fit(X, y).embedding_
+
+    def transform(self, X):
+        """Out-of-sample embedding of new rows by the Nystrom formula of ``model_``
+        (against every training row for the exact embedding, the landmarks for Nystrom).
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr array, or str
+
+        Returns
+        -------
+        ndarray or dask array of shape (n_rows, n_components)
+            numpy for numpy input; on training rows, the training embedding.
+        """
+        return _embed_source(self._check_fitted(), self._open_new(X), self.chunk_rows)
 
 
 # --------------------------------------------------------------------------- #
@@ -667,21 +676,6 @@ class ExactKernelEmbedding(_KernelEmbeddingBase):
             self.embedding_ = da.from_array(emb, chunks=(_task_rows(source, self.chunk_rows),
                                                          emb.shape[1]))
         return self
-
-    def transform(self, X):
-        """Out-of-sample embedding of new rows by the Nystrom formula.
-
-        Parameters
-        ----------
-        X : array-like, dask array, zarr array, or str
-
-        Returns
-        -------
-        ndarray or dask array of shape (n_rows, n_components)
-            numpy for numpy input; on training rows, the training embedding.
-        """
-        model = self._check_fitted()
-        return _embed_source(model, self._open_new(X), self.chunk_rows)
 
 
 # --------------------------------------------------------------------------- #
@@ -936,20 +930,6 @@ class NystromEmbedding(_KernelEmbeddingBase):
         self.timings_ = {"selection": t1 - t0, "eigensolve": t2 - t1,
                          "extension": time.perf_counter() - t2}
         return self
-
-    def transform(self, X):
-        """Out-of-sample embedding by the Nystrom formula on the landmarks.
-
-        Parameters
-        ----------
-        X : array-like, dask array, zarr array, or str
-
-        Returns
-        -------
-        ndarray or dask array of shape (n_rows, n_components)
-        """
-        model = self._check_fitted()
-        return _embed_source(model, self._open_new(X), self.chunk_rows)
 
 
 # --------------------------------------------------------------------------- #

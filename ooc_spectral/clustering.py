@@ -34,10 +34,10 @@ import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 
-from ._validation import check_float, check_int
+from ._validation import check_fitted, check_float, check_int
 from .config import resolve_seed
 from .estimator import GreedySpectralEmbedding
-from .exceptions import InvalidInputError, NotFittedError
+from .exceptions import InvalidInputError
 from .planning import plan_sample
 
 __all__ = ["GreedySpectralClustering", "unit_rows"]
@@ -292,11 +292,7 @@ affine, degree_estimate, degree_subset_size, sample_size, chunk_rows
 
     # ------------------------------------------------------------------ #
     def _check_fitted(self) -> GreedySpectralEmbedding:
-        est = getattr(self, "embedding_estimator_", None)
-        if est is None:
-            raise NotFittedError(
-                f"this {type(self).__name__} instance is not fitted yet; call fit(X) first")
-        return est
+        return check_fitted(self, "embedding_estimator_")
 
     def predict(self, X):
         """Cluster of new rows: Nyström embedding, unit length, nearest centre.

@@ -6,9 +6,10 @@ import os
 
 from sklearn.base import BaseEstimator, TransformerMixin
 
+from ._validation import check_fitted
 from .config import FitConfig
 from .eigensolve import SpectralMap
-from .exceptions import InvalidInputError, NotFittedError
+from .exceptions import InvalidInputError
 from .execution import compute
 from .pipeline import FitResult, FitRun
 from .planning import plan_task_rows
@@ -224,13 +225,8 @@ class GreedySpectralEmbedding(TransformerMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ #
     def _check_fitted(self) -> SpectralMap:
-        smap = getattr(self, "spectral_map_", None)
-        if smap is None:
-            raise NotFittedError(
-                f"this {type(self).__name__} instance is not fitted yet; call fit(X) first "
-                "or load a saved model with GreedySpectralEmbedding.load(path)"
-            )
-        return smap
+        return check_fitted(self, "spectral_map_",
+                            " or load a saved model with GreedySpectralEmbedding.load(path)")
 
     def transform(self, X):
         """Out-of-sample embedding of new rows by the Nyström formula.

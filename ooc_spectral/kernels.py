@@ -113,9 +113,16 @@ def _sq_norms(X: np.ndarray) -> np.ndarray:
 
 
 class _Stationary(Kernel):
-    """A kernel ``exp(-gamma * distance)``: unit diagonal, one parameter."""
+    """A kernel ``exp(-gamma * distance)``: unit diagonal, one parameter.
+
+    Subclasses give the exponent (:meth:`pairwise_monotone`) and its map to
+    kernel values (:meth:`monotone_to_kernel`); the block is the two composed.
+    """
 
     gamma: float
+
+    def pairwise(self, X, Y, x_aux=None, y_aux=None):
+        return self.monotone_to_kernel(self.pairwise_monotone(X, Y, x_aux, y_aux))
 
     def diag(self, X, x_aux=None):
         return np.ones(np.shape(X)[0])
@@ -135,9 +142,6 @@ class RBFKernel(_Stationary):
 
     def aux(self, X):
         return _sq_norms(_f64(X))
-
-    def pairwise(self, X, Y, x_aux=None, y_aux=None):
-        return self.monotone_to_kernel(self.pairwise_monotone(X, Y, x_aux, y_aux))
 
     def monotone_to_kernel(self, S):
         np.minimum(S, 0.0, out=S)  # a distance is never negative
@@ -174,9 +178,6 @@ class LaplacianKernel(_Stationary):
 
     def aux(self, X):
         return None
-
-    def pairwise(self, X, Y, x_aux=None, y_aux=None):
-        return self.monotone_to_kernel(self.pairwise_monotone(X, Y, x_aux, y_aux))
 
     def pairwise_monotone(self, X, Y, x_aux=None, y_aux=None, out=None):
         """The exponent ``-gamma ||x - y||_1``."""

@@ -74,11 +74,11 @@ from scipy.spatial.distance import cdist
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.neighbors import NearestNeighbors
 
-from ._validation import check_choice, check_float, check_int
+from ._validation import check_choice, check_fitted, check_float, check_int
 from .config import resolve_seed
 from .eigensolve import top_eigenpairs
 from .estimator import GreedySpectralEmbedding
-from .exceptions import DictionaryError, InvalidInputError, InvalidParameterError, NotFittedError
+from .exceptions import DictionaryError, InvalidInputError, InvalidParameterError
 from .execution import shared
 from .planning import plan_sample
 from .source import DataSource, check_finite, open_source
@@ -218,11 +218,7 @@ class _Fitted:
         return self.fit(X).embedding_
 
     def _check_fitted(self):
-        emap = getattr(self, "_map", None)
-        if emap is None:
-            raise NotFittedError(
-                f"this {type(self).__name__} instance is not fitted yet; call fit(X) first")
-        return emap
+        return check_fitted(self, "_map")
 
 
 # --------------------------------------------------------------------------- #
