@@ -93,41 +93,73 @@ def _certificate(delta: np.ndarray, offset: int, X=None, tol_check=None) -> dict
     return out
 
 
+def _row_sums(Z: np.ndarray, kx: np.ndarray) -> dict:
+    """The scalar sums behind the run-time checks of the eigensolve.
+
+    ``sum_kx = sum k(x, x)`` bounds every eigenvalue of the centred Gram matrix;
+    ``sum_dhat = sum max(kx - |z|^2, 0)`` is the trace bound of Weyl's interval
+    (the orthogonal residuals); ``sq`` is ``sum |z - zbar|^2`` summed row by row,
+    independently of the m x m product, to check the trace of ``C``.
+    """
+    sqn = np.einsum("ij,ij->i", Z, Z)
+    dhat = kx - sqn
+    return {"sum_kx": float(kx.sum()), "max_kx": float(np.max(np.abs(kx))),
+            "sum_dhat": float(np.maximum(dhat, 0.0).sum())}
+
+
 def chunk_moments(block, dictionary: Dictionary, offset: int, chunk_starts=None,
                   tol_check=None) -> dict:
-    """``n``, mean and centred sum of squares of the kernel rows ``k(x, D)`` of one chunk.
+    """``n``, mean and centred sum of squares of the coordinates ``z = L^-1 k(D, x)``.
 
-    Kept in kernel space: the projections are linear in ``k``
-    (``y = P L^-1 k + w/beta``), so :func:`~ooc_spectral.eigensolve.solve_additive`
-    maps the combined moments once, and a dictionary grown by a few points later
-    (the prefix scan) extends them with :func:`chunk_cross_moments` instead of a
-    second full pass. The coordinates are still solved for, for the certificate.
+    The coordinates are the orthogonal projection of each row on the span of the
+    dictionary, in the orthonormal basis the Cholesky factor defines: every
+    chunk solves for them anyway (for the certificate), and their moments are
+    what the eigensolve needs, with no further map. (Mapping kernel-space
+    moments by ``L^-1 C_K L^-T`` once instead squares the condition number of
+    L and gives spurious eigenvalues at small tol; see the module docstring of
+    :mod:`ooc_spectral.eigensolve`.) Besides the certificate (``max delta``),
+    the partial carries the row sums of :func:`_row_sums` for the eigensolve's
+    checks.
     """
     X = np.ascontiguousarray(block, dtype=np.float64)
     check_finite(X, offset, chunk_starts=chunk_starts)
     K, kx = dictionary.kernel_block(X)
-    n = K.shape[0]
-    mean = K.mean(axis=0)
-    Kc = K - mean
-    m2 = Kc.T @ Kc
-    del Kc
-    delta, _ = dictionary.residuals(dictionary.solve(K, overwrite=True), kx)
-    return {"kind": "moments", "n": n, "mean": mean, "m2": m2,
+    Z = dictionary.solve(K, overwrite=True)
+    delta, _ = dictionary.residuals(Z, kx)
+    sums = _row_sums(Z, kx)
+    n = Z.shape[0]
+    mean = Z.mean(axis=0)
+    Z -= mean
+    sq = float(np.einsum("ij,ij->", Z, Z))
+    m2 = Z.T @ Z
+    return {"kind": "moments", "n": n, "mean": mean, "m2": m2, "sq": sq, **sums,
             **_certificate(delta, offset, X, tol_check)}
 
 
 def chunk_cross_moments(block, dictionary: Dictionary, offset: int, old_size: int,
                         chunk_starts=None) -> dict:
-    """Moments between the kernel rows on the first ``old_size`` dictionary points
-    and on the points added after them, for one chunk (O(c m (d + new)) work)."""
+    """Co-moments of the coordinates on the points added after the first ``old_size``.
+
+    The dictionary grew (the prefix scan): the leading ``old_size`` coordinates
+    of a row are unchanged (the factor only gains rows), so the ``moments`` of
+    pass 2 are extended by the co-moments of the old coordinates with the new
+    ones and among the new ones. The new coordinates need the row's old ones
+    (``z_new = L_nn^-1 (k_new - B z_old)``), so this pass solves as pass 2 does,
+    and skips its m x m product. Also the certificate with the grown dictionary.
+    """
     X = np.ascontiguousarray(block, dtype=np.float64)
     check_finite(X, offset, chunk_starts=chunk_starts)
-    K, _ = dictionary.kernel_block(X)
-    mean = K.mean(axis=0)
-    K -= mean
-    old, new = K[:, :old_size], K[:, old_size:]
-    return {"kind": "cross", "n": K.shape[0], "mean_old": mean[:old_size],
-            "mean_new": mean[old_size:], "cross": old.T @ new, "new": new.T @ new}
+    K, kx = dictionary.kernel_block(X)
+    Z = dictionary.solve(K, overwrite=True)
+    delta, _ = dictionary.residuals(Z, kx)
+    sums = _row_sums(Z, kx)
+    mean = Z.mean(axis=0)
+    Z -= mean
+    old, new = Z[:, :old_size], Z[:, old_size:]
+    return {"kind": "cross", "n": Z.shape[0], "mean_old": mean[:old_size],
+            "mean_new": mean[old_size:], "cross": old.T @ new, "new": new.T @ new,
+            "sq_new": float(np.einsum("ij,ij->", new, new)), **sums,
+            **_certificate(delta, offset)}
 
 
 def chunk_ksums(block, dictionary: Dictionary, offset: int, chunk_starts=None) -> dict:
@@ -180,6 +212,11 @@ def _combine_certificate(a: dict, b: dict) -> dict:
     return out
 
 
+def _combine_row_sums(a: dict, b: dict) -> dict:
+    return {"sum_kx": a["sum_kx"] + b["sum_kx"], "max_kx": max(a["max_kx"], b["max_kx"]),
+            "sum_dhat": a["sum_dhat"] + b["sum_dhat"]}
+
+
 def combine(a: dict, b: dict) -> dict:
     """Combine two partials of the same kind (``a`` before ``b`` in row order)."""
     kind = a["kind"]
@@ -187,10 +224,13 @@ def combine(a: dict, b: dict) -> dict:
         na, nb = a["n"], b["n"]
         n = na + nb
         delta = b["mean"] - a["mean"]
+        f = na * nb / n
         mean = a["mean"] + delta * (nb / n)
         m2 = a["m2"] + b["m2"]
-        m2 += np.multiply.outer(delta, delta) * (na * nb / n)
-        return {"kind": kind, "n": n, "mean": mean, "m2": m2, **_combine_certificate(a, b)}
+        m2 += np.multiply.outer(delta, delta) * f
+        sq = a["sq"] + b["sq"] + float(delta @ delta) * f
+        return {"kind": kind, "n": n, "mean": mean, "m2": m2, "sq": sq,
+                **_combine_row_sums(a, b), **_combine_certificate(a, b)}
     if kind == "cross":  # co-moments: the pairwise update, block by block
         na, nb = a["n"], b["n"]
         n = na + nb
@@ -200,7 +240,9 @@ def combine(a: dict, b: dict) -> dict:
                 "mean_old": a["mean_old"] + d_old * (nb / n),
                 "mean_new": a["mean_new"] + d_new * (nb / n),
                 "cross": a["cross"] + b["cross"] + np.multiply.outer(d_old, d_new) * f,
-                "new": a["new"] + b["new"] + np.multiply.outer(d_new, d_new) * f}
+                "new": a["new"] + b["new"] + np.multiply.outer(d_new, d_new) * f,
+                "sq_new": a["sq_new"] + b["sq_new"] + float(d_new @ d_new) * f,
+                **_combine_row_sums(a, b), **_combine_certificate(a, b)}
     if kind == "ksums":
         return {"kind": kind, "n": a["n"] + b["n"], "sum": a["sum"] + b["sum"]}
     if kind == "gram":
@@ -309,17 +351,20 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
 
 
 def extend_moments(moments: dict, cross: dict) -> dict:
-    """Kernel-row moments on a dictionary grown after ``moments`` were taken.
+    """Coordinate moments on a dictionary grown after ``moments`` were taken.
 
-    ``moments`` are over the first points; ``cross`` (the ``cross`` pass) holds
-    the co-moments with the points added since and among them. The result is
-    what a ``moments`` pass with the whole dictionary gives, up to rounding.
+    ``moments`` are over the coordinates on the first points; ``cross`` (the
+    ``cross`` pass) holds the co-moments with the coordinates on the points added
+    since and among them, and the certificate and row sums with the grown
+    dictionary. The result is what a ``moments`` pass with the whole dictionary
+    gives, up to rounding.
     """
     if moments["n"] != cross["n"]:
         raise ValueError("the moments and the cross moments are not over the same rows")
     m2 = np.block([[moments["m2"], cross["cross"]], [cross["cross"].T, cross["new"]]])
     mean = np.concatenate([moments["mean"], cross["mean_new"]])
-    return {**moments, "mean": mean, "m2": m2}
+    keep = {k: cross[k] for k in ("sum_kx", "max_kx", "sum_dhat", "max_delta", "argmax")}
+    return {**moments, "mean": mean, "m2": m2, "sq": moments["sq"] + cross["sq_new"], **keep}
 
 
 def check_degrees(stats: dict) -> None:

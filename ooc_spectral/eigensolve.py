@@ -3,12 +3,30 @@
 From the statistics of pass 2 (see :mod:`ooc_spectral.accumulate`):
 
 additive (kernel PCA, Proposition 2)
-    ``C = sum (y - ybar)(y - ybar)'`` (mapped from the kernel rows' moments by
-    :func:`projection_moments`); ``C W = W Lambda``. The training embedding
-    is ``e_t = (y_t - ybar) W``: kernel PCA's projections (``sqrt(lambda_k)``
+    ``C = sum (z - zbar)(z - zbar)'`` over the coordinates ``z_t = L^-1 k_t`` of
+    the *orthogonal* projection of each row on the dictionary's span (pass 2
+    sums them directly; see below); ``C W = W Lambda``. The training embedding
+    is ``e_t = (z_t - zbar) W``: kernel PCA's projections (``sqrt(lambda_k)``
     times the unit eigenvector of the centred Gram matrix), the scale of
     scikit-learn's ``KernelPCA.fit_transform``; ``Lambda`` are the eigenvalues
     of the centred Gram matrix (scikit-learn's ``eigenvalues_``).
+
+    **Why the orthogonal projection, and why coordinates.** Write
+    ``phi(x_t) = p_t + r_t`` with ``p_t`` the orthogonal projection on the span
+    and ``r_t`` orthogonal to it. Centring keeps ``p_t - pbar`` in the span and
+    ``r_t - rbar`` orthogonal to it, so the exact centred Gram matrix is
+    ``K_c = Z_c Z_c' + R_c`` with ``R_c`` positive semi-definite of trace at most
+    ``sum_t dhat_t`` (``dhat_t = |r_t|^2``, the unconstrained residual, never
+    above the paper's affine ``delta_t``). By Weyl's inequalities every exact
+    eigenvalue lies in ``[lambda_i, lambda_i + sum_t dhat_t]``
+    (:func:`eigenvalue_error_bound`). The paper's affine constraint still
+    decides which rows enter the dictionary; the affine projection it also
+    defines is never closer than the orthogonal one, and in a finite-dimensional
+    feature space (linear, polynomial kernels) it cannot reach the rows that are
+    in the span but not in the affine hull of the dictionary. The moments are
+    taken on the coordinates, not on the kernel rows: mapping kernel-space
+    moments by ``L^-1 C_K L^-T`` squares the condition number of L, which at
+    small tol gives eigenvalues the exact spectrum does not have.
 divisive, exact degrees (spectral clustering / Laplacian eigenmaps)
     ``d_t = y_t . s`` with ``s = sum y``; ``S = sum y y' / d``; ``S W = W Lambda``.
     The unit eigenvectors of ``D^-1/2 K D^-1/2`` are
@@ -35,14 +53,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import eigh, solve_triangular
 
-from .exceptions import DictionaryError
+from .exceptions import DictionaryError, NumericalBreakdownError
 from .scan import Dictionary
 
-__all__ = ["SpectralMap", "top_eigenpairs", "solve_additive", "solve_divisive",
-           "projection_moments",
+__all__ = ["SpectralMap", "top_eigenpairs", "sorted_eigenpairs", "solve_additive",
+           "solve_divisive", "solve_exact", "check_spectrum", "eigenvalue_error_bound",
            "check_n_components", "spent_directions"]
-
-MODES = ("additive", "divisive-exact", "divisive-subset")
 
 
 def top_eigenpairs(A: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -60,11 +76,11 @@ def top_eigenpairs(A: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 def spent_directions(affine: bool, mode: str, drop_first: bool) -> int:
     """Directions of the m-dimensional projection not available as components.
 
-    Centring the affine projections loses one (they lie in an affine subspace of
-    dimension m - 1); the divisive embedding drops the trivial eigenvector.
+    Kernel PCA uses the orthogonal projection, whose centred coordinates span up
+    to m directions; the divisive embedding drops the trivial eigenvector.
     """
     if mode == "additive":
-        return 1 if affine else 0
+        return 0
     return 1 if drop_first else 0
 
 
@@ -116,10 +132,9 @@ class SpectralMap:
     def folded(self) -> tuple[np.ndarray, np.ndarray]:
         """``(G, c0)`` such that the embedding is ``k(X, D) G + c0`` (``solver="gemm"``).
 
-        With ``y = P L^-1 k + w/beta`` (affine; ``P = I - w w'/beta``) or
-        ``y = L^-1 k``, every mode is a kernel block times one small matrix:
+        With ``z = L^-1 k``, every mode is a kernel block times one small matrix:
 
-        - additive: ``G = L^-T P W``, ``c0 = (w/beta - ybar) W`` (``-ybar W`` if not affine);
+        - additive: ``G = L^-T W``, ``c0 = -zbar W``;
         - divisive, exact degrees: ``G = L^-T [W / sqrt(Lambda), s]``; the last column
           gives the degree ``d`` and the rest is divided by ``sqrt(d)``;
         - divisive, subset degrees: ``G = L^-T W / sqrt(Lambda)``.
@@ -129,14 +144,10 @@ class SpectralMap:
         p = W.shape[1]
         c0 = np.zeros(p)
         if self.mode == "additive":
-            if d.affine:
-                W = W - np.outer(d.w, d.w @ W) / d.beta
-                c0 = (d.w / d.beta - self.center) @ self.components
-            else:
-                c0 = -self.center @ W
+            c0 = -self.center @ W
         elif self.mode == "divisive-exact":
             W = np.column_stack([W, self.center])
-        G = solve_triangular(d.L.T, W, lower=False, check_finite=False)
+        G = W if d.L is None else solve_triangular(d.L.T, W, lower=False, check_finite=False)
         return np.ascontiguousarray(G), c0
 
     def _check_degrees(self, deg: np.ndarray) -> None:
@@ -170,7 +181,7 @@ class SpectralMap:
             else:
                 E += c0
             return E, deg
-        Y, _ = self.dictionary.project(X, orthogonal=self.mode != "additive")
+        Y, _ = self.dictionary.project(X, orthogonal=True)
         if self.mode == "additive":
             Y -= self.center
         elif self.mode == "divisive-exact":
@@ -180,33 +191,160 @@ class SpectralMap:
         return Y @ self.components, deg
 
 
-def projection_moments(dictionary: Dictionary, kbar: np.ndarray, CK: np.ndarray
-                       ) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and centred second moment of the projections from those of the kernel rows.
+#: Relative size of the most negative eigenvalue of ``C`` (against its trace)
+#: beyond which the statistic is not a Gram matrix: rounding of a healthy fit
+#: stays below 1e-13 (measured down to tol=1e-12), the kernel-space mapping that
+#: squares the factor's condition number gave 1e-4 and more.
+PSD_RTOL = 1e-10
+#: Relative mismatch between ``trace(C)`` and the rows' squared centred norms
+#: summed one by one (healthy fits: below 1e-13).
+TRACE_RTOL = 1e-9
 
-    ``y = P L^-1 k + w/beta`` (``P = I - w w'/beta``; ``y = L^-1 k`` when not
-    affine), so ``ybar = P L^-1 kbar + w/beta`` and ``C = P L^-1 C_K L^-T P``:
-    two triangular solves on an m x m matrix.
+
+def eigenvalue_error_bound(stats: dict, dictionary_size: int) -> float:
+    """Width of Weyl's interval: each exact eigenvalue is in ``[lambda_i, lambda_i + b]``.
+
+    ``b = sum_t max(dhat_t, 0)`` (the trace of the residuals' centred Gram
+    matrix is at most that; ``<= n max delta <= n tol``) plus the rounding of the
+    computed residuals, ``2 (m + 2) eps sum_t k(x_t, x_t)``.
     """
-    L = dictionary.L
-    A = solve_triangular(L, CK, lower=True, check_finite=False)  # L^-1 C_K
-    C = solve_triangular(L, A.T, lower=True, check_finite=False)  # L^-1 C_K L^-T
-    zbar = solve_triangular(L, kbar, lower=True, check_finite=False)
-    if not dictionary.affine:
-        return zbar, C
-    w, beta = dictionary.w, dictionary.beta
-    Cw = C @ w
-    C = C - np.outer(w, Cw) / beta - np.outer(Cw, w) / beta + np.outer(w, w) * (w @ Cw) / beta**2
-    return zbar - w * (w @ zbar) / beta + w / beta, C
+    eps = np.finfo(np.float64).eps
+    return float(stats["sum_dhat"]) + 2.0 * (dictionary_size + 2) * eps * float(stats["sum_kx"])
+
+
+def check_spectrum(C: np.ndarray, all_values: np.ndarray, stats: dict) -> None:
+    """Raise :class:`NumericalBreakdownError` unless ``C`` passes the cheap checks.
+
+    Parameters
+    ----------
+    C : ndarray of shape (m, m)
+        The centred second moment that is eigensolved.
+    all_values : ndarray of shape (m,)
+        All its eigenvalues, ascending.
+    stats : dict
+        Pass 2's ``moments``: ``sq`` (the rows' ``|z - zbar|^2`` summed one by
+        one), ``sum_kx`` (``sum k(x, x)``).
+    """
+    trace = float(np.trace(C))
+    sq, sum_kx = float(stats["sq"]), float(stats["sum_kx"])
+    scale = max(sq, abs(trace), np.finfo(np.float64).tiny)
+    advice = ("the statistics of pass 2 are not those of the rows' projections, so the "
+              "spectrum would be wrong and is not returned. If this run resumed from a "
+              "checkpoint, rerun with --overwrite (a damaged checkpoint); otherwise report "
+              "it with the data's shape, the kernel, gamma and tol, and meanwhile raise tol "
+              "(e.g. by 100x) or use a smaller gamma")
+    if not np.all(np.isfinite(C)):
+        raise NumericalBreakdownError(f"the m x m statistic holds NaN or infinity: {advice}")
+    if abs(trace - sq) > TRACE_RTOL * scale:
+        raise NumericalBreakdownError(
+            f"trace(C) = {trace:.6g} but the rows' squared centred norms sum to {sq:.6g} "
+            f"(relative difference {abs(trace - sq) / scale:.2g}, allowed {TRACE_RTOL:g}): {advice}")
+    lo, hi = float(all_values[0]), float(all_values[-1])
+    if lo < -PSD_RTOL * scale:
+        raise NumericalBreakdownError(
+            f"C has the eigenvalue {lo:.3g}, below -{PSD_RTOL:g} x trace(C) = "
+            f"{-PSD_RTOL * scale:.3g}; a Gram matrix has none: {advice}")
+    limit = sum_kx * (1.0 + TRACE_RTOL)
+    if hi > limit or trace > limit:
+        raise NumericalBreakdownError(
+            f"the top eigenvalue {hi:.6g} (trace {trace:.6g}) exceeds sum k(x, x) = {sum_kx:.6g}, "
+            f"which bounds every eigenvalue of the centred Gram matrix: {advice}")
+
+
+def sorted_eigenpairs(A: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All eigenvalues of the symmetric ``A`` (ascending) and its ``k`` largest pairs.
+
+    The top pairs are descending with signs fixed as in :func:`top_eigenpairs`.
+    """
+    A = 0.5 * (A + A.T)
+    vals, vecs = eigh(A, driver="evd", check_finite=False)
+    top, W = vals[::-1][:k].copy(), vecs[:, ::-1][:, :k].copy()
+    big = np.argmax(np.abs(W), axis=0)
+    signs = np.sign(W[big, np.arange(k)])
+    signs[signs == 0] = 1.0
+    return vals, top, W * signs
 
 
 def solve_additive(dictionary: Dictionary, moments: dict, n_components: int) -> SpectralMap:
-    """Kernel PCA from the kernel-space ``moments`` statistics of pass 2."""
-    check_n_components(dictionary.size, n_components,
-                       spent_directions(dictionary.affine, "additive", False))
-    ybar, C = projection_moments(dictionary, np.asarray(moments["mean"]), moments["m2"])
-    vals, W = top_eigenpairs(C, n_components)
-    return SpectralMap(dictionary, "additive", ybar, W, vals, int(moments["n"]))
+    """Kernel PCA from the coordinate ``moments`` of pass 2, checked before use.
+
+    Raises
+    ------
+    NumericalBreakdownError
+        When ``C`` fails :func:`check_spectrum`.
+    DictionaryError
+        When ``n_components`` exceeds the dictionary size or the rank of ``C``.
+    """
+    m = dictionary.size
+    check_n_components(m, n_components, spent_directions(dictionary.affine, "additive", False))
+    C = np.asarray(moments["m2"], dtype=np.float64)
+    all_values, vals, W = sorted_eigenpairs(C, n_components)
+    check_spectrum(C, all_values, moments)
+    # rounding level: the magnitude of a negative (rounding) eigenvalue, or m eps lambda_max
+    noise = max(-float(all_values[0]), 16 * m * np.finfo(np.float64).eps * float(all_values[-1]))
+    rank = int(np.sum(all_values > noise))
+    if n_components > rank:
+        raise DictionaryError(
+            f"n_components={n_components} exceeds the number of directions the data spans "
+            f"in feature space ({rank}, with a dictionary of {m} points: every row is within "
+            "tol of that span); components beyond it would be rounding noise. Lower "
+            f"n_components to at most {rank}"
+            + ("" if dictionary_saturated(moments) else
+               ", or grow the dictionary with a smaller tol"))
+    return SpectralMap(dictionary, "additive", np.asarray(moments["mean"], dtype=np.float64),
+                       W, vals, int(moments["n"]))
+
+
+def solve_exact(kernel, X: np.ndarray, n_components: int, *, affine: bool) -> tuple[SpectralMap, dict]:
+    """Exact kernel PCA on the full Gram matrix, for small data where the dictionary
+    would hold (nearly) every row.
+
+    ``K_c = K - 1 mu' - mu 1' + mean(mu)`` with ``mu`` the column means of
+    ``K = k(X, X)``; its top eigenpairs ``K_c V = V Lambda`` (the computation of
+    scikit-learn's ``KernelPCA(eigen_solver="dense")``). The map is written in the
+    kernel basis (``Dictionary.L`` is None, the dictionary is every row):
+    ``e(x) = (k(x, X) - mu) V / sqrt(Lambda)``, which on a training row gives
+    ``sqrt(lambda_k) v_k``, and out of sample is scikit-learn's ``transform``
+    (the terms constant across the columns vanish because ``1' V = 0``).
+
+    Returns the map and the statistics the run reports (``max_delta`` 0: every
+    row is its own dictionary point).
+    """
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    n = X.shape[0]
+    aux = kernel.aux(X)
+    K = kernel.pairwise(X, X, aux, aux)
+    mu = K.mean(axis=0)
+    K -= mu
+    K -= mu[:, None]
+    K += mu.mean()
+    kx = kernel.diag(X, aux)
+    vals, V = eigh(K, subset_by_index=[n - n_components, n - 1], driver="evr", check_finite=False)
+    trace = float(np.trace(K))
+    del K
+    vals, V = vals[::-1].copy(), V[:, ::-1].copy()
+    big = np.argmax(np.abs(V), axis=0)
+    signs = np.sign(V[big, np.arange(n_components)])
+    signs[signs == 0] = 1.0
+    V *= signs
+    noise = n * np.finfo(np.float64).eps * max(trace, 0.0)
+    if np.any(vals <= noise):
+        rank = int(np.sum(vals > noise))
+        raise DictionaryError(
+            f"n_components={n_components} exceeds the number of directions the data spans in "
+            f"feature space ({rank}: the centred Gram matrix has only {rank} eigenvalues above "
+            f"rounding); lower n_components to at most {rank}")
+    dictionary = Dictionary(kernel=kernel, points=X, indices=np.arange(n, dtype=np.int64), aux=aux,
+                            L=None, w=np.zeros(n), beta=0.0, affine=affine, solver="gemm")
+    smap = SpectralMap(dictionary, "additive", mu, V / np.sqrt(vals), vals, n)
+    stats = {"max_delta": 0.0, "argmax": 0, "sum_dhat": 0.0, "sum_kx": float(kx.sum())}
+    return smap, stats
+
+
+def dictionary_saturated(stats: dict) -> bool:
+    """Whether every row is in the span already (a smaller tol cannot add a point)."""
+    eps = np.finfo(np.float64).eps
+    return float(stats["sum_dhat"]) <= 1e3 * eps * float(stats["sum_kx"])
 
 
 def solve_divisive(dictionary: Dictionary, stats: dict, n_components: int, *,

@@ -126,6 +126,12 @@ class GreedySpectralEmbedding(TransformerMixin, BaseEstimator):
         ``max_t delta_t`` with the final dictionary over all rows (the certificate).
     max_residual_row_ : int
         A row where it is reached.
+    eigenvalue_error_bound_ : float or None
+        Additive normalization: the width ``b`` of Weyl's interval. Every
+        eigenvalue of the exact centred Gram matrix lies in
+        ``[eigenvalues_[i], eigenvalues_[i] + b]``; ``b`` is the sum of the rows'
+        squared distances to the dictionary's span (at most ``n * max_residual_``)
+        plus their rounding. None for the divisive normalization.
     gamma_ : float or None
         The kernel coefficient used.
     tol_ : float
@@ -215,6 +221,7 @@ class GreedySpectralEmbedding(TransformerMixin, BaseEstimator):
         self.dictionary_indices_ = r.dictionary.indices
         self.max_residual_ = r.max_residual
         self.max_residual_row_ = r.max_residual_row
+        self.eigenvalue_error_bound_ = r.eigenvalue_error_bound
         self.gamma_ = r.gamma
         self.tol_ = r.tol
         self.n_features_in_ = r.n_features

@@ -23,6 +23,7 @@ __all__ = [
     "OutputNotWritableError",
     "DictionaryError",
     "DictionarySizeError",
+    "NumericalBreakdownError",
     "NotFittedError",
     "ConfigurationMismatchError",
     "LockedError",
@@ -84,6 +85,17 @@ class DictionaryError(UsageError, ValueError):
 
 class DictionarySizeError(DictionaryError):
     """The scan grew the dictionary past ``max_dictionary_size``."""
+
+
+class NumericalBreakdownError(UsageError, ArithmeticError):
+    """The eigensolve's statistics fail a run-time check of the arithmetic.
+
+    Pass 2's m x m statistic must be positive semi-definite, its trace must equal
+    the rows' squared centred norms summed one by one, and no eigenvalue may
+    exceed ``sum k(x, x)``. When one of these fails the spectrum would be wrong,
+    so it is never returned; the message says which check failed, by how much,
+    and what to change.
+    """
 
 
 class NotFittedError(OocSpectralError, ValueError, AttributeError):

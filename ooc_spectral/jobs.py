@@ -112,6 +112,7 @@ def run_fit_job(job: FitJob) -> dict:
                 "dictionary_size": result.dictionary.size,
                 "max_residual": result.max_residual,
                 "max_residual_row": result.max_residual_row,
+                "eigenvalue_error_bound": result.eigenvalue_error_bound,
                 "eigenvalues": [float(v) for v in result.spectral_map.eigenvalues],
                 "normalization": config.normalization,
                 "degree_estimate": config.degree_estimate if config.normalization == "divisive" else None,

@@ -36,7 +36,9 @@ from .scan import Dictionary
 __all__ = ["save_model", "load_model", "MODEL_KEY", "FORMAT_VERSION", "package_versions"]
 
 MODEL_KEY = "ooc_spectral_model"
-FORMAT_VERSION = 1
+#: 2: kernel PCA models map rows by their orthogonal projection (``center`` is the
+#: mean coordinate ``zbar``); format 1 used the affine projection.
+FORMAT_VERSION = 2
 
 
 def package_versions() -> dict[str, str]:
@@ -58,12 +60,13 @@ def save_model(est, path, *, overwrite: bool = False) -> None:
     arrays = {
         "dictionary": d.points,
         "dictionary_indices": d.indices,
-        "cholesky": d.L,
         "w": d.w,
         "components": smap.components,
         "eigenvalues": smap.eigenvalues,
         **kernel_arrays,
     }
+    if d.L is not None:  # None: the exact path's kernel basis (every row, no factor)
+        arrays["cholesky"] = d.L
     if d.aux is not None:
         arrays["dictionary_aux"] = d.aux
     if smap.center is not None:
@@ -96,6 +99,9 @@ def save_model(est, path, *, overwrite: bool = False) -> None:
             "tol_": float(est.tol_),
             "max_residual_": float(est.max_residual_),
             "max_residual_row_": int(est.max_residual_row_),
+            "eigenvalue_error_bound_": (
+                None if getattr(est, "eigenvalue_error_bound_", None) is None
+                else float(est.eigenvalue_error_bound_)),
             "n_features_in_": int(est.n_features_in_),
             "n_samples_fit_": int(est.n_samples_fit_),
             "random_state_": int(est.random_state_),
@@ -141,7 +147,7 @@ def load_model(cls, path):
         points=arr["dictionary"],
         indices=arr["dictionary_indices"],
         aux=arr.get("dictionary_aux"),
-        L=arr["cholesky"],
+        L=arr.get("cholesky"),
         w=arr["w"],
         beta=float(meta["beta"]),
         affine=bool(meta["affine"]),

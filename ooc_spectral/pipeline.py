@@ -21,6 +21,7 @@ pass3       embedding, written chunk by chunk                   each written chu
 from __future__ import annotations
 
 import logging
+import math
 import time
 import warnings
 from contextlib import contextmanager
@@ -33,15 +34,16 @@ from scipy.linalg import solve_triangular
 from . import planning
 from .accumulate import VIOLATOR_CAP, PartialStore, accumulate, check_degrees, extend_moments
 from .config import FitConfig
-from .eigensolve import (SpectralMap, check_n_components, solve_additive, solve_divisive,
-                         spent_directions)
+from .eigensolve import (SpectralMap, check_n_components, eigenvalue_error_bound, solve_additive,
+                         solve_divisive, solve_exact, spent_directions)
 from .execution import Executor, compute
 from .kernels import GAMMA_SAMPLE_SIZE, Kernel, SubsetNormalizedKernel, make_kernel, median_heuristic_gamma
 from .planning import VisitOrder, plan_sample, plan_task_rows
-from .exceptions import DictionaryError, DictionaryWarning, InvalidInputError
+from .exceptions import (DictionaryError, DictionarySizeError, DictionaryWarning, InvalidInputError,
+                         NumericalBreakdownError)
 from .scan import (Dictionary, DictionaryState, ScanProgress, scan_rows, scan_source,
                    search_dictionary)
-from .source import DataSource
+from .source import DataSource, check_finite
 from .writeback import EmbeddingOutput, embedding_graph
 
 __all__ = ["FitRun", "FitResult", "Checkpoint", "SAMPLE_PURPOSE", "resolve_gamma"]
@@ -77,6 +79,35 @@ class Checkpoint(PartialStore, Protocol):
                   prefix_done: bool = False) -> None: ...
 
 
+#: Kernel PCA of at most this many rows is solved exactly on the full Gram matrix
+#: when the dictionary would hold most rows (n x n float64: 512 MiB at the limit).
+EXACT_MAX_ROWS = 8192
+#: ... that is, as soon as the scan's dictionary holds this fraction of the rows.
+EXACT_FRACTION = 0.5
+
+
+def check_certificate(cert: dict, tol: float, m: int, kernel: Kernel, dictionary: Dictionary) -> None:
+    """Raise :class:`NumericalBreakdownError` if a row is beyond ``tol`` after a full scan.
+
+    The scan guarantees ``delta_t <= tol`` for every row (the span only grows), so
+    pass 2's ``max delta`` can exceed ``tol`` only by the rounding of ``delta``
+    itself (allowed: ``16 (m + 2) eps max k(x, x)``). More means the factor is too
+    ill-conditioned for float64 at this tol: the residuals, and the spectrum
+    computed from the same coordinates, are rounding noise at that scale.
+    """
+    eps = np.finfo(np.float64).eps
+    kmax = float(np.max(np.abs(kernel.diag(dictionary.points, dictionary.aux)))) if m else 1.0
+    slack = 16.0 * (m + 2) * eps * kmax
+    worst = float(cert["max_delta"])
+    if worst > tol + slack:
+        raise NumericalBreakdownError(
+            f"row {int(cert['argmax'])} is at squared distance {worst:.3g} from the dictionary's "
+            f"span after the scan, beyond tol={tol:.3g} (rounding allows {slack:.2g}): at this tol "
+            f"the dictionary's Cholesky factor ({m} points) is too ill-conditioned for float64 "
+            f"arithmetic, so its residuals and spectrum would be rounding noise. Use tol >= "
+            f"{max(10 * worst, 10 * slack):.2g}, or a smaller gamma")
+
+
 @dataclass
 class FitResult:
     """Everything a fit produced; the estimator copies it into its ``*_`` attributes."""
@@ -92,6 +123,8 @@ class FitResult:
     max_residual: float
     max_residual_row: int
     task_rows: int
+    eigenvalue_error_bound: float | None = None
+    exact: bool = False
     embedding: Any = None
     timings: dict = field(default_factory=dict)
     peak_memory: dict = field(default_factory=dict)
@@ -131,6 +164,9 @@ class FitRun:
         self.timings: dict[str, float] = {}
         self.peak_memory: dict[str, int] = {}
         self.resumed: list[str] = []
+        #: The scan's size limit: ``max_dictionary_size``, or half the rows when
+        #: reaching it switches small data to the exact solve (:meth:`run`).
+        self._scan_limit = config.max_dictionary_size
 
     # ------------------------------------------------------------------ #
     @contextmanager
@@ -181,6 +217,10 @@ class FitRun:
         c = self.config
         order = VisitOrder(self.source.n_rows, c.random_state, window=planning.VISIT_WINDOW_ROWS)
         self._order = order
+        if c.selection == "rpcholesky":  # its own pass 1 (ooc_spectral.rpcholesky)
+            from . import rpcholesky
+
+            return rpcholesky.build_dictionary(self, kernel)
         saved = self.checkpoint.load_scan() if (self.checkpoint is not None and self.resume) else None
         if saved is not None:
             state = DictionaryState.from_arrays(kernel, c.affine, saved["points"], saved["indices"],
@@ -226,7 +266,7 @@ class FitRun:
             if self.checkpoint is not None and (done % every == 0 or done == progress.n_windows):
                 self.checkpoint.save_scan(st, done, tol)
 
-        return scan_source(self.source, order, state, tol=tol, max_size=self.config.max_dictionary_size,
+        return scan_source(self.source, order, state, tol=tol, max_size=self._scan_limit,
                            start_window=start, on_window=on_window, patience=patience)
 
     def complete_prefix_scan(self, stats: dict, tol: float) -> dict:
@@ -244,6 +284,10 @@ class FitRun:
         dictionary: the largest of the pass-2 residuals within ``tol`` (they can
         only have shrunk) and of the scanned rows' final residuals.
         """
+        if self.config.selection == "rpcholesky":
+            from . import rpcholesky
+
+            return rpcholesky.complete_dictionary(self, stats, tol)
         c, state, order = self.config, self._state, self._order
         rows, Xv = stats.pop("violator_rows"), stats.pop("violator_X")
         before = state.size
@@ -389,8 +433,8 @@ class FitRun:
     def finish_prefix_scan(self, dictionary, X, stats, cert, total, kernel, gamma, tol):
         """After a prefix scan: scan the rows beyond ``tol``, then bring pass 2 up to date.
 
-        Kernel PCA extends its kernel-row moments to the points added (one cheap
-        pass); the divisive normalization runs pass 2 again. Returns the updated
+        Kernel PCA extends its coordinate moments to the points added (one pass
+        that solves but skips pass 2's m x m product); the divisive normalization runs pass 2 again. Returns the updated
         ``(dictionary, X, stats, certificate, total)``.
         """
         c, s = self.config, self.source
@@ -407,10 +451,48 @@ class FitRun:
                     X, dictionary, "cross", old_size=old_size, executor=self.executor,
                     chunk_starts=s.chunk_starts, store=self.checkpoint,
                     stage=f"cross-r{X.chunks[0][0]}-m{old_size}to{dictionary.size}")
-                return dictionary, X, extend_moments(stats, cross), rescan["certificate"], total
+                stats = extend_moments(stats, cross)  # its certificate is the grown dictionary's
+                return dictionary, X, stats, stats, total
             X = s.to_dask(self.task_rows(dictionary.size))
             stats, cert, total = self.accumulate(dictionary, X)
         return dictionary, X, stats, cert, total
+
+    # ------------------------------------------------------------------ #
+    # small data whose dictionary approaches n: the exact solve
+    # ------------------------------------------------------------------ #
+    def exact_allowed(self) -> bool:
+        """Whether the exact path may replace the scan (kernel PCA by tol, small n)."""
+        c, n = self.config, self.source.n_rows
+        return (c.normalization == "additive" and c.dictionary_size is None
+                and c.selection == "greedy" and n <= min(EXACT_MAX_ROWS, c.max_dictionary_size))
+
+    def run_exact(self, kernel: Kernel, gamma, out) -> FitResult:
+        """Exact kernel PCA (:func:`~ooc_spectral.eigensolve.solve_exact`), then pass 3.
+
+        Taken when most rows would enter the dictionary: the greedy path would
+        then cost more than the full problem and its factor would be as large and
+        far worse conditioned.
+        """
+        c, s = self.config, self.source
+        log.info("the scan put %d%% of the rows in the dictionary: exact kernel PCA on the "
+                 "%d x %d Gram matrix instead", round(100 * EXACT_FRACTION), s.n_rows, s.n_rows)
+        check_n_components(s.n_rows, c.n_components, 0)
+        with self.stage("solve"):
+            Xall = s.read_index(np.arange(s.n_rows))
+            check_finite(Xall, 0, chunk_starts=s.chunk_starts)
+            smap, stats = solve_exact(kernel, Xall, c.n_components, affine=c.affine)
+            del Xall
+        X = s.to_dask(self.task_rows(s.n_rows))
+        with self.stage("pass3"):
+            embedding = self.write_embedding(X, smap, out)
+        return FitResult(
+            config=c, n_samples=s.n_rows, n_features=s.n_features, kernel=kernel, gamma=gamma,
+            tol=c.tol, dictionary=smap.dictionary, spectral_map=smap, max_residual=0.0,
+            max_residual_row=0, task_rows=int(X.chunks[0][0]), embedding=embedding,
+            eigenvalue_error_bound=eigenvalue_error_bound(stats, s.n_rows),
+            timings=dict(self.timings), peak_memory=dict(self.peak_memory),
+            resumed=list(self.resumed), exact=True,
+        )
 
     def write_embedding(self, X, smap: SpectralMap, out: EmbeddingOutput | None):
         """Pass 3: the lazy embedding (computed for numpy input), or written to ``out``."""
@@ -441,8 +523,15 @@ class FitRun:
             out.prepare(resume=self.resume)
         with self.stage("kernel"):
             kernel, gamma = self.resolve_kernel()
-        with self.stage("scan"):
-            dictionary, tol, complete = self.build_dictionary(kernel)
+        exact = self.exact_allowed()
+        self._scan_limit = math.ceil(EXACT_FRACTION * s.n_rows) if exact else c.max_dictionary_size
+        try:
+            with self.stage("scan"):
+                dictionary, tol, complete = self.build_dictionary(kernel)
+        except DictionarySizeError:
+            if not exact:
+                raise
+            return self.run_exact(kernel, gamma, out)
         log.info("dictionary: %d points", dictionary.size)
         self.check_dictionary(dictionary, kernel, gamma, tol)
         task_rows = self.task_rows(dictionary.size)
@@ -453,6 +542,8 @@ class FitRun:
         if not complete:
             dictionary, X, stats, cert, total = self.finish_prefix_scan(
                 dictionary, X, stats, cert, total, kernel, gamma, tol)
+        if c.dictionary_size is None:
+            check_certificate(cert, tol, dictionary.size, kernel, dictionary)
         with self.stage("solve"):
             smap = self.solve(dictionary, stats, total)
         with self.stage("pass3"):
@@ -462,6 +553,8 @@ class FitRun:
             tol=tol, dictionary=dictionary, spectral_map=smap,
             max_residual=max(float(cert["max_delta"]), 0.0),
             max_residual_row=int(cert["argmax"]), task_rows=int(X.chunks[0][0]), embedding=embedding,
+            eigenvalue_error_bound=(eigenvalue_error_bound(stats, dictionary.size)
+                                    if c.normalization == "additive" else None),
             timings=dict(self.timings), peak_memory=dict(self.peak_memory),
             resumed=list(self.resumed),
         )

@@ -112,8 +112,10 @@ class Dictionary:
         Their row numbers in X.
     aux : ndarray or None
         ``kernel.aux(points)``, cached.
-    L : ndarray of shape (m, m)
-        Lower Cholesky factor of ``M = k(D, D)``.
+    L : ndarray of shape (m, m) or None
+        Lower Cholesky factor of ``M = k(D, D)``. None for the exact path
+        (:func:`~ooc_spectral.eigensolve.solve_exact`): the dictionary is every
+        row and the coordinates are the kernel rows themselves.
     w : ndarray of shape (m,)
         ``L^-1 1``.
     beta : float
@@ -150,6 +152,8 @@ class Dictionary:
         ``L^-1`` does twice the flops and, measured on this project's machines,
         takes longer (see ``workflows/bench/passes.py``).
         """
+        if self.L is None:  # the exact path's kernel basis
+            return K if overwrite else K.copy()
         # K.T is a Fortran-ordered view: the solve works in place on it.
         return solve_triangular(self.L, K.T, lower=True, overwrite_b=overwrite,
                                 check_finite=False).T
@@ -160,12 +164,22 @@ class Dictionary:
         return self.solve(K, overwrite=True), kx
 
     def residuals(self, Z: np.ndarray, kx: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """``delta_t`` (eq. 8) from the coordinates, and ``alpha_t`` (None if not affine)."""
-        delta = kx - np.einsum("ij,ij->i", Z, Z)
+        """``delta_t`` (eq. 8) from the coordinates, and ``alpha_t`` (None if not affine).
+
+        A row whose unconstrained residual is below the pivot floor is in the
+        span (the scan cannot add it: a finite-dimensional feature space, such
+        as the linear kernel's, is then saturated): its ``delta_t`` is that
+        residual, since every use of the coordinates (the orthogonal projection)
+        is exact for it, though it may lie outside the affine hull.
+        """
+        dhat = kx - np.einsum("ij,ij->i", Z, Z)
         if not self.affine:
-            return delta, None
+            return dhat, None
         alpha = 1.0 - Z @ self.w
-        delta += alpha * alpha / self.beta
+        delta = dhat + alpha * alpha / self.beta
+        inspan = dhat <= PIVOT_FLOOR * np.maximum(np.abs(kx), np.finfo(np.float64).tiny)
+        if inspan.any():
+            delta[inspan] = np.maximum(dhat[inspan], 0.0)
         return delta, alpha
 
     def project(self, X: np.ndarray, *, orthogonal: bool = False) -> tuple[np.ndarray, np.ndarray]:

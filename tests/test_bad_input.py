@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from sklearn.decomposition import PCA
 import pytest
 import zarr
 
@@ -114,9 +115,9 @@ def test_n_components_not_below_dictionary_size_says_what_to_change():
     with pytest.raises(DictionaryError) as info:
         fit(X, n_components=3, tol=10.0)
     msg = str(info.value)
-    assert "the dictionary has only 1 point, so n_components=3 is not below the dictionary size" in msg
+    assert "the dictionary has only 1 point, so n_components=3 is not at most the dictionary size" in msg
     assert "tol=10 is not small against k(x, x)=1: lower tol" in msg
-    assert "lower n_components to at most 0" in msg
+    assert "lower n_components to at most 1" in msg
 
 
 def test_missing_store(tmp_path):
@@ -163,15 +164,17 @@ def test_unknown_input_type():
         fit({"a": 1})
 
 
-def test_unconstrained_kernel_pca_may_use_every_dictionary_direction():
-    # without the affine constraint the centred projections span all m directions
+@pytest.mark.parametrize("affine", [False, True])
+def test_kernel_pca_may_use_every_dictionary_direction(affine):
+    # kernel PCA uses the orthogonal projection: its centred coordinates span all m
+    # directions, with or without the affine constraint on the selection
     Xs = np.random.default_rng(5).normal(size=(200, 2))
-    est = GreedySpectralEmbedding(n_components=3, kernel="linear", tol=1e-9, affine=False,
-                                  random_state=0).fit(np.column_stack([Xs, Xs.sum(1) ** 2]))
+    X3 = np.column_stack([Xs, Xs.sum(1) ** 2])
+    est = GreedySpectralEmbedding(n_components=3, kernel="linear", tol=1e-9, affine=affine,
+                                  random_state=0).fit(X3)
     assert est.dictionary_.shape[0] == 3 and est.embedding_.shape == (200, 3)
-    with pytest.raises(DictionaryError, match="n_components=3 is not below the dictionary size"):
-        GreedySpectralEmbedding(n_components=3, kernel="linear", tol=1e-9,
-                                random_state=0).fit(np.column_stack([Xs, Xs.sum(1) ** 2]))
+    ref = PCA(n_components=3).fit(X3)
+    np.testing.assert_allclose(est.eigenvalues_, ref.explained_variance_ * 199, rtol=1e-10)
 
 
 @pytest.mark.parametrize("where", ["scan", "pass 2"])

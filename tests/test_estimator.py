@@ -39,12 +39,15 @@ def rel_err(A, B):
     return np.max(np.abs(A - B)) / np.max(np.abs(B))
 
 
-@pytest.fixture(scope="module")
-def kpca_case(swiss_roll):
+#: gamma=0.01: the greedy path (a dictionary of about 350 of the 2000 rows);
+#: gamma=GAMMA: more than half the rows enter, so the fit takes the exact path.
+@pytest.fixture(scope="module", params=[0.01, GAMMA], ids=["greedy", "exact"])
+def kpca_case(swiss_roll, request):
     X, _ = swiss_roll
     Xtr, Xte = X[:2000], X[2000:]
-    est = GreedySpectralEmbedding(n_components=3, gamma=GAMMA, tol=1e-8, random_state=0).fit(Xtr)
-    kp = KernelPCA(n_components=3, kernel="rbf", gamma=GAMMA, eigen_solver="dense").fit(Xtr)
+    gamma = request.param
+    est = GreedySpectralEmbedding(n_components=3, gamma=gamma, tol=1e-8, random_state=0).fit(Xtr)
+    kp = KernelPCA(n_components=3, kernel="rbf", gamma=gamma, eigen_solver="dense").fit(Xtr)
     return Xtr, Xte, est, kp
 
 
@@ -54,9 +57,14 @@ def test_additive_matches_sklearn_kernel_pca(kpca_case):
     E = align_signs(est.embedding_, ref)
     assert rel_err(E, ref) < 1e-6
     np.testing.assert_allclose(est.eigenvalues_, kp.eigenvalues_, rtol=1e-6)
-    # the dictionary is much smaller than the data, and every row is within tol
-    assert est.dictionary_.shape[0] < Xtr.shape[0]
-    assert est.max_residual_ <= 1e-8
+    # greedy: the dictionary is much smaller than the data, and every row is within tol;
+    # exact: every row is its own dictionary point
+    if est.gamma_ == 0.01:
+        assert est.dictionary_.shape[0] < 0.25 * Xtr.shape[0]
+        assert 0 < est.max_residual_ <= 1e-8
+    else:
+        assert est.dictionary_.shape[0] == Xtr.shape[0]
+        assert est.max_residual_ == 0.0
 
 
 def test_additive_transform_matches_sklearn_out_of_sample(kpca_case):
