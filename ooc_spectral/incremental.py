@@ -1,0 +1,180 @@
+"""Incremental kernel PCA: ``partial_fit`` over batches of rows (issue 16).
+
+The dictionary only grows, and pass 2's statistics are sums over rows, so a new
+batch costs a scan of its rows against the current dictionary, its own pass 2,
+and, when the dictionary grew, an extension of the earlier batches' statistics:
+
+- an earlier batch that can be read again (a zarr array, a path, a dask array)
+  gets the *cross* pass of the prefix scan: its rows' coordinates on the points
+  added since (:func:`~ooc_spectral.accumulate.chunk_cross_moments`). The result
+  is then exactly kernel PCA of every row seen, projected on the final dictionary;
+- an earlier numpy batch is not kept: its rows are carried by their projections
+  on the span they were seen with, whose coordinates on the points added since
+  are zero. Each such row is then off by its residual at the time (at most
+  ``tol``) in a direction that need not be orthogonal to the grown span, so the
+  one-sided interval of Weyl no longer applies; singular values move by at most
+  ``||R||_2 <= sqrt(S)`` with ``S`` the sum of those residuals, so every exact
+  eigenvalue lies in ``[(sqrt(lambda_i) - sqrt(S))^2, (sqrt(lambda_i) + sqrt(S))^2]``
+  and :attr:`IncrementalFit.eigenvalue_error_bound` reports the half-width
+  ``2 sqrt(lambda_1 S) + S``.
+
+Only the additive normalization (kernel PCA) is incremental: the divisive one
+weights each row by its degree, which changes for every earlier row when a
+batch arrives, so it needs every row again.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .accumulate import accumulate, combine, extend_moments
+from .config import FitConfig
+from .eigensolve import SpectralMap, eigenvalue_error_bound, solve_additive
+from .exceptions import InvalidInputError, InvalidParameterError
+from .execution import Executor
+from .kernels import Kernel
+from .planning import VISIT_WINDOW_ROWS, VisitOrder, plan_task_rows
+from .scan import Dictionary, DictionaryState, scan_source
+from .source import DataSource
+
+__all__ = ["IncrementalFit", "Batch"]
+
+
+@dataclass
+class Batch:
+    """One batch seen by ``partial_fit``: its moments on the dictionary of ``size`` points."""
+
+    first_row: int
+    n_rows: int
+    moments: dict
+    size: int
+    source: DataSource | None  # None: a numpy batch, carried by its projections
+    stale: bool = False  # carried across a growth of the dictionary
+
+
+@dataclass
+class IncrementalFit:
+    """The state of an incremental fit: dictionary, batches, and the map they give.
+
+    Parameters
+    ----------
+    config : FitConfig
+        Additive normalization, ``tol`` given (``dictionary_size`` is not incremental).
+    kernel : Kernel
+        Resolved on the first batch (gamma included) and kept.
+    n_features : int
+    """
+
+    config: FitConfig
+    kernel: Kernel
+    n_features: int
+    executor: Executor = field(default_factory=Executor)
+    batches: list[Batch] = field(default_factory=list)
+    state: DictionaryState | None = None
+    dictionary: Dictionary | None = None
+    spectral_map: SpectralMap | None = None
+    stats: dict | None = None
+
+    def __post_init__(self):
+        c = self.config
+        if c.normalization != "additive":
+            raise InvalidParameterError(
+                "partial_fit supports normalization='additive' only: the divisive "
+                "normalization weights every row by its degree, which each new batch changes; "
+                "use fit on all the rows")
+        if c.dictionary_size is not None or c.tol is None:
+            raise InvalidParameterError(
+                "partial_fit needs tol (the dictionary grows with the data); dictionary_size "
+                "fixes the dictionary on a sample of one fit: use fit")
+        self.state = DictionaryState(self.kernel, self.n_features, c.affine)
+
+    @property
+    def n_samples(self) -> int:
+        return sum(b.n_rows for b in self.batches)
+
+    # ------------------------------------------------------------------ #
+    def add(self, source: DataSource, *, keep: bool) -> SpectralMap:
+        """Scan, accumulate and re-solve with one more batch.
+
+        ``keep``: the batch can be read again later (it is kept by reference).
+        """
+        c = self.config
+        if source.n_features != self.n_features:
+            raise InvalidInputError(
+                f"X has {source.n_features} features, but the first batch had "
+                f"{self.n_features}; every batch must have the same columns")
+        first = self.n_samples
+        old_size = self.state.size
+        self._scan(source, first, len(self.batches))
+        dictionary = self.state.freeze(c.solver)
+        if dictionary.size > old_size:
+            for b in self.batches:
+                self._extend(b, dictionary)
+        moments = self._moments(source, dictionary)
+        self.batches.append(Batch(first, source.n_rows, moments, dictionary.size,
+                                  source if keep else None))
+        total = self.batches[0].moments
+        for b in self.batches[1:]:
+            total = combine(total, b.moments)
+        self.dictionary, self.stats = dictionary, total
+        self.spectral_map = solve_additive(dictionary, total, c.n_components)
+        return self.spectral_map
+
+    def _scan(self, source: DataSource, first: int, batch: int) -> None:
+        c = self.config
+        seed = int(np.random.SeedSequence([int(c.random_state), 0x16, batch]).generate_state(1)[0])
+        order = VisitOrder(source.n_rows, seed, window=VISIT_WINDOW_ROWS)
+        before = self.state.size
+        scan_source(source, order, self.state, tol=float(c.tol), max_size=c.max_dictionary_size)
+        self.state._indices[before:self.state.size] += first  # row numbers over all batches
+
+    def _task_rows(self, source: DataSource, size: int) -> int:
+        return plan_task_rows(source.n_rows, source.n_features, source.storage_chunk_rows, size,
+                              requested=self.config.chunk_rows, itemsize=source.itemsize)
+
+    def _moments(self, source: DataSource, dictionary: Dictionary) -> dict:
+        X = source.to_dask(self._task_rows(source, dictionary.size))
+        return accumulate(X, dictionary, "moments", executor=self.executor,
+                          chunk_starts=source.chunk_starts)
+
+    def _extend(self, b: Batch, dictionary: Dictionary) -> None:
+        """Bring one earlier batch's moments to the grown dictionary."""
+        if b.size == dictionary.size:
+            return
+        if b.source is not None:
+            X = b.source.to_dask(self._task_rows(b.source, dictionary.size))
+            cross = accumulate(X, dictionary, "cross", old_size=b.size, executor=self.executor,
+                               chunk_starts=b.source.chunk_starts)
+            b.moments = extend_moments(b.moments, cross)
+        else:  # carried: zero coordinates on the new points
+            new = dictionary.size - b.size
+            mo = b.moments
+            m2 = np.zeros((dictionary.size, dictionary.size))
+            m2[: b.size, : b.size] = mo["m2"]
+            b.moments = {**mo, "mean": np.concatenate([mo["mean"], np.zeros(new)]), "m2": m2}
+            b.stale = True
+        b.size = dictionary.size
+
+    # ------------------------------------------------------------------ #
+    @property
+    def eigenvalue_error_bound(self) -> float:
+        """Half-width of the interval around each eigenvalue that holds the exact one.
+
+        Without carried stale rows, Weyl's one-sided width (see
+        :func:`~ooc_spectral.eigensolve.eigenvalue_error_bound`); with them, the
+        singular-value bound of the module docstring.
+        """
+        one_sided = eigenvalue_error_bound(self.stats, self.dictionary.size)
+        if not any(b.stale for b in self.batches):
+            return one_sided
+        lam1 = float(self.spectral_map.eigenvalues[0])
+        return 2.0 * math.sqrt(max(lam1, 0.0) * one_sided) + one_sided
+
+    @property
+    def max_residual(self) -> tuple[float, int]:
+        """The largest residual of any row, on the span it is represented with, and its row."""
+        worst = max(self.batches, key=lambda b: b.moments["max_delta"])
+        return float(max(worst.moments["max_delta"], 0.0)), int(worst.moments["argmax"] + worst.first_row)

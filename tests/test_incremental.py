@@ -1,0 +1,92 @@
+"""partial_fit: incremental kernel PCA over batches (issue 16).
+
+The oracle is exact kernel PCA of every row seen, projected on the final
+dictionary (the eigenvalues of the centred coordinates' Gram matrix, computed
+in memory). Re-readable batches (zarr) must equal it; numpy batches, carried by
+their projections, must stay within the reported bound of it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zarr
+from scipy.linalg import eigh, solve_triangular
+from sklearn.datasets import make_swiss_roll
+
+from ooc_spectral import GreedySpectralEmbedding, InvalidParameterError
+
+GAMMA, TOL, P = 0.05, 1e-4, 5
+
+
+@pytest.fixture(scope="module")
+def batches():
+    X = make_swiss_roll(3000, random_state=0)[0]
+    order = np.argsort(X[:, 0])  # sorted along x: the third batch is a region not seen before
+    return [X[order[:1000]], X[order[1000:2000]], X[order[2000:]]]
+
+
+def oracle(est, X):
+    d = est.spectral_map_.dictionary
+    K, _ = d.kernel_block(X)
+    Z = solve_triangular(d.L, K.T, lower=True).T
+    Zc = Z - Z.mean(axis=0)
+    return eigh(Zc.T @ Zc)[0][::-1][:P]
+
+
+def residuals(est, X):
+    d = est.spectral_map_.dictionary
+    return d.residuals(*d.coordinates(X))[0]
+
+
+def test_partial_fit_numpy_batches_within_the_bound(batches):
+    est = GreedySpectralEmbedding(n_components=P, gamma=GAMMA, tol=TOL, random_state=0)
+    sizes = []
+    for i, b in enumerate(batches):
+        est.partial_fit(b)
+        sizes.append(est.dictionary_.shape[0])
+        assert est.n_samples_fit_ == 1000 * (i + 1)
+        assert est.transform(b[:7]).shape == (7, P)  # transform between calls
+    assert sizes[0] < sizes[1] < sizes[2]  # the new regions grew the dictionary
+    X = np.vstack(batches)
+    ref = oracle(est, X)
+    b = est.eigenvalue_error_bound_
+    assert b > 0
+    assert np.all(np.abs(est.eigenvalues_ - ref) <= b)
+    # the carried rows make the result differ from the oracle (they are not re-read) ...
+    assert np.abs(est.eigenvalues_ - ref).max() > 1e-8 * ref[0]
+    # ... but every row of the new region is within tol of the final span
+    assert residuals(est, batches[2]).max() <= TOL
+    assert est.max_residual_ <= TOL
+
+
+def test_partial_fit_zarr_batches_equal_the_oracle(batches, tmp_path):
+    arrays = []
+    for i, b in enumerate(batches):
+        z = zarr.create_array(str(tmp_path / f"b{i}.zarr"), shape=b.shape, chunks=(250, 3),
+                              dtype="f8")
+        z[:] = b
+        arrays.append(z)
+    est = GreedySpectralEmbedding(n_components=P, gamma=GAMMA, tol=TOL, random_state=0)
+    for z in arrays:
+        est.partial_fit(z)
+    X = np.vstack(batches)
+    np.testing.assert_allclose(est.eigenvalues_, oracle(est, X), rtol=1e-8)
+    assert residuals(est, X).max() <= TOL
+    # the weyl bound is the one-sided one: no row is carried
+    assert est.eigenvalue_error_bound_ <= len(X) * TOL
+    # fit starts from scratch
+    est.fit(batches[0])
+    assert est.n_samples_fit_ == 1000
+    est.partial_fit(batches[0])
+    assert est.n_samples_fit_ == 1000
+
+
+def test_partial_fit_refuses_what_is_not_incremental(batches):
+    with pytest.raises(InvalidParameterError, match="additive"):
+        GreedySpectralEmbedding(normalization="divisive", gamma=GAMMA).partial_fit(batches[0])
+    with pytest.raises(InvalidParameterError, match="tol"):
+        GreedySpectralEmbedding(dictionary_size=20, gamma=GAMMA).partial_fit(batches[0])
+    est = GreedySpectralEmbedding(gamma=GAMMA, tol=TOL).partial_fit(batches[0])
+    with pytest.raises(ValueError, match="features"):
+        est.partial_fit(batches[1][:, :2])
