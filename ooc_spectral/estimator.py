@@ -205,12 +205,62 @@ class GreedySpectralEmbedding(TransformerMixin, BaseEstimator):
         """
         config = self._config()
         result = FitRun(config, open_source(X)).run(output)
+        self._incremental = None  # a later partial_fit starts afresh
         self._set_fitted(result)
         return self
 
     def fit_transform(self, X, y=None, *, output=None):
         """Fit and return ``embedding_`` (no second projection of X)."""
         return self.fit(X, y, output=output).embedding_
+
+    def partial_fit(self, X, y=None):
+        """Add a batch of rows and re-solve (kernel PCA with ``tol``; issue 16).
+
+        Each call scans the batch against the current dictionary (adding the rows
+        beyond ``tol``), accumulates the batch's statistics and solves again;
+        ``transform`` works between calls. ``fit`` starts from scratch; a
+        ``partial_fit`` after ``fit`` continues from nothing fit left (call it
+        from the first batch on). ``gamma=None`` is resolved on the first batch.
+
+        Earlier batches that can be read again (zarr arrays, paths, dask arrays)
+        are extended exactly when the dictionary grows, so the result is kernel
+        PCA of every row seen projected on the final dictionary. numpy batches
+        are not kept: their rows are carried by their projections on the span
+        they were seen with, and ``eigenvalue_error_bound_`` widens to cover that
+        (see :mod:`ooc_spectral.incremental`). Only ``normalization="additive"``.
+
+        Returns
+        -------
+        self
+        """
+        from .incremental import IncrementalFit
+        from .pipeline import resolve_gamma
+        from .kernels import make_kernel
+
+        source = open_source(X)
+        inc = getattr(self, "_incremental", None)
+        if inc is None:
+            c = self._config()
+            gamma = resolve_gamma(c.kernel, c.gamma, source, c.random_state)
+            kernel = make_kernel(c.kernel, gamma=gamma, degree=c.degree, coef0=c.coef0)
+            inc = IncrementalFit(c, kernel, source.n_features)
+            self.gamma_ = gamma
+        inc.add(source, keep=source.kind != "numpy")
+        self._incremental = inc
+        self.spectral_map_ = inc.spectral_map
+        self.kernel_ = inc.kernel
+        self.eigenvalues_ = inc.spectral_map.eigenvalues.copy()
+        self.dictionary_ = inc.dictionary.points
+        self.dictionary_indices_ = inc.dictionary.indices
+        self.max_residual_, self.max_residual_row_ = inc.max_residual
+        self.eigenvalue_error_bound_ = inc.eigenvalue_error_bound
+        self.tol_ = inc.config.tol
+        self.n_features_in_ = inc.n_features
+        self.n_samples_fit_ = inc.n_samples
+        self.random_state_ = inc.config.random_state
+        self.embedding_ = None
+        self.timings_, self.resumed_stages_ = {}, []
+        return self
 
     def _set_fitted(self, r: FitResult) -> None:
         self.spectral_map_ = r.spectral_map

@@ -60,7 +60,7 @@ FAILING = [
     ("one-row", GOOD[:1], [], "X has 1 row; at least 2 samples are needed"),
     ("zero-features", np.empty((10, 0)), [], "has 0 features"),
     ("gamma-tiny", GOOD, ["--gamma", "1e-14"],
-     "the dictionary has only 1 point, so n_components=2 is not below the dictionary size; "
+     "the dictionary has only 1 point, so n_components=2 is not at most the dictionary size; "
      "with gamma=1e-14 the rbf kernel is nearly constant"),
     ("gamma-huge-capped", GOOD, ["--gamma", "1e6", "--max-dictionary-size", "50"],
      "the dictionary grew past max_dictionary_size=50"),
