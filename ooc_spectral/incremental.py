@@ -120,8 +120,27 @@ class IncrementalFit:
         for b in self.batches[1:]:
             total = combine(total, b.moments)
         self.dictionary, self.stats = dictionary, total
-        self.spectral_map = solve_additive(dictionary, total, c.n_components)
+        self.spectral_map = self._keep_signs(solve_additive(dictionary, total, c.n_components))
         return self.spectral_map
+
+    def _keep_signs(self, smap: SpectralMap) -> SpectralMap:
+        """Flip each component to agree with the previous map's (stable across updates).
+
+        The coordinates of the old dictionary are the leading ones of the new, so
+        the previous eigenvectors, padded with zeros, are comparable directly.
+        """
+        prev = self.spectral_map
+        if prev is None:
+            return smap
+        W_old, W = prev.components, smap.components
+        k = min(W_old.shape[1], W.shape[1])
+        dots = np.einsum("ij,ij->j", W[: W_old.shape[0], :k], W_old[:, :k])
+        signs = np.ones(W.shape[1])
+        signs[:k] = np.where(dots < 0, -1.0, 1.0)
+        if np.all(signs > 0):
+            return smap
+        return SpectralMap(smap.dictionary, smap.mode, smap.center, W * signs, smap.eigenvalues,
+                           smap.n_samples)
 
     def _scan(self, source: DataSource, first: int, batch: int) -> None:
         c = self.config

@@ -41,9 +41,13 @@ def residuals(est, X):
 
 def test_partial_fit_numpy_batches_within_the_bound(batches):
     est = GreedySpectralEmbedding(n_components=P, gamma=GAMMA, tol=TOL, random_state=0)
-    sizes = []
+    sizes, previous = [], None
     for i, b in enumerate(batches):
         est.partial_fit(b)
+        if previous is not None:  # each component keeps its sign across updates
+            E, R = est.transform(batches[0]), previous
+            assert np.all(np.sum(E * R, axis=0) > 0)
+        previous = est.transform(batches[0])
         sizes.append(est.dictionary_.shape[0])
         assert est.n_samples_fit_ == 1000 * (i + 1)
         assert est.transform(b[:7]).shape == (7, P)  # transform between calls
