@@ -53,9 +53,13 @@ def embedding_graph(X: da.Array, smap: SpectralMap, chunk_starts=None) -> da.Arr
     """
     p = smap.n_components
     starts = None if chunk_starts is None else shared(np.asarray(chunk_starts))
+    # The keys must name this input and this map: with one fixed name, two embeddings
+    # computed together, or one computed while another's results are held on a
+    # cluster (persisted, or futures alive), share keys and one gets the other's values.
+    name = "ooc-spectral-embed-" + dask.base.tokenize(X, smap, chunk_starts)
     return da.map_blocks(_embed_located, X, shared(smap), starts, dtype=np.float64,
                          meta=np.empty((0, p), dtype=np.float64),
-                         chunks=(X.chunks[0], (p,)), name="ooc-spectral-embed")
+                         chunks=(X.chunks[0], (p,)), name=name)
 
 
 @functools.lru_cache(maxsize=32)

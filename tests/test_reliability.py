@@ -144,3 +144,18 @@ def test_workflow_paths_resolve_relative_to_the_file_and_may_not_escape(tmp_path
     wf.write_text('[[step]]\nrun = "make-data"\nname = "spiral"\nn = 10\nout = "sub/d.zarr"\n')
     run_workflow(wf, parser=build_parser())
     assert (wf.parent / "sub" / "d.zarr" / "zarr.json").exists()
+
+
+def test_two_lazy_embeddings_computed_together_keep_their_own_values():
+    # pass 3's keys once had one fixed name: computed together (or one while the
+    # other's results were held on a cluster), two fits shared keys and values
+    import dask
+    import dask.array as da
+
+    X = da.from_array(np.random.default_rng(0).normal(size=(2000, 3)), chunks=500)
+    a = GreedySpectralEmbedding(n_components=2, gamma=0.5, tol=1e-2, random_state=0).fit(X)
+    b = GreedySpectralEmbedding(n_components=2, gamma=0.05, tol=1e-2, random_state=0).fit(X)
+    ea, eb = dask.compute(a.embedding_, b.embedding_)
+    np.testing.assert_array_equal(ea, a.embedding_.compute())
+    np.testing.assert_array_equal(eb, b.embedding_.compute())
+    assert np.abs(ea - eb).max() > 0.1
