@@ -55,9 +55,11 @@ class FitConfig:
         2, "prefix scan: stop after this many windows of 65536 rows that each added at most "
         "0.1% of the dictionary", type=int, low=1)
     selection: str = _param(
-        "greedy", "dictionary selection: greedy (the paper's scan) or random (a seeded random "
-        "subset of dictionary_size rows, all rows projected: Harmeling et al.)", type=str,
-        choices=("greedy", "random"))
+        "greedy", "dictionary selection: greedy (the paper's scan), random (a seeded random "
+        "subset of dictionary_size rows, all rows projected: Harmeling et al.) or rpcholesky "
+        "(blocked randomly pivoted Cholesky on the seeded sample, with tol or dictionary_size; "
+        "the whole data certified by pass 2)", type=str,
+        choices=("greedy", "random", "rpcholesky"))
     max_dictionary_size: int = _param(
         5000, "stop with an error when the dictionary grows past this size", type=int, low=2)
     affine: bool = _param(True, "the paper's affine constraint sum_i a_ti = 1", type=bool)
