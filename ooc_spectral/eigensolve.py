@@ -320,6 +320,9 @@ def solve_exact(kernel, X: np.ndarray, n_components: int, *, affine: bool) -> tu
     K += mu.mean()
     kx = kernel.diag(X, aux)
     vals, V = eigh(K, subset_by_index=[n - n_components, n - 1], driver="evr", check_finite=False)
+    if vals.shape[0] != n_components:  # LAPACK's evr can miss a highly degenerate cluster
+        vals, V = eigh(K, driver="evd", check_finite=False)
+        vals, V = vals[n - n_components:], V[:, n - n_components:]
     trace = float(np.trace(K))
     del K
     vals, V = vals[::-1].copy(), V[:, ::-1].copy()

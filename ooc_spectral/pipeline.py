@@ -42,7 +42,7 @@ from .kernels import GAMMA_SAMPLE_SIZE, Kernel, SubsetNormalizedKernel, make_ker
 from .planning import VisitOrder, plan_sample, plan_task_rows
 from .exceptions import (DictionaryError, DictionarySizeError, DictionaryWarning, InvalidInputError,
                          NumericalBreakdownError)
-from .scan import (Dictionary, DictionaryState, ScanProgress, scan_rows, scan_source,
+from .scan import (PIVOT_FLOOR, Dictionary, DictionaryState, ScanProgress, scan_rows, scan_source,
                    search_dictionary)
 from .source import DataSource, check_finite
 from .writeback import EmbeddingOutput, embedding_graph
@@ -127,13 +127,16 @@ def check_certificate(cert: dict, tol: float, m: int, kernel: Kernel, dictionary
 
     The scan guarantees ``delta_t <= tol`` for every row (the span only grows), so
     pass 2's ``max delta`` can exceed ``tol`` only by the rounding of ``delta``
-    itself (allowed: ``16 (m + 2) eps max k(x, x)``). More means the factor is too
+    itself (allowed: ``(PIVOT_FLOOR + 16 (m + 2) eps) max k(x, x)``; the scan
+    never adds a row whose unconstrained residual is below the pivot floor). More means the factor is too
     ill-conditioned for float64 at this tol: the residuals, and the spectrum
     computed from the same coordinates, are rounding noise at that scale.
     """
     eps = np.finfo(np.float64).eps
     kmax = float(np.max(np.abs(kernel.diag(dictionary.points, dictionary.aux)))) if m else 1.0
-    slack = 16.0 * (m + 2) * eps * kmax
+    kmax = max(kmax, float(cert.get("max_kx", 0.0)))
+    # the scan never adds a row below the pivot floor, and delta's own rounding
+    slack = (PIVOT_FLOOR + 16.0 * (m + 2) * eps) * kmax
     worst = float(cert["max_delta"])
     if worst > tol + slack:
         raise NumericalBreakdownError(
@@ -517,8 +520,15 @@ class FitRun:
         far worse conditioned.
         """
         c, s = self.config, self.source
-        log.info("the scan put %d%% of the rows in the dictionary: exact kernel PCA on the "
-                 "%d x %d Gram matrix instead", round(100 * EXACT_FRACTION), s.n_rows, s.n_rows)
+        msg = (f"half of the {s.n_rows} rows entered the dictionary"
+               + (f" (gamma={gamma:.3g})" if gamma is not None else "")
+               + f" before the scan was done: no row is near the span of the others, so kernel "
+               f"PCA is solved exactly on the {s.n_rows} x {s.n_rows} Gram matrix instead")
+        if gamma is not None and c.kernel in ("rbf", "laplacian"):
+            msg += (f"; for a small dictionary use a smaller gamma (try gamma={gamma / 10:.3g}) "
+                    "or a larger tol")
+        log.warning(msg)
+        warnings.warn(msg, DictionaryWarning, stacklevel=3)
         check_n_components(s.n_rows, c.n_components, 0)
         with self.stage("solve"):
             Xall = s.read_index(np.arange(s.n_rows))
