@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .accumulate import accumulate, combine, extend_moments
+from .accumulate import accumulate, combine, extension_pass
 from .config import FitConfig
 from .eigensolve import SpectralMap, eigenvalue_error_bound, solve_additive
 from .exceptions import InvalidInputError, InvalidParameterError
@@ -165,9 +165,8 @@ class IncrementalFit:
             return
         if b.source is not None:
             X = b.source.to_dask(self._task_rows(b.source, dictionary.size))
-            cross = accumulate(X, dictionary, "cross", old_size=b.size, executor=self.executor,
-                               chunk_starts=b.source.chunk_starts)
-            b.moments = extend_moments(b.moments, cross)
+            b.moments, _ = extension_pass(X, dictionary, b.moments, b.size,
+                                          executor=self.executor, chunk_starts=b.source.chunk_starts)
         else:  # carried: zero coordinates on the new points
             new = dictionary.size - b.size
             mo = b.moments

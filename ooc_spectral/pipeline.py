@@ -33,7 +33,7 @@ from scipy.linalg import solve_triangular
 from scipy.linalg.lapack import dtrcon
 
 from . import planning
-from .accumulate import VIOLATOR_CAP, PartialStore, accumulate, check_degrees, extend_moments
+from .accumulate import VIOLATOR_CAP, PartialStore, accumulate, check_degrees, extension_pass
 from .config import FitConfig
 from .eigensolve import (SpectralMap, check_n_components, eigenvalue_error_bound, solve_additive,
                          solve_divisive, solve_exact, spent_directions)
@@ -256,7 +256,7 @@ class FitRun:
         c = self.config
         order = VisitOrder(self.source.n_rows, c.random_state, window=planning.VISIT_WINDOW_ROWS)
         self._order = order
-        if c.selection == "rpcholesky":  # its own pass 1 (ooc_spectral.rpcholesky)
+        if c.dictionary_selection == "rpcholesky":  # its own pass 1 (ooc_spectral.rpcholesky)
             from . import rpcholesky
 
             return rpcholesky.build_dictionary(self, kernel)
@@ -272,7 +272,7 @@ class FitRun:
                 self._state, self._windows_done = state, start
                 return state.freeze(c.solver), tol, start >= order.n_windows
         elif c.dictionary_size is not None:
-            if c.selection == "random":
+            if c.dictionary_selection == "random":
                 state, tol = self._random_dictionary(kernel, order)
             else:
                 state, tol = self._algorithm2(kernel, order)
@@ -323,7 +323,7 @@ class FitRun:
         dictionary: the largest of the pass-2 residuals within ``tol`` (they can
         only have shrunk) and of the scanned rows' final residuals.
         """
-        if self.config.selection == "rpcholesky":
+        if self.config.dictionary_selection == "rpcholesky":
             from . import rpcholesky
 
             return rpcholesky.complete_dictionary(self, stats, tol)
@@ -479,8 +479,10 @@ class FitRun:
     def finish_prefix_scan(self, dictionary, X, stats, cert, total, kernel, gamma, tol):
         """After a prefix scan: scan the rows beyond ``tol``, then bring pass 2 up to date.
 
-        Kernel PCA extends its coordinate moments to the points added (one pass
-        that solves but skips pass 2's m x m product); the divisive normalization runs pass 2 again. Returns the updated
+        Kernel PCA extends its coordinate moments to the points added with one
+        pass (:func:`~ooc_spectral.accumulate.extension_pass`: kernel columns only
+        when the grown factor is well conditioned, else a solve); the divisive
+        normalization runs pass 2 again. Returns the updated
         ``(dictionary, X, stats, certificate, total)``.
         """
         c, s = self.config, self.source
@@ -493,12 +495,13 @@ class FitRun:
         self.check_dictionary(dictionary, kernel, gamma, tol)
         with self.stage("pass2"):
             if c.normalization == "additive" and not rescan["rescanned_all"]:
-                cross = accumulate(
-                    X, dictionary, "cross", old_size=old_size, executor=self.executor,
+                grown, fresh = extension_pass(
+                    X, dictionary, stats, old_size, executor=self.executor,
                     chunk_starts=s.chunk_starts, store=self.checkpoint,
-                    stage=f"cross-r{X.chunks[0][0]}-m{old_size}to{dictionary.size}")
-                stats = extend_moments(stats, cross)  # its certificate is the grown dictionary's
-                return dictionary, X, stats, stats, total
+                    stage=f"r{X.chunks[0][0]}-m{old_size}to{dictionary.size}")
+                # the solved extension measures the grown dictionary's certificate; the
+                # kernel-space one keeps the rescan's upper bound
+                return dictionary, X, grown, grown if fresh else rescan["certificate"], total
             X = s.to_dask(self.task_rows(dictionary.size))
             stats, cert, total = self.accumulate(dictionary, X)
         return dictionary, X, stats, cert, total
@@ -510,7 +513,7 @@ class FitRun:
         """Whether the exact path may replace the scan (kernel PCA by tol, small n)."""
         c, n = self.config, self.source.n_rows
         return (c.normalization == "additive" and c.dictionary_size is None
-                and c.selection == "greedy" and n <= min(EXACT_MAX_ROWS, c.max_dictionary_size))
+                and c.dictionary_selection == "greedy" and n <= min(EXACT_MAX_ROWS, c.max_dictionary_size))
 
     def run_exact(self, kernel: Kernel, gamma, out) -> FitResult:
         """Exact kernel PCA (:func:`~ooc_spectral.eigensolve.solve_exact`), then pass 3.

@@ -197,3 +197,38 @@ def test_dictionary_reaching_half_the_rows_takes_the_exact_path():
     Xn = X[:20] + 0.5
     np.testing.assert_allclose(aligned(est.transform(Xn), kp.transform(Xn)), kp.transform(Xn),
                                rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("tol, fast", [(1e-2, True), (1e-9, False)])
+def test_extension_pass_equals_a_full_pass(tol, fast):
+    # a dictionary grown after pass 2 (prefix scan, partial_fit): the extension gives the
+    # moments a full pass with the grown dictionary gives; the kernel-space extension only
+    # where the grown factor is well conditioned
+    from ooc_spectral.accumulate import accumulate, extension_pass, kernel_cross_is_accurate
+    from ooc_spectral.execution import Executor
+    import dask.array as da
+
+    X = make_moons(3000, noise=0.05, random_state=1)[0]
+    est = GreedySpectralEmbedding(n_components=3, gamma=2.0, tol=tol, random_state=0).fit(X)
+    full = est.spectral_map_.dictionary
+    m = full.size
+    old = type(full)(**{**full.__dict__, "points": full.points[: m - 5], "indices": full.indices[: m - 5],
+                        "aux": None if full.aux is None else full.aux[: m - 5],
+                        "L": full.L[: m - 5, : m - 5], "w": full.w[: m - 5],
+                        "beta": float(full.w[: m - 5] @ full.w[: m - 5])})
+    Xd = da.from_array(X, chunks=700)
+    ex = Executor()
+    before = accumulate(Xd, old, "moments", executor=ex)
+    ref = accumulate(Xd, full, "moments", executor=ex)
+    assert kernel_cross_is_accurate(full) is fast
+    grown, fresh = extension_pass(Xd, full, before, m - 5, executor=ex)
+    assert fresh is not fast
+    scale = np.abs(ref["m2"]).max()
+    # the kernel-space extension's rounding: eps cond^2 <= KERNEL_CROSS_LIMIT = 1e-9
+    atol = 1e-9 if fast else 1e-12
+    np.testing.assert_allclose(grown["m2"], ref["m2"], rtol=0, atol=atol * scale)
+    np.testing.assert_allclose(grown["mean"], ref["mean"], rtol=0, atol=atol * np.abs(ref["mean"]).max())
+    # and so the same spectrum
+    from ooc_spectral.eigensolve import solve_additive
+    np.testing.assert_allclose(solve_additive(full, grown, 3).eigenvalues,
+                               solve_additive(full, ref, 3).eigenvalues, rtol=1e-9)
