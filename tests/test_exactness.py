@@ -232,3 +232,38 @@ def test_extension_pass_equals_a_full_pass(tol, fast):
     from ooc_spectral.eigensolve import solve_additive
     np.testing.assert_allclose(solve_additive(full, grown, 3).eigenvalues,
                                solve_additive(full, ref, 3).eigenvalues, rtol=1e-9)
+
+
+def test_cli_report_names_the_eigenvalue_bound_and_a_breakdown_exits_2(tmp_path):
+    import json
+    import subprocess
+
+    import zarr
+
+    X = make_circles(1000, factor=0.3, noise=0.05, random_state=0)[0]
+    arr = zarr.create_array(str(tmp_path / "x.zarr"), shape=X.shape, chunks=(250, 2), dtype="f8")
+    arr[...] = X
+    base = ["ooc-spectral", "fit", str(tmp_path / "x.zarr"), "--gamma", "0.5",
+            "--n-components", "5", "--workers", "1", "--threads-per-worker", "1", "-q"]
+    proc = subprocess.run(base + ["--out", str(tmp_path / "ok"), "--tol", "1e-8"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "ok" / "report.json").read_text())
+    b = report["eigenvalue_error_bound"]
+    assert 0 < b <= len(X) * report["max_residual"] + 1e-9
+    ref = KernelPCA(n_components=5, kernel="rbf", gamma=0.5, eigen_solver="dense").fit(X).eigenvalues_
+    lam = np.asarray(report["eigenvalues"])
+    assert np.all(ref >= lam - 1e-9 * ref[0]) and np.all(ref <= lam + b + 1e-9 * ref[0])
+    # a swiss roll at a tol float64 cannot resolve: exit 2, nothing complete
+    R = make_swiss_roll(1500, random_state=0)[0]
+    arr = zarr.create_array(str(tmp_path / "r.zarr"), shape=R.shape, chunks=(500, 3), dtype="f8")
+    arr[...] = R
+    base[2], base[4] = str(tmp_path / "r.zarr"), "0.01"
+    proc = subprocess.run(base + ["--out", str(tmp_path / "bad"), "--tol", "1e-11"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert "condition number" in proc.stderr.strip().splitlines()[-1]
+    run = json.loads((tmp_path / "bad" / "zarr.json").read_text())["attributes"]["ooc_spectral_run"]
+    assert run["status"] == "failed" and "NumericalBreakdownError" in run["error"]
+    emb = json.loads((tmp_path / "bad" / "embedding" / "zarr.json").read_text())["attributes"]
+    assert emb["complete"] is False
