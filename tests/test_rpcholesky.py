@@ -160,10 +160,20 @@ def test_max_dictionary_size_is_a_named_error():
         est.fit(X)
 
 
-def test_parameter_is_validated():
+def test_parameter_is_validated_and_auto_picks_rpcholesky_for_a_size():
     with pytest.raises(InvalidParameterError, match="selection"):
         FitConfig.from_params({"selection": "rp-cholesky"})
     assert FitConfig.from_params({"selection": "rpcholesky"}).selection == "rpcholesky"
+    assert FitConfig.from_params({"dictionary_size": 10}).dictionary_selection == "rpcholesky"
+    assert FitConfig.from_params({}).dictionary_selection == "greedy"
+    assert FitConfig.from_params({"selection": "greedy", "dictionary_size": 10}
+                                 ).dictionary_selection == "greedy"
+    X = _blobs(1200, seed=10)
+    auto = GreedySpectralEmbedding(gamma=0.5, dictionary_size=40, random_state=2).fit(X)
+    assert auto.get_params()["selection"] == "auto"
+    rpc = GreedySpectralEmbedding(gamma=0.5, dictionary_size=40, selection="rpcholesky",
+                                  random_state=2).fit(X)
+    np.testing.assert_array_equal(auto.dictionary_indices_, rpc.dictionary_indices_)
 
 
 # --------------------------------------------------------------------------- #

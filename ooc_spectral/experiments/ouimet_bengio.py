@@ -384,7 +384,8 @@ def run_figure3(out: Path, datasets="spiral,digits", normalizations="additive,di
 # --------------------------------------------------------------------------- #
 def _fig4_estimator(method: str, setup: _Setup, norm: str, m: int, seed: int):
     if method == "greedy":
-        return _greedy(setup, norm, seed, dictionary_size=m, max_dictionary_size=max(5000, m))
+        return _greedy(setup, norm, seed, dictionary_size=m, selection="greedy",
+                       max_dictionary_size=max(5000, m))
     if method == "random":
         return _greedy(setup, norm, seed, dictionary_size=m, selection="random",
                        max_dictionary_size=max(5000, m))
