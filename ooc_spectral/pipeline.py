@@ -1,0 +1,618 @@
+"""The fit, stage by stage: kernel, pass 1, pass 2, eigensolve, pass 3.
+
+:class:`FitRun` strings the stages together for one validated
+:class:`~ooc_spectral.config.FitConfig` and one
+:class:`~ooc_spectral.source.DataSource`. Each stage is one method, timed, and
+each can resume from a :class:`Checkpoint` (the command line's batch jobs give
+one; the estimator's plain ``fit`` gives none):
+
+==========  ==================================================  ====================
+stage       what it does                                        survives a restart
+==========  ==================================================  ====================
+kernel      resolve gamma (seeded sample), build the kernel     recomputed (cheap)
+scan        pass 1, sequential, in the seeded visiting order    state every k windows
+pass2       parallel map + ordered tree reduction               each finished segment
+rescan      prefix scan only: the rows pass 2 found beyond tol  the grown state
+solve       m x m eigensolve in this process                    recomputed (cheap)
+pass3       embedding, written chunk by chunk                   each written chunk
+==========  ==================================================  ====================
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import numpy as np
+from scipy.linalg import solve_triangular
+from scipy.linalg.lapack import dtrcon
+
+from . import planning
+from .accumulate import VIOLATOR_CAP, PartialStore, accumulate, check_degrees, extension_pass
+from .config import FitConfig
+from .eigensolve import (SpectralMap, check_n_components, eigenvalue_error_bound, solve_additive,
+                         solve_divisive, solve_exact, spent_directions)
+from .execution import Executor, compute
+from .kernels import GAMMA_SAMPLE_SIZE, Kernel, SubsetNormalizedKernel, make_kernel, median_heuristic_gamma
+from .planning import VisitOrder, plan_sample, plan_task_rows
+from .exceptions import (DictionaryError, DictionarySizeError, DictionaryWarning, InvalidInputError,
+                         NumericalBreakdownError)
+from .scan import (PIVOT_FLOOR, Dictionary, DictionaryState, ScanProgress, scan_rows, scan_source,
+                   search_dictionary)
+from .source import DataSource, check_finite
+from .writeback import EmbeddingOutput, embedding_graph
+
+__all__ = ["FitRun", "FitResult", "Checkpoint", "SAMPLE_PURPOSE", "resolve_gamma"]
+
+log = logging.getLogger("ooc_spectral")
+
+#: ``purpose`` tags of the seeded samples, so that each use draws its own rows.
+SAMPLE_PURPOSE = {"gamma": 1, "degree_subset": 2, "dictionary_size": 3}
+
+
+def resolve_gamma(kernel: str, gamma: float | None, source: DataSource, seed: int) -> float | None:
+    """``gamma`` as given, or the median heuristic on the seeded sample of
+    :data:`~ooc_spectral.kernels.GAMMA_SAMPLE_SIZE` rows; None for the linear kernel."""
+    if kernel == "linear":
+        return None
+    if gamma is None:
+        rows = plan_sample(source.n_rows, GAMMA_SAMPLE_SIZE, seed, SAMPLE_PURPOSE["gamma"])
+        gamma = median_heuristic_gamma(kernel, source.read_index(rows))
+        log.info("gamma=None: median heuristic on %d rows gives gamma=%.6g", len(rows), gamma)
+    return float(gamma)
+
+
+class Checkpoint(PartialStore, Protocol):
+    """What a resumable run stores between restarts (see :mod:`ooc_spectral.checkpoint`)."""
+
+    #: windows of the scan between two saves of its state
+    every: int
+
+    def load_scan(self) -> dict | None:
+        """``{"points", "indices", "L", "w", "windows_done", "tol"}`` or None."""
+
+    def save_scan(self, state: DictionaryState, windows_done: int, tol: float, *,
+                  prefix_done: bool = False) -> None: ...
+
+
+#: Kernel PCA of at most this many rows is solved exactly on the full Gram matrix
+#: when the dictionary would hold most rows (n x n float64: 512 MiB at the limit).
+EXACT_MAX_ROWS = 8192
+#: ... that is, as soon as the scan's dictionary holds this fraction of the rows.
+EXACT_FRACTION = 0.5
+
+
+#: Largest ``eps * cond_1(L)`` (LAPACK's estimate) the coordinates are trusted with.
+#: Measured on circles, moons, an S-curve and swiss rolls at tol 1e-8..1e-12: healthy
+#: fits reach 1.1e11 (eigenvalues to 1e-11 relative), broken ones 1.6e12 and more
+#: (eigenvalues off by 3e-6 and more, with every computed residual within tol).
+CONDITION_LIMIT = 1e-4 / np.finfo(np.float64).eps
+
+
+def feature_space_dimension(kernel: str, n_features: int, degree: int) -> int | None:
+    """Dimension of a finite-dimensional kernel's feature space (None if infinite)."""
+    if kernel == "linear":
+        return int(n_features)
+    if kernel == "polynomial":
+        return math.comb(int(n_features) + int(degree), int(degree))
+    return None
+
+
+def check_conditioning(dictionary: Dictionary, tol: float) -> None:
+    """Raise :class:`NumericalBreakdownError` if the factor is too ill-conditioned.
+
+    Past :data:`CONDITION_LIMIT` the coordinates of the rows (and so their
+    residuals, which then look within ``tol``) are rounding noise at the scale of
+    the small eigenvalues. Checked right after the scan, before any pass.
+    """
+    m = dictionary.size
+    if dictionary.L is not None and m > 1:
+        rcond, _ = dtrcon(dictionary.L, norm="1", uplo="L", diag="N")
+        if rcond * CONDITION_LIMIT < 1.0:
+            raise NumericalBreakdownError(
+                f"the dictionary's Cholesky factor ({m} points) has condition number about "
+                f"{1 / max(rcond, 1e-300):.2g}, beyond the {CONDITION_LIMIT:.2g} float64 arithmetic "
+                f"resolves: at tol={tol:.3g} the rows' coordinates, residuals and spectrum would "
+                f"be rounding noise at the scale of the small eigenvalues. Use a larger tol "
+                f"(try tol={tol * 100:.2g}) or a smaller gamma")
+
+
+def check_certificate(cert: dict, tol: float, m: int, kernel: Kernel, dictionary: Dictionary) -> None:
+    """Raise :class:`NumericalBreakdownError` if a row is beyond ``tol`` after a full scan.
+
+    The scan guarantees ``delta_t <= tol`` for every row (the span only grows), so
+    pass 2's ``max delta`` can exceed ``tol`` only by the rounding of ``delta``
+    itself (allowed: ``(PIVOT_FLOOR + 16 (m + 2) eps) max k(x, x)``; the scan
+    never adds a row whose unconstrained residual is below the pivot floor). More means the factor is too
+    ill-conditioned for float64 at this tol: the residuals, and the spectrum
+    computed from the same coordinates, are rounding noise at that scale.
+    """
+    eps = np.finfo(np.float64).eps
+    kmax = float(np.max(np.abs(kernel.diag(dictionary.points, dictionary.aux)))) if m else 1.0
+    kmax = max(kmax, float(cert.get("max_kx", 0.0)))
+    # the scan never adds a row below the pivot floor, and delta's own rounding
+    slack = (PIVOT_FLOOR + 16.0 * (m + 2) * eps) * kmax
+    worst = float(cert["max_delta"])
+    if worst > tol + slack:
+        raise NumericalBreakdownError(
+            f"row {int(cert['argmax'])} is at squared distance {worst:.3g} from the dictionary's "
+            f"span after the scan, beyond tol={tol:.3g} (rounding allows {slack:.2g}): at this tol "
+            f"the dictionary's Cholesky factor ({m} points) is too ill-conditioned for float64 "
+            f"arithmetic, so its residuals and spectrum would be rounding noise. Use tol >= "
+            f"{max(10 * worst, 10 * slack):.2g}, or a smaller gamma")
+
+
+@dataclass
+class FitResult:
+    """Everything a fit produced; the estimator copies it into its ``*_`` attributes."""
+
+    config: FitConfig
+    n_samples: int
+    n_features: int
+    kernel: Kernel
+    gamma: float | None
+    tol: float
+    dictionary: Dictionary
+    spectral_map: SpectralMap
+    max_residual: float
+    max_residual_row: int
+    task_rows: int
+    eigenvalue_error_bound: float | None = None
+    exact: bool = False
+    embedding: Any = None
+    timings: dict = field(default_factory=dict)
+    peak_memory: dict = field(default_factory=dict)
+    resumed: list = field(default_factory=list)
+
+
+class FitRun:
+    """One fit of one configuration on one data source.
+
+    Parameters
+    ----------
+    config : FitConfig
+    source : DataSource
+    executor : Executor, optional
+        How parallel passes are computed (default: the active scheduler).
+    checkpoint : Checkpoint, optional
+        Where stage state is kept across restarts.
+    resume : bool
+        Continue the work recorded in ``checkpoint`` and in the output.
+    memory_probe : callable, optional
+        Returns the current memory use in bytes; its peak per stage is recorded.
+    on_scan : callable, optional
+        Called with a :class:`~ooc_spectral.scan.ScanProgress` after each window.
+    """
+
+    def __init__(self, config: FitConfig, source: DataSource, *, executor: Executor | None = None,
+                 checkpoint: Checkpoint | None = None, resume: bool = False,
+                 memory_probe: Callable[[], int] | None = None,
+                 on_scan: Callable[[ScanProgress], None] | None = None):
+        self.config = config
+        self.source = source
+        self.executor = executor or Executor()
+        self.checkpoint = checkpoint
+        self.resume = resume
+        self.memory_probe = memory_probe
+        self.on_scan = on_scan
+        self.timings: dict[str, float] = {}
+        self.peak_memory: dict[str, int] = {}
+        self.resumed: list[str] = []
+        #: The scan's size limit: ``max_dictionary_size``, or half the rows when
+        #: reaching it switches small data to the exact solve (:meth:`run`).
+        self._scan_limit = config.max_dictionary_size
+
+    # ------------------------------------------------------------------ #
+    @contextmanager
+    def stage(self, name: str):
+        t0 = time.perf_counter()
+        log.info("stage %s: start", name)
+        try:
+            yield
+        finally:
+            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t0
+            if self.memory_probe is not None:
+                self.peak_memory[name] = int(self.memory_probe())
+            log.info("stage %s: %.2f s", name, self.timings[name])
+
+    def _sample(self, purpose: str, size: int) -> tuple[np.ndarray, np.ndarray]:
+        rows = plan_sample(self.source.n_rows, size, self.config.random_state, SAMPLE_PURPOSE[purpose])
+        return rows, self.source.read_index(rows)
+
+    # ------------------------------------------------------------------ #
+    # stage: kernel
+    # ------------------------------------------------------------------ #
+    def resolve_kernel(self) -> tuple[Kernel, float | None]:
+        """The kernel with its gamma (given, or the median heuristic on a seeded sample).
+
+        For ``normalization="divisive", degree_estimate="subset"`` the base
+        kernel is wrapped in a :class:`SubsetNormalizedKernel` whose subset is a
+        seeded sample of ``degree_subset_size`` rows.
+        """
+        c = self.config
+        gamma = resolve_gamma(c.kernel, c.gamma, self.source, c.random_state)
+        kernel = make_kernel(c.kernel, gamma=gamma, degree=c.degree, coef0=c.coef0)
+        if c.normalization == "divisive" and c.degree_estimate == "subset":
+            _, subset = self._sample("degree_subset", c.degree_subset_size)
+            kernel = SubsetNormalizedKernel(kernel, subset)
+        return kernel, gamma
+
+    # ------------------------------------------------------------------ #
+    # stage: scan (pass 1)
+    # ------------------------------------------------------------------ #
+    def build_dictionary(self, kernel: Kernel) -> tuple[Dictionary, float, bool]:
+        """Pass 1 (Algorithm 1), or Algorithm 2 on a sample when ``dictionary_size`` is set.
+
+        Returns the dictionary, the tolerance it meets, and whether every row was
+        scanned. With ``scan="prefix"`` the scan stops once the dictionary stops
+        growing; :meth:`complete_prefix_scan` then finishes the job from the
+        rows pass 2 finds beyond ``tol``.
+        """
+        c = self.config
+        order = VisitOrder(self.source.n_rows, c.random_state, window=planning.VISIT_WINDOW_ROWS)
+        self._order = order
+        if c.dictionary_selection == "rpcholesky":  # its own pass 1 (ooc_spectral.rpcholesky)
+            from . import rpcholesky
+
+            return rpcholesky.build_dictionary(self, kernel)
+        saved = self.checkpoint.load_scan() if (self.checkpoint is not None and self.resume) else None
+        if saved is not None:
+            state = DictionaryState.from_arrays(kernel, c.affine, saved["points"], saved["indices"],
+                                                saved["L"], saved["w"])
+            start, tol = int(saved["windows_done"]), float(saved["tol"])
+            self.resumed.append("scan")
+            log.info("scan: resuming after window %d of %d with %d dictionary points",
+                     start, order.n_windows, state.size)
+            if start >= order.n_windows or saved.get("prefix_done"):
+                self._state, self._windows_done = state, start
+                return state.freeze(c.solver), tol, start >= order.n_windows
+        elif c.dictionary_size is not None:
+            if c.dictionary_selection == "random":
+                state, tol = self._random_dictionary(kernel, order)
+            else:
+                state, tol = self._algorithm2(kernel, order)
+            if self.checkpoint is not None:
+                self.checkpoint.save_scan(state, order.n_windows, tol)
+            self._state = state
+            return state.freeze(c.solver), tol, True
+        else:
+            state, start, tol = DictionaryState(kernel, self.source.n_features, c.affine), 0, c.tol
+        self._state = state
+        done = self._scan_windows(state, order, start, tol,
+                                  patience=c.prefix_patience if c.scan == "prefix" else None)
+        self._windows_done = done
+        complete = done >= order.n_windows
+        if not complete:
+            log.info("prefix scan: the dictionary stopped growing after %d of %d windows (%d "
+                     "points); pass 2 checks the other rows", done, order.n_windows, state.size)
+            if self.checkpoint is not None:
+                self.checkpoint.save_scan(state, done, tol, prefix_done=True)
+        return state.freeze(c.solver), tol, complete
+
+    def _scan_windows(self, state: DictionaryState, order: VisitOrder, start: int, tol: float,
+                      patience: int | None = None) -> int:
+        every = self.checkpoint.every if self.checkpoint is not None else 0
+
+        def on_window(st: DictionaryState, progress: ScanProgress) -> None:
+            if self.on_scan is not None:
+                self.on_scan(progress)
+            done = progress.windows_done
+            if self.checkpoint is not None and (done % every == 0 or done == progress.n_windows):
+                self.checkpoint.save_scan(st, done, tol)
+
+        return scan_source(self.source, order, state, tol=tol, max_size=self._scan_limit,
+                           start_window=start, on_window=on_window, patience=patience)
+
+    def complete_prefix_scan(self, stats: dict, tol: float) -> dict:
+        """Scan the rows pass 2 found beyond ``tol``.
+
+        The rows beyond ``tol`` of the prefix's dictionary are scanned in visiting
+        order against the growing dictionary. Rows within ``tol`` stay within it
+        as the span grows, so this selects exactly the points the full scan
+        would have selected, and afterwards every row is within ``tol``. If pass
+        2 found more than ``VIOLATOR_CAP`` such rows, the sequential scan goes on
+        over the rest of the data instead.
+
+        Returns ``{"grew", "rescanned_all", "certificate"}``: the certificate
+        (``max_delta``, ``argmax``) bounds every row's residual with the final
+        dictionary: the largest of the pass-2 residuals within ``tol`` (they can
+        only have shrunk) and of the scanned rows' final residuals.
+        """
+        if self.config.dictionary_selection == "rpcholesky":
+            from . import rpcholesky
+
+            return rpcholesky.complete_dictionary(self, stats, tol)
+        c, state, order = self.config, self._state, self._order
+        rows, Xv = stats.pop("violator_rows"), stats.pop("violator_X")
+        before = state.size
+        rescanned_all = len(rows) > VIOLATOR_CAP
+        if rescanned_all:
+            log.info("prefix scan: more than %d rows beyond tol; scanning the rest of the data",
+                     VIOLATOR_CAP)
+            self._scan_windows(state, order, self._windows_done, tol)
+        elif len(rows):
+            sequence = np.argsort(order.sort_keys(rows), kind="stable")
+            if scan_rows(state, Xv[sequence], rows[sequence], tol, limit=c.max_dictionary_size):
+                from .scan import _size_error
+
+                raise _size_error(state, c.max_dictionary_size, self.source.n_rows,
+                                  self.source.n_rows, tol)
+            log.info("prefix scan: %d rows beyond tol, %d entered the dictionary", len(rows),
+                     state.size - before)
+        if self.checkpoint is not None:
+            self.checkpoint.save_scan(state, order.n_windows, tol)
+        cert = {"max_delta": stats["max_within"], "argmax": stats["argmax_within"]}
+        if len(rows) and not rescanned_all:
+            _, delta = state.freeze().project(Xv)
+            i = int(np.argmax(delta))
+            if delta[i] > cert["max_delta"]:
+                cert = {"max_delta": float(delta[i]), "argmax": int(rows[i])}
+        return {"grew": state.size > before, "rescanned_all": rescanned_all, "certificate": cert}
+
+    def _search_sample(self, order: VisitOrder) -> tuple[np.ndarray, np.ndarray]:
+        """Rows (numbers, values) in random order on which ``dictionary_size`` is met."""
+        c = self.config
+        if self.source.n_rows <= c.sample_size:
+            rows = order.global_order()
+            return rows, self.source.read_index(np.arange(self.source.n_rows))[rows]
+        sorted_rows, X = self._sample("dictionary_size", c.sample_size)
+        rng = np.random.default_rng(np.random.SeedSequence([c.random_state, 0xA1]))
+        perm = rng.permutation(len(sorted_rows))
+        return sorted_rows[perm], X[perm]
+
+    def _algorithm2(self, kernel: Kernel, order: VisitOrder) -> tuple[DictionaryState, float]:
+        c = self.config
+        rows, X = self._search_sample(order)
+        log.info("dictionary_size=%d: Algorithm 2 on %d in-memory rows", c.dictionary_size, len(rows))
+        return search_dictionary(kernel, X, rows, c.dictionary_size, affine=c.affine)
+
+    def _random_dictionary(self, kernel: Kernel, order: VisitOrder) -> tuple[DictionaryState, float]:
+        """The first ``dictionary_size`` rows of the random sample not already in the span."""
+        c = self.config
+        rows, X = self._search_sample(order)
+        state = DictionaryState(kernel, self.source.n_features, c.affine)
+        scan_rows(state, X, rows, -np.inf, limit=c.dictionary_size)
+        if state.size < c.dictionary_size:
+            raise DictionaryError(
+                f"dictionary_size={c.dictionary_size} cannot be reached: only {state.size} of "
+                f"the {len(rows)} sampled rows are outside the span of the others; ask for "
+                f"dictionary_size <= {state.size}"
+            )
+        _, delta = state.freeze().project(X)
+        return state, float(max(delta.max(), 0.0))
+
+    def check_dictionary(self, dictionary: Dictionary, kernel: Kernel, gamma, tol: float) -> None:
+        """Explain a degenerate dictionary: too small for ``n_components``, or every row."""
+        c, m, n = self.config, dictionary.size, self.source.n_rows
+        spent = spent_directions(c.affine, c.normalization, c.drop_first)
+        width = ""
+        if gamma is not None:
+            width = f" (gamma={gamma:.3g})"
+        if m < c.n_components + spent:
+            scale = float(np.max(kernel.diag(dictionary.points)))
+            dim = feature_space_dimension(c.kernel, self.source.n_features, c.degree)
+            if dim is not None and m >= dim:
+                raise DictionaryError(
+                    f"n_components={c.n_components} exceeds the dimension of the {c.kernel} "
+                    f"kernel's feature space on {self.source.n_features} features ({dim}), which "
+                    f"the {m} dictionary points already span: no tol or gamma can add a "
+                    f"direction; lower n_components to at most {max(m - spent, 0)}")
+            if tol >= 0.1 * scale:
+                hint = (f"; tol={tol:.3g} is not small against k(x, x)={scale:.3g}: lower tol "
+                        f"(try tol={scale * 1e-3:.3g})")
+            elif gamma is not None and c.kernel in ("rbf", "laplacian"):
+                hint = (f"; with gamma={gamma:.3g} the {c.kernel} kernel is nearly constant over "
+                        f"the data, so every row is within tol of the first points: use a larger "
+                        f"gamma (gamma=None picks the median heuristic) or a smaller tol")
+            else:
+                hint = f"; lower tol (try tol={tol / 100:.3g})"
+            raise DictionaryError(
+                f"the dictionary has only {m} point{'s' if m != 1 else ''}, so n_components="
+                f"{c.n_components} is not {'below' if spent else 'at most'} the dictionary size"
+                f"{hint}; or lower n_components to at most {max(m - spent, 0)}"
+            )
+        if c.dictionary_size is None and m == n:
+            msg = (f"every one of the {n} rows entered the dictionary{width}: the kernel is so "
+                   "narrow that no row is near the span of the others; the result is the exact "
+                   "embedding at the cost of the full problem")
+            if gamma is not None and c.kernel in ("rbf", "laplacian"):
+                msg += f"; use a smaller gamma (try gamma={gamma / 10:.3g}) or a larger tol"
+            log.warning(msg)
+            warnings.warn(msg, DictionaryWarning, stacklevel=3)
+        check_n_components(m, c.n_components, spent)
+
+    # ------------------------------------------------------------------ #
+    # stages: pass 2 and the eigensolve
+    # ------------------------------------------------------------------ #
+    def task_rows(self, dictionary_size: int) -> int:
+        s = self.source
+        return plan_task_rows(s.n_rows, s.n_features, s.storage_chunk_rows, dictionary_size,
+                              requested=self.config.chunk_rows, itemsize=s.itemsize)
+
+    def accumulate(self, dictionary: Dictionary, X, tol_check: float | None = None
+                   ) -> tuple[dict, dict, np.ndarray | None]:
+        """Pass 2 (and 2b for exact divisive degrees); returns (stats, certificate, total)."""
+        store = self.checkpoint
+        run = dict(executor=self.executor, chunk_starts=self.source.chunk_starts, store=store,
+                   tol_check=tol_check)
+        loaded_before = getattr(store, "loaded_partials", 0)
+        try:
+            return self._accumulate(dictionary, X, run)
+        finally:
+            if getattr(store, "loaded_partials", 0) > loaded_before:
+                self.resumed.append("pass2")
+
+    def _accumulate(self, dictionary, X, run):
+        c = self.config
+        rows = X.chunks[0][0]  # partials are only valid for the same tasks and dictionary
+        tag = f"r{rows}-m{dictionary.size}" + ("-check" if run["tol_check"] is not None else "")
+
+        def stage(kind):
+            return f"{kind}-{tag}"
+
+        if c.normalization == "additive":
+            stats = accumulate(X, dictionary, "moments", stage=stage("moments"), **run)
+            return stats, stats, None
+        if c.degree_estimate == "subset":
+            stats = accumulate(X, dictionary, "gram", stage=stage("gram"), **run)
+            return stats, stats, None
+        sums = accumulate(X, dictionary, "ksums", stage=stage("ksums"),
+                          **{**run, "tol_check": None})
+        # sum_t z_t = L^-1 sum_t k_t: one small solve instead of one per row
+        total = solve_triangular(dictionary.L, sums["sum"], lower=True, check_finite=False)
+        stats = accumulate(X, dictionary, "degrees", stage=stage("degrees"), total=total, **run)
+        check_degrees(stats)
+        return stats, stats, total
+
+    def solve(self, dictionary: Dictionary, stats: dict, total) -> SpectralMap:
+        c = self.config
+        if c.normalization == "additive":
+            return solve_additive(dictionary, stats, c.n_components)
+        return solve_divisive(dictionary, stats, c.n_components, drop_first=c.drop_first,
+                              subset=c.degree_estimate == "subset", total=total)
+
+    def finish_prefix_scan(self, dictionary, X, stats, cert, total, kernel, gamma, tol):
+        """After a prefix scan: scan the rows beyond ``tol``, then bring pass 2 up to date.
+
+        Kernel PCA extends its coordinate moments to the points added with one
+        pass (:func:`~ooc_spectral.accumulate.extension_pass`: kernel columns only
+        when the grown factor is well conditioned, else a solve); the divisive
+        normalization runs pass 2 again. Returns the updated
+        ``(dictionary, X, stats, certificate, total)``.
+        """
+        c, s = self.config, self.source
+        with self.stage("rescan"):
+            rescan = self.complete_prefix_scan(cert, tol)
+        if not rescan["grew"]:
+            return dictionary, X, stats, cert, total
+        old_size, dictionary = dictionary.size, self._state.freeze(c.solver)
+        log.info("dictionary: %d points", dictionary.size)
+        self.check_dictionary(dictionary, kernel, gamma, tol)
+        with self.stage("pass2"):
+            if c.normalization == "additive" and not rescan["rescanned_all"]:
+                grown, fresh = extension_pass(
+                    X, dictionary, stats, old_size, executor=self.executor,
+                    chunk_starts=s.chunk_starts, store=self.checkpoint,
+                    stage=f"r{X.chunks[0][0]}-m{old_size}to{dictionary.size}")
+                # the solved extension measures the grown dictionary's certificate; the
+                # kernel-space one keeps the rescan's upper bound
+                return dictionary, X, grown, grown if fresh else rescan["certificate"], total
+            X = s.to_dask(self.task_rows(dictionary.size))
+            stats, cert, total = self.accumulate(dictionary, X)
+        return dictionary, X, stats, cert, total
+
+    # ------------------------------------------------------------------ #
+    # small data whose dictionary approaches n: the exact solve
+    # ------------------------------------------------------------------ #
+    def exact_allowed(self) -> bool:
+        """Whether the exact path may replace the scan (kernel PCA by tol, small n)."""
+        c, n = self.config, self.source.n_rows
+        return (c.normalization == "additive" and c.dictionary_size is None
+                and c.dictionary_selection == "greedy" and n <= min(EXACT_MAX_ROWS, c.max_dictionary_size))
+
+    def run_exact(self, kernel: Kernel, gamma, out) -> FitResult:
+        """Exact kernel PCA (:func:`~ooc_spectral.eigensolve.solve_exact`), then pass 3.
+
+        Taken when most rows would enter the dictionary: the greedy path would
+        then cost more than the full problem and its factor would be as large and
+        far worse conditioned.
+        """
+        c, s = self.config, self.source
+        msg = (f"half of the {s.n_rows} rows entered the dictionary"
+               + (f" (gamma={gamma:.3g})" if gamma is not None else "")
+               + f" before the scan was done: no row is near the span of the others, so kernel "
+               f"PCA is solved exactly on the {s.n_rows} x {s.n_rows} Gram matrix instead")
+        if gamma is not None and c.kernel in ("rbf", "laplacian"):
+            msg += (f"; for a small dictionary use a smaller gamma (try gamma={gamma / 10:.3g}) "
+                    "or a larger tol")
+        log.warning(msg)
+        warnings.warn(msg, DictionaryWarning, stacklevel=3)
+        check_n_components(s.n_rows, c.n_components, 0)
+        with self.stage("solve"):
+            Xall = s.read_index(np.arange(s.n_rows))
+            check_finite(Xall, 0, chunk_starts=s.chunk_starts)
+            smap, stats = solve_exact(kernel, Xall, c.n_components, affine=c.affine)
+            del Xall
+        X = s.to_dask(self.task_rows(s.n_rows))
+        with self.stage("pass3"):
+            embedding = self.write_embedding(X, smap, out)
+        return FitResult(
+            config=c, n_samples=s.n_rows, n_features=s.n_features, kernel=kernel, gamma=gamma,
+            tol=c.tol, dictionary=smap.dictionary, spectral_map=smap, max_residual=0.0,
+            max_residual_row=0, task_rows=int(X.chunks[0][0]), embedding=embedding,
+            eigenvalue_error_bound=eigenvalue_error_bound(stats, s.n_rows),
+            timings=dict(self.timings), peak_memory=dict(self.peak_memory),
+            resumed=list(self.resumed), exact=True,
+        )
+
+    def write_embedding(self, X, smap: SpectralMap, out: EmbeddingOutput | None):
+        """Pass 3: the lazy embedding (computed for numpy input), or written to ``out``."""
+        if out is None:
+            embedding = embedding_graph(X, smap, chunk_starts=self.source.chunk_starts)
+            if self.source.kind == "numpy":
+                (embedding,) = compute(embedding)
+            return embedding
+        written = out.write(X, smap, self.executor)
+        if self.resume and written < self.source.n_rows:
+            self.resumed.append("pass3")
+        out.mark_complete()
+        return out.as_dask()
+
+    # ------------------------------------------------------------------ #
+    # the whole fit
+    # ------------------------------------------------------------------ #
+    def run(self, output=None) -> FitResult:
+        """Run every stage; write the embedding to ``output`` (a zarr group path) if given."""
+        c, s = self.config, self.source
+        if s.n_rows < 2:
+            raise InvalidInputError(
+                f"X has {s.n_rows} row; at least 2 samples are needed to fit an embedding"
+            )
+        out = None
+        if output is not None:  # created (or checked) before any work starts
+            out = EmbeddingOutput(output, s.n_rows, c.n_components, s.storage_chunk_rows)
+            out.prepare(resume=self.resume)
+        with self.stage("kernel"):
+            kernel, gamma = self.resolve_kernel()
+        exact = self.exact_allowed()
+        self._scan_limit = math.ceil(EXACT_FRACTION * s.n_rows) if exact else c.max_dictionary_size
+        try:
+            with self.stage("scan"):
+                dictionary, tol, complete = self.build_dictionary(kernel)
+        except DictionarySizeError:
+            if not exact:
+                raise
+            return self.run_exact(kernel, gamma, out)
+        log.info("dictionary: %d points", dictionary.size)
+        self.check_dictionary(dictionary, kernel, gamma, tol)
+        check_conditioning(dictionary, tol)
+        task_rows = self.task_rows(dictionary.size)
+        X = s.to_dask(task_rows)
+        with self.stage("pass2"):
+            stats, cert, total = self.accumulate(dictionary, X,
+                                                 tol_check=None if complete else tol)
+        if not complete:
+            dictionary, X, stats, cert, total = self.finish_prefix_scan(
+                dictionary, X, stats, cert, total, kernel, gamma, tol)
+        check_conditioning(dictionary, tol)
+        if c.dictionary_size is None:
+            check_certificate(cert, tol, dictionary.size, kernel, dictionary)
+        with self.stage("solve"):
+            smap = self.solve(dictionary, stats, total)
+        with self.stage("pass3"):
+            embedding = self.write_embedding(X, smap, out)
+        return FitResult(
+            config=c, n_samples=s.n_rows, n_features=s.n_features, kernel=kernel, gamma=gamma,
+            tol=tol, dictionary=dictionary, spectral_map=smap,
+            max_residual=max(float(cert["max_delta"]), 0.0),
+            max_residual_row=int(cert["argmax"]), task_rows=int(X.chunks[0][0]), embedding=embedding,
+            eigenvalue_error_bound=(eigenvalue_error_bound(stats, dictionary.size)
+                                    if c.normalization == "additive" else None),
+            timings=dict(self.timings), peak_memory=dict(self.peak_memory),
+            resumed=list(self.resumed),
+        )
