@@ -193,6 +193,8 @@ def figure(results: dict, path: Path) -> None:
                 ax.errorbar(ms, mean, yerr=sem, marker="o", capsize=3, label=method)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.set_xticks(ms, [str(m) for m in ms])
+        ax.minorticks_off()
         ax.set_xlabel("dictionary size m")
         ax.set_title(f"{name} ({res['n']} x {res['d']})")
     axes[0][0].set_ylabel("sin of largest principal angle")
