@@ -270,3 +270,20 @@ def test_cli_report_names_the_eigenvalue_bound_and_a_breakdown_exits_2(tmp_path)
     assert run["status"] == "failed" and "NumericalBreakdownError" in run["error"]
     emb = json.loads((tmp_path / "bad" / "embedding" / "zarr.json").read_text())["attributes"]
     assert emb["complete"] is False
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "laplacian", "linear", "polynomial"])
+def test_every_kernel_with_its_defaults_lies_in_the_weyl_interval(kernel):
+    # the defaults (tol=1e-3, gamma by the median heuristic, n_components=2) are not
+    # exact, but the reported bound must hold: each exact eigenvalue of the centred Gram
+    # matrix lies in [eigenvalues_[i], eigenvalues_[i] + eigenvalue_error_bound_]
+    X = make_s_curve(1200, noise=0.1, random_state=3)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = GreedySpectralEmbedding(kernel=kernel, random_state=0).fit(X)
+    K = est.kernel_.pairwise(X, X, est.kernel_.aux(X), est.kernel_.aux(X))
+    exact = KernelPCA(n_components=2, kernel="precomputed", eigen_solver="dense").fit(K).eigenvalues_
+    lam, b = est.eigenvalues_, est.eigenvalue_error_bound_
+    rounding = 1e-9 * exact[0]
+    assert np.all(exact >= lam - rounding) and np.all(exact <= lam + b + rounding), (exact, lam, b)
+    assert b <= len(X) * est.max_residual_ + rounding
