@@ -45,7 +45,8 @@ class FitConfig:
     tol: float = _param(1e-3, "the paper's epsilon: largest squared feature-space residual "
                         "of a row left out of the dictionary", type=float, low=0.0)
     dictionary_size: int | None = _param(
-        None, "ask for a dictionary of exactly this size (Algorithm 2) instead of tol",
+        None, "ask for a dictionary of exactly this size (chosen by selection on the seeded "
+        "sample) instead of tol",
         type=int, low=2, none=True)
     scan: str = _param(
         "full", "full: scan every row sequentially; prefix: stop the sequential scan once "
@@ -76,8 +77,8 @@ class FitConfig:
     drop_first: bool = _param(
         True, "divisive: drop the trivial first eigenvector", type=bool)
     sample_size: int = _param(
-        20000, "rows of the seeded in-memory sample on which dictionary_size runs "
-        "Algorithm 2", type=int, low=2)
+        20000, "rows of the seeded in-memory sample from which dictionary_size (and "
+        "rpcholesky) select the dictionary", type=int, low=2)
     solver: str = _param(
         "gemm", "write-back and transform: gemm (the inverse factor, centring and "
         "eigenvectors folded into one m x p matrix: a kernel block and one product per "

@@ -52,11 +52,12 @@ class GreedySpectralEmbedding(TransformerMixin, BaseEstimator):
         feature-space distance to the dictionary's span exceeds ``tol``; after
         the scan every row is within ``tol`` (see ``max_residual_``).
     dictionary_size : int, default=None
-        Ask for a dictionary of exactly this many points instead (the paper's
-        Algorithm 2, a search on the tolerance). The search runs on a seeded
+        Ask for a dictionary of exactly this many points instead (by
+        ``selection``: RP-Cholesky by default, or the paper's Algorithm 2, a
+        search on the tolerance). The selection runs on a seeded
         in-memory sample of ``sample_size`` rows (all rows when n is not
         larger); the dictionary comes from that sample and ``tol_`` is the
-        tolerance found. Rows outside the sample are projected, not scanned,
+        largest residual on it. Rows outside the sample are projected, not scanned,
         so ``max_residual_`` may exceed ``tol_``.
     scan : {"full", "prefix"}, default="full"
         ``full``: the sequential scan visits every row. ``prefix``: it stops once

