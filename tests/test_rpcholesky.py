@@ -340,3 +340,36 @@ def test_workflow_and_cli_select_rpcholesky(tmp_path):
     np.testing.assert_array_equal(a.dictionary_indices_, b.dictionary_indices_)
     bad = cli("fit", wf.parent / "data.zarr", "--out", tmp_path / "bad", "--selection", "rpchol")
     assert bad.returncode == 2 and "rpcholesky" in bad.stderr
+
+
+# --------------------------------------------------------------------------- #
+# passes 2 and 3 are unchanged: at small tol the answers are the exact ones
+# --------------------------------------------------------------------------- #
+def test_kernel_pca_at_small_tol_matches_sklearn(swiss_roll):
+    from sklearn.decomposition import KernelPCA
+    from test_estimator import align_signs, rel_err
+
+    X = swiss_roll[0][:2000]
+    est = GreedySpectralEmbedding(n_components=3, gamma=0.01, tol=1e-8, selection="rpcholesky",
+                                  random_state=0).fit(X)
+    kp = KernelPCA(n_components=3, kernel="rbf", gamma=0.01, eigen_solver="dense").fit(X)
+    ref = kp.transform(X)
+    assert est.spectral_map_.dictionary.size < len(X) // 2
+    assert est.max_residual_ <= 1e-8
+    assert rel_err(align_signs(est.embedding_, ref), ref) < 1e-6
+    np.testing.assert_allclose(est.eigenvalues_, kp.eigenvalues_, rtol=1e-6)
+    Xn = swiss_roll[0][2000:2100]
+    assert rel_err(align_signs(est.transform(Xn), kp.transform(Xn)), kp.transform(Xn)) < 1e-6
+
+
+def test_divisive_at_small_tol_matches_dense_eigenvectors(swiss_roll):
+    from test_estimator import dense_normalized_eigvecs
+
+    X = swiss_roll[0][:1500]
+    vals, V = dense_normalized_eigvecs(X, 0.05, 4)
+    est = GreedySpectralEmbedding(n_components=3, gamma=0.05, tol=1e-8, normalization="divisive",
+                                  selection="rpcholesky", random_state=0).fit(X)
+    E, ref = est.embedding_, V[:, 1:4]
+    coef, *_ = np.linalg.lstsq(ref, E, rcond=None)
+    assert np.max(np.abs(ref @ coef - E)) < 1e-8
+    np.testing.assert_allclose(est.eigenvalues_, vals[1:4], rtol=1e-8)
