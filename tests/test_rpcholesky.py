@@ -179,29 +179,32 @@ def test_parameter_is_validated_and_auto_picks_rpcholesky_for_a_size():
 # --------------------------------------------------------------------------- #
 # the same dictionary whatever the chunking and the workers
 # --------------------------------------------------------------------------- #
-def test_same_dictionary_whatever_chunking_and_workers(tmp_path, client):
-    import dask
+def test_same_dictionary_whatever_chunking_and_workers(tmp_path, cluster):
+    from distributed import Client
 
     X = _blobs(4000, seed=7)
     params = dict(n_components=2, gamma=0.5, tol=1e-3, selection="rpcholesky", sample_size=700,
                   random_state=11)
-    fits = []
-    for chunk, task in ((97, None), (1000, None), (4000, 2000)):
-        path = tmp_path / f"x{chunk}.zarr"
-        write_zarr(path, X, chunk, dtype=np.float64)
-        fits.append(GreedySpectralEmbedding(**params, chunk_rows=task).fit(str(path)))  # 2 workers
-    with dask.config.set(scheduler="synchronous"):  # no cluster, one thread
-        from distributed import Client  # noqa: F401  (the fixture's client stays open)
-
-        with dask.config.set(scheduler="sync"):
-            fits.append(GreedySpectralEmbedding(**params).fit(X))
+    stores = {}
+    for chunk in (97, 1000, 4000):
+        stores[chunk] = tmp_path / f"x{chunk}.zarr"
+        write_zarr(stores[chunk], X, chunk, dtype=np.float64)
+    # in this process (dask's threaded scheduler): numpy input, and 97-row chunks
+    fits = [GreedySpectralEmbedding(**params).fit(X),
+            GreedySpectralEmbedding(**params).fit(str(stores[97]))]
+    with Client(cluster):  # two worker processes, other chunkings and task sizes
+        fits.append(GreedySpectralEmbedding(**params).fit(str(stores[1000])))
+        fits.append(GreedySpectralEmbedding(**params, chunk_rows=2000).fit(str(stores[4000])))
     ref = fits[0].spectral_map_.dictionary
-    assert ref.size > 0
+    # the sample of 700 rows did not hold every row beyond tol: the completion ran
+    sample = plan_sample(len(X), 700, 11, SAMPLE_PURPOSE["dictionary_size"])
+    assert np.setdiff1d(ref.indices, sample).size > 0
     for est in fits[1:]:
         D = est.spectral_map_.dictionary
         np.testing.assert_array_equal(D.indices, ref.indices)
         np.testing.assert_array_equal(D.L, ref.L)
         np.testing.assert_array_equal(D.w, ref.w)
+        assert est.max_residual_ <= 1e-3
     # another seed gives another dictionary
     other = GreedySpectralEmbedding(**{**params, "random_state": 12}).fit(X)
     assert not np.array_equal(other.dictionary_indices_, ref.indices)
