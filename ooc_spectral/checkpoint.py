@@ -28,8 +28,10 @@ OUTDIR must be a local path (the lock and the report are plain files).
 from __future__ import annotations
 
 import datetime as _dt
+import fcntl
 import hashlib
 import json
+import logging
 import os
 import socket
 from pathlib import Path
@@ -41,6 +43,8 @@ from .exceptions import ConfigurationMismatchError, LockedError, OutputNotWritab
 from .scan import DictionaryState
 
 __all__ = ["RunDirectory", "RunCheckpoint", "config_hash", "RUN_KEY"]
+
+log = logging.getLogger("ooc_spectral")
 
 RUN_KEY = "ooc_spectral_run"
 LOCK_NAME = ".lock"
@@ -57,14 +61,41 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def local_output_path(path) -> Path:
+    """``path`` as a local directory, refusing URLs before anything is created.
+
+    An output given as ``s3://...``, ``gs://...`` or any ``scheme://`` URL would
+    otherwise become a local directory named after it (``s3:/bucket/...``).
+    Object storage is not supported for outputs yet: this raises
+    :class:`OutputNotWritableError` naming the problem (and the package that
+    provides the scheme's file system, when it is not installed).
+    """
+    text = os.fspath(path)
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    if text.startswith("file://"):
+        return Path(text[len("file://"):])
+    scheme, sep, _ = text.partition("://")
+    if sep:
+        hint = ""
+        try:
+            import fsspec
+
+            fsspec.get_filesystem_class(scheme)
+        except ImportError as exc:
+            from fsspec.registry import known_implementations
+
+            impl = known_implementations.get(scheme, {}).get("class", "")
+            package = impl.split(".")[0] if impl else ""
+            hint = (f" (and its file system is not installed: pip install {package})" if package
+                    else f" (and its file system is not installed: {exc})")
+        except ValueError:
+            hint = f" (and fsspec knows no protocol {scheme!r})"
+        raise OutputNotWritableError(
+            f"output {text!r} is a {scheme}:// URL: writing outputs to object storage is not "
+            f"supported yet{hint}; write to a local directory and copy it"
+        )
+    return Path(text)
 
 
 class RunCheckpoint:
@@ -154,8 +185,9 @@ class RunDirectory:
     """
 
     def __init__(self, path):
-        self.path = Path(os.fspath(path))
+        self.path = local_output_path(path)
         self._locked = False
+        self._lock_fd = None
 
     # -- lock -------------------------------------------------------------- #
     @property
@@ -165,8 +197,14 @@ class RunDirectory:
     def acquire(self, description: str = "") -> None:
         """Take the lock, or raise :class:`LockedError` naming the live holder.
 
-        A lock left by a dead process on this host (a killed run) is stale and
-        is taken over.
+        The lock is an advisory ``flock`` on ``OUTDIR/.lock`` held by this
+        process for the whole run: the kernel releases it when the process
+        ends, however it ends (SIGKILL included), so a lock is never stale and
+        neither PID reuse nor another host name or container can keep a dead
+        run's lock alive, and two processes can never both hold it (the
+        kernel's lock is the only arbiter; the file's JSON content only names
+        the holder in messages). On NFS this relies on the server's lock
+        manager, which releases a crashed client's locks when its lease expires.
         """
         try:
             self.path.mkdir(parents=True, exist_ok=True)
@@ -177,43 +215,80 @@ class RunDirectory:
             ) from exc
         me = {"pid": os.getpid(), "host": socket.gethostname(), "started": _now(),
               "command": description}
-        for _ in range(2):
+        for _ in range(100):
             try:
-                fd = os.open(self.lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                holder = self.lock_holder()
-                if holder is not None and self._stale(holder):
-                    self.lock_path.unlink(missing_ok=True)
-                    continue
-                who = (f"pid {holder.get('pid')} on {holder.get('host')} since {holder.get('started')}"
-                       if holder else "an unknown process")
-                raise LockedError(
-                    f"{self.path} is locked by another run ({who}); wait for it to finish, or "
-                    f"if it is dead on another host, remove {self.lock_path}"
-                ) from None
+                fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as exc:
                 raise OutputNotWritableError(
                     f"cannot write in {str(self.path)!r}: {exc}; choose a writable location"
                 ) from exc
-            with os.fdopen(fd, "w") as f:
-                json.dump(me, f)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                holder = self.lock_holder()
+                who = (f"pid {holder.get('pid')} on {holder.get('host')} since {holder.get('started')}"
+                       if holder else "a process that is starting")
+                raise LockedError(
+                    f"{self.path} is locked by another run ({who}); wait for it to finish"
+                ) from None
+            except OSError as exc:
+                os.close(fd)
+                raise OutputNotWritableError(
+                    f"cannot lock {str(self.lock_path)!r}: {exc}; the file system must support "
+                    "flock (local disks and NFS do); choose another location"
+                ) from exc
+            # the holder that released removed the file we opened: lock the new one
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.lock_path).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:
+                os.close(fd)
+                continue
+            self._lock_fd = fd
             self._locked = True
+            try:  # the holder's name, for other runs' messages (informational only)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, json.dumps(me).encode(), 0)
+            except OSError as exc:  # a full disk: the lock holds all the same
+                log.warning("could not write the lock holder's name in %s: %s", self.lock_path, exc)
             return
         raise LockedError(f"could not take the lock {self.lock_path}")  # pragma: no cover
 
     def lock_holder(self) -> dict | None:
+        """The holder's JSON (pid, host, started, command), or None if unreadable."""
         try:
-            return json.loads(self.lock_path.read_text())
+            holder = json.loads(self.lock_path.read_text())
         except (OSError, ValueError):
             return None
+        return holder if isinstance(holder, dict) else None
 
-    @staticmethod
-    def _stale(holder: dict) -> bool:
-        return holder.get("host") == socket.gethostname() and not _pid_alive(int(holder.get("pid", -1)))
+    def is_locked(self) -> bool:
+        """True when a live process holds the lock (tested without taking it)."""
+        if self._locked:
+            return True
+        try:
+            fd = os.open(self.lock_path, os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        return False
 
     def release(self) -> None:
         if self._locked:
+            # unlink while still holding the lock, so a waiter never locks a removed file
+            # without noticing (acquire compares the inode it locked with the path's)
             self.lock_path.unlink(missing_ok=True)
+            os.close(self._lock_fd)
+            self._lock_fd = None
             self._locked = False
 
     def __enter__(self):
@@ -244,19 +319,31 @@ class RunDirectory:
 
         Raises :class:`ConfigurationMismatchError` when OUTDIR holds a run with a
         different configuration (unless ``overwrite``), and
-        :class:`OutputNotWritableError` when OUTDIR holds something else.
+        :class:`OutputNotWritableError` when OUTDIR holds anything that is not an
+        ooc-spectral run: ``overwrite`` only ever deletes an ooc-spectral output.
+
+        The run's attributes are written in one atomic write of ``zarr.json``
+        (zarr's local store writes a temporary file and renames it), so a run
+        killed while beginning leaves either nothing of its own or a complete
+        beginning. What older versions or a full disk could leave (a group with
+        no attributes, an empty ``checkpoint`` group, a torn ``zarr.json``,
+        zarr's ``*.partial`` temporaries) is recognised and started over.
         """
         digest = config_hash(config)
         existing = self.run_attrs()
-        has_content = any(p.name != LOCK_NAME for p in self.path.iterdir()) if self.path.exists() else False
-        if overwrite and has_content:
+        entries = [p for p in self.path.iterdir() if p.name != LOCK_NAME] if self.path.exists() else []
+        if existing is None and entries:
+            if not _unfinished_beginning(self.path, entries):
+                raise OutputNotWritableError(
+                    f"{self.path} exists and is not an ooc-spectral output directory; "
+                    + ("--overwrite only replaces an ooc-spectral output, and nothing was deleted; "
+                       if overwrite else "")
+                    + "choose another --out (or empty this directory yourself)"
+                )
+            self._clear()
+        elif existing is not None and overwrite:
             self._clear()
             existing = None
-        elif existing is None and has_content:
-            raise OutputNotWritableError(
-                f"{self.path} exists and is not an ooc-spectral output directory; choose another "
-                "--out, or pass --overwrite to replace its contents"
-            )
         if existing is not None:
             if existing.get("config_hash") != digest:
                 new, old = _flatten(config), _flatten(existing.get("config", {}))
@@ -268,10 +355,9 @@ class RunDirectory:
                     "to discard it"
                 )
             return True
-        group = zarr.open_group(str(self.path), mode="a")
-        group.require_group("checkpoint")
-        group.attrs[RUN_KEY] = {"config": config, "config_hash": digest, "status": "running",
-                                "started": _now(), **(extra or {})}
+        zarr.create_group(str(self.path), zarr_format=3, attributes={
+            RUN_KEY: {"config": config, "config_hash": digest, "status": "running",
+                      "started": _now(), **(extra or {})}})
         return False
 
     def _clear(self) -> None:
@@ -280,13 +366,13 @@ class RunDirectory:
         for p in self.path.iterdir():
             if p.name == LOCK_NAME:
                 continue
-            if p.is_dir():
+            if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p)
             else:
                 p.unlink()
 
     def checkpoint(self, every: int) -> RunCheckpoint:
-        return RunCheckpoint(self.group()["checkpoint"], every=every)
+        return RunCheckpoint(self.group().require_group("checkpoint"), every=every)
 
     def write_report(self, report: dict) -> None:
         tmp = self.path / (REPORT_NAME + ".partial")
@@ -304,6 +390,36 @@ class RunDirectory:
         attrs = dict(group.attrs[RUN_KEY])
         attrs.update(status=status, **fields)
         group.attrs[RUN_KEY] = attrs
+
+
+def _unfinished_beginning(path: Path, entries) -> bool:
+    """True when OUTDIR holds only what a run killed while beginning can leave.
+
+    That is: ``zarr.json`` torn or of a group with no attributes at all, an
+    empty ``checkpoint`` group, zarr's ``*.partial`` temporaries. Nothing a
+    user made holds data of this shape, so starting over loses nothing.
+    """
+    for p in entries:
+        if p.name.endswith(".partial") and p.is_file():
+            continue
+        if p.name == "zarr.json" and p.is_file():
+            try:
+                meta = json.loads(p.read_text() or "null")
+            except (OSError, ValueError):
+                continue  # torn: written partly (a full disk)
+            if meta is None:
+                continue
+            if not (isinstance(meta, dict) and meta.get("node_type") == "group"
+                    and not meta.get("attributes")):
+                return False
+            continue
+        if p.name == "checkpoint" and p.is_dir() and not p.is_symlink():
+            inner = list(p.iterdir())
+            if all(q.is_file() and (q.name == "zarr.json" or q.name.endswith(".partial"))
+                   for q in inner):
+                continue
+        return False
+    return True
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:

@@ -16,11 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import signal
 import sys
+import threading
 from typing import Sequence
 
+from .checkpoint import local_output_path
 from .config import parameter_fields
-from .exceptions import UsageError
+from .exceptions import InterruptedRun, UsageError
 
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
 
@@ -84,15 +88,16 @@ def estimator_params(args: argparse.Namespace) -> dict:
 
 
 def _cluster_options(args):
-    from .cluster import ClusterOptions
+    from .cluster import ClusterOptions, check_memory_limit
 
     for name in ("workers", "threads_per_worker"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise CommandError(f"--{name.replace('_', '-')}={value} must be at least 1")
+    check_memory_limit(args.memory_limit)  # exit 2 before any work
     return ClusterOptions(scheduler=args.scheduler, workers=args.workers,
                           threads_per_worker=args.threads_per_worker,
-                          memory_limit=args.memory_limit)
+                          memory_limit=args.memory_limit, quiet=bool(args.quiet))
 
 
 # --------------------------------------------------------------------------- #
@@ -103,6 +108,7 @@ def cmd_make_data(args) -> dict:
 
     if args.n < 1:
         raise CommandError(f"--n {args.n} must be at least 1")
+    local_output_path(args.out)  # a URL: refused before anything is created
     params = _key_values(args.param)
     path = make_data(args.name, args.n, args.out, dim=args.dim, noise=args.noise, seed=args.seed,
                      chunk_rows=args.chunk_rows, dtype=args.dtype, overwrite=args.overwrite,
@@ -121,6 +127,7 @@ def cmd_fit(args) -> dict:
         except ImportError:
             raise CommandError("--performance-report needs bokeh: pip install "
                                "'ooc_spectral[report]'") from None
+    local_output_path(args.out)
     job = FitJob(input=args.input, outdir=args.out, params=estimator_params(args),
                  cluster=_cluster_options(args), checkpoint_every=args.checkpoint_every,
                  overwrite=args.overwrite, performance_report=args.performance_report,
@@ -134,6 +141,7 @@ def cmd_fit(args) -> dict:
 def cmd_transform(args) -> dict:
     from .jobs import TransformJob, run_transform_job
 
+    local_output_path(args.out)
     report = run_transform_job(TransformJob(model=args.model, input=args.input, out=args.out,
                                             cluster=_cluster_options(args),
                                             overwrite=args.overwrite, chunk_rows=args.chunk_rows))
@@ -143,7 +151,21 @@ def cmd_transform(args) -> dict:
 def cmd_run(args) -> dict:
     from .workflow import run_workflow
 
-    return run_workflow(args.workflow, overrides=args.set, parser=build_parser())
+    return run_workflow(args.workflow, overrides=args.set, parser=build_parser(),
+                        allow=workflow_permissions(args))
+
+
+def workflow_permissions(args) -> frozenset:
+    """What a workflow file may do beyond the defaults: ``--allow`` or ``$OOC_SPECTRAL_ALLOW``."""
+    from .workflow import PERMISSIONS
+
+    given = list(args.allow or [])
+    given += [v for v in os.environ.get("OOC_SPECTRAL_ALLOW", "").replace(",", " ").split() if v]
+    unknown = sorted(set(given) - set(PERMISSIONS))
+    if unknown:
+        raise CommandError(f"--allow {unknown[0]!r} is not one of {', '.join(PERMISSIONS)} "
+                           "(also checked in $OOC_SPECTRAL_ALLOW)")
+    return frozenset(given)
 
 
 def cmd_plot(args) -> dict:
@@ -259,6 +281,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="STEP.KEY=VALUE", default=[],
                    help="override a step's parameter, e.g. --set fit.n_components=3 "
                    "(STEP is the step's id, its action, or its index)")
+    p.add_argument("--allow", action="append", metavar="WHAT", default=[],
+                   choices=("scheduler", "overwrite", "outside-cwd"),
+                   help="let the workflow file connect to the dask scheduler it names (a dask "
+                   "scheduler runs code in this process: trust it), delete outputs with "
+                   "overwrite = true, or set a root above the current directory (repeatable; "
+                   "also $OOC_SPECTRAL_ALLOW=scheduler,overwrite)")
     _add_common(p)
     p.set_defaults(func=cmd_run)
 
@@ -301,8 +329,10 @@ def configure_logging(quiet: bool = False, verbose: bool = False) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
-    for name in ("distributed", "tornado", "asyncio"):
-        logging.getLogger(name).setLevel(logging.ERROR if quiet else logging.WARNING)
+    for name in ("distributed", "tornado", "asyncio", "bokeh"):
+        # --quiet: our one-line error says what failed; dask's tracebacks and nanny warnings
+        # (workers restarted, memory) are noise for cron
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1 if quiet else logging.WARNING)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -320,25 +350,57 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         return _fail(EXIT_USAGE, _one_line(exc), want_json)
     configure_logging(args.quiet, args.verbose)
+    previous = _interrupt_on_signals()
     try:
         summary = args.func(args)
     except UsageError as exc:
         return _fail(EXIT_USAGE, _one_line(exc), args.json)
-    except KeyboardInterrupt:
-        return _fail(EXIT_FAILURE, "interrupted; rerun the same command to resume", args.json)
+    except KeyboardInterrupt as exc:
+        name = signal.Signals(getattr(exc, "signum", signal.SIGINT)).name
+        return _fail(EXIT_FAILURE, f"interrupted by {name}; the run is marked interrupted and "
+                     "the same command resumes it", args.json, status="interrupted")
     except Exception as exc:  # a runtime failure
         log.debug("traceback", exc_info=True)
         return _fail(EXIT_FAILURE, f"{type(exc).__name__}: {_one_line(exc)}", args.json)
+    finally:
+        _restore_signals(previous)
     if args.json:
         print(json.dumps({"exit_code": EXIT_OK, **(summary or {})}, default=str), flush=True)
     return EXIT_OK
 
 
-def _fail(code: int, message: str, want_json: bool) -> int:
+def _fail(code: int, message: str, want_json: bool, status: str = "error") -> int:
     print(f"ooc-spectral: error: {message}", file=sys.stderr, flush=True)
     if want_json:
-        print(json.dumps({"status": "error", "exit_code": code, "error": message}), flush=True)
+        print(json.dumps({"status": status, "exit_code": code, "error": message}), flush=True)
     return code
+
+
+def _interrupt_on_signals() -> dict:
+    """SIGTERM and SIGINT raise :class:`InterruptedRun` in the main thread (once).
+
+    The job then marks its OUTDIR ``interrupted``, releases the lock and the
+    command exits 1 ("rerun"). A second signal during that cleanup ends the
+    process at once, as the signal's default action would.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    fired = []
+
+    def handler(signum, frame):
+        if fired:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        fired.append(signum)
+        raise InterruptedRun(signum)
+
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _restore_signals(previous: dict) -> None:
+    for sig, old in previous.items():
+        signal.signal(sig, old)
 
 
 if __name__ == "__main__":  # pragma: no cover

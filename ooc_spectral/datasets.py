@@ -91,10 +91,12 @@ only after the last block is written.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import numbers
 import os
+import shutil
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
@@ -775,6 +777,38 @@ def _is_local(loc: str) -> bool:
     return "://" not in loc or loc.startswith("file://")
 
 
+def stored_bytes(plan: _Plan, dt: np.dtype) -> int:
+    """Bytes of the arrays ``make_data`` writes (uncompressed: random values barely compress)."""
+    return plan.n * plan.dim * dt.itemsize + sum(plan.n * lab.dtype.itemsize
+                                                 for lab in plan.spec.labels)
+
+
+def _check_free_space(loc: str, plan: _Plan, dt: np.dtype) -> None:
+    """Refuse a data set larger than the free space of its file system (before writing)."""
+    if not _is_local(loc):
+        return
+    path = os.path.abspath(loc.removeprefix("file://"))
+    existing = 0  # an older store at ``path`` is replaced: its space comes back
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            with contextlib.suppress(OSError):
+                existing += os.lstat(os.path.join(dirpath, f)).st_size
+    probe = path
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    try:
+        free = shutil.disk_usage(probe).free
+    except OSError:
+        return
+    need = stored_bytes(plan, dt)
+    if need > free + existing:
+        raise OutputNotWritableError(
+            f"make-data {plan.spec.name} with n = {plan.n} x dim = {plan.dim} ({dt.name}) needs "
+            f"{need / 2**30:.3g} GiB, but the file system of {loc!r} has {free / 2**30:.3g} GiB "
+            "free; choose a smaller --n or --dim, or another location"
+        )
+
+
 def _create_group(loc: str, overwrite: bool):
     if _is_local(loc):
         path = loc.removeprefix("file://")
@@ -892,6 +926,7 @@ def make_data(name: str, n: int, out: str | os.PathLike, *, dim: int | None = No
             if same:
                 overwrite = True  # an interrupted make-data of the same data: start over
 
+    _check_free_space(loc, plan, dt)
     group = _create_group(loc, overwrite)
     arrays = {DATA_ARRAY_NAME: group.create_array(
         DATA_ARRAY_NAME, shape=(plan.n, plan.dim), chunks=(chunk_rows, plan.dim), dtype=dt)}

@@ -28,6 +28,10 @@ __all__ = [
     "ConfigurationMismatchError",
     "LockedError",
     "WorkflowError",
+    "WorkerMemoryError",
+    "WorkersLostError",
+    "SchedulerError",
+    "InterruptedRun",
     "DictionaryWarning",
 ]
 
@@ -112,6 +116,34 @@ class LockedError(UsageError, RuntimeError):
 
 class WorkflowError(UsageError, ValueError):
     """A workflow file is malformed; the message names the file, step and key."""
+
+
+class WorkerMemoryError(UsageError, MemoryError):
+    """The dask workers' memory limit is too small for this run; the message names the
+    limit and the smallest that works (exit code 2: a configuration error)."""
+
+
+class WorkersLostError(OocSpectralError, RuntimeError):
+    """No dask worker was left for a bounded time, or workers kept dying on one task.
+
+    A runtime failure (exit code 1): rerun the same command once workers are back.
+    """
+
+
+class SchedulerError(UsageError, ConnectionError):
+    """The scheduler address does not answer as a dask scheduler (exit code 2).
+
+    A scheduler that speaks dask but cannot be reached in time is a
+    :class:`ConnectionError` of the runtime kind instead (exit code 1).
+    """
+
+
+class InterruptedRun(KeyboardInterrupt):
+    """The run received SIGTERM or SIGINT; it is marked ``interrupted`` and resumable."""
+
+    def __init__(self, signum: int = 2):
+        super().__init__(signum)
+        self.signum = signum
 
 
 class DictionaryWarning(UserWarning):

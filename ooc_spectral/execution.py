@@ -27,6 +27,8 @@ import dask
 import dask.base
 from threadpoolctl import threadpool_limits
 
+from .exceptions import WorkerMemoryError, WorkersLostError
+
 __all__ = ["Executor", "PartProgress", "shared", "active_client", "compute", "task_blas_threads"]
 
 
@@ -91,11 +93,22 @@ class Executor:
         Defaults to the active default client, if any.
     on_progress : callable, optional
         Called with a :class:`PartProgress` after each part.
+
+    Notes
+    -----
+    Under a distributed client a pass always ends: when no worker is connected
+    for ``ooc-spectral.no-workers-timeout`` (dask config, default 60 s; env
+    ``DASK_OOC_SPECTRAL__NO_WORKERS_TIMEOUT``) it raises :class:`WorkersLostError`,
+    and a task that killed every worker that ran it (dask's ``KilledWorker``)
+    raises :class:`WorkerMemoryError` when the workers' memory limit is below
+    what a task needs, :class:`WorkersLostError` otherwise.
     """
 
     def __init__(self, client=None, on_progress: Callable[[PartProgress], None] | None = None):
         self.client = client if client is not None else active_client()
         self.on_progress = on_progress
+        self.no_workers_timeout = no_workers_timeout()
+        self.memory_limit = worker_memory_limit(self.client) if self.client is not None else None
 
     @property
     def distributed(self) -> bool:
@@ -124,16 +137,14 @@ class Executor:
         if not names:
             return results
         if self.client is not None:
-            from distributed import as_completed
-
             # The shared objects travel once, inside the graph (a dictionary's factor is
             # m^2 floats: 13 MiB at m = 1300): expected, so not worth dask's warning.
             with dask.config.set({"distributed.admin.large-graph-warning-threshold": "2GiB"}):
                 futures = self.client.compute([parts[n] for n in names])
             by_key = {f.key: n for f, n in zip(futures, names)}
             try:
-                for fut in as_completed(futures):
-                    done(by_key[fut.key], fut.result())
+                for fut in self._completed(label, futures):
+                    done(by_key[fut.key], self._result(label, fut))
             finally:
                 for f in futures:
                     f.release()
@@ -145,3 +156,98 @@ class Executor:
             for n, v in zip(chunk, values):
                 done(n, v)
         return results
+
+    # -- liveness under a distributed client --------------------------------- #
+    def _completed(self, label: str, futures):
+        """Yield futures as they finish; raise when no worker is left for too long."""
+        from distributed import wait
+
+        pending = set(futures)
+        since_no_worker = None
+        while pending:
+            try:
+                finished = wait(pending, timeout=POLL_SECONDS, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                finished = None
+            if finished is not None and finished.done:
+                for fut in finished.done:
+                    pending.discard(fut)
+                    yield fut
+                since_no_worker = None
+                continue
+            n_workers = self._n_workers()
+            if n_workers:
+                since_no_worker = None
+                continue
+            now = time.monotonic()
+            since_no_worker = now if since_no_worker is None else since_no_worker
+            if now - since_no_worker >= self.no_workers_timeout:
+                raise WorkersLostError(
+                    f"{label}: no dask worker has been connected to the scheduler for "
+                    f"{self.no_workers_timeout:g} s ({len(pending)} of {len(futures)} parts "
+                    "unfinished); start workers (or check why they die) and rerun the same "
+                    "command: it resumes"
+                )
+
+    def _n_workers(self) -> int:
+        try:
+            return len(self.client.scheduler_info().get("workers", {}))
+        except Exception:  # the scheduler is gone: the future's result will say so
+            return 1
+
+    def _result(self, label: str, fut):
+        from distributed import KilledWorker
+
+        try:
+            return fut.result()
+        except KilledWorker as exc:
+            raise killed_worker_error(label, exc, self.memory_limit) from None
+
+
+#: Seconds between two checks of the cluster while a pass waits for its parts.
+POLL_SECONDS = 1.0
+
+
+def no_workers_timeout() -> float:
+    """Seconds a pass waits with no worker connected before it fails."""
+    from dask.utils import parse_timedelta
+
+    return float(parse_timedelta(dask.config.get("ooc-spectral.no-workers-timeout", "60s")))
+
+
+def worker_memory_limit(client) -> int | None:
+    """The smallest memory limit of the connected workers (None when unlimited or unknown)."""
+    try:
+        limits = [w.get("memory_limit") for w in client.scheduler_info().get("workers", {}).values()]
+    except Exception:
+        return None
+    limits = [int(v) for v in limits if v]
+    return min(limits) if limits else None
+
+
+def killed_worker_error(label: str, exc: BaseException, memory_limit: int | None):
+    """The named error for dask's ``KilledWorker``: too little memory, or workers dying."""
+    from .cluster import WORKER_BASELINE, format_bytes, smallest_memory_limit
+    from .planning import DEFAULT_TASK_MEMORY
+
+    task = getattr(exc, "task", None) or "a task"
+    if memory_limit:
+        need = smallest_memory_limit()
+        if memory_limit < need:
+            return WorkerMemoryError(
+                f"{label}: the workers were killed while running {task}: each worker's memory "
+                f"limit is {format_bytes(memory_limit)}, too small for one task of this run "
+                f"(a worker uses about {format_bytes(WORKER_BASELINE)} before any task, a "
+                f"task up to {format_bytes(DEFAULT_TASK_MEMORY)}); pass --memory-limit "
+                f"{format_bytes(need)} or more"
+            )
+        return WorkersLostError(
+            f"{label}: every worker that ran {task} died (each worker's memory limit is "
+            f"{format_bytes(memory_limit)}); if they were killed for memory, raise "
+            "--memory-limit; see the worker logs, then rerun the same command: it resumes"
+        )
+    return WorkersLostError(
+        f"{label}: every worker that ran {task} died; see the worker logs, then rerun the "
+        "same command: it resumes"
+    )
+

@@ -43,6 +43,19 @@ def input_identity(source: DataSource) -> dict:
             "chunk_rows": int(source.storage_chunk_rows)}
 
 
+def _mark_stopped(rundir: RunDirectory, exc: BaseException) -> None:
+    """Mark OUTDIR ``interrupted`` (SIGTERM, SIGINT) or ``failed``; never raises (a full disk)."""
+    if isinstance(exc, KeyboardInterrupt):
+        import signal
+
+        name = signal.Signals(getattr(exc, "signum", signal.SIGINT)).name
+        with contextlib.suppress(Exception):
+            rundir.mark("interrupted", error=f"interrupted by {name}", interrupted=_now())
+        return
+    with contextlib.suppress(Exception):
+        rundir.mark("failed", error=f"{type(exc).__name__}: {exc}")
+
+
 @dataclass
 class FitJob:
     """Everything ``ooc-spectral fit`` was asked to do."""
@@ -134,8 +147,7 @@ def run_fit_job(job: FitJob) -> dict:
             rundir.mark("complete", finished=report["finished"])  # the marker, last
             return report
         except BaseException as exc:
-            with contextlib.suppress(Exception):
-                rundir.mark("failed", error=f"{type(exc).__name__}: {exc}")
+            _mark_stopped(rundir, exc)
             raise
 
 
@@ -192,7 +204,6 @@ def run_transform_job(job: TransformJob) -> dict:
             rundir.mark("complete", finished=report["finished"])
             return report
         except BaseException as exc:
-            with contextlib.suppress(Exception):
-                rundir.mark("failed", error=f"{type(exc).__name__}: {exc}")
+            _mark_stopped(rundir, exc)
             raise
 

@@ -31,6 +31,17 @@ naming the file, the step and the key. Paths (``input``, ``out``, ``outdir``,
 root and may not escape it (an absolute path is taken as written). ``ooc-spectral run FILE --set STEP.KEY=VALUE`` overrides a key (VALUE is
 read as a TOML value, or else as a string). The fit step stores the resolved
 step in its output's attributes.
+
+Trust model: a workflow file is data that anyone may have written, so by
+itself it can only read inputs and create outputs. What could hurt the host
+needs the command line's permission (``run --allow WHAT`` or
+``$OOC_SPECTRAL_ALLOW``): ``scheduler`` (a dask scheduler is trusted code:
+dask's protocol unpickles what it sends, so connecting runs its code here;
+refused without it), ``overwrite`` (ignored with a warning without it; even with
+it only an ooc-spectral output is ever deleted) and ``outside-cwd`` (a
+``root`` above both the current directory and the file's directory; refused
+without it). ``--set`` overrides come from the command line and need no
+permission.
 """
 
 from __future__ import annotations
@@ -53,6 +64,8 @@ __all__ = ["load_workflow", "run_workflow", "STEP_ACTIONS", "PATH_KEYS"]
 log = logging.getLogger("ooc_spectral")
 
 STEP_ACTIONS = ("make-data", "fit", "transform", "plot", "evaluate", "inspect")
+#: What a workflow file may do only when the command line allows it (``run --allow``).
+PERMISSIONS = ("scheduler", "overwrite", "outside-cwd")
 PATH_KEYS = {"input", "out", "outdir", "model", "path", "performance_report", "workflow"}
 _CONTROL = {"help", "func", "json", "quiet", "verbose", "command"}
 
@@ -71,8 +84,13 @@ def _parse_value(text: str):
         return text
 
 
-def load_workflow(path, overrides=()) -> dict:
-    """Read and validate the structure of a workflow file (no step runs)."""
+def load_workflow(path, overrides=(), allow=frozenset()) -> dict:
+    """Read and validate the structure of a workflow file (no step runs).
+
+    The file is data from anyone: its ``root`` may not lie above both the
+    file's directory and the current directory unless ``allow`` holds
+    ``"outside-cwd"``.
+    """
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text())
@@ -93,6 +111,7 @@ def load_workflow(path, overrides=()) -> dict:
     if not isinstance(steps, list) or not steps:
         raise WorkflowError(f"{path}: no [[step]] tables; a workflow needs at least one step")
     ids = []
+    from_command_line: set[tuple[int, str]] = set()  # (step, key) given with --set
     for i, step in enumerate(steps):
         action = step.get("run")
         if action not in STEP_ACTIONS:
@@ -110,9 +129,18 @@ def load_workflow(path, overrides=()) -> dict:
             raise WorkflowError(f"{path}: --set {item!r}: step {step_key!r} matches "
                                 f"{len(matches)} steps; use a step id or index (ids: {', '.join(ids)})")
         steps[matches[0]][key] = _parse_value(value)
+        from_command_line.add((matches[0], key))
     root = (path.parent / meta.get("root", ".")).resolve()
+    cwd = Path.cwd().resolve()
+    if ("outside-cwd" not in allow and not root.is_relative_to(path.parent.resolve())
+            and not root.is_relative_to(cwd)):
+        raise WorkflowError(
+            f"{path}: [workflow] root = {meta.get('root')!r} is {root}, above the directory the "
+            f"command runs in ({cwd}) and the file's own directory; a workflow file may not "
+            "reach there unless the command line allows it (ooc-spectral run --allow outside-cwd)"
+        )
     return {"file": str(path.resolve()), "name": meta.get("name", path.stem), "root": root,
-            "steps": steps, "ids": ids}
+            "steps": steps, "ids": ids, "from_command_line": from_command_line, "allow": allow}
 
 
 def _step_argv(wf: dict, i: int, step: dict, sub: argparse.ArgumentParser) -> tuple[list[str], dict]:
@@ -133,6 +161,17 @@ def _step_argv(wf: dict, i: int, step: dict, sub: argparse.ArgumentParser) -> tu
             continue
         if key not in known:
             raise WorkflowError(f"{where}: unknown key {key!r}; known keys: {', '.join(sorted(known))}")
+        trusted = (i, key) in wf.get("from_command_line", ())
+        if key == "scheduler" and value and not trusted and "scheduler" not in wf.get("allow", ()):
+            raise WorkflowError(
+                f"{where}: scheduler = {value!r}: a workflow file may connect to a dask scheduler "
+                "only when the command line allows it (ooc-spectral run --allow scheduler, or "
+                "OOC_SPECTRAL_ALLOW=scheduler): a dask scheduler runs code in this process"
+            )
+        if key == "overwrite" and value and not trusted and "overwrite" not in wf.get("allow", ()):
+            log.warning("%s: overwrite = true ignored: the command line did not allow it "
+                        "(ooc-spectral run --allow overwrite)", where)
+            continue
         if key in PATH_KEYS:
             if not isinstance(value, str) or not value or "\x00" in value:
                 raise WorkflowError(f"{where}: key {key!r} must be a path (a non-empty string)")
@@ -182,9 +221,15 @@ def _resolve_path(wf: dict, where: str, key: str, value: str) -> str:
     return str(resolved)
 
 
-def run_workflow(path, *, overrides=(), parser: argparse.ArgumentParser) -> dict:
-    """Validate every step, then run them in order; returns a summary."""
-    wf = load_workflow(path, overrides)
+def run_workflow(path, *, overrides=(), parser: argparse.ArgumentParser,
+                 allow=frozenset()) -> dict:
+    """Validate every step, then run them in order; returns a summary.
+
+    ``allow`` (a subset of :data:`PERMISSIONS`, from the command line) lets the
+    file name a dask scheduler, set ``overwrite = true`` (otherwise ignored
+    with a warning) or put its root above the current directory.
+    """
+    wf = load_workflow(path, overrides, allow=frozenset(allow))
     subs = _subparsers(parser)
     planned = []
     for i, step in enumerate(wf["steps"]):

@@ -150,17 +150,22 @@ def test_overwrite_replaces_a_different_configuration(data, tmp_path):
 def test_second_run_on_a_locked_outdir_refuses(data, tmp_path):
     out = tmp_path / "o"
     out.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    # a live holder: a process holding the lock's flock (what a running fit does)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\n"
+        "from ooc_spectral.checkpoint import RunDirectory\n"
+        f"r = RunDirectory({str(out)!r}); r.acquire('holder'); print('held', flush=True)\n"
+        "time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
     try:
-        (out / ".lock").write_text(json.dumps({"pid": holder.pid, "host": os.uname().nodename,
-                                               "started": "2026-01-01T00:00:00"}))
+        assert holder.stdout.readline().strip() == "held"
         proc = cli("fit", data, "--out", out, *FAST)
         assert proc.returncode == 2
         assert f"is locked by another run (pid {holder.pid} on {os.uname().nodename}" in proc.stderr
     finally:
         holder.kill()
         holder.wait()
-    # the holder is dead now: its lock is stale and is taken over
+    # the holder is dead now: the kernel released its lock, and the file left is taken over
+    assert (out / ".lock").exists()
     cli("fit", data, "--out", out, "--gamma", 0.05, *FAST, check=0)
     assert not (out / ".lock").exists()
 
