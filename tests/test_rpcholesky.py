@@ -140,6 +140,23 @@ def test_tol_certificate_holds_on_every_row_beyond_the_sample(tmp_path):
     assert np.sin(subspace_angles(E - E.mean(0), V).max()) < 0.02
 
 
+def test_more_rows_beyond_tol_than_the_sample_holds_take_several_check_passes(caplog):
+    """sample_size=100: each round takes a seeded 100 of the rows beyond tol, then pass 2
+    checks the data again, until no row is left beyond tol."""
+    import logging
+
+    X = _blobs(3000, seed=12)
+    with caplog.at_level(logging.INFO, logger="ooc_spectral"):
+        est = GreedySpectralEmbedding(n_components=2, gamma=0.5, tol=1e-3, selection="rpcholesky",
+                                      sample_size=100, random_state=3).fit(X)
+    rounds = [r for r in caplog.records if "rows beyond tol; RP-Cholesky on them" in r.getMessage()]
+    assert len(rounds) >= 3
+    D = est.spectral_map_.dictionary
+    oracle = _residuals_oracle(D.kernel, D.points, X)
+    assert oracle.max() <= 1e-3 + 1e-10
+    np.testing.assert_allclose(est.max_residual_, oracle.max(), rtol=0, atol=1e-9)
+
+
 def test_dictionary_size_gives_exactly_m_points_and_the_whole_data_certificate():
     X = _blobs(3000, seed=5)
     est = GreedySpectralEmbedding(n_components=2, gamma=0.5, dictionary_size=80,
