@@ -32,7 +32,7 @@ from typing import Mapping
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from .exceptions import InvalidParameterError
+from .exceptions import InvalidInputError, InvalidParameterError
 
 __all__ = [
     "Kernel",
@@ -109,7 +109,21 @@ class Kernel:
 
 
 def _sq_norms(X: np.ndarray) -> np.ndarray:
-    return np.einsum("ij,ij->i", X, X)
+    """Squared row norms; finite values whose squares overflow float64 are a named error."""
+    with np.errstate(over="ignore"):
+        out = np.einsum("ij,ij->i", X, X)
+    if not np.isfinite(out).all():
+        bad = np.flatnonzero(~np.isfinite(out))
+        finite = np.isfinite(X[bad]).all(axis=1)
+        if finite.any():
+            row = int(bad[np.argmax(finite)])
+            big = float(np.abs(X[row]).max())
+            raise InvalidInputError(
+                f"row {row} (of this block) has finite values up to {big:.3g} whose squared norm "
+                "overflows float64 (above 1.8e308), so no kernel value can be computed; scale "
+                f"the data first, e.g. divide every column by {10.0 ** np.floor(np.log10(big)):.0e}"
+            )
+    return out
 
 
 class _Stationary(Kernel):

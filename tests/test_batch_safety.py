@@ -1,0 +1,498 @@
+"""Every run ends, every error is named, no workflow can hurt its host (issue 13).
+
+The real console script in subprocesses: SIGTERM and SIGKILL at chosen moments,
+workers killed, a scheduler address that is not dask, memory limits too small,
+stale and garbled locks taken over by racing processes, workflow files asking
+for what only the command line may grant.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from ooc_spectral.checkpoint import RunDirectory
+from ooc_spectral.exceptions import OutputNotWritableError
+from test_cli import EXE, FAST, cli, last_json
+
+N = 120_000
+ARGS = ["--gamma", "0.05", "--tol", "1e-3", "--n-components", "3", "--chunk-rows", "1000",
+        "--checkpoint-every", "1", "-q"]
+LOCAL = ["--workers", "2", "--threads-per-worker", "1"]
+
+
+@pytest.fixture(scope="module")
+def roll(tmp_path_factory):
+    d = tmp_path_factory.mktemp("safety")
+    cli("make-data", "swiss-roll", "--n", N, "--out", d / "roll.zarr", "--chunk-rows", 1000,
+        check=0)
+    return d / "roll.zarr"
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    d = tmp_path_factory.mktemp("small")
+    cli("make-data", "swiss-roll", "--n", 3000, "--out", d / "roll.zarr", "--chunk-rows", 1000,
+        check=0)
+    return d / "roll.zarr"
+
+
+@pytest.fixture(scope="module")
+def reference(roll, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref") / "out"
+    cli("fit", roll, "--out", out, *ARGS, *LOCAL, check=0)
+    return zarr.open_array(str(out / "embedding"), mode="r")[...]
+
+
+def run_attrs(out: Path) -> dict:
+    return json.loads((out / "zarr.json").read_text())["attributes"]["ooc_spectral_run"]
+
+
+def in_pass2(out: Path) -> bool:
+    parts = out / "checkpoint" / "partials"
+    try:
+        return any((p / "zarr.json").exists() and "partial" in
+                   json.loads((p / "zarr.json").read_text()).get("attributes", {})
+                   for p in parts.iterdir() if p.is_dir())
+    except (OSError, ValueError):
+        return False
+
+
+def wait_until(proc, predicate, timeout=300):
+    deadline = time.time() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"the run ended first: {proc.communicate()}"
+        assert time.time() < deadline
+        time.sleep(0.005)
+
+
+# --------------------------------------------------------------------------- signals
+def test_sigterm_in_pass2_marks_interrupted_releases_the_lock_and_the_rerun_resumes(
+        roll, reference, tmp_path):
+    out = tmp_path / "out"
+    args = ["fit", str(roll), "--out", str(out), *ARGS, *LOCAL, "--json"]
+    proc = subprocess.Popen([EXE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        wait_until(proc, lambda: in_pass2(out))
+        t0 = time.time()
+        proc.send_signal(signal.SIGTERM)  # what systemd, SLURM and Kubernetes send
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 1, stderr  # "rerun"
+    assert time.time() - t0 < 30
+    assert "interrupted by SIGTERM" in stderr and "resumes" in stderr
+    assert json.loads(stdout.strip().splitlines()[-1])["status"] == "interrupted"
+    attrs = run_attrs(out)
+    assert attrs["status"] == "interrupted" and "SIGTERM" in attrs["error"]
+    assert not (out / ".lock").exists() and not (out / "report.json").exists()
+    proc = cli(*args, check=0)
+    assert "pass2" in last_json(proc)["resumed_stages"]
+    got = zarr.open_array(str(out / "embedding"), mode="r")[...]
+    np.testing.assert_allclose(got, reference, rtol=0, atol=1e-12)
+    assert run_attrs(out)["status"] == "complete"
+
+
+# --------------------------------------------------------------------------- liveness
+def _scheduler(tmp_path):
+    sched_file = tmp_path / "scheduler.json"
+    proc = subprocess.Popen(["dask", "scheduler", "--scheduler-file", str(sched_file), "--port",
+                             "0", "--no-dashboard"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 60
+    while not sched_file.exists():
+        assert time.time() < deadline
+        time.sleep(0.1)
+    time.sleep(0.2)
+    return proc, json.loads(sched_file.read_text())["address"]
+
+
+def test_all_workers_killed_in_pass2_exit_1_within_the_bound_and_the_lock_is_released(
+        roll, tmp_path):
+    sched, address = _scheduler(tmp_path)
+    procs = [sched]
+    try:
+        worker = subprocess.Popen(["dask", "worker", address, "--nthreads", "1", "--no-nanny",
+                                   "--no-dashboard"], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, start_new_session=True)
+        procs.append(worker)
+        out = tmp_path / "out"
+        env = dict(os.environ, DASK_OOC_SPECTRAL__NO_WORKERS_TIMEOUT="3s")
+        fit = subprocess.Popen([EXE, "fit", str(roll), "--out", str(out), *ARGS, "--scheduler",
+                                address], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, env=env)
+        procs.append(fit)
+        wait_until(fit, lambda: in_pass2(out))
+        os.killpg(worker.pid, signal.SIGKILL)  # the only worker: none is left
+        t0 = time.time()
+        _, stderr = fit.communicate(timeout=120)
+        elapsed = time.time() - t0
+        assert fit.returncode == 1, stderr
+        assert elapsed < 30, elapsed  # 3 s without a worker, then the run ends
+        assert "no dask worker has been connected to the scheduler for 3 s" in stderr
+        assert run_attrs(out)["status"] == "failed"
+        assert not (out / ".lock").exists()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                if p is not procs[-1] or len(procs) < 3:
+                    os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def test_memory_limit_too_small_for_a_worker_is_exit_2_before_any_work(small, tmp_path):
+    out = tmp_path / "out"
+    t0 = time.time()
+    proc = cli("fit", small, "--out", out, "--memory-limit", "100MiB", *FAST)
+    assert proc.returncode == 2 and time.time() - t0 < 20
+    assert "--memory-limit 100MiB is too small" in proc.stderr
+    assert "pass --memory-limit 512MiB or more" in proc.stderr
+    assert not out.exists()
+
+
+def test_memory_limit_too_small_for_a_task_is_exit_2_naming_it_and_quiet_is_quiet(roll, tmp_path):
+    # workers stay alive at 300 MiB but are killed by their nanny in every pass-2 task
+    out = tmp_path / "out"
+    proc = cli("fit", roll, "--out", out, *ARGS, *LOCAL, "--memory-limit", "300MiB",
+               "--chunk-rows", "24000", timeout=240)
+    assert proc.returncode == 2, proc.stderr
+    assert "each worker's memory limit is 300MiB, too small for one task" in proc.stderr
+    assert "pass --memory-limit 512MiB or more" in proc.stderr
+    # --quiet: no nanny warnings, no distributed traceback, only our one line
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("ooc-spectral: error:")
+    assert run_attrs(out)["status"] == "failed" and not (out / ".lock").exists()
+
+
+def _silent_server():
+    """A TCP server that accepts connections and never says anything."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    return srv
+
+
+def _http_400_server():
+    """A TCP server answering every connection with an HTTP 400 at once (a proxy)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv
+
+
+@pytest.mark.parametrize("server, words", [
+    (_silent_server, "sent no dask handshake within 2 s"),
+    (_http_400_server, "does not speak dask's protocol"),
+])
+def test_a_scheduler_address_that_is_not_dask_is_exit_2_within_the_timeout(small, tmp_path,
+                                                                           server, words):
+    srv = server()
+    try:
+        port = srv.getsockname()[1]
+        env = dict(os.environ, DASK_OOC_SPECTRAL__CONNECT_TIMEOUT="2s")
+        t0 = time.time()
+        proc = cli("fit", small, "--out", tmp_path / "o", "--scheduler", f"tcp://127.0.0.1:{port}",
+                   "-q", env=env, timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        assert time.time() - t0 < 15
+        assert words in proc.stderr and "not a dask scheduler" in proc.stderr
+        assert not (tmp_path / "o" / ".lock").exists()
+    finally:
+        srv.close()
+
+
+def test_a_python_http_server_as_scheduler_is_refused(small, tmp_path):
+    http = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = http.stdout.readline()  # "Serving HTTP on 127.0.0.1 port NNNN ..."
+        port = int(line.split(" port ")[1].split()[0])
+        env = dict(os.environ, DASK_OOC_SPECTRAL__CONNECT_TIMEOUT="2s")
+        proc = cli("fit", small, "--out", tmp_path / "o", "--scheduler", f"127.0.0.1:{port}",
+                   "-q", env=env, timeout=60)
+        assert proc.returncode == 2 and "not a dask scheduler" in proc.stderr
+    finally:
+        http.kill()
+        http.wait()
+
+
+# --------------------------------------------------------------------------- beginnings
+def test_sigkill_right_after_outdir_creation_then_the_same_command_finishes(small, tmp_path):
+    for attempt in range(3):
+        out = tmp_path / f"out{attempt}"
+        args = ["fit", str(small), "--out", str(out), *FAST]
+        proc = subprocess.Popen([EXE, *args], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            wait_until(proc, out.exists, timeout=60)
+            os.killpg(proc.pid, signal.SIGKILL)
+        finally:
+            proc.wait()
+        cli(*args, check=0)
+        assert run_attrs(out)["status"] == "complete"
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+BEGINNINGS = {
+    "empty directory, empty lock": {".lock": ""},
+    "garbled lock": {".lock": '{"pid": 12'},
+    "group without attributes (an older version killed mid-begin)": {
+        ".lock": "", "zarr.json": '{"zarr_format": 3, "node_type": "group", "attributes": {}}',
+        "checkpoint/zarr.json": '{"zarr_format": 3, "node_type": "group", "attributes": {}}'},
+    "torn zarr.json (a full disk)": {"zarr.json": ""},
+    "zarr's temporary file": {"zarr.0123abcd.partial": "{\"zarr_fo"},
+}
+
+
+@pytest.mark.parametrize("files", BEGINNINGS.values(), ids=list(BEGINNINGS))
+def test_what_a_killed_beginning_leaves_is_started_over(tmp_path, files):
+    out = tmp_path / "out"
+    for name, text in files.items():
+        _write(out / name, text)
+    rundir = RunDirectory(out)
+    with rundir:
+        rundir.acquire("test")
+        assert rundir.begin({"a": 1}, overwrite=False) is False
+        assert rundir.status() == "running"
+        rundir.checkpoint(1)
+    assert not (out / ".lock").exists()
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint", "zarr.json"]
+
+
+def test_a_real_sigkill_after_an_empty_lock_resumes_with_the_same_command(small, tmp_path):
+    out = tmp_path / "out"
+    _write(out / ".lock", "")  # what a process killed between creating and writing it left
+    cli("fit", small, "--out", out, *FAST, check=0)
+    assert run_attrs(out)["status"] == "complete" and not (out / ".lock").exists()
+
+
+TAKEOVER = r'''
+import json, os, sys, time
+from ooc_spectral.checkpoint import RunDirectory
+from ooc_spectral.exceptions import LockedError
+
+root, rounds = sys.argv[1], int(sys.argv[2])
+stale = [json.dumps({"pid": 2**22 + 7, "host": os.uname().nodename, "started": "x"}),
+         "", '{"pid": 4', json.dumps({"pid": os.getpid(), "host": os.uname().nodename}),
+         json.dumps({"pid": 1, "host": "another-container"})]
+results = []
+for i in range(rounds):
+    d = os.path.join(root, f"r{i}")
+    os.makedirs(d)
+    with open(os.path.join(d, ".lock"), "w") as f:
+        f.write(stale[i % len(stale)])  # dead pid, empty, garbled, live reused pid, other host
+    go_r, go_w = os.pipe()
+    res_r, res_w = os.pipe()
+    kids = []
+    for k in range(2):
+        pid = os.fork()
+        if pid == 0:
+            os.read(go_r, 1)
+            try:
+                RunDirectory(d).acquire("taker")
+                won = b"1"
+                time.sleep(0.2)  # hold it while the other one tries
+            except LockedError:
+                won = b"0"
+            os.write(res_w, won)
+            os._exit(0)
+        kids.append(pid)
+    os.write(go_w, b"xx")  # both start at once
+    for pid in kids:
+        os.waitpid(pid, 0)
+    results.append(os.read(res_r, 2).decode())
+print(json.dumps(results))
+'''
+
+
+def test_two_processes_taking_over_one_stale_lock_exactly_one_wins_20_times(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", TAKEOVER, str(tmp_path), "20"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout)
+    assert len(results) == 20
+    assert all(sorted(r) == ["0", "1"] for r in results), results
+
+
+# --------------------------------------------------------------------------- overwrite, workflows
+def _foreign(tmp_path) -> Path:
+    d = tmp_path / "precious"
+    (d / "sub").mkdir(parents=True)
+    (d / "thesis.tex").write_text("years of work")
+    (d / "sub" / "data.csv").write_text("1,2,3")
+    return d
+
+
+def _unchanged(d: Path) -> bool:
+    return ((d / "thesis.tex").read_text() == "years of work"
+            and (d / "sub" / "data.csv").read_text() == "1,2,3")
+
+
+def test_fit_overwrite_on_a_directory_that_is_no_output_refuses_and_deletes_nothing(small, tmp_path):
+    d = _foreign(tmp_path)
+    proc = cli("fit", small, "--out", d, "--overwrite", *FAST)
+    assert proc.returncode == 2
+    assert "not an ooc-spectral output directory" in proc.stderr and "nothing was deleted" in proc.stderr
+    assert _unchanged(d) and not (d / ".lock").exists()
+    # a zarr group that is not a run is no output either
+    g = tmp_path / "group.zarr"
+    zarr.open_group(str(g), mode="w").attrs["mine"] = 1
+    proc = cli("fit", small, "--out", g, "--overwrite", *FAST)
+    assert proc.returncode == 2 and zarr.open_group(str(g), mode="r").attrs["mine"] == 1
+
+
+def test_workflow_overwrite_refuses_a_foreign_directory_even_when_allowed(small, tmp_path):
+    d = _foreign(tmp_path)
+    wf = tmp_path / "w.toml"
+    wf.write_text(f'[[step]]\nrun = "fit"\ninput = "{small}"\nout = "{d}"\noverwrite = true\n'
+                  'workers = 1\n')
+    for allow in ([], ["--allow", "overwrite"]):
+        proc = cli("run", wf, *allow, "-q", cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert "not an ooc-spectral output directory" in proc.stderr
+        assert _unchanged(d)
+
+
+def test_workflow_overwrite_takes_effect_only_when_the_command_line_allows_it(small, tmp_path):
+    out = tmp_path / "o"
+    cli("fit", small, "--out", out, "--tol", "1e-2", *FAST, check=0)
+    wf = tmp_path / "w.toml"
+    wf.write_text(f'[[step]]\nrun = "fit"\ninput = "{small}"\nout = "o"\ntol = 1e-3\n'
+                  'overwrite = true\nworkers = 1\n')
+    proc = cli("run", wf, cwd=tmp_path)
+    assert proc.returncode == 2  # overwrite ignored: the other configuration is kept
+    assert "overwrite = true ignored" in proc.stderr and "different configuration" in proc.stderr
+    assert run_attrs(out)["config"]["estimator"]["tol"] == 1e-2
+    cli("run", wf, "--allow", "overwrite", "-q", cwd=tmp_path, check=0)
+    assert run_attrs(out)["config"]["estimator"]["tol"] == 1e-3
+
+
+def test_workflow_root_above_the_working_directory_is_refused(tmp_path):
+    work = tmp_path / "a" / "b"
+    wf = work / "flows" / "w.toml"
+    wf.parent.mkdir(parents=True)
+    wf.write_text('[workflow]\nroot = "../../.."\n[[step]]\nrun = "make-data"\n'
+                  'name = "spiral"\nn = 10\nout = "x.zarr"\n')
+    proc = cli("run", wf, cwd=work)
+    assert proc.returncode == 2 and "above the directory the command runs in" in proc.stderr
+    assert "--allow outside-cwd" in proc.stderr
+    assert not (tmp_path / "x.zarr").exists()
+    cli("run", wf, "--allow", "outside-cwd", "-q", cwd=work, check=0)
+    assert (tmp_path / "x.zarr" / "zarr.json").exists()
+
+
+def test_the_quickstart_root_from_the_repository_root_stays_valid(monkeypatch):
+    from ooc_spectral.workflow import load_workflow
+
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(repo)
+    wf = load_workflow("workflows/quickstart.toml")
+    assert wf["root"] == repo
+
+
+def test_workflow_naming_a_scheduler_needs_the_command_line_permission(small, tmp_path):
+    wf = tmp_path / "w.toml"
+    wf.write_text(f'[[step]]\nrun = "fit"\ninput = "{small}"\nout = "o"\n'
+                  'scheduler = "tcp://127.0.0.1:1"\n')
+    proc = cli("run", wf, "-q", cwd=tmp_path)
+    assert proc.returncode == 2 and "--allow scheduler" in proc.stderr
+    assert "runs code in this process" in proc.stderr and not (tmp_path / "o").exists()
+    # allowed (flag or environment): it is used, here an address where nothing listens (exit 1)
+    proc = cli("run", wf, "-q", cwd=tmp_path, env=dict(os.environ, OOC_SPECTRAL_ALLOW="scheduler"))
+    assert proc.returncode == 1 and "cannot connect to the dask scheduler" in proc.stderr
+
+
+# --------------------------------------------------------------------------- make-data, URLs
+def test_make_data_larger_than_the_free_space_is_exit_2_and_writes_nothing(tmp_path):
+    for extra in (["--n", str(2**63 - 1)], ["--n", "10", "--dim", str(10**11)]):
+        proc = cli("make-data", "spiral", *extra, "--out", tmp_path / "big.zarr", "-q")
+        assert proc.returncode == 2 and "free" in proc.stderr and "GiB" in proc.stderr
+        assert not (tmp_path / "big.zarr").exists()
+
+
+@pytest.mark.parametrize("command", ["make-data", "fit", "transform"])
+@pytest.mark.parametrize("url", ["s3://bucket/run", "gs://bucket/run", "memory://x/run"])
+def test_an_output_url_is_refused_and_no_local_directory_is_created(small, tmp_path, command, url):
+    args = {"make-data": ["make-data", "spiral", "--n", "10"],
+            "fit": ["fit", str(small)],
+            "transform": ["transform", str(tmp_path / "model"), str(small)]}[command]
+    proc = cli(*args, "--out", url, "-q", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "object storage is not supported yet" in proc.stderr
+    if url.startswith("s3://"):
+        assert "pip install s3fs" in proc.stderr
+    assert list(tmp_path.iterdir()) == []  # no 's3:' directory, nothing at all
+
+
+def test_library_refuses_output_urls_too(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(OutputNotWritableError, match="s3:// URL"):
+        RunDirectory("s3://bucket/out")
+    assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- the exit-code table
+@pytest.mark.parametrize("code, why", [
+    (0, "success"),
+    (0, "already complete"),
+    (1, "scheduler unreachable"),
+    (2, "bad option"),
+    (2, "bad memory limit"),
+    (2, "missing store"),
+])
+def test_exit_code_table(small, tmp_path, code, why):
+    """The README's table, one row each (SIGTERM, workers lost, memory: tests above)."""
+    args = {
+        "success": ["fit", small, "--out", tmp_path / "o", *FAST],
+        "already complete": ["fit", small, "--out", tmp_path / "o", *FAST],
+        "scheduler unreachable": ["fit", small, "--out", tmp_path / "o", "--scheduler",
+                                  "tcp://127.0.0.1:1", "-q"],
+        "bad option": ["fit", small, "--out", tmp_path / "o", "--no-such-option"],
+        "bad memory limit": ["fit", small, "--out", tmp_path / "o", "--memory-limit", "lots"],
+        "missing store": ["fit", tmp_path / "nothing.zarr", "--out", tmp_path / "o", *FAST],
+    }[why]
+    if why == "already complete":
+        cli(*args, check=0)
+    proc = cli(*args)
+    assert proc.returncode == code, proc.stderr
+    if code:
+        assert proc.stderr.startswith("ooc-spectral: error:")
+
+
+@pytest.mark.parametrize("scale", [1e155, 1e200])
+def test_finite_values_whose_squared_norms_overflow_are_named(tmp_path, scale):
+    X = np.random.default_rng(0).standard_normal((3000, 3)) * scale
+    arr = zarr.create_array(str(tmp_path / "big.zarr"), shape=X.shape, chunks=(1000, 3),
+                            dtype="f8")
+    arr[...] = X
+    proc = cli("fit", tmp_path / "big.zarr", "--out", tmp_path / "o", *FAST)
+    assert proc.returncode == 2, proc.stderr
+    assert "squared norm overflows float64" in proc.stderr and "scale the data" in proc.stderr
