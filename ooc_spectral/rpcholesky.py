@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 
 import numpy as np
 from scipy.linalg import solve_triangular
@@ -79,6 +80,8 @@ log = logging.getLogger("ooc_spectral")
 RPC_BLOCK = 64
 #: Tag of the seeds of the candidate draws (``SeedSequence([seed, RPC_TAG, round, block])``).
 RPC_TAG = 0x52504348
+#: Seconds between two progress lines of the selection.
+PROGRESS_SECONDS = 10.0
 #: Rows per kernel block when coordinates are computed from scratch.
 _ROWS = 4096
 
@@ -291,6 +294,7 @@ def rpcholesky_rows(state: DictionaryState, X: np.ndarray, rows: np.ndarray, *, 
         res = SampleResiduals(state, X, rows, capacity=size)
     state = res.state
     k = start
+    shown = time.monotonic()
     while True:
         if size is not None and state.size >= size:
             break
@@ -305,6 +309,9 @@ def rpcholesky_rows(state: DictionaryState, X: np.ndarray, rows: np.ndarray, *, 
         if a < 0:
             break
         k += 1
+        if time.monotonic() - shown > PROGRESS_SECONDS:
+            shown = time.monotonic()
+            log.info("selection=rpcholesky: block %d, dictionary %d points", k, state.size)
         if a > 0 and checkpoint is not None:
             checkpoint.save_partial(stage, k - 1, {"F": cols, "dhat": res.dhat, "alpha": res.alpha,
                                                    "size": int(state.size)})
