@@ -159,32 +159,34 @@ class Executor:
 
     # -- liveness under a distributed client --------------------------------- #
     def _completed(self, label: str, futures):
-        """Yield futures as they finish; raise when no worker is left for too long."""
-        from distributed import wait
+        """Yield futures as they finish; raise when no worker is left for too long.
 
-        pending = set(futures)
+        ``as_completed`` is drained without blocking (O(1) per finished part);
+        between parts the cluster is checked every :data:`POLL_SECONDS`.
+        """
+        from distributed import as_completed
+
+        ac = as_completed(futures)
         since_no_worker = None
-        while pending:
-            try:
-                finished = wait(pending, timeout=POLL_SECONDS, return_when="FIRST_COMPLETED")
-            except TimeoutError:
-                finished = None
-            if finished is not None and finished.done:
-                for fut in finished.done:
-                    pending.discard(fut)
-                    yield fut
+        last_check = time.monotonic()
+        while not ac.is_empty():
+            if ac.has_ready():
                 since_no_worker = None
+                yield next(ac)
                 continue
-            n_workers = self._n_workers()
-            if n_workers:
-                since_no_worker = None
-                continue
+            time.sleep(0.02)
             now = time.monotonic()
+            if now - last_check < POLL_SECONDS:
+                continue
+            last_check = now
+            if self._n_workers():
+                since_no_worker = None
+                continue
             since_no_worker = now if since_no_worker is None else since_no_worker
             if now - since_no_worker >= self.no_workers_timeout:
                 raise WorkersLostError(
                     f"{label}: no dask worker has been connected to the scheduler for "
-                    f"{self.no_workers_timeout:g} s ({len(pending)} of {len(futures)} parts "
+                    f"{self.no_workers_timeout:g} s ({ac.count()} of {len(futures)} parts "
                     "unfinished); start workers (or check why they die) and rerun the same "
                     "command: it resumes"
                 )
