@@ -28,7 +28,7 @@ def _fmt_bytes(n) -> str:
 def _run_summary(path: Path, rundir: RunDirectory, attrs: dict) -> tuple[str, dict]:
     report = rundir.read_report() or {}
     lines = [f"ooc-spectral run at {path}", f"  status           {attrs.get('status')}"]
-    holder = rundir.lock_holder()
+    holder = rundir.lock_holder() if rundir.is_locked() else None  # a dead run's file: no lock
     if holder:
         lines.append(f"  locked by        pid {holder.get('pid')} on {holder.get('host')} since {holder.get('started')}")
     if attrs.get("error"):

@@ -496,3 +496,20 @@ def test_finite_values_whose_squared_norms_overflow_are_named(tmp_path, scale):
     proc = cli("fit", tmp_path / "big.zarr", "--out", tmp_path / "o", *FAST)
     assert proc.returncode == 2, proc.stderr
     assert "squared norm overflows float64" in proc.stderr and "scale the data" in proc.stderr
+
+
+def test_inspect_names_a_live_holder_only(tmp_path):
+    from ooc_spectral.inspection import inspect_path
+
+    out = tmp_path / "out"
+    rundir = RunDirectory(out)
+    rundir.acquire("fit x")
+    rundir.begin({"a": 1}, overwrite=False)
+    text, _ = inspect_path(out)
+    assert f"locked by        pid {os.getpid()}" in text
+    # what a killed run leaves: the file, but no lock
+    holder = (out / ".lock").read_text()
+    rundir.release()
+    (out / ".lock").write_text(holder)
+    text, _ = inspect_path(out)
+    assert "locked by" not in text and "status           running" in text
