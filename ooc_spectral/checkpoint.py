@@ -40,6 +40,7 @@ import numpy as np
 import zarr
 
 from .exceptions import ConfigurationMismatchError, LockedError, OutputNotWritableError
+from .integrity import arrays_digest, checksummed
 from .scan import DictionaryState
 
 __all__ = ["RunDirectory", "RunCheckpoint", "config_hash", "RUN_KEY"]
@@ -113,14 +114,30 @@ class RunCheckpoint:
         self.group = group
         self.every = max(1, int(every))
         self.loaded_partials = 0
+        self.discarded_partials = 0
 
     # -- scan -------------------------------------------------------------- #
     def load_scan(self) -> dict | None:
+        """The last scan state saved, or None to start the scan over.
+
+        A slot that is missing, unreadable or does not match the digest saved
+        with it (a deleted or garbled chunk) is discarded with a log line: the
+        scan starts over instead of failing on every rerun.
+        """
         meta = self.group.attrs.get("scan")
         if not meta:
             return None
-        slot = self.group[meta["slot"]]
-        out = {k: np.asarray(slot[k][...]) for k in ("points", "indices", "L", "w")}
+        try:
+            slot = self.group[meta["slot"]]
+            out = {k: np.asarray(slot[k][...]) for k in ("points", "indices", "L", "w")}
+            digest = meta.get("sha256")
+            if digest is not None and arrays_digest(out) != digest:
+                raise ValueError("the arrays do not match the digest saved with them")
+        except Exception as exc:  # a deleted, truncated or garbled part
+            log.warning("the checkpoint's scan state (%s) is damaged (%s: %s); discarding it "
+                        "and scanning again", meta.get("slot"), type(exc).__name__,
+                        " ".join(str(exc).split())[:200])
+            return None
         out.update(windows_done=int(meta["windows_done"]), tol=float(meta["tol"]),
                    prefix_done=bool(meta.get("prefix_done", False)))
         return out
@@ -130,49 +147,74 @@ class RunCheckpoint:
         meta = self.group.attrs.get("scan") or {}
         slot_name = "scan_b" if meta.get("slot") == "scan_a" else "scan_a"
         slot = self.group.require_group(slot_name)
-        for name, value in (("points", state.points), ("indices", state.indices),
-                            ("L", state.L), ("w", state.w)):
-            value = np.ascontiguousarray(value)
+        values = {name: np.ascontiguousarray(value) for name, value in (
+            ("points", state.points), ("indices", state.indices), ("L", state.L),
+            ("w", state.w))}
+        for name, value in values.items():
             arr = slot.create_array(name, shape=value.shape, dtype=value.dtype,
                                     chunks=tuple(max(1, s) for s in value.shape) or (1,),
-                                    overwrite=True)
+                                    overwrite=True, **checksummed())
             arr[...] = value
         # the pointer is written last, atomically
         self.group.attrs["scan"] = {"slot": slot_name, "windows_done": int(windows_done),
                                     "tol": float(tol), "size": int(state.size),
-                                    "prefix_done": bool(prefix_done), "time": _now()}
+                                    "prefix_done": bool(prefix_done), "time": _now(),
+                                    "sha256": arrays_digest(values)}
 
     # -- pass-2 partials --------------------------------------------------- #
     def _partial_name(self, stage: str, segment: int) -> str:
         return f"{stage}_{segment:06d}"
 
     def load_partial(self, stage: str, segment: int) -> dict | None:
-        parts = self.group.require_group("partials")
+        """A finished segment's partial sums, or None to compute them (again).
+
+        A part that is missing, unreadable or does not match the digest saved
+        with it is discarded with a log line and recomputed.
+        """
         name = self._partial_name(stage, segment)
-        if name not in parts:
-            return None
-        g = parts[name]
-        meta = g.attrs.get("partial")
-        if not meta:  # written partly when the run stopped
+        try:
+            parts = self.group.require_group("partials")
+            if name not in parts:
+                return None
+            g = parts[name]
+            meta = g.attrs.get("partial")
+            if not meta:  # written partly when the run stopped
+                return None
+            arrays = {key: np.asarray(g[key][...]) for key in g.array_keys()}
+            missing = set(meta.get("arrays", arrays)) - set(arrays)
+            if missing:
+                raise KeyError(f"arrays {sorted(missing)} are missing")
+            digest = meta.get("sha256")
+            if digest is not None and arrays_digest(arrays) != digest:
+                raise ValueError("the arrays do not match the digest saved with them")
+        except Exception as exc:  # a deleted, truncated or garbled part
+            log.warning("checkpoint part %s is damaged (%s: %s); discarding it and computing "
+                        "that segment again", name, type(exc).__name__,
+                        " ".join(str(exc).split())[:200])
+            self.discarded_partials += 1
             return None
         out = dict(meta["scalars"])
-        for key in g.array_keys():
-            out[key] = np.asarray(g[key][...])
+        out.update(arrays)
         self.loaded_partials += 1
         return out
 
     def save_partial(self, stage: str, segment: int, partial: dict) -> None:
         parts = self.group.require_group("partials")
-        g = parts.require_group(self._partial_name(stage, segment))
-        scalars = {}
+        name = self._partial_name(stage, segment)
+        if name in parts:  # a damaged part being replaced: start from an empty group
+            del parts[name]
+        g = parts.require_group(name)
+        scalars, arrays = {}, {}
         for key, value in partial.items():
             if isinstance(value, np.ndarray):
+                arrays[key] = value
                 arr = g.create_array(key, shape=value.shape, dtype=value.dtype,
-                                     chunks=value.shape or (1,), overwrite=True)
+                                     chunks=value.shape or (1,), overwrite=True, **checksummed())
                 arr[...] = value
             else:
                 scalars[key] = value.item() if isinstance(value, np.generic) else value
-        g.attrs["partial"] = {"scalars": scalars}
+        g.attrs["partial"] = {"scalars": scalars, "arrays": sorted(arrays),
+                              "sha256": arrays_digest(arrays)}
 
 
 class RunDirectory:

@@ -205,6 +205,28 @@ def cmd_inspect(args) -> dict:
     return info
 
 
+def cmd_verify(args) -> dict:
+    from .exceptions import OutputDamagedError, StoreNotFoundError
+    from .integrity import verify_group
+
+    try:
+        report = verify_group(args.outdir)
+    except FileNotFoundError as exc:  # zarr's GroupNotFoundError included
+        raise StoreNotFoundError(f"no zarr group at {args.outdir!r}; check the path") from exc
+    bad = report["missing"] + report["damaged"] + report["digest_mismatch"]
+    for line in bad:
+        print(line, file=sys.stderr if args.json else sys.stdout)
+    if bad:
+        raise OutputDamagedError(
+            f"{args.outdir}: {len(report['missing'])} missing and {len(report['damaged'])} "
+            f"damaged chunk(s), {len(report['digest_mismatch'])} digest mismatch(es) in "
+            f"{report['arrays']} arrays; rerun the same `ooc-spectral fit` to repair the output"
+        )
+    if not args.json:
+        print(f"{args.outdir}: {report['chunks']} chunks of {report['arrays']} arrays intact")
+    return {"status": "intact", **report}
+
+
 def _key_values(items) -> dict:
     out = {}
     for item in items or []:
@@ -312,6 +334,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list the experiments and exit")
     _add_common(p)
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("verify", help="re-read every chunk of an OUTDIR (or model) and report "
+                       "missing or damaged ones (exit 1 when any)")
+    p.add_argument("outdir", help="output directory of `fit` (or a saved model)")
+    _add_common(p)
+    p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("inspect", help="readable summary of an OUTDIR, a model or a data set")
     p.add_argument("path")

@@ -32,6 +32,11 @@ __all__ = [
     "WorkersLostError",
     "SchedulerError",
     "InterruptedRun",
+    "IncompleteInputError",
+    "MissingChunkError",
+    "TransientReadError",
+    "DamagedDataError",
+    "OutputDamagedError",
     "DictionaryWarning",
 ]
 
@@ -144,6 +149,29 @@ class InterruptedRun(KeyboardInterrupt):
     def __init__(self, signum: int = 2):
         super().__init__(signum)
         self.signum = signum
+
+
+class IncompleteInputError(InvalidInputError):
+    """The input's writer marked it incomplete (``make-data``'s ``complete: false``)."""
+
+
+class MissingChunkError(StoreReadError):
+    """A chunk of the input store has no object (zarr would read it as fill values)."""
+
+
+class TransientReadError(OocSpectralError, OSError):
+    """Reads of the input kept failing with I/O or network errors after the retries.
+
+    A runtime failure (exit code 1): rerun the same command to resume.
+    """
+
+
+class DamagedDataError(UsageError, ValueError):
+    """Saved data (a model's arrays, an output chunk) fails its checksum or digest."""
+
+
+class OutputDamagedError(OocSpectralError, RuntimeError):
+    """``ooc-spectral verify`` found missing or damaged chunks (exit code 1: rerun the fit)."""
 
 
 class DictionaryWarning(UserWarning):

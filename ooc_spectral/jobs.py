@@ -56,6 +56,37 @@ def _mark_stopped(rundir: RunDirectory, exc: BaseException) -> None:
         rundir.mark("failed", error=f"{type(exc).__name__}: {exc}")
 
 
+def _same_input_or_restart(rundir: RunDirectory, resolved: dict, fingerprint: dict | None,
+                           extra: dict) -> bool:
+    """True to resume; False after starting OUTDIR over because the input changed.
+
+    The input at the same path with another content (tonight's file where
+    yesterday's was) is never answered with the old result nor mixed with the
+    old partial work: OUTDIR is started clean, and the log says why.
+    """
+    from .integrity import fingerprint_changes
+
+    if fingerprint is None:
+        return True
+    old = (rundir.run_attrs() or {}).get("input_fingerprint")
+    changes = fingerprint_changes(old, fingerprint) if old else ["no fingerprint was recorded"]
+    if not changes:
+        return True
+    log.warning("the input %s changed since the run in %s began (%s): discarding that run "
+                "and starting over", resolved["input"]["url"], rundir.path, "; ".join(changes))
+    rundir.begin(resolved, overwrite=True, extra=extra)
+    return False
+
+
+def _check_workers_see_input(client, source: DataSource) -> None:
+    """Fail fast (exit 2) when a worker cannot open the input or its first chunk."""
+    if source.kind != "zarr" or source.url is None or "://" in source.url:
+        return
+    from .integrity import check_readable_here
+
+    client.submit(check_readable_here, source.url, pure=False).result()
+
+
 @dataclass
 class FitJob:
     """Everything ``ooc-spectral fit`` was asked to do."""
@@ -87,15 +118,26 @@ def run_fit_job(job: FitJob) -> dict:
 
     config = FitConfig.from_params(job.params)
     source = open_source(job.input)
+    fingerprint = source.fingerprint()  # also: a missing input chunk is an error, never zeros
     resolved = {"estimator": config.to_json(), "input": input_identity(source)}
     rundir = RunDirectory(job.outdir)
     with rundir:
         rundir.acquire(description=f"fit {job.input}")
-        resuming = rundir.begin(resolved, overwrite=job.overwrite, extra=job.attrs)
+        extra = {**job.attrs, "input_fingerprint": fingerprint}
+        resuming = rundir.begin(resolved, overwrite=job.overwrite, extra=extra)
+        if resuming:
+            resuming = _same_input_or_restart(rundir, resolved, fingerprint, extra)
         if resuming and rundir.status() == "complete":
-            log.info("%s already holds the complete result of this configuration", job.outdir)
-            report = rundir.read_report() or {}
-            return report
+            from .integrity import damaged_run_outputs
+
+            damage = damaged_run_outputs(rundir.path)
+            if not damage:
+                log.info("%s already holds the complete result of this configuration",
+                         job.outdir)
+                return rundir.read_report() or {}
+            log.warning("%s was complete, but %s; repairing it from the saved run state",
+                        job.outdir, "; ".join(damage[:5]))
+            rundir.mark("running", repaired=damage[:100])
         if resuming:
             log.info("resuming the run in %s", job.outdir)
         t0 = time.perf_counter()
@@ -106,7 +148,8 @@ def run_fit_job(job: FitJob) -> dict:
                 run = FitRun(config, source, executor=Executor(client, on_progress=progress.parts),
                              checkpoint=rundir.checkpoint(job.checkpoint_every), resume=resuming,
                              memory_probe=sampler.take_peak, on_scan=progress.scan)
-                result = run.run(output=job.outdir)
+                _check_workers_see_input(client, source)
+                result = run.run(output=str(rundir.path.resolve()))
                 with run.stage("model"):
                     est = GreedySpectralEmbedding(**config.to_json())
                     est._set_fitted(result)
@@ -115,6 +158,7 @@ def run_fit_job(job: FitJob) -> dict:
             report = {
                 "status": "complete",
                 "input": resolved["input"],
+                "input_fingerprint": fingerprint,
                 "outdir": str(Path(job.outdir).resolve()),
                 "n_samples": result.n_samples,
                 "n_features": result.n_features,

@@ -15,7 +15,11 @@ Layout of a saved model (group attributes under the key ``ooc_spectral_model``):
     center                (m,)    float64   ybar or sum y (absent for subset degrees)
     kernel_subset         (s, d)  float64   the subset of the normalized kernel (if any)
 
-The attributes are written last: a group without them is not a model.
+The attributes are written last: a group without them is not a model. Every
+chunk carries a CRC-32C checksum and the attributes record ``arrays_sha256``,
+a digest of every array's values; :func:`load_model` checks both and raises
+:class:`~ooc_spectral.exceptions.DamagedDataError` naming the array when one
+fails (a flipped bit, a deleted chunk read back as fill values).
 """
 
 from __future__ import annotations
@@ -29,7 +33,13 @@ import zarr.errors
 
 from .config import FitConfig
 from .eigensolve import SpectralMap
-from .exceptions import InvalidInputError, OutputNotWritableError, StoreNotFoundError
+from .exceptions import (
+    DamagedDataError,
+    InvalidInputError,
+    OutputNotWritableError,
+    StoreNotFoundError,
+)
+from .integrity import arrays_digest, checksummed
 from .kernels import kernel_from_attrs, kernel_to_attrs
 from .scan import Dictionary
 
@@ -80,11 +90,12 @@ def save_model(est, path, *, overwrite: bool = False) -> None:
         ) from exc
     except OSError as exc:
         raise OutputNotWritableError(f"cannot write a model at {loc!r}: {exc}") from exc
-    for name, value in arrays.items():
-        value = np.asarray(value)
+    values = {name: np.asarray(value) for name, value in arrays.items()}
+    for name, value in values.items():
         group.create_array(name, shape=value.shape, dtype=value.dtype,
-                           chunks=value.shape or (1,))[...] = value
+                           chunks=value.shape or (1,), **checksummed())[...] = value
     group.attrs[MODEL_KEY] = {
+        "arrays_sha256": arrays_digest(values),
         "format": FORMAT_VERSION,
         "class": type(est).__name__,
         "params": est._config().to_json() | {"random_state": int(est.random_state_)},
@@ -140,7 +151,23 @@ def load_model(cls, path):
             f"the model at {loc!r} has format {meta.get('format')!r}; this version of "
             f"ooc_spectral reads format {FORMAT_VERSION}: refit, or use the version that wrote it"
         )
-    arr = {name: np.asarray(group[name][...]) for name in group.array_keys()}
+    arr = {}
+    for name in group.array_keys():
+        try:
+            arr[name] = np.asarray(group[name][...])
+        except Exception as exc:  # a checksum or codec failure
+            raise DamagedDataError(
+                f"the model at {loc!r} is damaged: its array {name!r} cannot be read "
+                f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); restore it, or "
+                "rerun the fit (a rerun of `ooc-spectral fit` rewrites it)"
+            ) from exc
+    digest = meta.get("arrays_sha256")
+    if digest is not None and arrays_digest(arr) != digest:
+        raise DamagedDataError(
+            f"the model at {loc!r} is damaged: its arrays do not match the digest saved with "
+            "them (a changed or deleted chunk); restore it, or rerun the fit (a rerun of "
+            "`ooc-spectral fit` rewrites it)"
+        )
     kernel = kernel_from_attrs(meta["kernel"], arr)
     dictionary = Dictionary(
         kernel=kernel,

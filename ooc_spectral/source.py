@@ -14,7 +14,9 @@ and the storage chunk that holds it.
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,12 +27,16 @@ import zarr
 from .exceptions import (
     InvalidInputError,
     NonFiniteInputError,
+    IncompleteInputError,
     StoreNotFoundError,
     StoreReadError,
+    TransientReadError,
 )
 
+log = logging.getLogger("ooc_spectral")
+
 __all__ = ["DataSource", "open_source", "check_finite", "open_zarr_array", "array_url",
-           "DATA_ARRAY_NAME"]
+           "DATA_ARRAY_NAME", "ReadRetry", "is_transient"]
 
 #: Name of the data array inside a group written by ``make-data``.
 DATA_ARRAY_NAME = "data"
@@ -89,6 +95,18 @@ class DataSource:
         n_chunks = len(self.chunk_starts) - 1
         return f"row {row} (chunk {c} of {n_chunks}, rows {a}-{b - 1})"
 
+    def fingerprint(self) -> dict | None:
+        """Cheap fingerprint of a zarr input (metadata and chunk listing), None otherwise.
+
+        Raises :class:`~ooc_spectral.integrity.MissingChunkError` naming a chunk
+        that has no object in the store.
+        """
+        if self.kind != "zarr":
+            return None
+        from .integrity import input_fingerprint
+
+        return input_fingerprint(self._zarr, self.url)
+
     def _token(self, rows: int) -> str:
         from dask.base import tokenize
 
@@ -99,7 +117,7 @@ class DataSource:
         if self.kind == "numpy":
             block = self._numpy[start:stop]
         elif self.kind == "zarr":
-            block = _ZarrRef(self._zarr, self.url, self.storage_chunk_rows).read(start, stop)
+            block = _ZarrRef(self._zarr, self.url, self.storage_chunk_rows, ReadRetry.from_env()).read(start, stop)
         else:
             block = self._dask[start:stop].compute()
         block = np.ascontiguousarray(block, dtype=np.float64)
@@ -134,7 +152,7 @@ class DataSource:
             # decoded is reported with its chunk numbers, from any worker.
             starts = np.append(np.arange(0, n, rows), n)
             return da.map_blocks(
-                _read_zarr_block, _ZarrRef(self._zarr, self.url, self.storage_chunk_rows),
+                _read_zarr_block, _ZarrRef(self._zarr, self.url, self.storage_chunk_rows, ReadRetry.from_env()),
                 chunks=(tuple(np.diff(starts).tolist()), (d,)), dtype=self.dtype,
                 meta=np.empty((0, d), dtype=self.dtype), name=f"read-{self._token(rows)}")
         arr = self._dask
@@ -143,24 +161,90 @@ class DataSource:
         return arr.rechunk((rows, d))
 
 
+@dataclass(frozen=True)
+class ReadRetry:
+    """How reads of input chunks are retried when they fail with an I/O or network error.
+
+    Attributes
+    ----------
+    attempts : int
+        Tries per read, the first included (``$OOC_SPECTRAL_READ_ATTEMPTS``, default 5).
+    backoff : float
+        Seconds before the second try; doubled each time, capped at 30 s
+        (``$OOC_SPECTRAL_READ_BACKOFF``, default 0.5).
+    """
+
+    attempts: int = 5
+    backoff: float = 0.5
+
+    @classmethod
+    def from_env(cls) -> "ReadRetry":
+        try:
+            attempts = int(os.environ.get("OOC_SPECTRAL_READ_ATTEMPTS", cls.attempts))
+            backoff = float(os.environ.get("OOC_SPECTRAL_READ_BACKOFF", cls.backoff))
+        except ValueError:
+            return cls()
+        return cls(max(1, attempts), max(0.0, backoff))
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for failures a later try can cure: I/O, connection and time-out errors.
+
+    A chunk that is read but fails to decode (checksum, codec, shape: ``ValueError``
+    and zarr's own errors) is permanent, and so is a missing file or a denied
+    permission. Classified by exception types, never by names.
+    """
+    if isinstance(exc, StoreReadError):
+        return False
+    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)):
+        return False
+    return isinstance(exc, (OSError, TimeoutError, ConnectionError))
+
+
 @dataclass(frozen=True, eq=False)
 class _ZarrRef:
-    """A zarr array as a task argument: it reads rows, naming the chunks on failure."""
+    """A zarr array as a task argument: it reads rows, naming the chunks on failure.
+
+    Reads that fail with I/O or network errors are retried with exponential
+    backoff (:class:`ReadRetry`); if they keep failing the read raises
+    :class:`TransientReadError` (exit code 1: rerun to resume). A chunk that
+    fails to decode raises :class:`StoreReadError` naming it (exit code 2).
+    """
 
     array: Any
     url: str
     chunk_rows: int
+    retry: ReadRetry | None = None
 
     def read(self, start: int, stop: int) -> np.ndarray:
-        try:
-            return self.array[start:stop]
-        except Exception as exc:  # decoding or I/O error inside zarr
-            c, a, b, cause = self._culprit(start, stop, exc)
-            raise StoreReadError(
-                f"could not read rows {a}-{b - 1} (chunk {c} of {self.url}): "
-                f"{type(cause).__name__}: {' '.join(str(cause).split())}; the store is damaged "
-                "or incomplete: restore or regenerate that chunk"
-            ) from exc
+        retry = self.retry or ReadRetry.from_env()
+        delay = retry.backoff
+        for attempt in range(1, retry.attempts + 1):
+            try:
+                return self.array[start:stop]
+            except Exception as exc:  # decoding or I/O error inside zarr
+                if is_transient(exc):
+                    if attempt < retry.attempts:
+                        log.warning("reading rows %d-%d of %s failed (%s: %s); retry %d of %d "
+                                    "in %.3g s", start, stop - 1, self.url, type(exc).__name__,
+                                    exc, attempt, retry.attempts - 1, delay)
+                        time.sleep(delay)
+                        delay = min(2 * delay, 30.0)
+                        continue
+                    raise TransientReadError(
+                        f"could not read rows {start}-{stop - 1} of {self.url} after "
+                        f"{retry.attempts} tries: {type(exc).__name__}: "
+                        f"{' '.join(str(exc).split())}; the store did not answer: rerun the same "
+                        "command to resume (retries: $OOC_SPECTRAL_READ_ATTEMPTS, "
+                        "$OOC_SPECTRAL_READ_BACKOFF)"
+                    ) from exc
+                c, a, b, cause = self._culprit(start, stop, exc)
+                raise StoreReadError(
+                    f"could not read rows {a}-{b - 1} (chunk {c} of {self.url}): "
+                    f"{type(cause).__name__}: {' '.join(str(cause).split())}; the store is "
+                    "damaged or incomplete: restore or regenerate that chunk"
+                ) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _culprit(self, start: int, stop: int, exc: Exception):
         """The first storage chunk of ``[start, stop)`` that fails to read on its own."""
@@ -229,8 +313,18 @@ def check_finite(block: np.ndarray, row_offset: int, source: DataSource | None =
 
 
 def open_zarr_array(location: str | os.PathLike, *, mode: str = "r"):
-    """Open a zarr array at ``location``, or the data array of a group there."""
+    """Open a zarr array at ``location``, or the data array of a group there.
+
+    A local path is made absolute first, so the array's location means the
+    same on workers whose working directory differs from the client's. A data
+    set whose writer marked it incomplete (``make-data``'s ``complete: false``)
+    is refused with :class:`IncompleteInputError`.
+    """
     loc = os.fspath(location)
+    if "://" not in loc:
+        loc = os.path.abspath(loc)
+    elif loc.startswith("file://"):
+        loc = os.path.abspath(loc[len("file://"):])
     try:
         node = zarr.open(loc, mode=mode)
     except (FileNotFoundError, KeyError) as exc:
@@ -246,6 +340,15 @@ def open_zarr_array(location: str | os.PathLike, *, mode: str = "r"):
             ) from exc
         raise
     if isinstance(node, zarr.Group):
+        from .datasets import DATASET_KEY
+
+        written = node.attrs.get(DATASET_KEY)
+        if isinstance(written, dict) and written.get("complete") is False:
+            raise IncompleteInputError(
+                f"the data set at {loc!r} is marked incomplete (complete: false): make-data "
+                "was interrupted or is still writing; wait for it, or run make-data again "
+                "with --overwrite"
+            )
         names = sorted(node.array_keys())
         if DATA_ARRAY_NAME in names:
             return node[DATA_ARRAY_NAME]

@@ -10,12 +10,22 @@ written by exactly one task (zarr 3 has no write locks), and its marker is set
 after the chunk, so a rerun writes only the chunks not yet marked. The array's
 attribute ``complete`` is set last; until then the output does not look
 finished.
+
+Every chunk carries a CRC-32C checksum (:func:`ooc_spectral.integrity.checksummed`).
+Before a rerun trusts chunks marked written, :meth:`EmbeddingOutput.audit`
+checks that each exists and decodes, and clears the marker of those that do
+not, so they are written again.
+
+Workers cache open array handles; the cache is keyed by the output's
+``run_id`` (a random id made when the arrays are created), so a long-lived
+worker never writes through a handle of an older array at the same path.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import uuid
 
 import dask
 import dask.array as da
@@ -26,6 +36,7 @@ import zarr.errors
 from .eigensolve import SpectralMap
 from .exceptions import OutputNotWritableError, ConfigurationMismatchError
 from .execution import Executor, shared
+from .integrity import checksummed, damaged_chunks, missing_chunks
 from .source import check_finite
 
 __all__ = ["embedding_graph", "EmbeddingOutput", "EMBEDDING", "WRITTEN"]
@@ -63,17 +74,33 @@ def embedding_graph(X: da.Array, smap: SpectralMap, chunk_starts=None) -> da.Arr
 
 
 @functools.lru_cache(maxsize=32)
-def _open(url: str, name: str):
-    return zarr.open_array(f"{url.rstrip('/')}/{name}", mode="r+")
+def _open(url: str, name: str, run_id: str | None = None):
+    """An open array, cached per process (worker) by location *and* run id."""
+    arr = zarr.open_array(f"{url.rstrip('/')}/{name}", mode="r+")
+    found = arr.attrs.get("run_id")
+    if run_id is not None and found != run_id:
+        _open.cache_clear()
+        raise ConfigurationMismatchError(
+            f"the array {url}/{name} belongs to run {found!r}, not to this run {run_id!r}: "
+            "another run replaced the output while this one was writing"
+        )
+    return arr
 
 
 def _write_block(block, smap: SpectralMap, url: str, start: int, stop: int,
-                 chunk_rows: int) -> int:
+                 chunk_rows: int, run_id: str | None = None) -> int:
     out = _embed_block(block, smap, start)
-    _open(url, EMBEDDING)[start:stop] = out
+    _open(url, EMBEDDING, run_id)[start:stop] = out
     first, last = start // chunk_rows, -(-stop // chunk_rows)
-    _open(url, WRITTEN)[first:last] = 1
+    _open(url, WRITTEN, run_id)[first:last] = 1
     return stop - start
+
+
+def _absolute(url) -> str:
+    url = os.fspath(url)
+    if url.startswith("file://"):
+        url = url[len("file://"):]
+    return url if "://" in url else os.path.abspath(url)
 
 
 class EmbeddingOutput:
@@ -89,7 +116,8 @@ class EmbeddingOutput:
     """
 
     def __init__(self, url: str, n_rows: int, n_components: int, chunk_rows: int):
-        self.url = os.fspath(url)
+        self.url = _absolute(url)  # workers may run in another working directory
+        self.run_id: str | None = None
         self.n_rows = int(n_rows)
         self.n_components = int(n_components)
         self.chunk_rows = int(max(1, min(chunk_rows, n_rows)))
@@ -98,11 +126,21 @@ class EmbeddingOutput:
     def n_chunks(self) -> int:
         return -(-self.n_rows // self.chunk_rows)
 
+    @classmethod
+    def open_existing(cls, url) -> "EmbeddingOutput":
+        """The output already written at ``url`` (for audits)."""
+        arr = zarr.open_array(f"{_absolute(url).rstrip('/')}/{EMBEDDING}", mode="r")
+        out = cls(url, arr.shape[0], arr.shape[1], arr.chunks[0])
+        out.run_id = arr.attrs.get("run_id")
+        return out
+
     def prepare(self, *, resume: bool = False) -> "EmbeddingOutput":
-        """Create the arrays (or, with ``resume``, check the existing ones).
+        """Create the arrays (or, with ``resume``, check and audit the existing ones).
 
         Raises :class:`OutputNotWritableError` before any work when the
-        location cannot be written.
+        location cannot be written, or when (without ``resume``) it already
+        holds an embedding: a fit never overwrites another run's output, as
+        ``save()`` never overwrites a model.
         """
         try:
             group = zarr.open_group(self.url, mode="a")
@@ -114,17 +152,28 @@ class EmbeddingOutput:
                         f"{arr.chunks}, not ({self.n_rows}, {self.n_components}) in chunks of "
                         f"{self.chunk_rows} rows; start with a fresh output location"
                     )
+                self.run_id = arr.attrs.get("run_id")
+                self.audit()
                 return self
+            if EMBEDDING in group or WRITTEN in group:
+                raise OutputNotWritableError(
+                    f"{self.url} already holds an embedding (of another fit, maybe another "
+                    "configuration); nothing was overwritten: choose another output location, "
+                    "or delete it first"
+                )
+            self.run_id = uuid.uuid4().hex
             group.create_array(
                 EMBEDDING, shape=(self.n_rows, self.n_components),
                 chunks=(self.chunk_rows, self.n_components), dtype="float64",
-                fill_value=np.nan, overwrite=True, attributes={"complete": False},
+                fill_value=np.nan, overwrite=True,
+                attributes={"complete": False, "run_id": self.run_id}, **checksummed(),
             )
             group.create_array(
                 WRITTEN, shape=(self.n_chunks,), chunks=(1,), dtype="uint8",
-                fill_value=0, overwrite=True,
+                fill_value=0, overwrite=True, attributes={"run_id": self.run_id},
+                **checksummed(),
             )
-        except ConfigurationMismatchError:
+        except (ConfigurationMismatchError, OutputNotWritableError):
             raise
         except (OSError, zarr.errors.BaseZarrError) as exc:
             raise OutputNotWritableError(
@@ -133,6 +182,40 @@ class EmbeddingOutput:
             ) from exc
         _open.cache_clear()
         return self
+
+    def audit(self) -> list[str]:
+        """Chunks marked written that are missing or fail their checksum; unmarks them.
+
+        Returns one line per such chunk. Reads every written chunk once (n x p
+        values): cheap next to the passes, and a rerun never trusts a chunk
+        damaged since it was written.
+        """
+        base = self.url.rstrip("/")
+        emb = zarr.open_array(f"{base}/{EMBEDDING}", mode="r")
+        marks_arr = zarr.open_array(f"{base}/{WRITTEN}", mode="r+")
+        try:
+            marks = marks_arr[:]
+        except Exception:  # the markers themselves are damaged: trust none
+            marks = np.zeros(self.n_chunks, dtype=np.uint8)
+            marks_arr[:] = marks
+        written = {(int(i), 0) for i in np.flatnonzero(marks)}
+        problems: dict[int, str] = {}
+        for coords, key in missing_chunks(emb):
+            if coords in written:
+                problems[coords[0]] = f"embedding chunk {key} is missing"
+        candidates = [(c, k) for c, k in _chunk_list(emb) if c in written and c[0] not in problems]
+        for coords, key, err in damaged_chunks(emb, candidates):
+            problems[coords[0]] = f"embedding chunk {key} is damaged ({err})"
+        for i in sorted(problems):
+            marks_arr[i] = 0
+        if problems:
+            import logging
+
+            logging.getLogger("ooc_spectral").warning(
+                "%d embedding chunk(s) of %s marked written are missing or damaged; they will "
+                "be written again: %s", len(problems), self.url,
+                "; ".join(problems[i] for i in sorted(problems)[:5]))
+        return [problems[i] for i in sorted(problems)]
 
     def pending(self, bounds: np.ndarray) -> list[int]:
         """Indices of the tasks (rows ``bounds[i]:bounds[i+1]``) not fully written."""
@@ -154,7 +237,8 @@ class EmbeddingOutput:
         s_key = shared(smap)
         parts = {
             i: dask.delayed(_write_block, pure=False)(
-                blocks[i], s_key, self.url, int(bounds[i]), int(bounds[i + 1]), self.chunk_rows)
+                blocks[i], s_key, self.url, int(bounds[i]), int(bounds[i + 1]), self.chunk_rows,
+                self.run_id)
             for i in todo
         }
         done = executor.run("pass 3 (write-back)", parts)
@@ -174,3 +258,9 @@ class EmbeddingOutput:
     def as_dask(self) -> da.Array:
         arr = zarr.open_array(f"{self.url.rstrip('/')}/{EMBEDDING}", mode="r")
         return da.from_zarr(arr)
+
+
+def _chunk_list(arr):
+    from .integrity import chunk_keys
+
+    return chunk_keys(arr)

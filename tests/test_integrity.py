@@ -1,0 +1,406 @@
+"""Unattended batch jobs never report stale or damaged results (issue 12).
+
+Replaced inputs, half-written inputs, damaged outputs, models and checkpoints,
+transient and permanent read errors, workers in another working directory and
+long-lived workers across runs: each is made for real on zarr stores and a real
+dask.distributed cluster, and the result is compared with a fresh run's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from distributed import Client, LocalCluster
+from zarr.storage import LocalStore, WrapperStore
+
+from ooc_spectral import GreedySpectralEmbedding
+from ooc_spectral.cluster import ClusterOptions
+from ooc_spectral.datasets import make_data
+from ooc_spectral.exceptions import (
+    DamagedDataError,
+    OutputNotWritableError,
+    StoreReadError,
+    TransientReadError,
+    UsageError,
+)
+from ooc_spectral.jobs import FitJob, run_fit_job
+
+from test_cli import EXE, cli  # noqa: F401
+from test_resume import in_pass2, kill_when
+
+PARAMS = {"n_components": 2, "gamma": 0.01, "tol": 1e-2, "random_state": 0, "chunk_rows": 4000}
+CLI_ARGS = ["--gamma", "0.01", "--tol", "1e-2", "--n-components", "2", "--chunk-rows", "4000",
+            "-q"]
+
+
+@pytest.fixture(autouse=True)
+def _propagate(monkeypatch):
+    """Let caplog see ooc_spectral's log (the CLI's main(), run in-process, turns it off)."""
+    monkeypatch.setattr(logging.getLogger("ooc_spectral"), "propagate", True)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cl:
+        yield cl
+
+
+def _job(inp, out, cluster, **kw) -> dict:
+    return run_fit_job(FitJob(input=str(inp), outdir=str(out), params=dict(PARAMS),
+                              cluster=ClusterOptions(scheduler=cluster.scheduler_address), **kw))
+
+
+def _emb(out) -> np.ndarray:
+    return zarr.open_array(str(Path(out) / "embedding"), mode="r")[...]
+
+
+def _model_arrays(out) -> dict:
+    g = zarr.open_group(str(Path(out) / "model"), mode="r")
+    return {k: g[k][...] for k in g.array_keys()}
+
+
+def _flip_byte(path: Path, at: int = 40) -> None:
+    b = bytearray(path.read_bytes())
+    b[min(at, len(b) - 1)] ^= 0x10
+    path.write_bytes(bytes(b))
+
+
+@pytest.fixture(scope="module")
+def roll(tmp_path_factory):
+    d = tmp_path_factory.mktemp("integrity")
+    make_data("swiss-roll", 20_000, d / "in.zarr", chunk_rows=2000, seed=1)
+    make_data("swiss-roll", 20_000, d / "in2.zarr", chunk_rows=2000, seed=2)
+    return d
+
+
+@pytest.fixture(scope="module")
+def complete_run(roll, cluster, tmp_path_factory):
+    """A complete OUTDIR of ``in.zarr`` (copied by tests that damage it)."""
+    out = tmp_path_factory.mktemp("ref") / "out"
+    report = _job(roll / "in.zarr", out, cluster)
+    return out, report
+
+
+# --------------------------------------------------------------------------- #
+# 1. replaced inputs
+# --------------------------------------------------------------------------- #
+def test_replaced_input_on_a_complete_outdir_gives_the_new_result(roll, cluster, complete_run,
+                                                                  tmp_path, caplog):
+    ref_out, ref_report = complete_run
+    fresh2 = tmp_path / "fresh2"
+    _job(roll / "in2.zarr", fresh2, cluster)
+    # tonight's file at yesterday's path, same shape and chunking
+    inp = tmp_path / "today.zarr"
+    shutil.copytree(roll / "in.zarr", inp)
+    out = tmp_path / "out"
+    first = _job(inp, out, cluster)
+    assert first["input_fingerprint"]["listing_sha256"]
+    np.testing.assert_array_equal(_emb(out), _emb(ref_out))
+    shutil.rmtree(inp)
+    shutil.copytree(roll / "in2.zarr", inp)
+    with caplog.at_level(logging.WARNING, logger="ooc_spectral"):
+        second = _job(inp, out, cluster)
+    assert "changed since the run" in caplog.text
+    assert second["input_fingerprint"] != first["input_fingerprint"]
+    on_disk = json.loads((out / "report.json").read_text())
+    assert on_disk["input_fingerprint"] == second["input_fingerprint"]
+    assert second["resumed_stages"] == []
+    np.testing.assert_array_equal(_emb(out), _emb(fresh2))
+    assert not np.array_equal(_emb(out), _emb(ref_out))
+    # unchanged input: the complete result is reused, nothing recomputed
+    third = _job(inp, out, cluster)
+    assert third["finished"] == second["finished"]
+
+
+def test_replaced_input_after_a_kill_is_never_mixed(roll, cluster, tmp_path):
+    big = tmp_path / "big.zarr"
+    make_data("swiss-roll", 200_000, big, chunk_rows=1000, seed=1)
+    out = tmp_path / "out"
+    args = [str(big), "--out", str(out), *CLI_ARGS, "--chunk-rows", "1000",
+            "--checkpoint-every", "1", "--scheduler", cluster.scheduler_address]
+    kill_when(out, in_pass2, args)
+    # the input is replaced before the resume
+    make_data("swiss-roll", 200_000, big, chunk_rows=1000, seed=2, overwrite=True)
+    proc = cli("fit", *args, check=0)
+    report = json.loads((out / "report.json").read_text())
+    assert report["resumed_stages"] == [], report["resumed_stages"]
+    fresh = tmp_path / "fresh"
+    cli("fit", str(big), "--out", str(fresh), *CLI_ARGS, "--chunk-rows", "1000",
+        "--scheduler", cluster.scheduler_address, check=0)
+    np.testing.assert_array_equal(_emb(out), _emb(fresh))
+    assert proc.returncode == 0
+
+
+# --------------------------------------------------------------------------- #
+# 2. damaged outputs and models
+# --------------------------------------------------------------------------- #
+def test_verify_finds_damaged_and_missing_embedding_chunks_and_the_rerun_repairs(
+        roll, cluster, complete_run, tmp_path):
+    ref_out, _ = complete_run
+    out = tmp_path / "out"
+    shutil.copytree(ref_out, out)
+    assert cli("verify", out).returncode == 0
+    _flip_byte(out / "embedding" / "c" / "3" / "0")
+    (out / "embedding" / "c" / "5" / "0").unlink()
+    proc = cli("verify", out)
+    assert proc.returncode == 1, proc.stderr
+    assert "embedding/c/3/0" in proc.stdout and "embedding/c/5/0" in proc.stdout
+    assert "checksum" in proc.stdout
+    report = _job(roll / "in.zarr", out, cluster)
+    assert report["status"] == "complete"
+    np.testing.assert_array_equal(_emb(out), _emb(ref_out))
+    assert cli("verify", out).returncode == 0
+
+
+def test_a_flipped_byte_in_a_model_array_makes_load_raise(complete_run, tmp_path):
+    ref_out, _ = complete_run
+    model = tmp_path / "model"
+    shutil.copytree(ref_out / "model", model)
+    GreedySpectralEmbedding.load(model)  # intact
+    _flip_byte(model / "components" / "c" / "0" / "0")
+    with pytest.raises(DamagedDataError, match="components"):
+        GreedySpectralEmbedding.load(model)
+    # a deleted chunk reads back as fill values: the digest catches it
+    shutil.rmtree(model)
+    shutil.copytree(ref_out / "model", model)
+    (model / "eigenvalues" / "c" / "0").unlink()
+    with pytest.raises(DamagedDataError, match="digest"):
+        GreedySpectralEmbedding.load(model)
+
+
+# --------------------------------------------------------------------------- #
+# 3. checkpoints that heal
+# --------------------------------------------------------------------------- #
+def _damage_checkpoint(out: Path, how: str) -> None:
+    parts = sorted(p for p in (out / "checkpoint" / "partials").iterdir() if p.is_dir())
+    assert len(parts) >= 3
+    part = parts[len(parts) // 2]
+    if how == "deleted part":
+        shutil.rmtree(part)
+    elif how == "deleted file":  # the crash loop of issue 12: KeyError: 'mean'
+        arrays = sorted(p for p in part.iterdir() if p.is_dir())
+        (arrays[0] / "zarr.json").unlink()
+    elif how == "truncated chunk":
+        chunk = next(p for p in sorted(part.rglob("*")) if p.is_file() and p.name != "zarr.json")
+        chunk.write_bytes(chunk.read_bytes()[:7])
+    elif how == "garbled chunk":
+        chunk = next(p for p in sorted(part.rglob("*")) if p.is_file() and p.name != "zarr.json")
+        b = bytearray(chunk.read_bytes())
+        b[: min(16, len(b))] = os.urandom(min(16, len(b)))
+        chunk.write_bytes(bytes(b))
+    elif how == "scan state":
+        slot = json.loads((out / "checkpoint" / "zarr.json").read_text())["attributes"]["scan"]["slot"]
+        _flip_byte(next(p for p in (out / "checkpoint" / slot / "L").rglob("*")
+                        if p.is_file() and p.name != "zarr.json"))
+
+
+@pytest.mark.parametrize("how", ["deleted part", "deleted file", "truncated chunk",
+                                 "garbled chunk", "scan state"])
+def test_a_damaged_checkpoint_is_recomputed(roll, cluster, complete_run, tmp_path, caplog, how):
+    ref_out, _ = complete_run
+    out = tmp_path / "out"
+    shutil.copytree(ref_out, out)
+    _damage_checkpoint(out, how)
+    # the run must go back to its checkpoint: damage one embedding chunk as well
+    (out / "embedding" / "c" / "0" / "0").unlink()
+    with caplog.at_level(logging.WARNING, logger="ooc_spectral"):
+        report = _job(roll / "in.zarr", out, cluster)
+    if how != "deleted part":
+        assert "damaged" in caplog.text and "discarding" in caplog.text
+    assert report["status"] == "complete"
+    np.testing.assert_array_equal(_emb(out), _emb(ref_out))
+    got, ref = _model_arrays(out), _model_arrays(ref_out)
+    assert got.keys() == ref.keys()
+    for k in ref:
+        np.testing.assert_array_equal(got[k], ref[k], err_msg=k)
+
+
+# --------------------------------------------------------------------------- #
+# 4. transient vs permanent read errors
+# --------------------------------------------------------------------------- #
+class FlakyStore(WrapperStore):
+    """Fails reads of chosen chunk keys with ConnectionError, counted across processes.
+
+    ``where="client"`` fails only reads in the process that made the store (the
+    scan runs there); ``where="workers"`` only reads in other processes (passes
+    2 and 3). The worker reads of a key are numbered 1, 2, ... across all
+    processes (files made with O_EXCL in ``counter``); reads numbered in
+    ``fail`` raise.
+    """
+
+    def __init__(self, store, keys=(), fail=(), where="client", counter="", owner=None):
+        super().__init__(store)
+        self.keys, self.fail, self.where = tuple(keys), tuple(fail), where
+        self.counter, self.owner = str(counter), owner if owner is not None else os.getpid()
+
+    def _with_store(self, store):
+        return type(self)(store, self.keys, self.fail, self.where, self.counter, self.owner)
+
+    def __getstate__(self):
+        return {"store": self._store, "keys": self.keys, "fail": self.fail, "where": self.where,
+                "counter": self.counter, "owner": self.owner}
+
+    def __setstate__(self, state):
+        self.__init__(state["store"], state["keys"], state["fail"], state["where"],
+                      state["counter"], state["owner"])
+
+    def _ordinal(self, key: str) -> int:
+        for i in range(1, 10_000):
+            name = os.path.join(self.counter, f"{key.replace('/', '_')}.{i}")
+            try:
+                os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                return i
+            except FileExistsError:
+                continue
+        raise AssertionError
+
+    async def get(self, key, prototype, byte_range=None):
+        here = os.getpid() == self.owner
+        if key in self.keys and (here if self.where == "client" else not here):
+            if self._ordinal(key) in self.fail:
+                raise ConnectionError(f"injected network failure reading {key}")
+        return await self._store.get(key, prototype, byte_range)
+
+
+def _flaky_array(path: Path, counter: Path, **kw):
+    counter.mkdir(exist_ok=True)
+    store = FlakyStore(LocalStore(str(path)), counter=counter, **kw)
+    return zarr.open_array(store=store, path="data", mode="r")
+
+
+@pytest.mark.parametrize("where, fail, stage", [
+    ("client", (1, 2), "scan"),        # the scan's read fails twice, the third try succeeds
+    ("workers", (1, 2), "pass2"),      # the first worker reads are pass 2's
+    ("workers", (2, 3), "pass3"),      # pass 2 reads once (1), pass 3's reads are 2, 3, 4
+])
+def test_transient_read_errors_are_retried(roll, cluster, complete_run, tmp_path, monkeypatch,
+                                           caplog, where, fail, stage):
+    monkeypatch.setenv("OOC_SPECTRAL_READ_BACKOFF", "0.01")
+    ref_out, _ = complete_run
+    key = "data/c/3/0"
+    arr = _flaky_array(roll / "in.zarr", tmp_path / "counter", keys=[key], fail=fail, where=where)
+    with Client(cluster) as client:
+        client.run(os.environ.__setitem__, "OOC_SPECTRAL_READ_BACKOFF", "0.01")
+        with caplog.at_level(logging.WARNING, logger="ooc_spectral"):
+            est = GreedySpectralEmbedding(**PARAMS).fit(arr, output=str(tmp_path / "out"))
+    counted = sorted(int(p.name.split(".")[-1]) for p in (tmp_path / "counter").iterdir())
+    assert max(counted) > max(fail), "the injected failures did not all happen"
+    np.testing.assert_array_equal(np.asarray(est.embedding_), _emb(ref_out))
+    if where == "client":
+        assert "retry" in caplog.text
+
+
+def test_transient_read_errors_that_persist_exit_1(roll, cluster, tmp_path, monkeypatch):
+    monkeypatch.setenv("OOC_SPECTRAL_READ_BACKOFF", "0.01")
+    monkeypatch.setenv("OOC_SPECTRAL_READ_ATTEMPTS", "3")
+    arr = _flaky_array(roll / "in.zarr", tmp_path / "counter", keys=["data/c/3/0"],
+                       fail=range(1, 100), where="client")
+    with pytest.raises(TransientReadError, match="after 3 tries") as info:
+        GreedySpectralEmbedding(**PARAMS).fit(arr)
+    assert not isinstance(info.value, UsageError)  # the CLI maps it to exit 1
+    from ooc_spectral.cli import EXIT_FAILURE, main
+
+    monkeypatch.setattr("ooc_spectral.cli.cmd_fit", lambda args: (_ for _ in ()).throw(info.value))
+    assert main(["fit", "x", "--out", str(tmp_path / "o")]) == EXIT_FAILURE
+
+
+def test_a_garbled_input_chunk_exits_2_naming_it(roll, cluster, tmp_path):
+    inp = tmp_path / "in.zarr"
+    shutil.copytree(roll / "in.zarr", inp)
+    chunk = inp / "data" / "c" / "4" / "0"
+    b = bytearray(chunk.read_bytes())
+    b[: 32] = os.urandom(32)
+    chunk.write_bytes(bytes(b))
+    proc = cli("fit", inp, "--out", tmp_path / "out", *CLI_ARGS,
+               "--scheduler", cluster.scheduler_address)
+    assert proc.returncode == 2, proc.stderr
+    assert "chunk 4" in proc.stderr and "rows 8000-9999" in proc.stderr
+
+
+# --------------------------------------------------------------------------- #
+# 5. paths and missing chunks
+# --------------------------------------------------------------------------- #
+def test_workers_in_another_directory_and_relative_paths(roll, complete_run, tmp_path,
+                                                         monkeypatch, caplog):
+    ref_out, _ = complete_run
+    elsewhere, here = tmp_path / "workers_cwd", tmp_path / "client_cwd"
+    elsewhere.mkdir()
+    here.mkdir()
+    shutil.copytree(roll / "in.zarr", here / "in.zarr")
+    monkeypatch.chdir(elsewhere)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cl:
+        monkeypatch.chdir(here)
+        with Client(cl) as c:
+            assert set(c.run(os.getcwd).values()) == {str(elsewhere)}
+        report = _job("in.zarr", "out", cl)
+        assert report["outdir"] == str(here / "out")
+        np.testing.assert_array_equal(_emb(here / "out"), _emb(ref_out))
+        assert not (elsewhere / "out").exists()
+        # the same command with absolute paths is the same run: already complete
+        with caplog.at_level(logging.INFO, logger="ooc_spectral"):
+            again = _job(here / "in.zarr", here / "out", cl)
+        assert again["finished"] == report["finished"]
+        assert "already holds the complete result" in caplog.text
+
+
+def test_a_missing_input_chunk_exits_2_naming_it(roll, cluster, tmp_path):
+    inp = tmp_path / "in.zarr"
+    shutil.copytree(roll / "in.zarr", inp)
+    (inp / "data" / "c" / "6" / "0").unlink()
+    proc = cli("fit", inp, "--out", tmp_path / "out", *CLI_ARGS,
+               "--scheduler", cluster.scheduler_address)
+    assert proc.returncode == 2, proc.stderr
+    assert "data/c/6/0" in proc.stderr and "rows 12000-13999" in proc.stderr
+    with pytest.raises(StoreReadError, match="c/6/0"):
+        from ooc_spectral.source import open_source
+
+        open_source(str(inp)).fingerprint()
+
+
+def test_fit_output_refuses_another_configurations_store(roll, tmp_path):
+    out = tmp_path / "emb.zarr"
+    GreedySpectralEmbedding(**PARAMS).fit(str(roll / "in.zarr"), output=str(out))
+    before = _emb(out)
+    other = dict(PARAMS, n_components=3)
+    with pytest.raises(OutputNotWritableError, match="already holds an embedding"):
+        GreedySpectralEmbedding(**other).fit(str(roll / "in2.zarr"), output=str(out))
+    np.testing.assert_array_equal(_emb(out), before)
+
+
+def test_an_input_marked_incomplete_is_refused(roll, tmp_path):
+    inp = tmp_path / "half.zarr"
+    shutil.copytree(roll / "in.zarr", inp)
+    g = zarr.open_group(str(inp), mode="r+")
+    g.attrs["ooc_spectral_dataset"] = dict(g.attrs["ooc_spectral_dataset"], complete=False)
+    proc = cli("fit", inp, "--out", tmp_path / "out", *CLI_ARGS, "--workers", "1")
+    assert proc.returncode == 2, proc.stderr
+    assert "incomplete" in proc.stderr
+    assert not (tmp_path / "out" / "report.json").exists()
+
+
+# --------------------------------------------------------------------------- #
+# 6. no stale state on long-lived workers
+# --------------------------------------------------------------------------- #
+def test_long_lived_workers_across_overwrite_with_another_shape_and_chunking(roll, tmp_path):
+    a, b = tmp_path / "a.zarr", tmp_path / "b.zarr"
+    make_data("swiss-roll", 12_000, a, chunk_rows=3000, seed=4)
+    make_data("swiss-roll", 20_000, b, chunk_rows=2500, seed=5)
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True,
+                      dashboard_address=":0") as cl:
+        out = tmp_path / "out"
+        _job(a, out, cl)
+        _job(b, out, cl, overwrite=True)  # the same worker processes, the same OUTDIR path
+        fresh = tmp_path / "fresh"
+        _job(b, fresh, cl)
+    got = _emb(out)
+    assert got.shape == (20_000, 2)
+    np.testing.assert_array_equal(got, _emb(fresh))
