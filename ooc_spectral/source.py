@@ -23,6 +23,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 import zarr
+import zarr.errors
 
 from .exceptions import (
     InvalidInputError,
@@ -327,18 +328,11 @@ def open_zarr_array(location: str | os.PathLike, *, mode: str = "r"):
         loc = os.path.abspath(loc[len("file://"):])
     try:
         node = zarr.open(loc, mode=mode)
-    except (FileNotFoundError, KeyError) as exc:
+    except (FileNotFoundError, KeyError, zarr.errors.NodeNotFoundError) as exc:
         raise StoreNotFoundError(
             f"no zarr array or group at {loc!r}; check the path, or create the data "
             "with `ooc-spectral make-data`"
         ) from exc
-    except Exception as exc:
-        if type(exc).__name__ in {"NodeNotFoundError", "GroupNotFoundError", "ArrayNotFoundError"}:
-            raise StoreNotFoundError(
-                f"no zarr array or group at {loc!r}; check the path, or create the data "
-                "with `ooc-spectral make-data`"
-            ) from exc
-        raise
     if isinstance(node, zarr.Group):
         from .datasets import DATASET_KEY
 

@@ -277,9 +277,12 @@ def _flaky_array(path: Path, counter: Path, **kw):
 
 
 @pytest.mark.parametrize("where, fail, stage", [
-    ("client", (1, 2), "scan"),        # the scan's read fails twice, the third try succeeds
-    ("workers", (1, 2), "pass2"),      # the first worker reads are pass 2's
-    ("workers", (2, 3), "pass3"),      # pass 2 reads once (1), pass 3's reads are 2, 3, 4
+    # the scan runs in the client and reads each chunk once: its read fails twice, then succeeds
+    ("client", (1, 2), "scan"),
+    # an undisturbed run reads the chunk twice on workers (checked with a recording store):
+    # first pass 2, then pass 3
+    ("workers", (1, 2), "pass2"),      # pass 2's reads 1, 2 fail, 3 succeeds
+    ("workers", (2, 3), "pass3"),      # pass 2 reads once (1); pass 3's reads 2, 3 fail, 4 succeeds
 ])
 def test_transient_read_errors_are_retried(roll, cluster, complete_run, tmp_path, monkeypatch,
                                            caplog, where, fail, stage):
@@ -350,6 +353,22 @@ def test_workers_in_another_directory_and_relative_paths(roll, complete_run, tmp
             again = _job(here / "in.zarr", here / "out", cl)
         assert again["finished"] == report["finished"]
         assert "already holds the complete result" in caplog.text
+
+
+def test_the_worker_preflight_names_the_path_as_the_worker_sees_it(roll, cluster, tmp_path):
+    from ooc_spectral.exceptions import MissingChunkError, StoreNotFoundError
+    from ooc_spectral.integrity import check_readable_here
+
+    with Client(cluster) as client:
+        seen = client.submit(check_readable_here, str(roll / "in.zarr"), pure=False).result()
+        assert "working directory" in seen
+        with pytest.raises(StoreNotFoundError, match="working directory"):
+            client.submit(check_readable_here, str(tmp_path / "absent.zarr"), pure=False).result()
+        inp = tmp_path / "in.zarr"
+        shutil.copytree(roll / "in.zarr", inp)
+        (inp / "data" / "c" / "0" / "0").unlink()
+        with pytest.raises(MissingChunkError, match="c/0/0.*does not exist on"):
+            client.submit(check_readable_here, str(inp / "data"), pure=False).result()
 
 
 def test_a_missing_input_chunk_exits_2_naming_it(roll, cluster, tmp_path):
