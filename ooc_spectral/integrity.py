@@ -292,7 +292,10 @@ def damaged_run_outputs(outdir) -> list[str]:
     """
     from .writeback import EmbeddingOutput
 
-    problems = EmbeddingOutput.open_existing(outdir).audit()
+    try:
+        problems = EmbeddingOutput.open_existing(outdir).audit()
+    except Exception as exc:  # the array's own metadata is gone or garbled: write it all again
+        problems = [f"embedding: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"]
     model = Path(os.fspath(outdir)) / "model"
     try:
         from .estimator import GreedySpectralEmbedding

@@ -155,7 +155,7 @@ class EmbeddingOutput:
                 self.run_id = arr.attrs.get("run_id")
                 self.audit()
                 return self
-            if EMBEDDING in group or WRITTEN in group:
+            if not resume and (EMBEDDING in group or WRITTEN in group):
                 raise OutputNotWritableError(
                     f"{self.url} already holds an embedding (of another fit, maybe another "
                     "configuration); nothing was overwritten: choose another output location, "

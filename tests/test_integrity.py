@@ -160,6 +160,20 @@ def test_verify_finds_damaged_and_missing_embedding_chunks_and_the_rerun_repairs
     assert cli("verify", out).returncode == 0
 
 
+def test_a_complete_outdir_whose_embedding_metadata_is_gone_is_rewritten(
+        roll, cluster, complete_run, tmp_path):
+    ref_out, _ = complete_run
+    out = tmp_path / "out"
+    shutil.copytree(ref_out, out)
+    (out / "embedding" / "zarr.json").unlink()
+    _flip_byte(out / "model" / "cholesky" / "c" / "0" / "0")
+    assert cli("verify", out).returncode == 1
+    _job(roll / "in.zarr", out, cluster)
+    np.testing.assert_array_equal(_emb(out), _emb(ref_out))
+    GreedySpectralEmbedding.load(out / "model")
+    assert cli("verify", out).returncode == 0
+
+
 def test_a_flipped_byte_in_a_model_array_makes_load_raise(complete_run, tmp_path):
     ref_out, _ = complete_run
     model = tmp_path / "model"
