@@ -152,7 +152,7 @@ def cmd_run(args) -> dict:
     from .workflow import run_workflow
 
     return run_workflow(args.workflow, overrides=args.set, parser=build_parser(),
-                        allow=workflow_permissions(args))
+                        allow=workflow_permissions(args), quiet=bool(args.quiet))
 
 
 def workflow_permissions(args) -> frozenset:

@@ -222,7 +222,7 @@ def _resolve_path(wf: dict, where: str, key: str, value: str) -> str:
 
 
 def run_workflow(path, *, overrides=(), parser: argparse.ArgumentParser,
-                 allow=frozenset()) -> dict:
+                 allow=frozenset(), quiet: bool = False) -> dict:
     """Validate every step, then run them in order; returns a summary.
 
     ``allow`` (a subset of :data:`PERMISSIONS`, from the command line) lets the
@@ -238,7 +238,7 @@ def run_workflow(path, *, overrides=(), parser: argparse.ArgumentParser,
             args = parser.parse_args(argv)
         except UsageError as exc:
             raise WorkflowError(f"{wf['file']}: step {i} ({wf['ids'][i]}): {exc}") from None
-        args.quiet = args.verbose = False
+        args.quiet, args.verbose = quiet, False  # ``run -q``: every step's cluster is quiet too
         args.json = True  # inspect: no text dump in the middle of a workflow
         if step["run"] == "fit":
             args.workflow_attrs = {"workflow": {"file": wf["file"], "name": wf["name"],

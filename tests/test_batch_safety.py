@@ -391,8 +391,9 @@ def test_workflow_overwrite_takes_effect_only_when_the_command_line_allows_it(sm
     assert proc.returncode == 2  # overwrite ignored: the other configuration is kept
     assert "overwrite = true ignored" in proc.stderr and "different configuration" in proc.stderr
     assert run_attrs(out)["config"]["estimator"]["tol"] == 1e-2
-    cli("run", wf, "--allow", "overwrite", "-q", cwd=tmp_path, check=0)
+    proc = cli("run", wf, "--allow", "overwrite", "-q", cwd=tmp_path, check=0)
     assert run_attrs(out)["config"]["estimator"]["tol"] == 1e-3
+    assert proc.stderr == ""  # run -q: the step's cluster is quiet too
 
 
 def test_workflow_root_above_the_working_directory_is_refused(tmp_path):
