@@ -23,6 +23,7 @@ worker never writes through a handle of an older array at the same path.
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import uuid
@@ -96,6 +97,19 @@ def _write_block(block, smap: SpectralMap, url: str, start: int, stop: int,
     return stop - start
 
 
+def _unfinished_api_output(group) -> bool:
+    """True for what a ``fit(output=...)`` that died leaves: an embedding never marked
+    complete, outside any ``ooc-spectral fit`` OUTDIR. Starting it over loses nothing."""
+    from .checkpoint import RUN_KEY
+
+    if RUN_KEY in group.attrs or EMBEDDING not in group:
+        return False
+    try:
+        return group[EMBEDDING].attrs.get("complete") is False
+    except Exception:
+        return False
+
+
 def _absolute(url) -> str:
     url = os.fspath(url)
     if url.startswith("file://"):
@@ -155,7 +169,8 @@ class EmbeddingOutput:
                 self.run_id = arr.attrs.get("run_id")
                 self.audit()
                 return self
-            if not resume and (EMBEDDING in group or WRITTEN in group):
+            if not resume and (EMBEDDING in group or WRITTEN in group) and not \
+                    _unfinished_api_output(group):
                 raise OutputNotWritableError(
                     f"{self.url} already holds an embedding (of another fit, maybe another "
                     "configuration); nothing was overwritten: choose another output location, "
@@ -176,6 +191,8 @@ class EmbeddingOutput:
         except (ConfigurationMismatchError, OutputNotWritableError):
             raise
         except (OSError, zarr.errors.BaseZarrError) as exc:
+            if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
+                raise  # a full disk is transient (exit 1): free space and rerun to resume
             raise OutputNotWritableError(
                 f"cannot write the output at {self.url!r}: {type(exc).__name__}: {exc}; "
                 "choose a writable location that is not an existing file or array"

@@ -514,3 +514,19 @@ def test_inspect_names_a_live_holder_only(tmp_path):
     (out / ".lock").write_text(holder)
     text, _ = inspect_path(out)
     assert "locked by" not in text and "status           running" in text
+
+
+def test_a_full_disk_while_creating_the_embedding_is_a_runtime_failure(tmp_path, monkeypatch):
+    import errno
+
+    from ooc_spectral import writeback
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(writeback.zarr, "open_group", full)
+    out = writeback.EmbeddingOutput(str(tmp_path / "o"), 10, 2, 5)
+    with pytest.raises(OSError) as info:
+        out.prepare()
+    assert info.value.errno == errno.ENOSPC
+    assert not isinstance(info.value, OutputNotWritableError)  # exit 1 ("rerun"), not 2
