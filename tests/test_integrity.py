@@ -407,6 +407,11 @@ def test_fit_output_refuses_another_configurations_store(roll, tmp_path):
     with pytest.raises(OutputNotWritableError, match="already holds an embedding"):
         GreedySpectralEmbedding(**other).fit(str(roll / "in2.zarr"), output=str(out))
     np.testing.assert_array_equal(_emb(out), before)
+    # what a fit that died leaves (never marked complete) is started over
+    zarr.open_array(str(out / "embedding"), mode="r+").attrs["complete"] = False
+    est = GreedySpectralEmbedding(**other).fit(str(roll / "in2.zarr"), output=str(out))
+    assert _emb(out).shape == (20_000, 3)
+    assert zarr.open_array(str(out / "embedding")).attrs["complete"] is True
 
 
 def test_an_input_marked_incomplete_is_refused(roll, tmp_path):
