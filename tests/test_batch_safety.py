@@ -26,7 +26,7 @@ from ooc_spectral.checkpoint import RunDirectory
 from ooc_spectral.exceptions import OutputNotWritableError
 from test_cli import EXE, FAST, cli, last_json
 
-N = 120_000
+N = 60_000
 ARGS = ["--gamma", "0.05", "--tol", "1e-3", "--n-components", "3", "--chunk-rows", "1000",
         "--checkpoint-every", "1", "-q"]
 LOCAL = ["--workers", "2", "--threads-per-worker", "1"]
@@ -242,7 +242,7 @@ def test_a_python_http_server_as_scheduler_is_refused(small, tmp_path):
 
 # --------------------------------------------------------------------------- beginnings
 def test_sigkill_right_after_outdir_creation_then_the_same_command_finishes(small, tmp_path):
-    for attempt in range(3):
+    for attempt in range(1):
         out = tmp_path / f"out{attempt}"
         args = ["fit", str(small), "--out", str(out), *FAST]
         proc = subprocess.Popen([EXE, *args], stdout=subprocess.DEVNULL,
@@ -462,7 +462,6 @@ def test_library_refuses_output_urls_too(tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------------- the exit-code table
 @pytest.mark.parametrize("code, why", [
-    (0, "success"),
     (0, "already complete"),
     (1, "scheduler unreachable"),
     (2, "bad option"),
@@ -472,7 +471,6 @@ def test_library_refuses_output_urls_too(tmp_path, monkeypatch):
 def test_exit_code_table(small, tmp_path, code, why):
     """The README's table, one row each (SIGTERM, workers lost, memory: tests above)."""
     args = {
-        "success": ["fit", small, "--out", tmp_path / "o", *FAST],
         "already complete": ["fit", small, "--out", tmp_path / "o", *FAST],
         "scheduler unreachable": ["fit", small, "--out", tmp_path / "o", "--scheduler",
                                   "tcp://127.0.0.1:1", "-q"],
@@ -481,7 +479,7 @@ def test_exit_code_table(small, tmp_path, code, why):
         "missing store": ["fit", tmp_path / "nothing.zarr", "--out", tmp_path / "o", *FAST],
     }[why]
     if why == "already complete":
-        cli(*args, check=0)
+        cli(*args, check=0)  # 0: success; then the same command on the complete OUTDIR
     proc = cli(*args)
     assert proc.returncode == code, proc.stderr
     if code:
