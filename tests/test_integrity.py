@@ -315,13 +315,15 @@ def test_transient_read_errors_are_retried(roll, cluster, complete_run, tmp_path
         assert "retry" in caplog.text
 
 
-def test_transient_read_errors_that_persist_exit_1(roll, cluster, tmp_path, monkeypatch):
+@pytest.mark.parametrize("where", ["client", "workers"])
+def test_transient_read_errors_that_persist_exit_1(roll, cluster, tmp_path, monkeypatch, where):
     monkeypatch.setenv("OOC_SPECTRAL_READ_BACKOFF", "0.01")
     monkeypatch.setenv("OOC_SPECTRAL_READ_ATTEMPTS", "3")
     arr = _flaky_array(roll / "in.zarr", tmp_path / "counter", keys=["data/c/3/0"],
-                       fail=range(1, 100), where="client")
-    with pytest.raises(TransientReadError, match="after 3 tries") as info:
-        GreedySpectralEmbedding(**PARAMS).fit(arr)
+                       fail=range(1, 100), where=where)
+    with Client(cluster), pytest.raises(TransientReadError, match="after 3 tries") as info:
+        # the read settings travel with the task (read in the client when the graph is made)
+        GreedySpectralEmbedding(**PARAMS).fit(arr, output=str(tmp_path / "out"))
     assert not isinstance(info.value, UsageError)  # the CLI maps it to exit 1
     from ooc_spectral.cli import EXIT_FAILURE, main
 
