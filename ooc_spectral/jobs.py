@@ -222,10 +222,14 @@ def run_transform_job(job: TransformJob) -> dict:
             f"{est.n_features_in_}; pass rows with the training columns"
         )
     resolved = {"model": str(Path(job.model).resolve()), "input": input_identity(source)}
+    fingerprint = source.fingerprint()
     rundir = RunDirectory(job.out)
     with rundir:
         rundir.acquire(description=f"transform {job.input}")
-        resuming = rundir.begin(resolved, overwrite=job.overwrite)
+        extra = {"input_fingerprint": fingerprint}
+        resuming = rundir.begin(resolved, overwrite=job.overwrite, extra=extra)
+        if resuming:
+            resuming = _same_input_or_restart(rundir, resolved, fingerprint, extra)
         if resuming and rundir.status() == "complete":
             return rundir.read_report() or {}
         t0 = time.perf_counter()
@@ -240,6 +244,7 @@ def run_transform_job(job: TransformJob) -> dict:
                 out.write(source.to_dask(rows), smap, Executor(client, on_progress=progress.parts))
             out.mark_complete()
             report = {"status": "complete", "model": resolved["model"], "input": resolved["input"],
+                      "input_fingerprint": fingerprint,
                       "n_samples": source.n_rows, "n_components": smap.n_components,
                       "wall_seconds": round(time.perf_counter() - t0, 4),
                       "config_hash": config_hash(resolved), "versions": package_versions(),

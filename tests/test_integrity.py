@@ -120,6 +120,28 @@ def test_replaced_input_on_a_complete_outdir_gives_the_new_result(roll, cluster,
     assert third["finished"] == second["finished"]
 
 
+def test_transform_of_a_replaced_input_is_never_the_old_result(roll, cluster, complete_run,
+                                                               tmp_path):
+    from ooc_spectral.jobs import TransformJob, run_transform_job
+
+    ref_out, _ = complete_run
+    inp, out = tmp_path / "new.zarr", tmp_path / "t"
+    shutil.copytree(roll / "in.zarr", inp)
+    opts = ClusterOptions(scheduler=cluster.scheduler_address)
+    run_transform_job(TransformJob(model=str(ref_out / "model"), input=str(inp), out=str(out),
+                                   cluster=opts))
+    first = _emb(out)
+    shutil.rmtree(inp)
+    shutil.copytree(roll / "in2.zarr", inp)
+    report = run_transform_job(TransformJob(model=str(ref_out / "model"), input=str(inp),
+                                            out=str(out), cluster=opts))
+    assert report["input_fingerprint"]["listing_sha256"]
+    expected = GreedySpectralEmbedding.load(ref_out / "model").transform(
+        zarr.open_array(str(roll / "in2.zarr" / "data"))[...])
+    np.testing.assert_allclose(_emb(out), expected, rtol=0, atol=1e-12)
+    assert not np.allclose(_emb(out), first)
+
+
 def test_replaced_input_after_a_kill_is_never_mixed(roll, cluster, tmp_path):
     big = tmp_path / "big.zarr"
     make_data("swiss-roll", 200_000, big, chunk_rows=1000, seed=1)
