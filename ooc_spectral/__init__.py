@@ -30,6 +30,7 @@ from .exceptions import (
     DictionaryError,
     DictionarySizeError,
     DictionaryWarning,
+    InterruptedRun,
     InvalidInputError,
     InvalidParameterError,
     LockedError,
@@ -39,7 +40,10 @@ from .exceptions import (
     OutputNotWritableError,
     StoreNotFoundError,
     StoreReadError,
+    SchedulerError,
     UsageError,
+    WorkerMemoryError,
+    WorkersLostError,
     WorkflowError,
 )
 
@@ -63,5 +67,9 @@ __all__ = [
     "ConfigurationMismatchError",
     "LockedError",
     "WorkflowError",
+    "WorkerMemoryError",
+    "WorkersLostError",
+    "SchedulerError",
+    "InterruptedRun",
     "__version__",
 ]
