@@ -78,13 +78,20 @@ def _same_input_or_restart(rundir: RunDirectory, resolved: dict, fingerprint: di
     return False
 
 
-def _check_workers_see_input(client, source: DataSource) -> None:
-    """Fail fast (exit 2) when a worker cannot open the input or its first chunk."""
-    if source.kind != "zarr" or source.url is None or "://" in source.url:
+def _check_workers_see_input(executor: Executor, source: DataSource) -> None:
+    """Fail fast (exit 2) when a worker cannot open the input or its first chunk.
+
+    Runs through the executor, so a cluster with no worker fails after its
+    no-worker timeout instead of waiting forever.
+    """
+    if not executor.distributed or source.kind != "zarr" or source.url is None \
+            or "://" in source.url:
         return
+    import dask
+
     from .integrity import check_readable_here
 
-    client.submit(check_readable_here, source.url, pure=False).result()
+    executor.run("preflight", {0: dask.delayed(check_readable_here, pure=False)(source.url)})
 
 
 @dataclass
@@ -145,10 +152,11 @@ def run_fit_job(job: FitJob) -> dict:
         try:
             with MemorySampler() as sampler, dask_client(job.cluster) as client, \
                     _performance_report(job.performance_report):
-                run = FitRun(config, source, executor=Executor(client, on_progress=progress.parts),
+                executor = Executor(client, on_progress=progress.parts)
+                run = FitRun(config, source, executor=executor,
                              checkpoint=rundir.checkpoint(job.checkpoint_every), resume=resuming,
                              memory_probe=sampler.take_peak, on_scan=progress.scan)
-                _check_workers_see_input(client, source)
+                _check_workers_see_input(executor, source)
                 result = run.run(output=str(rundir.path.resolve()))
                 with run.stage("model"):
                     est = GreedySpectralEmbedding(**config.to_json())
