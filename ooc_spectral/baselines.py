@@ -706,6 +706,13 @@ def efraimidis_spirakis_keys(weights, uniforms) -> np.ndarray:
     return keys
 
 
+def _finite_block(block, chunk_starts=None, block_info=None):
+    """``block`` unchanged, after :func:`check_finite` (global row numbers)."""
+    start = block_info[0]["array-location"][0][0] if block_info else 0
+    check_finite(block, start, chunk_starts=chunk_starts)
+    return block
+
+
 def _diag_block(block, kernel: Kernel, mode: str, m: int, seed: int, start: int):
     """The ``m`` best rows of one block for ``diagonal`` / ``largest-diagonal``."""
     X = _f64(block)
@@ -1221,6 +1228,9 @@ class GaussianProjectionEmbedding(_KernelEmbeddingBase):
         model = self._check_fitted()
         source = self._open_new(X)
         Xn = source.to_dask(_task_rows(source, self.chunk_rows))
+        # every block is checked finite before it reaches the kernel (a NaN row
+        # would otherwise come out as a NaN embedding, silently)
+        Xn = Xn.map_blocks(_finite_block, chunk_starts=source.chunk_starts, dtype=Xn.dtype)
         out = model.apply(Xn)
         return out.compute() if source.kind == "numpy" else out
 

@@ -39,6 +39,7 @@ from .config import resolve_seed
 from .estimator import GreedySpectralEmbedding
 from .exceptions import InvalidInputError
 from .planning import plan_sample
+from .source import open_source
 
 __all__ = ["GreedySpectralClustering", "unit_rows"]
 
@@ -309,7 +310,13 @@ affine, degree_estimate, degree_subset_size, sample_size, chunk_rows
             this gives back ``labels_``.
         """
         est = self._check_fitted()
-        E = est.transform(X)
+        source = open_source(X)
+        if source.n_features != est.n_features_in_:
+            raise InvalidInputError(
+                f"X has {source.n_features} features, but {type(self).__name__} was fitted "
+                f"with {est.n_features_in_} features; pass rows with the training columns"
+            )
+        E = est.transform(source)
         if isinstance(E, da.Array) and len(E.chunks[1]) > 1:
             E = E.rechunk({1: -1})
         return _labels(E, self.cluster_centers_)

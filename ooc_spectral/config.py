@@ -42,7 +42,7 @@ class FitConfig:
         none=True)
     degree: int = _param(3, "degree of the polynomial kernel", type=int, low=1)
     coef0: float = _param(1.0, "constant term of the polynomial kernel", type=float)
-    tol: float = _param(1e-3, "the paper's epsilon: largest squared feature-space residual "
+    tol: float | None = _param(1e-3, "the paper's epsilon: largest squared feature-space residual "
                         "of a row left out of the dictionary", type=float, low=0.0)
     dictionary_size: int | None = _param(
         None, "ask for a dictionary of exactly this size (chosen by selection on the seeded "
@@ -99,6 +99,10 @@ class FitConfig:
             value = params.get(f.name, f.default)
             if f.name == "random_state":
                 value = resolve_seed(value)
+            if f.name == "tol" and value is None and params.get("dictionary_size") is not None:
+                # dictionary_size replaces tol (scikit-learn style: None = not used)
+                values[f.name] = None
+                continue
             values[f.name] = _check(f, value)
         config = cls(**values)
         config._check_together()

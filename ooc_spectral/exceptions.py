@@ -12,6 +12,8 @@ every other failure to exit code 1.
 
 from __future__ import annotations
 
+from sklearn.exceptions import NotFittedError as _SklearnNotFittedError
+
 __all__ = [
     "OocSpectralError",
     "UsageError",
@@ -107,8 +109,10 @@ class NumericalBreakdownError(UsageError, ArithmeticError):
     """
 
 
-class NotFittedError(OocSpectralError, ValueError, AttributeError):
-    """The estimator is used before ``fit`` (same bases as scikit-learn's)."""
+class NotFittedError(OocSpectralError, _SklearnNotFittedError):
+    """The estimator is used before ``fit``; a subclass of scikit-learn's
+    :class:`sklearn.exceptions.NotFittedError` (so also ``ValueError`` and
+    ``AttributeError``), so ``except sklearn.exceptions.NotFittedError`` catches it."""
 
 
 class ConfigurationMismatchError(UsageError, ValueError):

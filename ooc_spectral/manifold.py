@@ -61,6 +61,8 @@ On a training row every ``transform`` gives back the training embedding.
 
 from __future__ import annotations
 
+import warnings
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -201,13 +203,28 @@ def _double_centre(S: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     return B, col, total
 
 
-def _check_connected(owner: str, graph, n_neighbors: int, what: str) -> None:
-    n_comp, _ = connected_components(graph, directed=False)
-    if n_comp > 1:
-        raise InvalidParameterError(
-            f"{owner}: the {n_neighbors}-nearest-neighbour graph of {what} has {n_comp} "
-            "connected components, so some geodesic distances are infinite; raise n_neighbors "
-            "(or, for LandmarkIsomap, graph_size)")
+def _check_connected(owner: str, graph, n_neighbors: int, what: str, X=None):
+    """``graph``, its connected components joined as scikit-learn's Isomap does.
+
+    A neighbour graph with several components leaves some geodesic distances
+    infinite. As :class:`sklearn.manifold.Isomap` does, each pair of components is
+    joined by an edge between its two closest rows (with a ``UserWarning``); ``X``
+    are the graph's rows.
+    """
+    n_comp, labels = connected_components(graph, directed=False)
+    if n_comp == 1:
+        return graph
+    warnings.warn(
+        f"{owner}: the {n_neighbors}-nearest-neighbour graph of {what} has {n_comp} "
+        "connected components; they are joined by their closest pairs of rows, as "
+        "scikit-learn's Isomap does. Increase n_neighbors to avoid this.",
+        UserWarning, stacklevel=3)
+    from sklearn.utils.graph import _fix_connected_components
+
+    graph = graph.tolil()
+    graph = _fix_connected_components(X, graph, n_comp, labels, mode="distance",
+                                      metric="euclidean")
+    return graph.tocsr()
 
 
 class _Fitted:
@@ -692,7 +709,7 @@ class Isomap(_Fitted, TransformerMixin, BaseEstimator):
         seed = resolve_seed(self.random_state)
         nbrs = NearestNeighbors(n_neighbors=k).fit(Xf)
         graph = nbrs.kneighbors_graph(None, n_neighbors=k, mode="distance")
-        _check_connected(name, graph, k, "the training rows")
+        graph = _check_connected(name, graph, k, "the training rows", Xf)
         geo = shortest_path(graph, method="D", directed=False)
         S = geo * geo
         B, col, _ = _double_centre(S)
@@ -825,7 +842,7 @@ class LandmarkIsomap(_Fitted, TransformerMixin, BaseEstimator):
         lm_nodes = np.searchsorted(nodes, lm_rows)
         nbrs = NearestNeighbors(n_neighbors=k).fit(G)
         graph = nbrs.kneighbors_graph(None, n_neighbors=k, mode="distance")
-        _check_connected(name, graph, k, f"the {nodes.size} graph rows")
+        graph = _check_connected(name, graph, k, f"the {nodes.size} graph rows", G)
         geo = shortest_path(graph, method="D", directed=False, indices=lm_nodes)  # m x nodes
         D_L = geo[:, lm_nodes]
         D_L = 0.5 * (D_L + D_L.T)

@@ -262,11 +262,38 @@ def test_in_memory_methods_refuse_large_inputs_naming_alternatives(roll):
         Isomap(2, max_samples=100).fit(roll[0])
 
 
-def test_disconnected_graph_is_explained():
+def test_disconnected_graph_is_joined_as_sklearn_does():
+    # issue 15: scikit-learn joins the components by their closest pairs, with a warning
     X = np.vstack([np.random.default_rng(0).normal(size=(50, 2)),
                    np.random.default_rng(1).normal(size=(50, 2)) + 100.0])
-    with pytest.raises(InvalidParameterError, match="2 connected components.*raise n_neighbors"):
-        Isomap(2, n_neighbors=5).fit(X)
+    with pytest.warns(UserWarning, match="2 connected components.*Increase n_neighbors"):
+        ours = Isomap(2, n_neighbors=5).fit_transform(X)
+    with pytest.warns(UserWarning, match="connected components"):
+        ref = skm.Isomap(n_components=2, n_neighbors=5).fit_transform(X)
+    np.testing.assert_allclose(np.abs(ours), np.abs(ref), rtol=1e-9, atol=1e-9 * np.abs(ref).max())
+
+
+def test_iris_disconnected_graph_equals_sklearn():
+    from sklearn.datasets import load_iris
+
+    X = load_iris().data
+    with pytest.warns(UserWarning, match="connected components"):
+        ours = Isomap(2, n_neighbors=5).fit_transform(X)
+    with pytest.warns(UserWarning, match="connected components"):
+        ref = skm.Isomap(n_components=2, n_neighbors=5).fit_transform(X)
+    np.testing.assert_allclose(np.abs(ours), np.abs(ref), rtol=1e-9, atol=1e-9 * np.abs(ref).max())
+
+
+def test_landmark_isomap_joins_disconnected_graph():
+    X = np.vstack([np.random.default_rng(0).normal(size=(60, 2)),
+                   np.random.default_rng(1).normal(size=(60, 2)) + 100.0])
+    with pytest.warns(UserWarning, match="2 connected components"):
+        E = LandmarkIsomap(2, n_neighbors=5, gamma=0.5, random_state=0).fit_transform(X)
+    assert np.isfinite(E).all()
+    # the two clusters, 100 apart, are separated along the first coordinate
+    first = E[:, 0]
+    assert (np.sign(first[:60]) == np.sign(first[0])).all()
+    assert (np.sign(first[60:]) == -np.sign(first[0])).all()
 
 
 def test_transform_checks_features(isomaps):
