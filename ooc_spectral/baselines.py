@@ -71,6 +71,7 @@ import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve, eigh
 from sklearn.base import BaseEstimator, TransformerMixin
 
+from ._sklearn import FeatureNamesMixin
 from ._validation import check_bool, check_choice, check_fitted, check_float, check_int
 from .config import resolve_seed
 from .eigensolve import top_eigenpairs
@@ -500,7 +501,7 @@ def _pivoted_start(gram, n: int, k: int) -> np.ndarray:
 # --------------------------------------------------------------------------- #
 # the base class
 # --------------------------------------------------------------------------- #
-class _KernelEmbeddingBase(TransformerMixin, BaseEstimator):
+class _KernelEmbeddingBase(FeatureNamesMixin, TransformerMixin, BaseEstimator):
     """Shared checks, kernel resolution and ``transform`` of the baselines."""
 
     def _check_common(self) -> None:

@@ -6,6 +6,7 @@ import os
 
 from sklearn.base import BaseEstimator, TransformerMixin
 
+from ._sklearn import FeatureNamesMixin
 from ._validation import check_fitted
 from .config import FitConfig
 from .eigensolve import SpectralMap
@@ -19,7 +20,7 @@ from .writeback import embedding_graph
 __all__ = ["GreedySpectralEmbedding"]
 
 
-class GreedySpectralEmbedding(TransformerMixin, BaseEstimator):
+class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator):
     """Kernel PCA and spectral embedding from a greedy dictionary, out of core.
 
     The method of Ouimet & Bengio (2005): a sequential scan selects a small
@@ -216,6 +217,7 @@ class GreedySpectralEmbedding(TransformerMixin, BaseEstimator):
         result = FitRun(config, open_source(X)).run(output)
         self._incremental = None  # a later partial_fit starts afresh
         self._set_fitted(result)
+        self._record_feature_names(X)
         return self
 
     def fit_transform(self, X, y=None, *, output=None):

@@ -76,6 +76,7 @@ from scipy.spatial.distance import cdist
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.neighbors import NearestNeighbors
 
+from ._sklearn import FeatureNamesMixin
 from ._validation import check_choice, check_fitted, check_float, check_int
 from .config import resolve_seed
 from .eigensolve import top_eigenpairs
@@ -227,8 +228,9 @@ def _check_connected(owner: str, graph, n_neighbors: int, what: str, X=None):
     return graph.tocsr()
 
 
-class _Fitted:
-    """``_check_fitted`` and ``fit_transform`` shared by the estimators."""
+class _Fitted(FeatureNamesMixin, TransformerMixin):
+    """``_check_fitted`` and ``fit_transform`` shared by the estimators (a
+    ``TransformerMixin`` itself, so ``set_output`` wraps this ``fit_transform``)."""
 
     def fit_transform(self, X, y=None):
         """Fit and return ``embedding_`` (no second pass over X)."""
@@ -259,7 +261,7 @@ class _DivisiveCoordinates:
         return V
 
 
-class _DivisiveBase(_Fitted, TransformerMixin, BaseEstimator):
+class _DivisiveBase(_Fitted, FeatureNamesMixin, TransformerMixin, BaseEstimator):
     """Fit of the divisive embedding and the coordinate map; subclasses set the scale."""
 
     def __init__(self, n_components=2, *, kernel="rbf", gamma=None, degree=3, coef0=1.0,
@@ -322,7 +324,8 @@ class _DivisiveBase(_Fitted, TransformerMixin, BaseEstimator):
         self.dictionary_ = est.dictionary_
         self.max_residual_ = est.max_residual_
         self.random_state_ = seed
-        self.embedding_ = self.transform(X)
+        # the unwrapped transform: embedding_ stays an array under set_output
+        self.embedding_ = type(self).transform.__wrapped__(self, X)
         return self
 
     def transform(self, X):
@@ -470,7 +473,7 @@ class _MDSMap:
         return Kt @ self.proj
 
 
-class MetricMDS(_Fitted, TransformerMixin, BaseEstimator):
+class MetricMDS(_Fitted, FeatureNamesMixin, TransformerMixin, BaseEstimator):
     """Metric (classical) multidimensional scaling with its out-of-sample extension.
 
     The double-centring of squared distances (Bengio et al. 2003, eq. 2 and
@@ -644,7 +647,7 @@ class _IsomapMap:
         return G @ self.proj
 
 
-class Isomap(_Fitted, TransformerMixin, BaseEstimator):
+class Isomap(_Fitted, FeatureNamesMixin, TransformerMixin, BaseEstimator):
     """Isomap in memory, with the out-of-sample extension of Bengio et al. (eq. 14-15).
 
     Geodesic distances on the k-nearest-neighbour graph of the training rows
@@ -740,7 +743,7 @@ class Isomap(_Fitted, TransformerMixin, BaseEstimator):
 # --------------------------------------------------------------------------- #
 # landmark Isomap, out of core, the greedy dictionary as landmarks
 # --------------------------------------------------------------------------- #
-class LandmarkIsomap(_Fitted, TransformerMixin, BaseEstimator):
+class LandmarkIsomap(_Fitted, FeatureNamesMixin, TransformerMixin, BaseEstimator):
     """Landmark Isomap (de Silva & Tenenbaum) with the greedy dictionary as landmarks.
 
     Out of core:
@@ -858,7 +861,8 @@ class LandmarkIsomap(_Fitted, TransformerMixin, BaseEstimator):
         self.n_features_in_ = source.n_features
         self.random_state_ = seed
         self._map = _IsomapMap(nbrs, k, np.ascontiguousarray(geo.T), col, V / np.sqrt(vals))
-        self.embedding_ = self.transform(source)
+        # the unwrapped transform: embedding_ stays an array under set_output
+        self.embedding_ = type(self).transform.__wrapped__(self, source)
         return self
 
     def transform(self, X):
@@ -919,7 +923,7 @@ class _LLEMap:
         return np.einsum("ik,ikp->ip", W, self.embedding[ind])
 
 
-class LocallyLinearEmbedding(_Fitted, TransformerMixin, BaseEstimator):
+class LocallyLinearEmbedding(_Fitted, FeatureNamesMixin, TransformerMixin, BaseEstimator):
     """Locally linear embedding in memory, with the extension of eq. 16.
 
     Standard LLE (Roweis & Saul): barycentric weights W of each training row on

@@ -74,3 +74,50 @@ def test_gaussian_projection_transform_checks_finite(bad):
     with pytest.raises(NonFiniteInputError, match="row 4, column 2") as info:
         est.transform(Y)
     assert info.value.row == 4
+
+
+# ---------------------------------------------------------------------- #
+# feature names and set_output (pandas) in a pipeline
+# ---------------------------------------------------------------------- #
+TRANSFORMERS = [c for c in ESTIMATORS if c is not GreedySpectralClustering]
+
+
+@pytest.mark.parametrize("cls", TRANSFORMERS, ids=lambda c: c.__name__)
+def test_pandas_output_in_pipeline(cls):
+    import pandas as pd
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X = pd.DataFrame(_data(150), columns=["a", "b", "c"], index=np.arange(150) + 1000)
+    params = {"random_state": 0} if "random_state" in cls().get_params() else {}
+    if cls is GreedySpectralEmbedding:
+        params["gamma"] = 0.05
+    pipe = make_pipeline(StandardScaler(), cls(**params)).set_output(transform="pandas")
+    out = pipe.fit_transform(X)
+    names = [f"{cls.__name__.lower()}{i}" for i in range(2)]
+    assert isinstance(out, pd.DataFrame)
+    assert list(out.columns) == names
+    assert list(out.index) == list(X.index)
+    # the fitted attribute is still an array (set_output wraps only the return values)
+    assert isinstance(pipe[-1].embedding_, np.ndarray)
+    # the values are the plain-array pipeline's
+    plain = make_pipeline(StandardScaler(), cls(**params)).fit_transform(X.to_numpy())
+    np.testing.assert_allclose(out.to_numpy(), plain, rtol=1e-10, atol=1e-12)
+    new = pipe.transform(X.iloc[:7])
+    assert list(new.columns) == names and list(new.index) == list(X.index[:7])
+    assert list(pipe.get_feature_names_out()) == names
+
+
+def test_feature_names_in_recorded():
+    import pandas as pd
+
+    X = pd.DataFrame(_data(150), columns=["a", "b", "c"])
+    est = GreedySpectralEmbedding(gamma=0.05, random_state=0).fit(X)
+    assert list(est.feature_names_in_) == ["a", "b", "c"]
+    est.fit(X.to_numpy())
+    assert not hasattr(est, "feature_names_in_")
+
+
+def test_get_feature_names_out_before_fit_is_not_fitted():
+    with pytest.raises(sklearn.exceptions.NotFittedError):
+        GreedySpectralEmbedding().get_feature_names_out()
