@@ -378,6 +378,12 @@ def open_source(X) -> DataSource:
         return _from_zarr(open_zarr_array(X))
     if isinstance(X, zarr.Array):
         return _from_zarr(X)
+    if _is_sparse(X) or (isinstance(X, da.Array) and _is_sparse(getattr(X, "_meta", None))):
+        raise InvalidInputError(
+            f"X is sparse ({type(X).__name__}{' of sparse chunks' if isinstance(X, da.Array) else ''}); "
+            "the embedding needs dense rows: pass X.toarray() for an in-memory matrix, or a "
+            "dask array of dense chunks (X.map_blocks(lambda b: b.toarray())) to stay out of core"
+        )
     if isinstance(X, da.Array):
         _validate_meta(X.shape, X.dtype, "the dask array")
         if any(np.isnan(c) for c in X.chunks[0]):
@@ -401,6 +407,16 @@ def open_source(X) -> DataSource:
             f"cannot use an object of type {type(X).__name__} as X; pass a numpy array, "
             "a dask array, a zarr array or the path of a zarr store"
         ) from exc
+    if arr.dtype == object:
+        # as scikit-learn does: an object array (or DataFrame of mixed types) of numbers
+        # is converted to float64; anything else is named
+        try:
+            arr = arr.astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(
+                f"X is an object array that does not convert to numbers ({exc}); pass a "
+                "array of a real numeric dtype"
+            ) from exc
     _validate_meta(arr.shape, arr.dtype, "the array")
     n = int(arr.shape[0])
     rows = min(n, NUMPY_ALIGN_ROWS)
@@ -412,6 +428,15 @@ def open_source(X) -> DataSource:
         storage_chunk_rows=rows,
         _numpy=arr,
     )
+
+
+def _is_sparse(X) -> bool:
+    """A ``scipy.sparse`` matrix/array or a ``sparse`` (pydata) array."""
+    if X is None:
+        return False
+    import scipy.sparse
+
+    return scipy.sparse.issparse(X) or type(X).__module__.split(".")[0] == "sparse"
 
 
 def array_url(arr) -> str:

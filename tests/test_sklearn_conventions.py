@@ -121,3 +121,44 @@ def test_feature_names_in_recorded():
 def test_get_feature_names_out_before_fit_is_not_fitted():
     with pytest.raises(sklearn.exceptions.NotFittedError):
         GreedySpectralEmbedding().get_feature_names_out()
+
+
+# ---------------------------------------------------------------------- #
+# input conversion: object arrays of numbers, sparse input named
+# ---------------------------------------------------------------------- #
+def _make(cls):
+    params = {"random_state": 0} if "random_state" in cls().get_params() else {}
+    if cls is GreedySpectralClustering:
+        params["n_clusters"] = 2
+    if cls in (GreedySpectralEmbedding, GreedySpectralClustering):
+        params["gamma"] = 0.05
+    return cls(**params)
+
+
+def _out(est, X):
+    return est.fit(X).labels_ if isinstance(est, GreedySpectralClustering) \
+        else est.fit_transform(X)
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
+def test_object_array_of_numbers_is_converted(cls):
+    X = _data(120)
+    np.testing.assert_array_equal(_out(_make(cls), X.astype(object)), _out(_make(cls), X))
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
+def test_sparse_input_is_named(cls):
+    import dask.array as da
+    import scipy.sparse as sp
+
+    X = sp.csr_matrix(_data(120))
+    with pytest.raises(InvalidInputError, match=r"X is sparse \(csr_matrix\).*toarray"):
+        _make(cls).fit(X)
+    lazy = da.from_array(X, chunks=(60, 3), asarray=False)
+    with pytest.raises(InvalidInputError, match="sparse chunks.*map_blocks"):
+        _make(cls).fit(lazy)
+
+
+def test_object_array_of_strings_is_named():
+    with pytest.raises(InvalidInputError, match="object array that does not convert"):
+        GreedySpectralEmbedding().fit(np.array([["a", "b"], ["c", "d"]], dtype=object))
