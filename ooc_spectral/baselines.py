@@ -1127,6 +1127,8 @@ class GaussianProjectionEmbedding(_KernelEmbeddingBase):
         kernel, gamma = _resolve_kernel(self, source, seed)
         scratch = _Scratch(source.kind == "numpy", self.workdir)
         X = source.to_dask(_task_rows(source, self.chunk_rows))
+        # every pass checks its blocks finite (a NaN would give a NaN embedding, silently)
+        X = X.map_blocks(_finite_block, chunk_starts=source.chunk_starts, dtype=X.dtype)
         rows = X.chunks[0]
         timings = {}
 

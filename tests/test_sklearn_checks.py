@@ -3,8 +3,7 @@
 Each expected failure is listed with a one-line reason. The ones marked WORDING
 fail only because scikit-learn's check matches its own message text while ours
 names the problem differently; the ones marked SMALL-DATA are checks on 1-10
-rows that a method with a minimum size cannot pass; the ones marked DEFECT are
-real gaps still open in issue 15.
+rows that a method with a minimum size cannot pass.
 """
 
 import warnings
@@ -57,7 +56,8 @@ EXTRA = {
     },
     "GaussianProjectionEmbedding": {
         "check_estimators_nan_inf":
-            "DEFECT (issue 15 open): fit does not check NaN/inf before its first product",
+            "SMALL-DATA: n_components + oversampling exceed the check's 10 rows, refused "
+            "before the data are read (NaN/inf: test_gaussian_projection_fit_checks_finite)",
         "check_fit2d_1feature":
             "SMALL-DATA: n_components + oversampling = 11 columns exceed the check's 10 rows",
     },

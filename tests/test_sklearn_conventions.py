@@ -162,3 +162,11 @@ def test_sparse_input_is_named(cls):
 def test_object_array_of_strings_is_named():
     with pytest.raises(InvalidInputError, match="object array that does not convert"):
         GreedySpectralEmbedding().fit(np.array([["a", "b"], ["c", "d"]], dtype=object))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_gaussian_projection_fit_checks_finite(bad):
+    X = _data(150)
+    X[77, 1] = bad
+    with pytest.raises(NonFiniteInputError, match="row 77, column 1"):
+        GaussianProjectionEmbedding(gamma=0.5, random_state=0).fit(X)
