@@ -77,6 +77,9 @@ class IncrementalFit:
     dictionary: Dictionary | None = None
     spectral_map: SpectralMap | None = None
     stats: dict | None = None
+    #: Eigenvectors (in dictionary coordinates) whose signs the first solve keeps,
+    #: when the fit continues one made elsewhere (:mod:`ooc_spectral.append`).
+    reference_components: np.ndarray | None = None
 
     def __post_init__(self):
         c = self.config
@@ -100,27 +103,43 @@ class IncrementalFit:
         """Scan, accumulate and re-solve with one more batch.
 
         ``keep``: the batch can be read again later (it is kept by reference).
+        The three steps are also public, for callers that time them
+        (:mod:`ooc_spectral.append`).
         """
-        c = self.config
+        first = self.scan_batch(source)
+        self.accumulate_batch(source, first, keep=keep)
+        return self.solve()
+
+    def scan_batch(self, source: DataSource) -> int:
+        """Pass 1 on a new batch: add its rows beyond ``tol``; returns its first row number."""
         if source.n_features != self.n_features:
             raise InvalidInputError(
                 f"X has {source.n_features} features, but the first batch had "
                 f"{self.n_features}; every batch must have the same columns")
         first = self.n_samples
-        old_size = self.state.size
         self._scan(source, first, len(self.batches))
-        dictionary = self.state.freeze(c.solver)
-        if dictionary.size > old_size:
-            for b in self.batches:
+        return first
+
+    def accumulate_batch(self, source: DataSource, first: int, *, keep: bool) -> Dictionary:
+        """Pass 2 on the new batch, after extending the earlier batches to a grown dictionary."""
+        dictionary = self.state.freeze(self.config.solver)
+        for b in self.batches:
+            if b.size < dictionary.size:
                 self._extend(b, dictionary)
         moments = self._moments(source, dictionary)
         self.batches.append(Batch(first, source.n_rows, moments, dictionary.size,
                                   source if keep else None))
+        self.dictionary = dictionary
+        return dictionary
+
+    def solve(self) -> SpectralMap:
+        """The eigensolve on the sum of every batch's moments (signs kept from the last map)."""
         total = self.batches[0].moments
         for b in self.batches[1:]:
             total = combine(total, b.moments)
-        self.dictionary, self.stats = dictionary, total
-        self.spectral_map = self._keep_signs(solve_additive(dictionary, total, c.n_components))
+        self.stats = total
+        self.spectral_map = self._keep_signs(
+            solve_additive(self.dictionary, total, self.config.n_components))
         return self.spectral_map
 
     def _keep_signs(self, smap: SpectralMap) -> SpectralMap:
@@ -130,9 +149,10 @@ class IncrementalFit:
         the previous eigenvectors, padded with zeros, are comparable directly.
         """
         prev = self.spectral_map
-        if prev is None:
+        W_old = prev.components if prev is not None else self.reference_components
+        if W_old is None:
             return smap
-        W_old, W = prev.components, smap.components
+        W = smap.components
         k = min(W_old.shape[1], W.shape[1])
         dots = np.einsum("ij,ij->j", W[: W_old.shape[0], :k], W_old[:, :k])
         signs = np.ones(W.shape[1])

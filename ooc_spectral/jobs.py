@@ -131,7 +131,19 @@ def run_fit_job(job: FitJob) -> dict:
     with rundir:
         rundir.acquire(description=f"fit {job.input}")
         extra = {**job.attrs, "input_fingerprint": fingerprint}
-        resuming = rundir.begin(resolved, overwrite=job.overwrite, extra=extra)
+        overwrite = job.overwrite
+        if not overwrite:  # rows appended to the input of a finished fit: update it
+            from .append import plan_append
+
+            plan, why = plan_append(rundir.run_attrs(), resolved, source, config,
+                                    rundir.checkpoint(job.checkpoint_every), fingerprint)
+            if plan is not None:
+                return _run_update_job(job, rundir, plan, source, config, resolved, fingerprint)
+            if why:
+                log.warning("the input %s has more rows than the fit in %s, but %s: fitting "
+                            "every row again", job.input, job.outdir, why)
+                overwrite = True
+        resuming = rundir.begin(resolved, overwrite=overwrite, extra=extra)
         if resuming:
             resuming = _same_input_or_restart(rundir, resolved, fingerprint, extra)
         if resuming and rundir.status() == "complete":
@@ -162,6 +174,7 @@ def run_fit_job(job: FitJob) -> dict:
                     est = GreedySpectralEmbedding(**config.to_json())
                     est._set_fitted(result)
                     est.save(Path(job.outdir) / "model", overwrite=True)
+                    base_rows = _keep_update_base(rundir, job, config, source, result)
                 workers = len(client.scheduler_info().get("workers", {}))
             report = {
                 "status": "complete",
@@ -196,11 +209,102 @@ def run_fit_job(job: FitJob) -> dict:
                 "finished": _now(),
             }
             rundir.write_report(report)
-            rundir.mark("complete", finished=report["finished"])  # the marker, last
+            rundir.mark("complete", finished=report["finished"],  # the marker, last
+                        update_base=base_rows)
             return report
         except BaseException as exc:
             _mark_stopped(rundir, exc)
             raise
+
+
+def _keep_update_base(rundir: RunDirectory, job: FitJob, config: FitConfig, source: DataSource,
+                      result) -> int | None:
+    """Save what an update with appended rows starts from; its row count, or None."""
+    from .append import append_anchor, save_base, update_supported
+
+    anchor = append_anchor(source)
+    if anchor is None or result.exact or result.scan_state is None or result.stats is None \
+            or not update_supported(config)[0]:
+        return None
+    save_base(rundir.checkpoint(job.checkpoint_every), source.n_rows, result.scan_state,
+              result.stats, result.spectral_map.components, result.gamma, anchor)
+    return source.n_rows
+
+
+def _run_update_job(job: FitJob, rundir: RunDirectory, plan, source: DataSource,
+                    config: FitConfig, resolved: dict, fingerprint: dict | None) -> dict:
+    """Update the finished fit in OUTDIR with the rows appended to its input (issue 16)."""
+    from .append import run_update
+    from .estimator import GreedySpectralEmbedding
+
+    log.info("the input %s has %d rows appended after the %d fitted in %s: updating the fit",
+             job.input, source.n_rows - plan.rows_before, plan.rows_before, job.outdir)
+    t0 = time.perf_counter()
+    timings: dict = {}
+
+    @contextlib.contextmanager
+    def stage(name):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            timings[name] = round(timings.get(name, 0.0) + time.perf_counter() - t, 4)
+
+    try:
+        with MemorySampler() as sampler, dask_client(job.cluster) as client, \
+                _performance_report(job.performance_report):
+            executor = Executor(client, on_progress=ProgressLog().parts)
+            what, update = run_update(
+                plan, outdir=str(rundir.path.resolve()), rundir=rundir, source=source,
+                config=config, resolved=resolved, fingerprint=fingerprint, executor=executor,
+                checkpoint=rundir.checkpoint(job.checkpoint_every), stage=stage)
+            workers = len(client.scheduler_info().get("workers", {}))
+        est = load_model(GreedySpectralEmbedding, Path(job.outdir) / "model")
+        stages = {**what.timings, **timings}
+        report = {
+            "status": "complete",
+            "input": resolved["input"],
+            "input_fingerprint": fingerprint,
+            "outdir": str(Path(job.outdir).resolve()),
+            "n_samples": source.n_rows,
+            "n_features": source.n_features,
+            "n_components": config.n_components,
+            "kernel": config.kernel,
+            "gamma": est.gamma_,
+            "tol": config.tol,
+            "dictionary_size": int(est.dictionary_.shape[0]),
+            "max_residual": update["max_residual"],
+            "max_residual_row": update["max_residual_row"],
+            "eigenvalue_error_bound": update["eigenvalue_error_bound"],
+            "eigenvalues": [float(v) for v in est.eigenvalues_],
+            "normalization": config.normalization,
+            "update": {
+                "rows_before": what.rows_before, "rows_added": what.rows_added,
+                "dictionary_before": what.dictionary_before,
+                "dictionary_points_added": what.dictionary_after - what.dictionary_before,
+                "eigenvalue_order_changed": what.order_changed,
+                "signs": "kept consistent with the previous model",
+                "resumed": plan.phase == "write",
+            },
+            "stages": {name: {"seconds": sec} for name, sec in stages.items()},
+            "wall_seconds": round(time.perf_counter() - t0, 4),
+            "peak_memory_bytes": sampler.peak,
+            "workers": workers,
+            "scheduler": job.cluster.address or "embedded LocalCluster",
+            "resumed_stages": ["pass3"] if plan.phase == "write" else [],
+            "config": resolved,
+            "config_hash": config_hash(resolved),
+            "versions": package_versions(),
+            "finished": _now(),
+        }
+        rundir.write_report(report)
+        rundir.mark("complete", finished=report["finished"], update=None,
+                    update_base=source.n_rows,
+                    last_update={k: report["update"][k] for k in ("rows_before", "rows_added")})
+        return report
+    except BaseException as exc:
+        _mark_stopped(rundir, exc)
+        raise
 
 
 @dataclass

@@ -168,6 +168,10 @@ class FitResult:
     timings: dict = field(default_factory=dict)
     peak_memory: dict = field(default_factory=dict)
     resumed: list = field(default_factory=list)
+    #: Pass 2's statistics and the scan's final state (what an update of the
+    #: fit with appended rows starts from, :mod:`ooc_spectral.append`).
+    stats: dict | None = None
+    scan_state: Any = None
 
 
 class FitRun:
@@ -614,5 +618,5 @@ class FitRun:
             eigenvalue_error_bound=(eigenvalue_error_bound(stats, dictionary.size)
                                     if c.normalization == "additive" else None),
             timings=dict(self.timings), peak_memory=dict(self.peak_memory),
-            resumed=list(self.resumed),
+            resumed=list(self.resumed), stats=stats, scan_state=getattr(self, "_state", None),
         )
