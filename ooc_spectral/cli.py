@@ -135,7 +135,7 @@ def cmd_fit(args) -> dict:
     report = run_fit_job(job)
     return {k: report.get(k) for k in ("status", "outdir", "n_samples", "dictionary_size",
                                        "max_residual", "gamma", "wall_seconds", "resumed_stages",
-                                       "config_hash")}
+                                       "config_hash", "update")}
 
 
 def cmd_transform(args) -> dict:
