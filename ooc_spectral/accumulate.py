@@ -29,11 +29,16 @@ Four kinds of statistics:
 The tasks are grouped in at most :data:`~ooc_spectral.planning.MAX_SEGMENTS`
 segments of consecutive chunks; each segment is reduced into one partial, which
 a checkpoint can store, and the partials are folded in segment order.
-Nothing n x m is ever held: a task holds one c x m block.
+Nothing n x m is ever held: a task holds one c x m block. With ``block_rows``
+(:func:`~ooc_spectral.planning.plan_block_rows`) a task walks its rows in
+sub-blocks of that many rows and folds their partials in row order with the
+same :func:`combine`, so its kernel block stays within the memory budget
+whatever the dictionary size and the storage chunks.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Protocol
 
 import dask
@@ -72,6 +77,28 @@ SPLIT_EVERY = 8
 # --------------------------------------------------------------------------- #
 # chunk functions: pure NumPy over (block, small state) -> small dict
 # --------------------------------------------------------------------------- #
+def in_sub_blocks(func):
+    """Let a chunk function take ``block_rows``: its rows in sub-blocks of that many.
+
+    The sub-blocks' partials are folded in row order as they come (one partial
+    held at a time), with :func:`combine`, the reduction's own update.
+    """
+
+    @functools.wraps(func)
+    def wrapper(block, dictionary, offset, *args, block_rows=None, **kwargs):
+        n = len(block)
+        if block_rows is None or n <= int(block_rows):
+            return func(block, dictionary, offset, *args, **kwargs)
+        step = int(block_rows)
+        out = None
+        for a in range(0, n, step):
+            part = func(block[a:a + step], dictionary, int(offset) + a, *args, **kwargs)
+            out = part if out is None else combine(out, part)
+        return out
+
+    return wrapper
+
+
 def _project(block, dictionary: Dictionary, offset: int, chunk_starts, orthogonal=True):
     X = np.ascontiguousarray(block, dtype=np.float64)
     check_finite(X, offset, chunk_starts=chunk_starts)
@@ -111,6 +138,7 @@ def _row_sums(Z: np.ndarray, kx: np.ndarray) -> dict:
             "sum_dhat": float(np.maximum(dhat, 0.0).sum())}
 
 
+@in_sub_blocks
 def chunk_moments(block, dictionary: Dictionary, offset: int, chunk_starts=None,
                   tol_check=None) -> dict:
     """``n``, mean and centred sum of squares of the coordinates ``z = L^-1 k(D, x)``.
@@ -140,6 +168,7 @@ def chunk_moments(block, dictionary: Dictionary, offset: int, chunk_starts=None,
             **_certificate(delta, offset, X, tol_check)}
 
 
+@in_sub_blocks
 def chunk_cross_moments(block, dictionary: Dictionary, offset: int, old_size: int,
                         chunk_starts=None) -> dict:
     """Co-moments of the coordinates on the points added after the first ``old_size``.
@@ -166,6 +195,7 @@ def chunk_cross_moments(block, dictionary: Dictionary, offset: int, old_size: in
             **_certificate(delta, offset)}
 
 
+@in_sub_blocks
 def chunk_kernel_cross(block, dictionary: Dictionary, offset: int, old_size: int,
                        chunk_starts=None) -> dict:
     """Co-moments of the kernel rows on the old points with those on the new ones.
@@ -185,6 +215,7 @@ def chunk_kernel_cross(block, dictionary: Dictionary, offset: int, old_size: int
             "sq_new": 0.0, "kernel_space": True}
 
 
+@in_sub_blocks
 def chunk_ksums(block, dictionary: Dictionary, offset: int, chunk_starts=None) -> dict:
     """``n`` and ``sum k`` of one chunk: a kernel block, no projection.
 
@@ -197,6 +228,7 @@ def chunk_ksums(block, dictionary: Dictionary, offset: int, chunk_starts=None) -
     return {"kind": "ksums", "n": K.shape[0], "sum": K.sum(axis=0)}
 
 
+@in_sub_blocks
 def chunk_gram(block, dictionary: Dictionary, offset: int, chunk_starts=None,
                tol_check=None) -> dict:
     """``n`` and ``S = sum y y'`` of one chunk (divisive with subset degrees)."""
@@ -205,6 +237,7 @@ def chunk_gram(block, dictionary: Dictionary, offset: int, chunk_starts=None,
             **_certificate(delta, offset, X, tol_check)}
 
 
+@in_sub_blocks
 def chunk_degrees(block, dictionary: Dictionary, offset: int, total: np.ndarray,
                   chunk_starts=None, tol_check=None) -> dict:
     """``S = sum y y' / d``, the smallest degree ``d = y . total`` and the certificate."""
@@ -317,7 +350,7 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
                chunk_starts=None, total: np.ndarray | None = None,
                store: PartialStore | None = None, stage: str | None = None,
                max_segments: int = MAX_SEGMENTS, tol_check: float | None = None,
-               old_size: int | None = None) -> dict:
+               old_size: int | None = None, block_rows: int | None = None) -> dict:
     """Run one parallel pass over the row chunks of the dask array ``X``.
 
     Parameters
@@ -339,6 +372,8 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
         in row order, at most ``VIOLATOR_CAP + 1``): the prefix scan's check.
     old_size : int, optional
         For ``kind="cross"``: the dictionary size the ``moments`` were made with.
+    block_rows : int, optional
+        Each task walks its rows in sub-blocks of this many rows (memory bound).
 
     Returns
     -------
@@ -363,6 +398,8 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
             partials[s] = found
             continue
         check = {} if tol_check is None else {"tol_check": float(tol_check)}
+        if block_rows is not None:
+            check["block_rows"] = int(block_rows)
         tasks = [dask.delayed(func, pure=True)(blocks[i], d_key, int(offsets[i]), *extra,
                                                chunk_starts=starts_key, **check)
                  for i in seg]
@@ -443,7 +480,7 @@ def extend_moments_kernel(moments: dict, kcross: dict, dictionary: Dictionary, o
 
 def extension_pass(X, dictionary: Dictionary, moments: dict, old_size: int, *,
                    executor: Executor, chunk_starts=None, store: PartialStore | None = None,
-                   stage: str | None = None) -> tuple[dict, bool]:
+                   stage: str | None = None, block_rows: int | None = None) -> tuple[dict, bool]:
     """Bring ``moments`` (on the first ``old_size`` points) to the grown ``dictionary``.
 
     One pass over X: the fast kernel-space one when the grown factor is well
@@ -455,7 +492,7 @@ def extension_pass(X, dictionary: Dictionary, moments: dict, old_size: int, *,
     fast = kernel_cross_is_accurate(dictionary)
     kind = "kernel_cross" if fast else "cross"
     part = accumulate(X, dictionary, kind, old_size=old_size, executor=executor,
-                      chunk_starts=chunk_starts, store=store,
+                      chunk_starts=chunk_starts, store=store, block_rows=block_rows,
                       stage=None if stage is None else f"{kind}-{stage}")
     if fast:
         return extend_moments_kernel(moments, part, dictionary, old_size), False

@@ -53,11 +53,19 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def _add_cluster(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("cluster (default: an embedded LocalCluster)")
+    g = p.add_argument_group("engine and cluster (default: threads in this process for inputs "
+                             "up to 1 GiB, an embedded LocalCluster for larger ones)")
+    g.add_argument("--engine", choices=("auto", "threads", "cluster"), default="auto",
+                   help="where the parallel passes run without --scheduler: threads in this "
+                   "process (no start-up cost), an embedded LocalCluster of worker processes "
+                   "(held to --memory-limit), or auto: threads for inputs of at most 1 GiB "
+                   "stored, the cluster for larger ones or when --memory-limit is given "
+                   "(default: auto)")
     g.add_argument("--scheduler", metavar="ADDRESS", default=None,
                    help="address of an existing dask scheduler (default: $DASK_SCHEDULER_ADDRESS)")
     g.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="worker processes of the embedded cluster (default: number of cores)")
+                   help="worker processes of the embedded cluster (default: number of cores); "
+                   "the threads engine runs WORKERS x THREADS-PER-WORKER threads")
     g.add_argument("--threads-per-worker", type=int, default=1, metavar="T")
     g.add_argument("--memory-limit", default="auto", metavar="SIZE",
                    help="per worker of the embedded cluster, e.g. 4GiB (default: auto)")
@@ -97,7 +105,8 @@ def _cluster_options(args):
     check_memory_limit(args.memory_limit)  # exit 2 before any work
     return ClusterOptions(scheduler=args.scheduler, workers=args.workers,
                           threads_per_worker=args.threads_per_worker,
-                          memory_limit=args.memory_limit, quiet=bool(args.quiet))
+                          memory_limit=args.memory_limit, quiet=bool(args.quiet),
+                          engine=args.engine)
 
 
 # --------------------------------------------------------------------------- #

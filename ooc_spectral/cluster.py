@@ -1,4 +1,15 @@
-"""Where the parallel passes run: an existing dask cluster or an embedded one.
+"""Where the parallel passes run: an existing dask cluster, an embedded one, or threads.
+
+:func:`compute_engine` picks the engine of a job (:class:`Engine`):
+
+- ``--scheduler`` (or ``$DASK_SCHEDULER_ADDRESS``): that cluster;
+- ``--engine cluster``: an embedded ``LocalCluster`` (below);
+- ``--engine threads``: dask's threaded scheduler in this process
+  (``workers x threads_per_worker`` threads; BLAS pinned to one thread per task);
+- ``--engine auto`` (the default): threads for inputs of at most
+  :data:`THREADS_MAX_BYTES` stored bytes, the ``LocalCluster`` for larger ones,
+  and always the cluster when a per-worker ``--memory-limit`` is given (only
+  worker processes can be held to it) or dask's performance report is asked for.
 
 :func:`dask_client` yields a ``distributed.Client``:
 
@@ -18,7 +29,15 @@ import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-__all__ = ["ClusterOptions", "dask_client"]
+__all__ = ["ClusterOptions", "dask_client", "compute_engine", "choose_engine", "Engine",
+           "ENGINES", "THREADS_MAX_BYTES"]
+
+#: Engines of ``--engine``.
+ENGINES = ("auto", "threads", "cluster")
+#: ``--engine auto`` runs inputs of at most this many stored bytes on threads in this
+#: process, larger ones on the embedded LocalCluster (dask config
+#: ``ooc-spectral.threads-max-bytes``). See :func:`choose_engine` for the measurement.
+THREADS_MAX_BYTES = 2**30
 
 log = logging.getLogger("ooc_spectral")
 
@@ -40,6 +59,9 @@ class ClusterOptions:
     quiet : bool
         Keep the embedded cluster's and distributed's logs (nanny warnings,
         worker tracebacks) off stderr: only ooc_spectral's own messages remain.
+    engine : {"auto", "threads", "cluster"}
+        Without a scheduler address: threads in this process, the embedded
+        ``LocalCluster``, or by input size (:func:`choose_engine`).
     """
 
     scheduler: str | None = None
@@ -47,6 +69,7 @@ class ClusterOptions:
     threads_per_worker: int = 1
     memory_limit: str = "auto"
     quiet: bool = False
+    engine: str = "auto"
 
     @property
     def address(self) -> str | None:
@@ -219,3 +242,117 @@ def dask_client(options: ClusterOptions):
             Client(cluster) as client:
         log.debug("dask dashboard: %s", client.dashboard_link)
         yield client
+
+
+def _threads_max_bytes() -> int:
+    import dask
+    from dask.utils import parse_bytes
+
+    value = dask.config.get("ooc-spectral.threads-max-bytes", THREADS_MAX_BYTES)
+    return int(parse_bytes(value)) if isinstance(value, str) else int(value)
+
+
+def choose_engine(options: ClusterOptions, input_bytes: int | None = None, *,
+                  needs_cluster: bool = False) -> tuple[str, str]:
+    """``("threads" | "cluster", why)`` for a job reading ``input_bytes`` stored bytes.
+
+    A scheduler address always means that cluster. ``auto`` takes the threads
+    in this process for inputs of at most :data:`THREADS_MAX_BYTES`: they start
+    in no time, where the embedded ``LocalCluster`` costs seconds to start and
+    stop (measured in ``workflows/bench/engines.py``: ``workflows/bench/results/
+    engines.md``), and run the passes at the same rate. Larger inputs take the
+    cluster: its worker processes are held to a memory limit and restarted if
+    they exceed it, which a run of many minutes is worth a few seconds. A given
+    ``--memory-limit`` or ``needs_cluster`` (dask's performance report) also
+    takes the cluster.
+    """
+    from .exceptions import InvalidParameterError
+
+    engine = options.engine or "auto"
+    if engine not in ENGINES:
+        raise InvalidParameterError(f"--engine {engine!r} is not one of {', '.join(ENGINES)}")
+    if options.address:
+        if engine == "threads":
+            raise InvalidParameterError(
+                "--engine threads runs in this process, but a scheduler address is given "
+                f"({options.address}); drop one of them")
+        return "cluster", f"the dask scheduler at {options.address}"
+    if engine != "auto":
+        return engine, f"--engine {engine}"
+    if needs_cluster:
+        return "cluster", "dask's performance report needs a distributed cluster"
+    if check_memory_limit(options.memory_limit) is not None:
+        return "cluster", "a per-worker --memory-limit is only enforced on worker processes"
+    limit = _threads_max_bytes()
+    if input_bytes is not None and int(input_bytes) <= limit:
+        return "threads", (f"the input ({int(input_bytes) / 2**20:.0f} MiB) is at most "
+                           f"{limit / 2**20:.0f} MiB")
+    return "cluster", (f"the input is larger than {limit / 2**20:.0f} MiB"
+                       if input_bytes is not None else "the input size is unknown")
+
+
+@dataclass
+class Engine:
+    """Where a job's parallel passes run (what :func:`compute_engine` yields).
+
+    Attributes
+    ----------
+    kind : {"threads", "cluster"}
+    client : distributed.Client or None
+        None for the threads in this process.
+    threads : int
+        Task slots: the workers' threads, or this process's threads.
+    reason : str
+        Why this engine (for the log and the report).
+    description : str
+    """
+
+    kind: str
+    client: object
+    threads: int
+    reason: str
+    description: str
+    memory_limit: int | None = None
+    threads_per_worker: int = 1
+
+    @property
+    def workers(self) -> int:
+        if self.client is None:
+            return 1
+        try:
+            return len(self.client.scheduler_info().get("workers", {}))
+        except Exception:
+            return 0
+
+    def executor(self, on_progress=None):
+        """An :class:`~ooc_spectral.execution.Executor` on this engine."""
+        from .execution import Executor
+
+        if self.client is None:
+            return Executor(None, on_progress=on_progress, local=True, threads=self.threads)
+        return Executor(self.client, on_progress=on_progress)
+
+    def report(self) -> dict:
+        """The engine's entries of ``report.json``."""
+        return {"engine": self.kind, "engine_reason": self.reason, "threads": self.threads,
+                "workers": self.workers, "scheduler": self.description}
+
+
+@contextmanager
+def compute_engine(options: ClusterOptions, input_bytes: int | None = None, *,
+                   needs_cluster: bool = False):
+    """The :class:`Engine` of a job for the duration of the block (see :func:`choose_engine`)."""
+    import dask
+
+    kind, why = choose_engine(options, input_bytes, needs_cluster=needs_cluster)
+    if kind == "cluster":
+        with dask_client(options) as client:
+            from .execution import task_threads
+
+            desc = options.address or "embedded LocalCluster"
+            yield Engine("cluster", client, task_threads(client), why, desc)
+        return
+    threads = (options.workers or os.cpu_count() or 1) * max(1, int(options.threads_per_worker))
+    log.info("running on %d threads in this process (%s)", threads, why)
+    with dask.config.set(scheduler="threads", num_workers=threads):
+        yield Engine("threads", None, threads, why, f"{threads} threads in this process")

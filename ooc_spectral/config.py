@@ -85,8 +85,14 @@ class FitConfig:
         "chunk) or trsm (a triangular solve per chunk, then the eigenvectors)", type=str,
         choices=("gemm", "trsm"))
     chunk_rows: int | None = _param(
-        None, "rows per task of the parallel passes (rounded up to whole storage chunks); "
-        "default: planned from a memory budget", type=int, low=1, none=True)
+        None, "rows per task of the parallel passes, used as given (a task may read a row "
+        "range of a storage chunk); default: whole storage chunks, split so that every thread "
+        "has at least two tasks; kernel blocks stay within the task memory budget either way",
+        type=int, low=1, none=True)
+    output_dtype: str = _param(
+        "float64", "dtype of the stored embedding: float64, or float32 (half the write-back "
+        "and the disk; values computed in float64, then rounded)", type=str,
+        choices=("float64", "float32"))
     random_state: int | None = _param(
         None, "seed of the visiting order and of every sample", type=int, low=0, none=True)
 

@@ -11,9 +11,9 @@ from ._validation import check_fitted
 from .config import FitConfig
 from .eigensolve import SpectralMap
 from .exceptions import InvalidInputError
-from .execution import compute
+from .execution import compute, task_threads
 from .pipeline import FitResult, FitRun
-from .planning import plan_task_rows
+from .planning import plan_block_rows, plan_tasks
 from .source import open_source
 from .writeback import embedding_graph
 
@@ -114,8 +114,15 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         eigenvectors. Both pass the exactness tests at ``tol=1e-8``. Pass 2
         always solves: it needs every row's coordinates for the certificate.
     chunk_rows : int, default=None
-        Rows per task of the parallel passes, rounded up to whole storage
-        chunks. None: planned so that one task works in about 256 MiB.
+        Rows per task of the parallel passes, used as given (a task may read a
+        row range of a storage chunk). None: whole storage chunks, split so that
+        every thread has at least two tasks. Either way each task works in
+        sub-blocks whose kernel block keeps it within about 256 MiB, whatever
+        the dictionary size.
+    output_dtype : {"float64", "float32"}, default="float64"
+        dtype of ``embedding_`` and of ``transform``'s output. The values are
+        computed in float64 and rounded once: float32 halves the write-back and
+        the output on disk, at float32 precision (relative 6e-8).
     random_state : int, RandomState or Generator, default=None
         Seed of the visiting order and of every sample. The same seed gives the
         same dictionary whatever the chunking, workers or threads.
@@ -168,7 +175,7 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
                  affine=True,
                  normalization="additive", degree_estimate="exact", degree_subset_size=1000,
                  drop_first=True, sample_size=20000, solver="gemm", chunk_rows=None,
-                 random_state=None):
+                 output_dtype="float64", random_state=None):
         self.n_components = n_components
         self.kernel = kernel
         self.gamma = gamma
@@ -188,6 +195,7 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         self.sample_size = sample_size
         self.solver = solver
         self.chunk_rows = chunk_rows
+        self.output_dtype = output_dtype
         self.random_state = random_state
 
     # ------------------------------------------------------------------ #
@@ -205,7 +213,7 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         y : ignored
         output : str or os.PathLike, optional
             Path/URL of a zarr group; the embedding is written there as the
-            array ``embedding`` (n x p, float64, chunks aligned with X's rows)
+            array ``embedding`` (n x p, ``output_dtype``, chunks aligned with the tasks' rows)
             and ``embedding_`` reads it back lazily. The location is checked
             before any work starts.
 
@@ -318,10 +326,14 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
                 f"with {self.n_features_in_} features; pass rows with the training columns"
             )
         # Rows are checked finite block by block inside the projection.
-        rows = plan_task_rows(source.n_rows, source.n_features, source.storage_chunk_rows,
-                              smap.dictionary.size, requested=self.chunk_rows,
-                              itemsize=source.itemsize)
-        out = embedding_graph(source.to_dask(rows), smap, chunk_starts=source.chunk_starts)
+        plan = plan_tasks(source.n_rows, source.n_features, source.storage_chunk_rows,
+                          threads=task_threads(), requested=self.chunk_rows,
+                          itemsize=source.itemsize)
+        block = plan_block_rows(plan.rows, source.n_features, smap.dictionary.size,
+                                itemsize=source.itemsize)
+        dtype = FitConfig.from_params({"output_dtype": self.output_dtype}).output_dtype
+        out = embedding_graph(source.to_dask(plan.rows), smap, chunk_starts=source.chunk_starts,
+                              block_rows=block, dtype=dtype)
         return compute(out)[0] if source.kind == "numpy" else out
 
     # ------------------------------------------------------------------ #

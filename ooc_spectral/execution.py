@@ -8,8 +8,14 @@ is done, so a checkpoint can record it and a progress line can count it:
 - under a distributed ``Client`` (the default client, or one given): all parts
   are submitted at once and collected with ``as_completed``; lost workers'
   tasks are recomputed by the scheduler;
-- otherwise: parts are computed in small batches with ``dask.compute`` (the
-  threaded scheduler, or whatever ``dask.config`` says).
+- otherwise: all parts are computed in one ``dask.compute`` with the threaded
+  scheduler (``threads`` threads in this process), or whatever ``dask.config``
+  says; each part is handed over as soon as its last task finishes (a dask
+  callback, in this thread), so there is no barrier between batches.
+
+:attr:`Executor.threads` (the task slots: every worker's threads, or the
+threads of this process) and :attr:`Executor.task_memory` (the budget of one
+task) are what :func:`~ooc_spectral.planning.plan_tasks` plans with.
 
 Objects every task needs (the dictionary, the spectral map) are put in the
 graph once with :func:`shared`, as a single key, not copied into each task.
@@ -29,7 +35,8 @@ from threadpoolctl import threadpool_limits
 
 from .exceptions import WorkerMemoryError, WorkersLostError
 
-__all__ = ["Executor", "PartProgress", "shared", "active_client", "compute", "task_blas_threads"]
+__all__ = ["Executor", "PartProgress", "shared", "active_client", "compute", "task_blas_threads",
+           "task_threads", "task_memory_budget"]
 
 
 @contextmanager
@@ -54,6 +61,48 @@ def compute(*collections):
     """``dask.compute`` with :func:`task_blas_threads`."""
     with task_blas_threads():
         return dask.compute(*collections)
+
+
+def task_threads(client=None) -> int:
+    """Task slots of the scheduler: the client's workers' threads, else this process's."""
+    if client is None:
+        client = active_client()
+    if client is not None:
+        try:
+            workers = client.scheduler_info().get("workers", {}).values()
+            total = sum(int(w.get("nthreads", 1)) for w in workers)
+        except Exception:
+            total = 0
+        if total:
+            return total
+    return int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
+
+
+#: Share of a worker's memory limit the tasks of a worker may use together (the rest:
+#: the worker process itself and dask's margins before it pauses or restarts a worker).
+TASK_MEMORY_FRACTION = 0.6
+
+
+def task_memory_budget(memory_limit: int | None, threads_per_worker: int = 1) -> int:
+    """Memory budget of one task: :data:`~ooc_spectral.planning.DEFAULT_TASK_MEMORY`,
+    or less when a worker's ``memory_limit`` (shared by its ``threads_per_worker``
+    tasks) needs it: ``(0.6 limit - worker baseline) / threads``, at least 32 MiB.
+
+    The dask config ``ooc-spectral.task-memory`` (env
+    ``DASK_OOC_SPECTRAL__TASK_MEMORY``, e.g. ``512MiB``) sets it instead.
+    """
+    from dask.utils import parse_bytes
+
+    from .cluster import WORKER_BASELINE
+    from .planning import DEFAULT_TASK_MEMORY
+
+    given = dask.config.get("ooc-spectral.task-memory", None)
+    if given:
+        return int(parse_bytes(given) if isinstance(given, str) else given)
+    if not memory_limit:
+        return DEFAULT_TASK_MEMORY
+    share = (TASK_MEMORY_FRACTION * int(memory_limit) - WORKER_BASELINE) // max(1, int(threads_per_worker))
+    return int(max(32 * 2**20, min(DEFAULT_TASK_MEMORY, share)))
 
 
 def shared(obj: Any):
@@ -90,9 +139,17 @@ class Executor:
     Parameters
     ----------
     client : distributed.Client, optional
-        Defaults to the active default client, if any.
+        Defaults to the active default client, if any (unless ``local``).
     on_progress : callable, optional
         Called with a :class:`PartProgress` after each part.
+    local : bool
+        Run in this process with dask's threaded scheduler even if a default
+        client exists (the embedded engine's choice for small inputs).
+    threads : int, optional
+        Threads of the local engine (default: dask's ``num_workers``, else the cores).
+    task_memory : int, optional
+        Memory budget of one task (default: from the workers' memory limit,
+        :func:`task_memory_budget`).
 
     Notes
     -----
@@ -104,11 +161,21 @@ class Executor:
     what a task needs, :class:`WorkersLostError` otherwise.
     """
 
-    def __init__(self, client=None, on_progress: Callable[[PartProgress], None] | None = None):
-        self.client = client if client is not None else active_client()
+    def __init__(self, client=None, on_progress: Callable[[PartProgress], None] | None = None,
+                 *, local: bool = False, threads: int | None = None,
+                 task_memory: int | None = None):
+        self.client = None if local else (client if client is not None else active_client())
         self.on_progress = on_progress
         self.no_workers_timeout = no_workers_timeout()
         self.memory_limit = worker_memory_limit(self.client) if self.client is not None else None
+        if self.client is not None:
+            self.threads = task_threads(self.client)
+            per_worker = _threads_per_worker(self.client)
+        else:
+            self.threads = int(threads or dask.config.get("num_workers", None) or os.cpu_count() or 1)
+            per_worker = self.threads
+        self.task_memory = int(task_memory) if task_memory else task_memory_budget(
+            self.memory_limit, per_worker)
 
     @property
     def distributed(self) -> bool:
@@ -149,13 +216,37 @@ class Executor:
                 for f in futures:
                     f.release()
             return results
-        batch = max(1, 2 * (os.cpu_count() or 1))
-        for a in range(0, total, batch):
-            chunk = names[a : a + batch]
-            values = compute(*[parts[n] for n in chunk])
-            for n, v in zip(chunk, values):
+        return self._run_local(names, parts, done)
+
+    def _run_local(self, names, parts, done) -> dict:
+        """Every part in one ``dask.compute``; each handed to ``done`` as it finishes."""
+        import dask.threaded
+        from dask.callbacks import Callback
+
+        by_key = {}
+        for n in names:
+            key = getattr(parts[n], "key", None)
+            if key is not None:
+                by_key[key] = n
+        seen: dict = {}
+
+        class _Finished(Callback):
+            def _posttask(self, key, result, dsk, state, worker_id):
+                n = by_key.get(key)
+                if n is not None and n not in seen:
+                    seen[n] = True
+                    done(n, result)
+
+        kwargs = {}
+        if dask.base.get_scheduler() is dask.threaded.get:
+            kwargs["num_workers"] = self.threads
+        with task_blas_threads(), _Finished():
+            values = dask.compute(*[parts[n] for n in names], **kwargs)
+        for n, v in zip(names, values):  # parts whose key the optimizer renamed
+            if n not in seen:
+                seen[n] = True
                 done(n, v)
-        return results
+        return {n: v for n, v in zip(names, values)}
 
     # -- liveness under a distributed client --------------------------------- #
     def _completed(self, label: str, futures):
@@ -203,7 +294,7 @@ class Executor:
         try:
             return fut.result()
         except KilledWorker as exc:
-            raise killed_worker_error(label, exc, self.memory_limit) from None
+            raise killed_worker_error(label, exc, self.memory_limit, self.task_memory) from None
 
 
 #: Seconds between two checks of the cluster while a pass waits for its parts.
@@ -217,6 +308,14 @@ def no_workers_timeout() -> float:
     return float(parse_timedelta(dask.config.get("ooc-spectral.no-workers-timeout", "60s")))
 
 
+def _threads_per_worker(client) -> int:
+    try:
+        workers = client.scheduler_info().get("workers", {}).values()
+        return max([int(w.get("nthreads", 1)) for w in workers] or [1])
+    except Exception:
+        return 1
+
+
 def worker_memory_limit(client) -> int | None:
     """The smallest memory limit of the connected workers (None when unlimited or unknown)."""
     try:
@@ -227,20 +326,22 @@ def worker_memory_limit(client) -> int | None:
     return min(limits) if limits else None
 
 
-def killed_worker_error(label: str, exc: BaseException, memory_limit: int | None):
+def killed_worker_error(label: str, exc: BaseException, memory_limit: int | None,
+                        task_memory: int | None = None):
     """The named error for dask's ``KilledWorker``: too little memory, or workers dying."""
     from .cluster import WORKER_BASELINE, format_bytes, smallest_memory_limit
     from .planning import DEFAULT_TASK_MEMORY
 
     task = getattr(exc, "task", None) or "a task"
+    budget = int(task_memory or DEFAULT_TASK_MEMORY)
     if memory_limit:
-        need = smallest_memory_limit()
+        need = smallest_memory_limit(budget)
         if memory_limit < need:
             return WorkerMemoryError(
                 f"{label}: the workers were killed while running {task}: each worker's memory "
                 f"limit is {format_bytes(memory_limit)}, too small for one task of this run "
                 f"(a worker uses about {format_bytes(WORKER_BASELINE)} before any task, a "
-                f"task up to {format_bytes(DEFAULT_TASK_MEMORY)}); pass --memory-limit "
+                f"task up to {format_bytes(budget)}); pass --memory-limit "
                 f"{format_bytes(need)} or more"
             )
         return WorkersLostError(

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .checkpoint import RunDirectory, _now, config_hash
-from .cluster import ClusterOptions, dask_client
+from .cluster import ClusterOptions, compute_engine, dask_client
 from .config import FitConfig
 from .execution import Executor
 from .monitor import MemorySampler, ProgressLog
 from .persistence import load_model, package_versions
 from .pipeline import FitRun
-from .planning import plan_task_rows
+from .planning import plan_block_rows, plan_tasks
 from .source import DataSource, open_source
 from .writeback import EmbeddingOutput
 
@@ -162,9 +162,11 @@ def run_fit_job(job: FitJob) -> dict:
         t0 = time.perf_counter()
         progress = ProgressLog()
         try:
-            with MemorySampler() as sampler, dask_client(job.cluster) as client, \
+            with MemorySampler() as sampler, \
+                    compute_engine(job.cluster, source.n_rows * source.n_features * source.itemsize,
+                                   needs_cluster=bool(job.performance_report)) as engine, \
                     _performance_report(job.performance_report):
-                executor = Executor(client, on_progress=progress.parts)
+                executor = engine.executor(progress.parts)
                 run = FitRun(config, source, executor=executor,
                              checkpoint=rundir.checkpoint(job.checkpoint_every), resume=resuming,
                              memory_probe=sampler.take_peak, on_scan=progress.scan)
@@ -175,7 +177,7 @@ def run_fit_job(job: FitJob) -> dict:
                     est._set_fitted(result)
                     est.save(Path(job.outdir) / "model", overwrite=True)
                     base_rows = _keep_update_base(rundir, job, config, source, result)
-                workers = len(client.scheduler_info().get("workers", {}))
+                where = engine.report()
             report = {
                 "status": "complete",
                 "input": resolved["input"],
@@ -195,13 +197,15 @@ def run_fit_job(job: FitJob) -> dict:
                 "normalization": config.normalization,
                 "degree_estimate": config.degree_estimate if config.normalization == "divisive" else None,
                 "task_rows": result.task_rows,
+                "tasks": result.tasks,
+                "block_rows": result.block_rows,
+                "output_dtype": config.output_dtype,
                 "stages": {name: {"seconds": round(sec, 4),
                                   "peak_memory_bytes": run.peak_memory.get(name)}
                            for name, sec in run.timings.items()},
                 "wall_seconds": round(time.perf_counter() - t0, 4),
                 "peak_memory_bytes": sampler.peak,
-                "workers": workers,
-                "scheduler": job.cluster.address or "embedded LocalCluster",
+                **where,
                 "resumed_stages": result.resumed,
                 "config": resolved,
                 "config_hash": config_hash(resolved),
@@ -346,14 +350,22 @@ def run_transform_job(job: TransformJob) -> dict:
             return rundir.read_report() or {}
         t0 = time.perf_counter()
         try:
-            out = EmbeddingOutput(job.out, source.n_rows, smap.n_components,
-                                  source.storage_chunk_rows).prepare(resume=resuming)
-            rows = plan_task_rows(source.n_rows, source.n_features, source.storage_chunk_rows,
-                                  smap.dictionary.size, requested=job.chunk_rows,
-                                  itemsize=source.itemsize)
             progress = ProgressLog()
-            with dask_client(job.cluster) as client:
-                out.write(source.to_dask(rows), smap, Executor(client, on_progress=progress.parts))
+            with compute_engine(job.cluster, source.n_rows * source.n_features * source.itemsize
+                                ) as engine:
+                executor = engine.executor(progress.parts)
+                plan = plan_tasks(source.n_rows, source.n_features, source.storage_chunk_rows,
+                                  threads=executor.threads, memory=executor.task_memory,
+                                  requested=job.chunk_rows, itemsize=source.itemsize)
+                if plan.note:
+                    log.warning("--chunk-rows: %s", plan.note)
+                out = EmbeddingOutput(job.out, source.n_rows, smap.n_components,
+                                      plan.output_chunk_rows,
+                                      dtype=est.output_dtype).prepare(resume=resuming)
+                block = plan_block_rows(plan.rows, source.n_features, smap.dictionary.size,
+                                        memory=executor.task_memory, itemsize=source.itemsize)
+                out.write(source.to_dask(out.task_rows(plan.rows)), smap, executor,
+                          block_rows=block)
             out.mark_complete()
             report = {"status": "complete", "model": resolved["model"], "input": resolved["input"],
                       "input_fingerprint": fingerprint,

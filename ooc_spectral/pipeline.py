@@ -39,7 +39,7 @@ from .eigensolve import (SpectralMap, check_n_components, eigenvalue_error_bound
                          solve_divisive, solve_exact, spent_directions)
 from .execution import Executor, compute
 from .kernels import GAMMA_SAMPLE_SIZE, Kernel, SubsetNormalizedKernel, make_kernel, median_heuristic_gamma
-from .planning import VisitOrder, plan_sample, plan_task_rows
+from .planning import VisitOrder, plan_block_rows, plan_sample, plan_tasks
 from .exceptions import (DictionaryError, DictionarySizeError, DictionaryWarning, InvalidInputError,
                          NumericalBreakdownError)
 from .scan import (PIVOT_FLOOR, Dictionary, DictionaryState, ScanProgress, scan_rows, scan_source,
@@ -162,6 +162,9 @@ class FitResult:
     max_residual: float
     max_residual_row: int
     task_rows: int
+    #: tasks of each parallel pass, and rows per sub-block inside a task
+    tasks: int = 0
+    block_rows: int | None = None
     eigenvalue_error_bound: float | None = None
     exact: bool = False
     embedding: Any = None
@@ -210,6 +213,12 @@ class FitRun:
         #: The scan's size limit: ``max_dictionary_size``, or half the rows when
         #: reaching it switches small data to the exact solve (:meth:`run`).
         self._scan_limit = config.max_dictionary_size
+        #: The tasks of the parallel passes, for the executor's threads and budget.
+        self.plan = plan_tasks(source.n_rows, source.n_features, source.storage_chunk_rows,
+                               threads=self.executor.threads, memory=self.executor.task_memory,
+                               requested=config.chunk_rows, itemsize=source.itemsize)
+        if self.plan.note:
+            log.warning("chunk_rows: %s", self.plan.note)
 
     # ------------------------------------------------------------------ #
     @contextmanager
@@ -433,17 +442,22 @@ class FitRun:
     # ------------------------------------------------------------------ #
     # stages: pass 2 and the eigensolve
     # ------------------------------------------------------------------ #
-    def task_rows(self, dictionary_size: int) -> int:
+    def task_rows(self, dictionary_size: int | None = None) -> int:
+        """Rows per task of the parallel passes (:attr:`plan`; not a function of m)."""
+        return self.plan.rows
+
+    def block_rows(self, dictionary_size: int) -> int:
+        """Rows per sub-block of a task with a dictionary of ``dictionary_size`` points."""
         s = self.source
-        return plan_task_rows(s.n_rows, s.n_features, s.storage_chunk_rows, dictionary_size,
-                              requested=self.config.chunk_rows, itemsize=s.itemsize)
+        return plan_block_rows(self.plan.rows, s.n_features, dictionary_size,
+                               memory=self.executor.task_memory, itemsize=s.itemsize)
 
     def accumulate(self, dictionary: Dictionary, X, tol_check: float | None = None
                    ) -> tuple[dict, dict, np.ndarray | None]:
         """Pass 2 (and 2b for exact divisive degrees); returns (stats, certificate, total)."""
         store = self.checkpoint
         run = dict(executor=self.executor, chunk_starts=self.source.chunk_starts, store=store,
-                   tol_check=tol_check)
+                   tol_check=tol_check, block_rows=self.block_rows(dictionary.size))
         loaded_before = getattr(store, "loaded_partials", 0)
         try:
             return self._accumulate(dictionary, X, run)
@@ -502,7 +516,8 @@ class FitRun:
                 grown, fresh = extension_pass(
                     X, dictionary, stats, old_size, executor=self.executor,
                     chunk_starts=s.chunk_starts, store=self.checkpoint,
-                    stage=f"r{X.chunks[0][0]}-m{old_size}to{dictionary.size}")
+                    stage=f"r{X.chunks[0][0]}-m{old_size}to{dictionary.size}",
+                    block_rows=self.block_rows(dictionary.size))
                 # the solved extension measures the grown dictionary's certificate; the
                 # kernel-space one keeps the rescan's upper bound
                 return dictionary, X, grown, grown if fresh else rescan["certificate"], total
@@ -549,6 +564,7 @@ class FitRun:
             config=c, n_samples=s.n_rows, n_features=s.n_features, kernel=kernel, gamma=gamma,
             tol=c.tol, dictionary=smap.dictionary, spectral_map=smap, max_residual=0.0,
             max_residual_row=0, task_rows=int(X.chunks[0][0]), embedding=embedding,
+            tasks=len(X.chunks[0]), block_rows=self.block_rows(s.n_rows),
             eigenvalue_error_bound=eigenvalue_error_bound(stats, s.n_rows),
             timings=dict(self.timings), peak_memory=dict(self.peak_memory),
             resumed=list(self.resumed), exact=True,
@@ -556,12 +572,17 @@ class FitRun:
 
     def write_embedding(self, X, smap: SpectralMap, out: EmbeddingOutput | None):
         """Pass 3: the lazy embedding (computed for numpy input), or written to ``out``."""
+        block = self.block_rows(smap.dictionary.size)
         if out is None:
-            embedding = embedding_graph(X, smap, chunk_starts=self.source.chunk_starts)
+            embedding = embedding_graph(X, smap, chunk_starts=self.source.chunk_starts,
+                                        block_rows=block, dtype=self.config.output_dtype)
             if self.source.kind == "numpy":
                 (embedding,) = compute(embedding)
             return embedding
-        written = out.write(X, smap, self.executor)
+        rows = out.task_rows(X.chunks[0][0])  # a resumed output keeps its chunks
+        if rows != X.chunks[0][0]:
+            X = self.source.to_dask(rows)
+        written = out.write(X, smap, self.executor, block_rows=block)
         if self.resume and written < self.source.n_rows:
             self.resumed.append("pass3")
         out.mark_complete()
@@ -579,7 +600,8 @@ class FitRun:
             )
         out = None
         if output is not None:  # created (or checked) before any work starts
-            out = EmbeddingOutput(output, s.n_rows, c.n_components, s.storage_chunk_rows)
+            out = EmbeddingOutput(output, s.n_rows, c.n_components, self.plan.output_chunk_rows,
+                                  dtype=c.output_dtype)
             out.prepare(resume=self.resume)
         with self.stage("kernel"):
             kernel, gamma = self.resolve_kernel()
@@ -615,6 +637,7 @@ class FitRun:
             tol=tol, dictionary=dictionary, spectral_map=smap,
             max_residual=max(float(cert["max_delta"]), 0.0),
             max_residual_row=int(cert["argmax"]), task_rows=int(X.chunks[0][0]), embedding=embedding,
+            tasks=len(X.chunks[0]), block_rows=self.block_rows(dictionary.size),
             eigenvalue_error_bound=(eigenvalue_error_bound(stats, dictionary.size)
                                     if c.normalization == "additive" else None),
             timings=dict(self.timings), peak_memory=dict(self.peak_memory),

@@ -7,8 +7,11 @@ Two plans are made before any data is read:
   once and its rows permuted inside it. The order depends only on the seed and
   the number of rows, never on the storage chunking, so rechunking the input
   cannot change the dictionary (DESIGN section 2);
-- the **task rows** of the parallel passes (2 and 3): a multiple of the storage
-  chunk rows, chosen so that one task's working set fits a memory budget.
+- the **tasks** of the parallel passes (2 and 3), :func:`plan_tasks`: whole
+  storage chunks when there are enough of them, row ranges of a storage chunk
+  when there are fewer than two per thread (a task may read part of a chunk),
+  and inside every task the **sub-blocks** (:func:`plan_block_rows`) that keep
+  its kernel block within the memory budget whatever the dictionary size.
 
 Both are plain values, recorded in checkpoints and reports.
 """
@@ -30,6 +33,12 @@ __all__ = [
     "DEFAULT_TASK_MEMORY",
     "VisitOrder",
     "plan_task_rows",
+    "plan_tasks",
+    "plan_block_rows",
+    "TaskPlan",
+    "TARGET_TASK_ROWS",
+    "MIN_TASK_ROWS",
+    "MIN_BLOCK_ROWS",
     "task_bounds",
     "segments",
     "parse_bytes",
@@ -49,8 +58,15 @@ SCAN_BLOCK_ROWS = 8192
 SCAN_BLOCK_MEMORY = 128 * 2**20
 #: A parallel pass is reduced in at most this many checkpointable partials (segments).
 MAX_SEGMENTS = 32
-#: Default memory budget of one task of passes 2 and 3.
+#: Default memory budget of one task of passes 2 and 3 (its input block, the
+#: kernel block of one sub-block and its projection, the m x m partial and the factor).
 DEFAULT_TASK_MEMORY = 256 * 2**20
+#: Rows per task the parallel passes aim at (whole storage chunks up to this many rows).
+TARGET_TASK_ROWS = 1 << 18
+#: Fewest rows per task when a small input is split so that every thread has work.
+MIN_TASK_ROWS = 4096
+#: Fewest rows per sub-block (below this the kernel block's gemm loses its rate).
+MIN_BLOCK_ROWS = 256
 
 
 @dataclass(frozen=True)
@@ -172,6 +188,103 @@ def plan_task_rows(
     rows = max(storage_rows, (rows // storage_rows) * storage_rows if requested is None
                else -(-rows // storage_rows) * storage_rows)
     return int(min(rows, max(n_rows, 1)))
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """The tasks of the parallel passes.
+
+    Attributes
+    ----------
+    rows : int
+        Rows per task (the last task may be shorter).
+    n_tasks : int
+    output_chunk_rows : int
+        Rows per chunk of the embedding written by pass 3: the storage chunk
+        when tasks span whole storage chunks, else the task rows (every output
+        chunk is written by exactly one task).
+    note : str or None
+        Why a requested ``chunk_rows`` was not used as given (printed), or None.
+    """
+
+    rows: int
+    n_tasks: int
+    output_chunk_rows: int
+    note: str | None = None
+
+
+def plan_tasks(n_rows: int, n_features: int, storage_rows: int, *, threads: int = 1,
+               memory: int = DEFAULT_TASK_MEMORY, requested: int | None = None,
+               itemsize: int = 8) -> TaskPlan:
+    """The tasks of passes 2 and 3 for ``threads`` task slots (all workers' threads).
+
+    Without ``requested``: whole storage chunks, as many per task as make about
+    :data:`TARGET_TASK_ROWS` rows while the input block (stored and float64
+    copy) takes at most half of ``memory``; a storage chunk larger than that is
+    split into row ranges. Then, if that gives fewer than two tasks per thread,
+    the rows are split further (tasks read a row range of a storage chunk) into
+    ``2 * threads`` tasks, none below :data:`MIN_TASK_ROWS` rows.
+
+    A ``requested`` row count is used as given (tasks then read row ranges of
+    the storage chunks); only more rows than the input has is capped, with a
+    ``note`` saying so. Kernel blocks are bounded separately, by the sub-blocks
+    of :func:`plan_block_rows`, so the task rows do not depend on the
+    dictionary size.
+    """
+    n_rows = max(int(n_rows), 1)
+    storage_rows = max(1, min(int(storage_rows), n_rows))
+    threads = max(int(threads), 1)
+    note = None
+    if requested is not None:
+        rows = int(requested)
+        if rows > n_rows:
+            note = (f"chunk_rows={rows} is more than the {n_rows} rows of the input: one task "
+                    f"of {n_rows} rows")
+            rows = n_rows
+        in_bytes = (int(itemsize) + 8) * int(n_features) * rows
+        if in_bytes > memory // 2:
+            note = ((note + "; ") if note else "") + (
+                f"chunk_rows={rows} holds {in_bytes / 2**20:.0f} MiB of input per task, more "
+                f"than half the task budget of {memory / 2**20:.0f} MiB (kept as asked)")
+    else:
+        per_row = (int(itemsize) + 8) * max(int(n_features), 1)
+        cap = max(MIN_BLOCK_ROWS, (int(memory) // 2) // per_row)
+        if storage_rows <= cap:
+            rows = storage_rows * max(1, min(TARGET_TASK_ROWS, cap) // storage_rows)
+        else:  # a storage chunk larger than the budget: equal row ranges of it
+            rows = -(-storage_rows // -(-storage_rows // cap))
+        if -(-n_rows // rows) < 2 * threads:
+            rows = min(rows, max(MIN_TASK_ROWS, -(-n_rows // (2 * threads))))
+            if rows >= storage_rows:  # still whole storage chunks
+                rows = storage_rows * (rows // storage_rows)
+        rows = min(rows, n_rows)
+    # interior task boundaries must fall on output chunk boundaries
+    out_rows = storage_rows if (rows % storage_rows == 0 or rows >= n_rows) else rows
+    return TaskPlan(rows=int(rows), n_tasks=int(-(-n_rows // rows)),
+                    output_chunk_rows=int(min(out_rows, n_rows)), note=note)
+
+
+def plan_block_rows(task_rows: int, n_features: int, dictionary_size: int, *,
+                    memory: int = DEFAULT_TASK_MEMORY, itemsize: int = 8) -> int:
+    """Rows per sub-block of a task, so that the task stays within ``memory``.
+
+    A task holds its input block (stored values and a float64 copy of one
+    sub-block), the ``m x m`` factor, partial and folded map (three of them),
+    and per sub-block row a kernel row, its projection and one temporary
+    (``3 x 8 x m`` bytes). The sub-blocks of a task are processed one after the
+    other and their partials combined in row order (pass 2) or written into the
+    task's output (pass 3): the result does not depend on the sub-block size
+    beyond rounding. When the ``m x m`` matrices and the input alone exceed
+    ``memory`` (m above about 3000 at 256 MiB), a task needs them plus one
+    sub-block of :data:`MIN_BLOCK_ROWS` rows.
+    """
+    m = max(int(dictionary_size), 1)
+    task_rows = max(int(task_rows), 1)
+    fixed = 3 * 8 * m * m + int(itemsize) * int(n_features) * task_rows
+    per_row = 3 * 8 * m + 8 * int(n_features) + 64
+    # (when the m x m matrices alone fill the budget, a task needs them plus one
+    # sub-block of MIN_BLOCK_ROWS rows: the budget cannot go below that)
+    return int(min(task_rows, max(MIN_BLOCK_ROWS, (int(memory) - fixed) // per_row)))
 
 
 def task_bounds(n_rows: int, task_rows: int) -> np.ndarray:

@@ -4,7 +4,8 @@
 chunk of X: a kernel block, the projection and one product).
 
 :class:`EmbeddingOutput` is the output group when one is given: an array
-``embedding`` (n x p, float64) whose chunks are aligned with the input rows,
+``embedding`` (n x p, float64, or float32 with ``output_dtype``) whose chunks
+are aligned with the tasks' rows,
 and an array ``embedding_written`` of per-chunk markers. Every output chunk is
 written by exactly one task (zarr 3 has no write locks), and its marker is set
 after the chunk, so a rerun writes only the chunks not yet marked. The array's
@@ -46,31 +47,53 @@ EMBEDDING = "embedding"
 WRITTEN = "embedding_written"
 
 
-def _embed_block(block, smap: SpectralMap, offset: int = 0, chunk_starts=None) -> np.ndarray:
-    X = np.ascontiguousarray(block, dtype=np.float64)
-    check_finite(X, offset, chunk_starts=chunk_starts)
-    return smap.embed(X)
+#: dtypes the embedding can be written in (``output_dtype``).
+OUTPUT_DTYPES = ("float64", "float32")
 
 
-def _embed_located(block, smap, chunk_starts=None, block_info=None):
+def _embed_block(block, smap: SpectralMap, offset: int = 0, chunk_starts=None,
+                 block_rows: int | None = None, dtype="float64") -> np.ndarray:
+    """The embedding of ``block``, computed in float64 sub-blocks of ``block_rows``
+    rows (the memory bound) and stored in ``dtype``."""
+    n = len(block)
+    step = max(1, n if block_rows is None else int(block_rows))
+    out = None
+    for a in range(0, max(n, 1), step):
+        X = np.ascontiguousarray(block[a:a + step], dtype=np.float64)
+        check_finite(X, offset + a, chunk_starts=chunk_starts)
+        E = smap.embed(X)
+        if step >= n and E.dtype == np.dtype(dtype):
+            return E
+        if out is None:
+            out = np.empty((n, E.shape[1]), dtype=dtype)
+        out[a:a + len(E)] = E
+    return out
+
+
+def _embed_located(block, smap, chunk_starts=None, block_rows=None, dtype="float64",
+                   block_info=None):
     offset = block_info[0]["array-location"][0][0] if block_info else 0
-    return _embed_block(block, smap, offset, chunk_starts)
+    return _embed_block(block, smap, offset, chunk_starts, block_rows, dtype)
 
 
-def embedding_graph(X: da.Array, smap: SpectralMap, chunk_starts=None) -> da.Array:
+def embedding_graph(X: da.Array, smap: SpectralMap, chunk_starts=None, *,
+                    block_rows: int | None = None, dtype="float64") -> da.Array:
     """The embedding of the rows of ``X`` as a lazy dask array (chunks follow X's rows).
 
     Rows are checked finite on the way; ``chunk_starts`` (storage chunk
-    boundaries) lets the error name the chunk.
+    boundaries) lets the error name the chunk. Each task works in sub-blocks
+    of ``block_rows`` rows; the values are computed in float64 and stored in
+    ``dtype`` (float64 or float32).
     """
     p = smap.n_components
+    dtype = np.dtype(dtype)
     starts = None if chunk_starts is None else shared(np.asarray(chunk_starts))
     # The keys must name this input and this map: with one fixed name, two embeddings
     # computed together, or one computed while another's results are held on a
     # cluster (persisted, or futures alive), share keys and one gets the other's values.
-    name = "ooc-spectral-embed-" + dask.base.tokenize(X, smap, chunk_starts)
-    return da.map_blocks(_embed_located, X, shared(smap), starts, dtype=np.float64,
-                         meta=np.empty((0, p), dtype=np.float64),
+    name = "ooc-spectral-embed-" + dask.base.tokenize(X, smap, chunk_starts, str(dtype))
+    return da.map_blocks(_embed_located, X, shared(smap), starts, block_rows, str(dtype),
+                         dtype=dtype, meta=np.empty((0, p), dtype=dtype),
                          chunks=(X.chunks[0], (p,)), name=name)
 
 
@@ -89,8 +112,9 @@ def _open(url: str, name: str, run_id: str | None = None):
 
 
 def _write_block(block, smap: SpectralMap, url: str, start: int, stop: int,
-                 chunk_rows: int, run_id: str | None = None) -> int:
-    out = _embed_block(block, smap, start)
+                 chunk_rows: int, run_id: str | None = None,
+                 block_rows: int | None = None, dtype="float64") -> int:
+    out = _embed_block(block, smap, start, None, block_rows, dtype)
     _open(url, EMBEDDING, run_id)[start:stop] = out
     first, last = start // chunk_rows, -(-stop // chunk_rows)
     _open(url, WRITTEN, run_id)[first:last] = 1
@@ -126,15 +150,22 @@ class EmbeddingOutput:
         Path or URL of the group (created if needed).
     n_rows, n_components : int
     chunk_rows : int
-        Rows per output chunk: the input's storage chunk rows.
+        Rows per output chunk (:attr:`~ooc_spectral.planning.TaskPlan.output_chunk_rows`).
+        A resumed output keeps the chunks it was created with.
+    dtype : {"float64", "float32"}
+        dtype of the stored embedding (computed in float64 either way).
     """
 
-    def __init__(self, url: str, n_rows: int, n_components: int, chunk_rows: int):
+    def __init__(self, url: str, n_rows: int, n_components: int, chunk_rows: int,
+                 dtype="float64"):
         self.url = _absolute(url)  # workers may run in another working directory
         self.run_id: str | None = None
         self.n_rows = int(n_rows)
         self.n_components = int(n_components)
         self.chunk_rows = int(max(1, min(chunk_rows, n_rows)))
+        self.dtype = np.dtype(dtype)
+        if self.dtype.name not in OUTPUT_DTYPES:
+            raise ValueError(f"output dtype {self.dtype} is not one of {OUTPUT_DTYPES}")
 
     @property
     def n_chunks(self) -> int:
@@ -144,7 +175,7 @@ class EmbeddingOutput:
     def open_existing(cls, url) -> "EmbeddingOutput":
         """The output already written at ``url`` (for audits)."""
         arr = zarr.open_array(f"{_absolute(url).rstrip('/')}/{EMBEDDING}", mode="r")
-        out = cls(url, arr.shape[0], arr.shape[1], arr.chunks[0])
+        out = cls(url, arr.shape[0], arr.shape[1], arr.chunks[0], arr.dtype)
         out.run_id = arr.attrs.get("run_id")
         return out
 
@@ -160,12 +191,15 @@ class EmbeddingOutput:
             group = zarr.open_group(self.url, mode="a")
             if resume and EMBEDDING in group and WRITTEN in group:
                 arr = group[EMBEDDING]
-                if arr.shape != (self.n_rows, self.n_components) or arr.chunks[0] != self.chunk_rows:
+                if arr.shape != (self.n_rows, self.n_components) or arr.dtype != self.dtype:
                     raise ConfigurationMismatchError(
-                        f"the embedding at {self.url} has shape {arr.shape} and chunks "
-                        f"{arr.chunks}, not ({self.n_rows}, {self.n_components}) in chunks of "
-                        f"{self.chunk_rows} rows; start with a fresh output location"
+                        f"the embedding at {self.url} has shape {arr.shape} and dtype "
+                        f"{arr.dtype}, not ({self.n_rows}, {self.n_components}) in "
+                        f"{self.dtype}; start with a fresh output location"
                     )
+                # another number of threads plans other tasks: the chunks written stay
+                # valid, and pass 3's tasks follow them
+                self.chunk_rows = int(arr.chunks[0])
                 self.run_id = arr.attrs.get("run_id")
                 self.audit()
                 return self
@@ -179,7 +213,7 @@ class EmbeddingOutput:
             self.run_id = uuid.uuid4().hex
             group.create_array(
                 EMBEDDING, shape=(self.n_rows, self.n_components),
-                chunks=(self.chunk_rows, self.n_components), dtype="float64",
+                chunks=(self.chunk_rows, self.n_components), dtype=self.dtype.name,
                 fill_value=np.nan, overwrite=True,
                 attributes={"complete": False, "run_id": self.run_id}, **checksummed(),
             )
@@ -244,8 +278,15 @@ class EmbeddingOutput:
                 out.append(i)
         return out
 
-    def write(self, X: da.Array, smap: SpectralMap, executor: Executor) -> int:
-        """Write the embedding of the unwritten row chunks of ``X``; returns rows written."""
+    def task_rows(self, rows: int) -> int:
+        """Rows per pass-3 task near ``rows``, a multiple of the output chunk rows."""
+        return int(self.chunk_rows * max(1, int(rows) // self.chunk_rows))
+
+    def write(self, X: da.Array, smap: SpectralMap, executor: Executor,
+              block_rows: int | None = None) -> int:
+        """Write the embedding of the unwritten row chunks of ``X``; returns rows written.
+
+        Each task works in sub-blocks of ``block_rows`` rows."""
         bounds = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(np.int64)
         if np.any(bounds[1:-1] % self.chunk_rows):
             raise ValueError("task boundaries must be multiples of the output chunk rows")
@@ -255,7 +296,7 @@ class EmbeddingOutput:
         parts = {
             i: dask.delayed(_write_block, pure=False)(
                 blocks[i], s_key, self.url, int(bounds[i]), int(bounds[i + 1]), self.chunk_rows,
-                self.run_id)
+                self.run_id, block_rows, self.dtype.name)
             for i in todo
         }
         done = executor.run("pass 3 (write-back)", parts)

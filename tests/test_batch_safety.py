@@ -29,7 +29,7 @@ from test_cli import EXE, FAST, cli, last_json
 N = 60_000
 ARGS = ["--gamma", "0.05", "--tol", "1e-3", "--n-components", "3", "--chunk-rows", "1000",
         "--checkpoint-every", "1", "-q"]
-LOCAL = ["--workers", "2", "--threads-per-worker", "1"]
+LOCAL = ["--workers", "2", "--threads-per-worker", "1", "--engine", "cluster"]
 
 
 @pytest.fixture(scope="module")
@@ -78,11 +78,13 @@ def wait_until(proc, predicate, timeout=300):
 
 
 # --------------------------------------------------------------------------- signals
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("sig, engine", [(signal.SIGTERM, "cluster"), (signal.SIGINT, "cluster"),
+                                         (signal.SIGTERM, "threads")],
+                         ids=["SIGTERM", "SIGINT", "SIGTERM-threads"])
 def test_sigterm_in_pass2_marks_interrupted_releases_the_lock_and_the_rerun_resumes(
-        roll, reference, tmp_path, sig):
+        roll, reference, tmp_path, sig, engine):
     out = tmp_path / "out"
-    args = ["fit", str(roll), "--out", str(out), *ARGS, *LOCAL, "--json"]
+    args = ["fit", str(roll), "--out", str(out), *ARGS, *LOCAL[:-1], engine, "--json"]
     proc = subprocess.Popen([EXE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
@@ -166,16 +168,34 @@ def test_memory_limit_too_small_for_a_worker_is_exit_2_before_any_work(small, tm
 
 
 def test_memory_limit_too_small_for_a_task_is_exit_2_naming_it_and_quiet_is_quiet(roll, tmp_path):
-    # workers stay alive at 300 MiB but are killed by their nanny in every pass-2 task
+    # workers stay alive at 300 MiB but are killed by their nanny in every pass-2 task: the
+    # task budget is set above what the limit holds (by default it follows the limit)
     out = tmp_path / "out"
     proc = cli("fit", roll, "--out", out, *ARGS, *LOCAL, "--memory-limit", "300MiB",
-               "--chunk-rows", "24000", timeout=240)
+               "--chunk-rows", "24000", timeout=240,
+               env=dict(os.environ, DASK_OOC_SPECTRAL__TASK_MEMORY="1GiB"))
     assert proc.returncode == 2, proc.stderr
     assert "each worker's memory limit is 300MiB, too small for one task" in proc.stderr
-    assert "pass --memory-limit 512MiB or more" in proc.stderr
+    assert "a task up to 1024MiB" in proc.stderr
+    assert "pass --memory-limit 1344MiB or more" in proc.stderr
     # --quiet: no nanny warnings, no distributed traceback, only our one line
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("ooc-spectral: error:")
     assert run_attrs(out)["status"] == "failed" and not (out / ".lock").exists()
+
+
+@pytest.mark.slow
+def test_the_task_budget_follows_the_memory_limit_so_300MiB_workers_finish(roll, reference,
+                                                                        tmp_path):
+    """The same run as above with the default budget: its tasks work in sub-blocks within
+    what a 300 MiB worker holds, so it completes with the reference embedding (issue 18)."""
+    out = tmp_path / "out"
+    proc = cli("fit", roll, "--out", out, *ARGS, *LOCAL, "--memory-limit", "300MiB",
+               "--chunk-rows", "24000", "--json", timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["engine"] == "cluster" and report["block_rows"] < 24000
+    got = zarr.open_array(str(out / "embedding"), mode="r")[...]
+    np.testing.assert_allclose(got, reference, rtol=0, atol=1e-10)
 
 
 def _silent_server():

@@ -23,7 +23,8 @@ from test_cli import EXE, cli
 
 N = 400_000
 ARGS = ["--gamma", "0.05", "--tol", "1e-3", "--n-components", "3", "--chunk-rows", "1000",
-        "--checkpoint-every", "1", "--workers", "2", "--threads-per-worker", "1", "-q"]
+        "--checkpoint-every", "1", "--workers", "2", "--threads-per-worker", "1", "-q",
+        "--engine", "cluster"]  # SIGKILL of the client and its worker processes
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,199 @@
+"""The engine for the size, tasks for every thread, memory by budget, float32 output (issue 18).
+
+- :func:`~ooc_spectral.cluster.choose_engine`: threads in this process for small
+  inputs, the embedded LocalCluster for large ones, a scheduler address always wins;
+- :func:`~ooc_spectral.planning.plan_tasks`: at least two tasks per thread when the
+  input allows it (a task may read a row range of a storage chunk), a requested
+  ``chunk_rows`` used as given;
+- sub-blocks (:func:`~ooc_spectral.planning.plan_block_rows`): a task's kernel block
+  within the budget whatever m; splitting changes nothing but rounding, and a
+  storage-chunk layout change changes nothing;
+- ``output_dtype="float32"``: the float64 values rounded once.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import zarr
+
+from conftest import write_zarr
+from ooc_spectral import GreedySpectralEmbedding
+from ooc_spectral.accumulate import chunk_moments, combine
+from ooc_spectral.cluster import ClusterOptions, choose_engine
+from ooc_spectral.exceptions import InvalidParameterError
+from ooc_spectral.planning import (DEFAULT_TASK_MEMORY, MIN_TASK_ROWS, plan_block_rows,
+                                   plan_tasks)
+from ooc_spectral.writeback import EmbeddingOutput, _embed_block
+
+PARAMS = dict(n_components=3, gamma=0.05, tol=1e-3, random_state=0)
+
+
+# --------------------------------------------------------------------------- engine
+def test_auto_engine_is_threads_for_small_inputs_and_the_cluster_for_large_ones():
+    auto = ClusterOptions()
+    assert choose_engine(auto, 10**6)[0] == "threads"
+    assert choose_engine(auto, 2**30)[0] == "threads"
+    assert choose_engine(auto, 2**30 + 1)[0] == "cluster"
+    assert choose_engine(auto, None)[0] == "cluster"
+    # what only worker processes can give takes the cluster at any size
+    assert choose_engine(ClusterOptions(memory_limit="2GiB"), 10)[0] == "cluster"
+    assert choose_engine(auto, 10, needs_cluster=True)[0] == "cluster"
+    # explicit choices and an address
+    assert choose_engine(ClusterOptions(engine="cluster"), 10)[0] == "cluster"
+    assert choose_engine(ClusterOptions(engine="threads"), 2**40)[0] == "threads"
+    kind, why = choose_engine(ClusterOptions(scheduler="tcp://127.0.0.1:1"), 10)
+    assert kind == "cluster" and "tcp://127.0.0.1:1" in why
+    with pytest.raises(InvalidParameterError, match="drop one of them"):
+        choose_engine(ClusterOptions(scheduler="tcp://127.0.0.1:1", engine="threads"), 10)
+
+
+def test_threshold_is_dask_config(monkeypatch):
+    import dask
+
+    with dask.config.set({"ooc-spectral.threads-max-bytes": "1MiB"}):
+        assert choose_engine(ClusterOptions(), 2**20)[0] == "threads"
+        assert choose_engine(ClusterOptions(), 2**20 + 1)[0] == "cluster"
+
+
+# --------------------------------------------------------------------------- tasks
+@pytest.mark.parametrize("n, storage, threads", [
+    (200_000, 700_000, 2), (10**5, 10**5, 2), (10**6, 262_144, 2), (10**6, 262_144, 8),
+    (3 * 262_144, 262_144, 2), (50_000, 1000, 4)])
+def test_every_thread_gets_two_tasks_when_the_input_allows(n, storage, threads):
+    plan = plan_tasks(n, 8, storage, threads=threads, itemsize=4)
+    assert plan.n_tasks == -(-n // plan.rows)
+    assert plan.n_tasks >= 2 * threads or plan.rows <= MIN_TASK_ROWS
+    # interior task boundaries fall on output chunk boundaries, which are whole storage
+    # chunks or row ranges inside one
+    assert plan.rows % plan.output_chunk_rows == 0
+    assert plan.output_chunk_rows == storage or plan.output_chunk_rows == plan.rows
+    if plan.rows >= storage:
+        assert plan.rows % storage == 0
+
+
+def test_many_storage_chunks_give_whole_chunk_tasks():
+    plan = plan_tasks(10**8, 32, 65_536, threads=2, itemsize=4)
+    assert plan.rows % 65_536 == 0 and plan.output_chunk_rows == 65_536 and plan.note is None
+
+
+def test_requested_chunk_rows_is_honoured_or_the_reason_given():
+    plan = plan_tasks(10**6, 8, 262_144, threads=2, requested=65_536, itemsize=4)
+    assert plan.rows == 65_536 and plan.output_chunk_rows == 65_536 and plan.note is None
+    plan = plan_tasks(10**6, 8, 262_144, threads=2, requested=300_000, itemsize=4)
+    assert plan.rows == 300_000 and plan.note is None
+    plan = plan_tasks(1000, 8, 1000, threads=2, requested=5000, itemsize=4)
+    assert plan.rows == 1000 and "more than the 1000 rows" in plan.note
+    plan = plan_tasks(10**8, 1000, 10**6, threads=2, requested=10**6, itemsize=4)
+    assert plan.rows == 10**6 and "kept as asked" in plan.note
+
+
+@pytest.mark.parametrize("m", [300, 1058, 3000])
+def test_sub_blocks_keep_a_task_within_its_budget_whatever_m(m):
+    rows, d = 262_144, 8
+    block = plan_block_rows(rows, d, m, itemsize=4)
+    # the task's input, three m x m matrices and three c x m blocks of one sub-block
+    need = rows * d * 4 + block * d * 8 + 3 * 8 * m * m + 3 * 8 * m * block
+    assert need <= DEFAULT_TASK_MEMORY
+    assert block >= 256
+    # past the budget only the m x m matrices, the input and one smallest sub-block remain
+    m = 4000
+    block = plan_block_rows(rows, d, m, itemsize=4)
+    assert block == 256
+
+
+# --------------------------------------------------------------------------- sub-blocks
+@pytest.fixture(scope="module")
+def fitted(swiss_roll):
+    X = swiss_roll[0]
+    return X, GreedySpectralEmbedding(**PARAMS).fit(X)
+
+
+def test_sub_blocks_give_the_moments_and_embedding_of_the_whole_block(fitted):
+    X, est = fitted
+    d = est.spectral_map_.dictionary
+    whole = chunk_moments(X, d, 0)
+    for rows in (256, 999):
+        split = chunk_moments(X, d, 0, block_rows=rows)
+        assert split["n"] == whole["n"] and split["argmax"] == whole["argmax"]
+        np.testing.assert_allclose(split["mean"], whole["mean"], rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(split["m2"], whole["m2"], rtol=1e-12, atol=1e-12)
+        assert split["max_delta"] == whole["max_delta"]
+        np.testing.assert_allclose(_embed_block(X, est.spectral_map_, block_rows=rows),
+                                   _embed_block(X, est.spectral_map_), rtol=0, atol=1e-13)
+    # the partial of a split block is its sub-blocks' partials combined in row order
+    parts = combine(combine(chunk_moments(X[:1000], d, 0), chunk_moments(X[1000:2000], d, 1000)),
+                    chunk_moments(X[2000:], d, 2000))
+    np.testing.assert_array_equal(chunk_moments(X, d, 0, block_rows=1000)["m2"], parts["m2"])
+
+
+def test_a_storage_chunk_layout_change_changes_nothing(tmp_path, swiss_roll):
+    """One storage chunk, 300-row chunks, tasks of 777 rows (row ranges across chunks),
+    tasks split inside a chunk: the same dictionary and embedding."""
+    X = swiss_roll[0]
+    results = []
+    for chunks, kw in [(len(X), {}), (300, {}), (300, dict(chunk_rows=777)),
+                       (len(X), dict(chunk_rows=400))]:
+        path = tmp_path / f"x{chunks}-{kw.get('chunk_rows')}.zarr"
+        write_zarr(path, X, chunks)
+        est = GreedySpectralEmbedding(**PARAMS, **kw).fit(str(path), output=str(path) + ".out")
+        results.append((est.dictionary_indices_, est.embedding_.compute()))
+    for idx, emb in results[1:]:
+        np.testing.assert_array_equal(idx, results[0][0])
+        np.testing.assert_allclose(emb, results[0][1], rtol=0, atol=1e-10)
+
+
+def test_a_resumed_output_keeps_its_chunks(tmp_path):
+    out = EmbeddingOutput(str(tmp_path / "o"), 1000, 2, 250).prepare()
+    again = EmbeddingOutput(str(tmp_path / "o"), 1000, 2, 1000).prepare(resume=True)
+    assert again.chunk_rows == 250 and again.task_rows(600) == 500 and again.task_rows(100) == 250
+
+
+# --------------------------------------------------------------------------- float32
+def test_float32_output_is_the_float64_embedding_rounded(tmp_path, fitted):
+    X, est64 = fitted
+    est32 = GreedySpectralEmbedding(**PARAMS, output_dtype="float32").fit(X)
+    assert est32.embedding_.dtype == np.float32 and est64.embedding_.dtype == np.float64
+    np.testing.assert_array_equal(est32.embedding_, est64.embedding_.astype(np.float32))
+    np.testing.assert_array_equal(est32.eigenvalues_, est64.eigenvalues_)
+    t = est32.transform(X[:500])
+    assert t.dtype == np.float32
+    np.testing.assert_array_equal(t, est64.transform(X[:500]).astype(np.float32))
+    # written to zarr, and kept by save/load
+    write_zarr(tmp_path / "x.zarr", X, 500)
+    est = GreedySpectralEmbedding(**PARAMS, output_dtype="float32").fit(
+        str(tmp_path / "x.zarr"), output=str(tmp_path / "out"))
+    arr = zarr.open_array(str(tmp_path / "out" / "embedding"), mode="r")
+    assert arr.dtype == np.float32
+    np.testing.assert_array_equal(arr[...], est64.embedding_.astype(np.float32))
+    est.save(tmp_path / "model")
+    assert GreedySpectralEmbedding.load(tmp_path / "model").output_dtype == "float32"
+    with pytest.raises(InvalidParameterError, match="output_dtype"):
+        GreedySpectralEmbedding(output_dtype="float16").fit(X)
+
+
+def test_cli_float32_auto_engine_and_tasks_in_the_report(tmp_path, swiss_roll):
+    """``fit --output-dtype float32`` (in process: the command line's parsing and job),
+    on the auto engine (threads here), then ``transform`` with that model."""
+    from ooc_spectral.cli import main
+
+    X = swiss_roll[0]
+    write_zarr(tmp_path / "x.zarr", X, len(X))  # one storage chunk: tasks split it
+    common = ["--gamma", "0.05", "--tol", "1e-3", "--n-components", "3", "-q"]
+    assert main(["fit", str(tmp_path / "x.zarr"), "--out", str(tmp_path / "f32"),
+                 "--output-dtype", "float32", *common]) == 0
+    report = json.loads((tmp_path / "f32" / "report.json").read_text())
+    assert report["output_dtype"] == "float32" and report["engine"] == "threads"
+    assert report["tasks"] >= 2 * report["threads"] or report["task_rows"] <= MIN_TASK_ROWS
+    e32 = zarr.open_array(str(tmp_path / "f32" / "embedding"), mode="r")[...]
+    ref = GreedySpectralEmbedding(**PARAMS).fit(str(tmp_path / "x.zarr"))  # same tasks
+    e64 = ref.embedding_.compute()
+    assert e32.dtype == np.float32 and e64.dtype == np.float64
+    np.testing.assert_array_equal(e32, e64.astype(np.float32))
+    assert main(["transform", str(tmp_path / "f32"), str(tmp_path / "x.zarr"), "--out",
+                 str(tmp_path / "t"), "-q"]) == 0
+    t = zarr.open_array(str(tmp_path / "t" / "embedding"), mode="r")[...]
+    assert t.dtype == np.float32
+    np.testing.assert_allclose(t, e64, rtol=0, atol=4 * np.finfo(np.float32).eps * np.abs(e64).max())
