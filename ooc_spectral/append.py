@@ -176,27 +176,34 @@ def plan_append(attrs: dict | None, resolved: dict, source: DataSource, config: 
                 ) -> tuple[AppendPlan | None, str]:
     """What to do with an OUTDIR whose run attributes are ``attrs``: ``(plan, why not)``.
 
-    A plan is returned when the run is complete (or an update of it was
-    stopped) and the input is its rows plus appended ones; ``why not`` is
-    non-empty when the input did grow but cannot be updated (the caller then
-    refits from scratch).
+    Only OUTDIRs whose configuration equals the command's but for the input's
+    row count are concerned (anything else is the caller's ordinary path:
+    resume, no-op, or a configuration mismatch). Then:
+
+    - an update stopped in its write-back, on the same input: resume it;
+    - a complete run (or a stopped update) whose input is its rows plus
+      appended ones, with a configuration that can be updated: an update;
+    - otherwise, when the row count differs (an unfinished run whose input
+      grew, fewer rows, a changed prefix, a configuration that cannot be
+      updated): ``(None, why)``, and the caller refits every row, logging why.
     """
-    if not attrs or attrs.get("config") is None:
+    if not attrs or attrs.get("config") is None or not _same_but_rows(attrs["config"], resolved):
         return None, ""
     update = attrs.get("update")
     in_progress = update is not None and attrs.get("status") != "complete"
-    if attrs.get("status") != "complete" and not in_progress:
-        return None, ""
-    if in_progress and attrs.get("config_hash") == config_hash(resolved) and \
-            attrs.get("input_fingerprint") == fingerprint and update.get("phase") == "write":
+    same_rows = attrs.get("config_hash") == config_hash(resolved)
+    if in_progress and same_rows and attrs.get("input_fingerprint") == fingerprint and \
+            update.get("phase") == "write":
         return AppendPlan(int(update["rows_before"]), "write"), ""
-    if not _same_but_rows(attrs["config"], resolved):
-        return None, ""
-    base_rows = attrs.get("update_base")
-    if in_progress:
-        base_rows = int(update["rows_before"])
-    if source.n_rows <= int(attrs["config"]["input"]["shape"][0]) and not in_progress:
-        return None, ""
+    if same_rows and not in_progress:
+        return None, ""  # the ordinary path: a no-op, a resume, or a changed input
+    n_fitted = int(attrs["config"]["input"]["shape"][0])
+    if attrs.get("status") != "complete" and not in_progress:
+        return None, (f"the run there did not finish and its input now has {source.n_rows} "
+                      f"rows instead of {n_fitted}")
+    base_rows = int(update["rows_before"]) if in_progress else attrs.get("update_base")
+    if source.n_rows <= (base_rows if base_rows is not None else n_fitted):
+        return None, f"it has {source.n_rows} rows, not more than the {n_fitted} fitted"
     ok, why = update_supported(config)
     if not ok:
         return None, why

@@ -140,8 +140,8 @@ def run_fit_job(job: FitJob) -> dict:
             if plan is not None:
                 return _run_update_job(job, rundir, plan, source, config, resolved, fingerprint)
             if why:
-                log.warning("the input %s has more rows than the fit in %s, but %s: fitting "
-                            "every row again", job.input, job.outdir, why)
+                log.warning("the run in %s cannot be updated with the rows of %s (%s): fitting "
+                            "every row again", job.outdir, job.input, why)
                 overwrite = True
         resuming = rundir.begin(resolved, overwrite=overwrite, extra=extra)
         if resuming:

@@ -154,6 +154,28 @@ def test_a_configuration_that_cannot_be_updated_refits(rows, tmp_path, cluster, 
     assert "divisive normalization" in caplog.text
 
 
+@pytest.mark.parametrize("case", ["fewer-rows", "unfinished-run-then-appended"])
+def test_another_row_count_that_is_no_update_refits_instead_of_refusing(rows, tmp_path, cluster,
+                                                                         case, caplog):
+    from ooc_spectral.checkpoint import RunDirectory
+
+    arr = write_input(tmp_path / "x.zarr", rows[:N_OLD])
+    fit(tmp_path / "x.zarr", tmp_path / "out", cluster)
+    if case == "fewer-rows":
+        arr.resize((N_OLD - 1000, 3))
+        n, words = N_OLD - 1000, "not more than the 6000 fitted"
+    else:  # as a run killed before it finished leaves it
+        RunDirectory(tmp_path / "out").mark("failed", error="killed")
+        append(arr, rows)
+        n, words = N_NEW, "did not finish"
+    with caplog.at_level("WARNING", logger="ooc_spectral"):
+        rep = fit(tmp_path / "x.zarr", tmp_path / "out", cluster)  # not exit 2: a nightly job
+    assert "update" not in rep and rep["n_samples"] == n  # goes on working unattended
+    assert words in caplog.text and "fitting every row again" in caplog.text
+    fresh = fit(tmp_path / "x.zarr", tmp_path / "fresh", cluster)
+    np.testing.assert_array_equal(embedding(tmp_path / "out"), embedding(tmp_path / "fresh"))
+
+
 # --------------------------------------------------------------------------- #
 # killed during an update, through the command line
 # --------------------------------------------------------------------------- #
