@@ -37,6 +37,20 @@ def rows():
     return X[np.argsort(t)]  # sorted along the roll: the appended rows reach a new region
 
 
+@pytest.fixture
+def caplog(caplog):
+    """caplog that also sees ``ooc_spectral``'s records when an earlier in-process CLI run
+    gave that logger its own handler and stopped its propagation."""
+    import logging
+
+    logger = logging.getLogger("ooc_spectral")
+    logger.addHandler(caplog.handler)
+    try:
+        yield caplog
+    finally:
+        logger.removeHandler(caplog.handler)
+
+
 def write_input(path: Path, X) -> zarr.Array:
     arr = zarr.create_array(str(path), shape=X.shape, chunks=(CHUNK, 3), dtype="f8")
     arr[:] = X
