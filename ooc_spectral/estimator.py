@@ -167,6 +167,26 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
     M. Ouimet and Y. Bengio, *Greedy Spectral Embedding*, AISTATS 2005.
     Y. Bengio et al., *Out-of-Sample Extensions for LLE, Isomap, MDS,
     Eigenmaps, and Spectral Clustering*, NIPS 2003 (eqs. 8-12).
+
+    Examples
+    --------
+    Kernel PCA of a swiss roll, against scikit-learn's exact one on the full
+    Gram matrix:
+
+    >>> import numpy as np
+    >>> from sklearn.datasets import make_swiss_roll
+    >>> from sklearn.decomposition import KernelPCA
+    >>> from ooc_spectral import GreedySpectralEmbedding
+    >>> X, _ = make_swiss_roll(3000, random_state=0)
+    >>> est = GreedySpectralEmbedding(n_components=3, gamma=0.05, tol=1e-8,
+    ...                               random_state=0).fit(X)
+    >>> exact = KernelPCA(3, kernel="rbf", gamma=0.05, eigen_solver="dense").fit(X)
+    >>> bool(np.allclose(est.eigenvalues_, exact.eigenvalues_, rtol=1e-8))
+    True
+    >>> est.dictionary_.shape[0] < 1500, est.max_residual_ <= 1e-8
+    (True, True)
+    >>> est.transform(X[:5]).shape
+    (5, 3)
     """
 
     def __init__(self, n_components=2, *, kernel="rbf", gamma=None, degree=3, coef0=1.0,
