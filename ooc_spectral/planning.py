@@ -6,7 +6,7 @@ Two plans are made before any data is read:
   shuffle of fixed windows of :data:`VISIT_WINDOW_ROWS` rows, each window read
   once and its rows permuted inside it. The order depends only on the seed and
   the number of rows, never on the storage chunking, so rechunking the input
-  cannot change the dictionary (DESIGN section 2);
+  cannot change the dictionary;
 - the **tasks** of the parallel passes (2 and 3), :func:`plan_tasks`: whole
   storage chunks when there are enough of them, row ranges of a storage chunk
   when there are fewer than two per thread (a task may read part of a chunk),

@@ -6,7 +6,8 @@ when its squared feature-space distance ``delta`` to the (affine) span of the
 dictionary exceeds ``tol`` (the paper's epsilon, eq. 5-8).
 
 It keeps the Cholesky factor ``M = L L'`` of the dictionary's Gram matrix and
-never inverts M (DESIGN section 2). With ``k_t = k(D, x_t)``:
+never inverts M nor uses the paper's rank-one update of ``M^-1`` (eq. 9), which loses accuracy
+as soon as a pivot is small; triangular solves against L are backward stable. With ``k_t = k(D, x_t)``:
 
 - ``z_t = L^-1 k_t``, ``w = L^-1 1``, ``beta = w.w`` (``= 1' M^-1 1``);
 - ``dhat_t = k(x_t, x_t) - z_t.z_t`` (unconstrained residual);
@@ -509,7 +510,7 @@ class DictionaryState:
 # --------------------------------------------------------------------------- #
 # The blocked scan of one block
 # --------------------------------------------------------------------------- #
-def _residuals(state: DictionaryState, dhat, alpha, out=None):
+def _residuals(state: DictionaryState, dhat, alpha):
     if not state.affine:
         return dhat
     if state.size == 0:
