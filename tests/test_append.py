@@ -8,11 +8,7 @@ eigenvectors, the projections on them (computed in memory here, at test size).
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +21,8 @@ from ooc_spectral import GreedySpectralEmbedding
 from ooc_spectral.cluster import ClusterOptions
 from ooc_spectral.jobs import FitJob, run_fit_job
 
-from test_cli import EXE, cli
+from test_cli import cli
+from test_resume import kill_when
 
 N_OLD, N_NEW, CHUNK, P = 6000, 8000, 512, 5  # 6000 is not a multiple of 512: a partial chunk
 PARAMS = dict(gamma=0.05, tol=1e-4, n_components=P, random_state=0)
@@ -211,20 +208,6 @@ def _written(out: Path) -> int:
     return len(list(marks.iterdir())) if marks.exists() else 0
 
 
-def _kill_when(out: Path, predicate, args) -> None:
-    proc = subprocess.Popen([EXE, "fit", *args], start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.time() + 300
-        while not predicate(out):
-            assert proc.poll() is None, f"the run ended before the stage: {proc.stderr.read()}"
-            assert time.time() < deadline
-            time.sleep(0.002)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
 def test_an_update_killed_in_each_phase_resumes_to_the_same_result(tmp_path):
     X, t = make_swiss_roll(K_NEW, random_state=2)
     X = X[np.argsort(t)]
@@ -240,9 +223,9 @@ def test_an_update_killed_in_each_phase_resumes_to_the_same_result(tmp_path):
 
     args = [str(tmp_path / "x.zarr"), "--out", str(tmp_path / "killed"), *ARGS]
     out = tmp_path / "killed"
-    _kill_when(out, lambda o: _update_phase(o) == "solve", args)  # scan or pass 2
+    kill_when(out, lambda o: _update_phase(o) == "solve", args)  # scan or pass 2
     assert _update_phase(out) == "solve"
-    _kill_when(out, lambda o: _update_phase(o) == "write" and _written(o) >= 3, args)  # pass 3
+    kill_when(out, lambda o: _update_phase(o) == "write" and _written(o) >= 3, args)  # pass 3
     assert _update_phase(out) == "write" and 3 <= _written(out) < K_NEW // K_CHUNK
     cli("fit", *args, check=0)
     rep = json.loads((out / "report.json").read_text())
