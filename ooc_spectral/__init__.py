@@ -40,6 +40,7 @@ from .exceptions import (
     OutputNotWritableError,
     StoreNotFoundError,
     StoreReadError,
+    StorageBackendError,
     SchedulerError,
     UsageError,
     WorkerMemoryError,
@@ -70,6 +71,7 @@ __all__ = [
     "WorkerMemoryError",
     "WorkersLostError",
     "SchedulerError",
+    "StorageBackendError",
     "InterruptedRun",
     "__version__",
 ]

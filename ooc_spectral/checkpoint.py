@@ -22,7 +22,12 @@ local store replaces every key atomically, so a run killed at any moment
 (SIGKILL included) leaves either the old or the new pointer, each naming a
 complete slot.
 
-OUTDIR must be a local path (the lock and the report are plain files).
+OUTDIR may also be a URL (``s3://bucket/run``, ``gs://...``; see
+:mod:`ooc_spectral.storage`): the same layout as objects. The lock is then an
+object created with a conditional write and kept alive by a lease
+(:class:`~ooc_spectral.storage.ObjectLock`); ``report.json`` and every
+attribute write are single PUTs, which object stores apply atomically, so the
+order of writes above (the completion marker last) holds there too.
 """
 
 from __future__ import annotations
@@ -63,40 +68,20 @@ def _now() -> str:
 
 
 def local_output_path(path) -> Path:
-    """``path`` as a local directory, refusing URLs before anything is created.
+    """``path`` as a local directory (``file://`` removed).
 
-    An output given as ``s3://...``, ``gs://...`` or any ``scheme://`` URL would
-    otherwise become a local directory named after it (``s3:/bucket/...``).
-    Object storage is not supported for outputs yet: this raises
-    :class:`OutputNotWritableError` naming the problem (and the package that
-    provides the scheme's file system, when it is not installed).
+    A URL is refused with :class:`~ooc_spectral.exceptions.StorageBackendError`
+    (never turned into a local directory named ``s3:/bucket/...``): callers that
+    accept URLs use :func:`ooc_spectral.storage.check_location` instead.
     """
-    text = os.fspath(path)
-    if isinstance(text, bytes):
-        text = os.fsdecode(text)
-    if text.startswith("file://"):
-        return Path(text[len("file://"):])
-    scheme, sep, _ = text.partition("://")
-    if sep:
-        hint = ""
-        try:
-            import fsspec
+    from .storage import check_location, is_url
 
-            fsspec.get_filesystem_class(scheme)
-        except ImportError as exc:
-            from fsspec.registry import known_implementations
+    text = check_location(path, "output")
+    if is_url(text):
+        from .exceptions import StorageBackendError
 
-            impl = known_implementations.get(scheme, {}).get("class", "")
-            package = impl.split(".")[0] if impl else ""
-            hint = (f" (and its file system is not installed: pip install {package})" if package
-                    else f" (and its file system is not installed: {exc})")
-        except ValueError:
-            hint = f" (and fsspec knows no protocol {scheme!r})"
-        raise OutputNotWritableError(
-            f"output {text!r} is a {scheme}:// URL: writing outputs to object storage is not "
-            f"supported yet{hint}; write to a local directory and copy it"
-        )
-    return Path(text)
+        raise StorageBackendError(f"output {text!r} is a URL where a local directory is needed")
+    return Path(text[len("file://"):] if text.startswith("file://") else text)
 
 
 class RunCheckpoint:
@@ -223,13 +208,36 @@ class RunDirectory:
     Parameters
     ----------
     path : str or Path
-        Local path of the output group.
+        Local path or URL (``s3://bucket/run``) of the output group.
     """
 
     def __init__(self, path):
-        self.path = local_output_path(path)
+        from .storage import check_location, filesystem, is_url
+
+        text = check_location(path, "output")  # an unknown scheme or missing backend: exit 2
+        self.remote = is_url(text)
+        if self.remote:
+            self.path = text.rstrip("/")  # a URL: str, joined with "/"
+            self.fs, self._fspath = filesystem(self.path)
+        else:
+            self.path = local_output_path(text)
         self._locked = False
         self._lock_fd = None
+        self._object_lock = None
+
+    @property
+    def url(self) -> str:
+        """Where OUTDIR is: an absolute local path, or the URL."""
+        return self.path if self.remote else str(self.path.resolve())
+
+    def join(self, *names: str) -> str:
+        """The location of a member of OUTDIR (a local path or a URL)."""
+        from .storage import join
+
+        return join(self.url, *names)
+
+    def _key(self, name: str) -> str:
+        return f"{self._fspath.rstrip('/')}/{name}"
 
     # -- lock -------------------------------------------------------------- #
     @property
@@ -247,7 +255,18 @@ class RunDirectory:
         kernel's lock is the only arbiter; the file's JSON content only names
         the holder in messages). On NFS this relies on the server's lock
         manager, which releases a crashed client's locks when its lease expires.
+
+        On object storage the lock is :class:`~ooc_spectral.storage.ObjectLock`
+        (a conditional create, a lease renewed while the run lives).
         """
+        if self.remote:
+            from .storage import ObjectLock
+
+            lock = ObjectLock(self.join(LOCK_NAME), self.fs, self._key(LOCK_NAME))
+            lock.acquire(description)
+            self._object_lock = lock
+            self._locked = True
+            return
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -300,6 +319,12 @@ class RunDirectory:
 
     def lock_holder(self) -> dict | None:
         """The holder's JSON (pid, host, started, command), or None if unreadable."""
+        if self.remote:
+            from .storage import ObjectLock
+
+            lock = self._object_lock or ObjectLock(self.join(LOCK_NAME), self.fs,
+                                                   self._key(LOCK_NAME))
+            return lock.holder()
         try:
             holder = json.loads(self.lock_path.read_text())
         except (OSError, ValueError):
@@ -310,6 +335,11 @@ class RunDirectory:
         """True when a live process holds the lock (tested without taking it)."""
         if self._locked:
             return True
+        if self.remote:
+            from .storage import ObjectLock
+
+            holder = self.lock_holder()
+            return holder is not None and ObjectLock.stale_reason(holder) is None
         try:
             fd = os.open(self.lock_path, os.O_RDONLY)
         except OSError:
@@ -324,7 +354,16 @@ class RunDirectory:
             os.close(fd)
         return False
 
+    def check_lock(self) -> None:
+        """Raise :class:`LockedError` when this run lost its lock (an expired lease)."""
+        if self._object_lock is not None:
+            self._object_lock.check()
+
     def release(self) -> None:
+        if self._locked and self.remote:
+            self._object_lock.release()
+            self._object_lock = None
+            self._locked = False
         if self._locked:
             # unlink while still holding the lock, so a waiter never locks a removed file
             # without noticing (acquire compares the inode it locked with the path's)
@@ -341,11 +380,31 @@ class RunDirectory:
 
     # -- state ------------------------------------------------------------- #
     def group(self, mode: str = "a"):
-        return zarr.open_group(str(self.path), mode=mode)
+        return zarr.open_group(self.url, mode=mode)
+
+    def _exists(self, name: str) -> bool:
+        if self.remote:
+            self.fs.invalidate_cache(self._fspath)
+            return bool(self.fs.exists(self._key(name)))
+        return (self.path / name).exists()
+
+    def _entries(self) -> list[str]:
+        """Names of what OUTDIR holds, the lock excepted."""
+        if self.remote:
+            self.fs.invalidate_cache(self._fspath)
+            try:
+                found = self.fs.ls(self._fspath, detail=False)
+            except FileNotFoundError:
+                return []
+            names = [p.rstrip("/").rsplit("/", 1)[-1] for p in found]
+            return [n for n in names if n and n != LOCK_NAME]
+        if not self.path.exists():
+            return []
+        return [p.name for p in self.path.iterdir() if p.name != LOCK_NAME]
 
     def run_attrs(self) -> dict | None:
         """The ``ooc_spectral_run`` attributes, or None if OUTDIR holds no run."""
-        if not (self.path / "zarr.json").exists():
+        if not self._exists("zarr.json"):
             return None
         try:
             return self.group("r").attrs.get(RUN_KEY)
@@ -373,9 +432,11 @@ class RunDirectory:
         """
         digest = config_hash(config)
         existing = self.run_attrs()
-        entries = [p for p in self.path.iterdir() if p.name != LOCK_NAME] if self.path.exists() else []
-        if existing is None and entries:
-            if not _unfinished_beginning(self.path, entries):
+        names = self._entries()
+        if existing is None and names:
+            unfinished = (self._unfinished_remote(names) if self.remote else
+                          _unfinished_beginning(self.path, [self.path / n for n in names]))
+            if not unfinished:
                 raise OutputNotWritableError(
                     f"{self.path} exists and is not an ooc-spectral output directory; "
                     + ("--overwrite only replaces an ooc-spectral output, and nothing was deleted; "
@@ -397,14 +458,41 @@ class RunDirectory:
                     "to discard it"
                 )
             return True
-        zarr.create_group(str(self.path), zarr_format=3, attributes={
+        zarr.create_group(self.url, zarr_format=3, attributes={
             RUN_KEY: {"config": config, "config_hash": digest, "status": "running",
                       "started": _now(), **(extra or {})}})
         return False
 
+    def _unfinished_remote(self, names: list[str]) -> bool:
+        """Object-store twin of :func:`_unfinished_beginning` (a group without attributes,
+        an empty ``checkpoint`` group)."""
+        for name in names:
+            if name == "zarr.json":
+                try:
+                    meta = json.loads(self.fs.cat_file(self._key(name)) or b"null")
+                except (OSError, ValueError):
+                    continue
+                if meta is None:
+                    continue
+                if not (isinstance(meta, dict) and meta.get("node_type") == "group"
+                        and not meta.get("attributes")):
+                    return False
+                continue
+            if name == "checkpoint":
+                inner = self.fs.ls(self._key(name), detail=False)
+                if all(p.rstrip("/").endswith("/zarr.json") for p in inner):
+                    continue
+            return False
+        return True
+
     def _clear(self) -> None:
         import shutil
 
+        if self.remote:
+            for name in self._entries():
+                self.fs.rm(self._key(name), recursive=True)
+            self.fs.invalidate_cache(self._fspath)
+            return
         for p in self.path.iterdir():
             if p.name == LOCK_NAME:
                 continue
@@ -417,17 +505,30 @@ class RunDirectory:
         return RunCheckpoint(self.group().require_group("checkpoint"), every=every)
 
     def write_report(self, report: dict) -> None:
+        self.check_lock()  # a run that lost its lock never reports
+        if self.remote:  # one PUT: the object appears whole or not at all
+            self.fs.pipe_file(self._key(REPORT_NAME),
+                              (json.dumps(report, indent=2, default=_json_default) + "\n").encode())
+            return
         tmp = self.path / (REPORT_NAME + ".partial")
         tmp.write_text(json.dumps(report, indent=2, default=_json_default) + "\n")
         os.replace(tmp, self.path / REPORT_NAME)
 
     def read_report(self) -> dict | None:
+        if self.remote:
+            try:
+                self.fs.invalidate_cache(self._key(REPORT_NAME))
+                return json.loads(self.fs.cat_file(self._key(REPORT_NAME)))
+            except (OSError, ValueError):
+                return None
         try:
             return json.loads((self.path / REPORT_NAME).read_text())
         except (OSError, ValueError):
             return None
 
     def mark(self, status: str, **fields) -> None:
+        if status == "complete":
+            self.check_lock()
         group = self.group()
         attrs = dict(group.attrs[RUN_KEY])
         attrs.update(status=status, **fields)

@@ -22,7 +22,6 @@ import sys
 import threading
 from typing import Sequence
 
-from .checkpoint import local_output_path
 from .config import parameter_fields
 from .exceptions import InterruptedRun, UsageError
 
@@ -47,6 +46,12 @@ class _Parser(argparse.ArgumentParser):
 # options
 # --------------------------------------------------------------------------- #
 def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--storage-options", metavar="JSON", default=None,
+                   help="options of the file system of every URL of the command (s3://, gs://, "
+                   "...) as a JSON object, or @FILE.json; they add to the backend's own "
+                   "configuration (for S3 the AWS_* variables, AWS_ENDPOINT_URL included, and "
+                   "profiles), e.g. '{\"endpoint_url\": \"http://127.0.0.1:9000\"}'; their "
+                   "values are never logged nor written to outputs")
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr (for cron)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument("--json", action="store_true", help="print a one-line JSON summary on stdout at the end")
@@ -117,7 +122,6 @@ def cmd_make_data(args) -> dict:
 
     if args.n < 1:
         raise CommandError(f"--n {args.n} must be at least 1")
-    local_output_path(args.out)  # a URL: refused before anything is created
     params = _key_values(args.param)
     path = make_data(args.name, args.n, args.out, dim=args.dim, noise=args.noise, seed=args.seed,
                      chunk_rows=args.chunk_rows, dtype=args.dtype, overwrite=args.overwrite,
@@ -136,7 +140,6 @@ def cmd_fit(args) -> dict:
         except ImportError:
             raise CommandError("--performance-report needs bokeh: pip install "
                                "'ooc_spectral[report]'") from None
-    local_output_path(args.out)
     job = FitJob(input=args.input, outdir=args.out, params=estimator_params(args),
                  cluster=_cluster_options(args), checkpoint_every=args.checkpoint_every,
                  overwrite=args.overwrite, performance_report=args.performance_report,
@@ -150,7 +153,6 @@ def cmd_fit(args) -> dict:
 def cmd_transform(args) -> dict:
     from .jobs import TransformJob, run_transform_job
 
-    local_output_path(args.out)
     report = run_transform_job(TransformJob(model=args.model, input=args.input, out=args.out,
                                             cluster=_cluster_options(args),
                                             overwrite=args.overwrite, chunk_rows=args.chunk_rows))
@@ -161,7 +163,8 @@ def cmd_run(args) -> dict:
     from .workflow import run_workflow
 
     return run_workflow(args.workflow, overrides=args.set, parser=build_parser(),
-                        allow=workflow_permissions(args), quiet=bool(args.quiet))
+                        allow=workflow_permissions(args), quiet=bool(args.quiet),
+                        storage_options=_storage_options(args))
 
 
 def workflow_permissions(args) -> frozenset:
@@ -376,6 +379,46 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
+#: The arguments of a subcommand that name a place (a local path or a URL).
+LOCATION_ARGS = ("input", "out", "outdir", "model", "path")
+
+
+def _storage_options(args) -> dict:
+    """``--storage-options`` as a dict (JSON, or ``@FILE`` holding JSON)."""
+    from .storage import parse_storage_options
+
+    text = getattr(args, "storage_options", None)
+    if isinstance(text, str) and text.startswith("@"):
+        try:
+            with open(text[1:]) as f:
+                text = f.read()
+        except OSError as exc:
+            raise CommandError(f"--storage-options {text}: cannot read the file: {exc}") from None
+    return parse_storage_options(text)
+
+
+def run_command(args) -> dict:
+    """Run one parsed subcommand: its URLs checked first (an unknown scheme or a missing
+    backend is exit 2, before anything is created), with its storage options in effect."""
+    from .storage import check_location, storage_options_scope
+
+    locations = [getattr(args, name, None) for name in LOCATION_ARGS]
+    locations = [loc for loc in locations if isinstance(loc, (str, os.PathLike))]
+    local_only = {cmd_plot: ("out",), cmd_evaluate: ("out",)}.get(args.func, ())
+    for name in LOCATION_ARGS:
+        value = getattr(args, name, None)
+        if isinstance(value, (str, os.PathLike)):
+            what = {"out": "--out", "outdir": "OUTDIR"}.get(name, name)
+            if name in local_only:
+                from .checkpoint import local_output_path
+
+                local_output_path(value)  # a PNG or tables: a local file, never s3:/...
+            else:
+                check_location(value, what)
+    with storage_options_scope(_storage_options(args), locations):
+        return args.func(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     want_json = "--json" in (argv if argv is not None else sys.argv[1:])
@@ -389,7 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.quiet, args.verbose)
     previous = _interrupt_on_signals()
     try:
-        summary = args.func(args)
+        summary = run_command(args)
     except UsageError as exc:
         return _fail(EXIT_USAGE, _one_line(exc), args.json)
     except KeyboardInterrupt as exc:

@@ -40,6 +40,7 @@ __all__ = [
     "DamagedDataError",
     "OutputDamagedError",
     "DictionaryWarning",
+    "StorageBackendError",
 ]
 
 
@@ -176,6 +177,11 @@ class DamagedDataError(UsageError, ValueError):
 
 class OutputDamagedError(OocSpectralError, RuntimeError):
     """``ooc-spectral verify`` found missing or damaged chunks (exit code 1: rerun the fit)."""
+
+
+class StorageBackendError(UsageError, ValueError):
+    """A URL whose scheme fsspec does not know, or whose file system is not installed;
+    the message names the package to install (``pip install s3fs``). Exit code 2."""
 
 
 class DictionaryWarning(UserWarning):

@@ -108,7 +108,15 @@ def _listing(arr) -> dict[str, tuple]:
     if fs is not None:  # fsspec: sizes and ETag or modification time in one listing
         spath = str(getattr(arr.store, "path", "")).rstrip("/")
         full = f"{spath}/{prefix}".rstrip("/")
-        for key, info in fs.find(full, detail=True).items():
+        if hasattr(fs, "invalidate_cache"):  # a listing cached by this process may be stale
+            fs.invalidate_cache(full)
+        if getattr(fs, "asynchronous", False):  # zarr's async instance: on zarr's loop
+            from zarr.core.sync import sync
+
+            found = sync(fs._find(full, detail=True))
+        else:
+            found = fs.find(full, detail=True)
+        for key, info in found.items():
             rel = key[len(spath):].lstrip("/") if key.startswith(spath) else key
             stamp = info.get("ETag") or info.get("etag") or info.get("mtime") or \
                 info.get("LastModified") or info.get("last_modified") or info.get("updated")
@@ -253,31 +261,37 @@ def verify_group(path) -> dict[str, Any]:
 # --------------------------------------------------------------------------- #
 # checks a batch job makes
 # --------------------------------------------------------------------------- #
-def check_readable_here(url: str) -> str:
+def check_readable_here(url: str, storage_options=None) -> str:
     """Open the input at ``url`` and check that its first chunk exists, where this runs.
 
     Meant to run on a dask worker before the passes: a worker that cannot see
-    the input (another working directory, another mount) would otherwise read
-    every chunk as fill values. Raises :class:`StoreNotFoundError` or
-    :class:`MissingChunkError` naming the path as this process sees it.
+    the input (another working directory, another mount, no credentials for
+    the bucket) would otherwise read every chunk as fill values or fail late.
+    Raises :class:`StoreNotFoundError` or :class:`MissingChunkError` naming the
+    path as this process sees it. ``storage_options`` (a
+    :class:`~ooc_spectral.storage.StorageOptions`) are the command's options
+    for a URL.
     """
     import socket
 
     from .exceptions import StoreNotFoundError
     from .source import open_zarr_array
+    from .storage import is_url
     from zarr.core.sync import sync
 
     where = f"on {socket.gethostname()} (pid {os.getpid()}, working directory {os.getcwd()})"
+    need = ("workers must reach the store with the client's settings (the backend's "
+            "variables, e.g. AWS_*, on the workers, or --storage-options)" if is_url(url)
+            else "workers must see the input at the same path as the client")
+    options = storage_options.to_dict() if storage_options else None
     try:
-        arr = open_zarr_array(url)
+        arr = open_zarr_array(url, storage_options=options)
     except StoreNotFoundError as exc:
-        raise StoreNotFoundError(f"{exc} [{where}]; workers must see the input at the same "
-                                 "path as the client") from None
+        raise StoreNotFoundError(f"{exc} [{where}]; {need}") from None
     coords, key = chunk_keys(arr)[0]
     if not sync(arr.store.exists(key)):
         raise MissingChunkError(
-            f"chunk {key!r} of the input {url} does not exist {where}; workers must see the "
-            "input at the same path as the client"
+            f"chunk {key!r} of the input {url} does not exist {where}; {need}"
         )
     arr[_chunk_region(arr, coords)]
     return where
@@ -296,7 +310,9 @@ def damaged_run_outputs(outdir) -> list[str]:
         problems = EmbeddingOutput.open_existing(outdir).audit()
     except Exception as exc:  # the array's own metadata is gone or garbled: write it all again
         problems = [f"embedding: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"]
-    model = Path(os.fspath(outdir)) / "model"
+    from .storage import join
+
+    model = join(outdir, "model")
     try:
         from .estimator import GreedySpectralEmbedding
         from .persistence import load_model

@@ -16,7 +16,6 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .checkpoint import RunDirectory, _now, config_hash
 from .cluster import ClusterOptions, compute_engine, dask_client
@@ -35,10 +34,13 @@ log = logging.getLogger("ooc_spectral")
 
 
 def input_identity(source: DataSource) -> dict:
-    """What identifies the input in a run's configuration."""
+    """What identifies the input in a run's configuration (a URL as given, never its
+    storage options: credentials are not part of the identity, nor written anywhere)."""
+    from .storage import absolute
+
     url = source.url
-    if url is not None and "://" not in url:
-        url = str(Path(url.replace("file://", "")).resolve())
+    if url is not None:
+        url = absolute(url)
     return {"url": url, "shape": list(source.shape), "dtype": str(source.dtype),
             "chunk_rows": int(source.storage_chunk_rows)}
 
@@ -84,14 +86,17 @@ def _check_workers_see_input(executor: Executor, source: DataSource) -> None:
     Runs through the executor, so a cluster with no worker fails after its
     no-worker timeout instead of waiting forever.
     """
-    if not executor.distributed or source.kind != "zarr" or source.url is None \
-            or "://" in source.url:
+    if not executor.distributed or source.kind != "zarr" or source.url is None:
         return
     import dask
 
     from .integrity import check_readable_here
+    from .storage import StorageOptions, options_for
 
-    executor.run("preflight", {0: dask.delayed(check_readable_here, pure=False)(source.url)})
+    # a URL: the worker opens it with the command's storage options (never shown in logs)
+    options = StorageOptions(options_for(source.url))
+    executor.run("preflight", {0: dask.delayed(check_readable_here, pure=False)(
+        source.url, options)})
 
 
 @dataclass
@@ -149,7 +154,7 @@ def run_fit_job(job: FitJob) -> dict:
         if resuming and rundir.status() == "complete":
             from .integrity import damaged_run_outputs
 
-            damage = damaged_run_outputs(rundir.path)
+            damage = damaged_run_outputs(rundir.url)
             if not damage:
                 log.info("%s already holds the complete result of this configuration",
                          job.outdir)
@@ -171,18 +176,18 @@ def run_fit_job(job: FitJob) -> dict:
                              checkpoint=rundir.checkpoint(job.checkpoint_every), resume=resuming,
                              memory_probe=sampler.take_peak, on_scan=progress.scan)
                 _check_workers_see_input(executor, source)
-                result = run.run(output=str(rundir.path.resolve()))
+                result = run.run(output=rundir.url)
                 with run.stage("model"):
                     est = GreedySpectralEmbedding(**config.to_json())
                     est._set_fitted(result)
-                    est.save(Path(job.outdir) / "model", overwrite=True)
+                    est.save(rundir.join("model"), overwrite=True)
                     base_rows = _keep_update_base(rundir, job, config, source, result)
                 where = engine.report()
             report = {
                 "status": "complete",
                 "input": resolved["input"],
                 "input_fingerprint": fingerprint,
-                "outdir": str(Path(job.outdir).resolve()),
+                "outdir": rundir.url,
                 "n_samples": result.n_samples,
                 "n_features": result.n_features,
                 "n_components": config.n_components,
@@ -259,17 +264,17 @@ def _run_update_job(job: FitJob, rundir: RunDirectory, plan, source: DataSource,
                 _performance_report(job.performance_report):
             executor = Executor(client, on_progress=ProgressLog().parts)
             what, update = run_update(
-                plan, outdir=str(rundir.path.resolve()), rundir=rundir, source=source,
+                plan, outdir=rundir.url, rundir=rundir, source=source,
                 config=config, resolved=resolved, fingerprint=fingerprint, executor=executor,
                 checkpoint=rundir.checkpoint(job.checkpoint_every), stage=stage)
             workers = len(client.scheduler_info().get("workers", {}))
-        est = load_model(GreedySpectralEmbedding, Path(job.outdir) / "model")
+        est = load_model(GreedySpectralEmbedding, rundir.join("model"))
         stages = {**what.timings, **timings}
         report = {
             "status": "complete",
             "input": resolved["input"],
             "input_fingerprint": fingerprint,
-            "outdir": str(Path(job.outdir).resolve()),
+            "outdir": rundir.url,
             "n_samples": source.n_rows,
             "n_features": source.n_features,
             "n_components": config.n_components,
@@ -337,7 +342,9 @@ def run_transform_job(job: TransformJob) -> dict:
             f"{job.input} has {source.n_features} features, but the model was fitted with "
             f"{est.n_features_in_}; pass rows with the training columns"
         )
-    resolved = {"model": str(Path(job.model).resolve()), "input": input_identity(source)}
+    from .storage import absolute
+
+    resolved = {"model": absolute(job.model), "input": input_identity(source)}
     fingerprint = source.fingerprint()
     rundir = RunDirectory(job.out)
     with rundir:

@@ -313,21 +313,25 @@ def check_finite(block: np.ndarray, row_offset: int, source: DataSource | None =
     )
 
 
-def open_zarr_array(location: str | os.PathLike, *, mode: str = "r"):
+def open_zarr_array(location: str | os.PathLike, *, mode: str = "r",
+                    storage_options: dict | None = None):
     """Open a zarr array at ``location``, or the data array of a group there.
 
     A local path is made absolute first, so the array's location means the
-    same on workers whose working directory differs from the client's. A data
-    set whose writer marked it incomplete (``make-data``'s ``complete: false``)
-    is refused with :class:`IncompleteInputError`.
+    same on workers whose working directory differs from the client's. A URL
+    (``s3://bucket/x.zarr``) is opened with fsspec: an unknown scheme or a
+    missing backend raises :class:`~ooc_spectral.exceptions.StorageBackendError`
+    naming the package to install. ``storage_options`` add to the backend's own
+    configuration. A data set whose writer marked it incomplete
+    (``make-data``'s ``complete: false``) is refused with
+    :class:`IncompleteInputError`.
     """
-    loc = os.fspath(location)
-    if "://" not in loc:
-        loc = os.path.abspath(loc)
-    elif loc.startswith("file://"):
-        loc = os.path.abspath(loc[len("file://"):])
+    from .storage import absolute, check_location, is_url
+
+    loc = absolute(check_location(location, "input"))
+    extra = {"storage_options": storage_options} if storage_options and is_url(loc) else {}
     try:
-        node = zarr.open(loc, mode=mode)
+        node = zarr.open(loc, mode=mode, **extra)
     except (FileNotFoundError, KeyError, zarr.errors.NodeNotFoundError) as exc:
         raise StoreNotFoundError(
             f"no zarr array or group at {loc!r}; check the path, or create the data "
@@ -440,8 +444,14 @@ def _is_sparse(X) -> bool:
 
 
 def array_url(arr) -> str:
-    """Location of a zarr array: a local path, or the store's URL."""
-    url = str(arr.store_path)
+    """Location of a zarr array: a local path, or the store's URL (``s3://bucket/x.zarr/data``)."""
+    store = arr.store
+    fs = getattr(store, "fs", None)
+    if fs is not None and hasattr(store, "path"):  # an fsspec store: protocol://path
+        base = fs.unstrip_protocol(str(store.path).rstrip("/"))
+        url = f"{base}/{arr.path}" if arr.path else base
+    else:
+        url = str(arr.store_path)
     return url[len("file://"):] if url.startswith("file://") else url
 
 

@@ -32,6 +32,14 @@ root and may not escape it (an absolute path is taken as written). ``ooc-spectra
 read as a TOML value, or else as a string). The fit step stores the resolved
 step in its output's attributes.
 
+Object storage: any path may be a URL (``s3://bucket/run``); a top-level
+``[storage_options]`` table (and a step's own ``storage_options`` table, and
+``run --storage-options``, in increasing precedence) adds file-system options
+such as ``endpoint_url`` to the backend's own configuration. Keep secrets in
+the backend's configuration (``AWS_*`` variables, profiles) rather than in the
+file; the values are never written to outputs (the fit step records the
+option names only).
+
 Trust model: a workflow file is data that anyone may have written, so by
 itself it can only read inputs and create outputs. What could hurt the host
 needs the command line's permission (``run --allow WHAT`` or
@@ -98,10 +106,14 @@ def load_workflow(path, overrides=(), allow=frozenset()) -> dict:
         raise WorkflowError(f"{path}: no such workflow file") from None
     except tomllib.TOMLDecodeError as exc:
         raise WorkflowError(f"{path}: not valid TOML: {exc}") from None
-    unknown = set(data) - {"workflow", "step"}
+    unknown = set(data) - {"workflow", "step", "storage_options"}
     if unknown:
         raise WorkflowError(f"{path}: unknown top-level key {sorted(unknown)[0]!r}; expected "
-                            "[workflow] and [[step]] tables")
+                            "[workflow], [storage_options] and [[step]] tables")
+    storage_options = data.get("storage_options", {})
+    if not isinstance(storage_options, dict):
+        raise WorkflowError(f"{path}: storage_options must be a table of file-system options "
+                            "([storage_options] endpoint_url = \"...\")")
     meta = data.get("workflow", {})
     extra = set(meta) - {"name", "description", "root"}
     if extra:
@@ -140,6 +152,7 @@ def load_workflow(path, overrides=(), allow=frozenset()) -> dict:
             "reach there unless the command line allows it (ooc-spectral run --allow outside-cwd)"
         )
     return {"file": str(path.resolve()), "name": meta.get("name", path.stem), "root": root,
+            "storage_options": storage_options,
             "steps": steps, "ids": ids, "from_command_line": from_command_line, "allow": allow}
 
 
@@ -172,6 +185,12 @@ def _step_argv(wf: dict, i: int, step: dict, sub: argparse.ArgumentParser) -> tu
             log.warning("%s: overwrite = true ignored: the command line did not allow it "
                         "(ooc-spectral run --allow overwrite)", where)
             continue
+        if key == "storage_options":
+            if not isinstance(value, dict):
+                raise WorkflowError(f"{where}: key 'storage_options' must be a table of "
+                                    "file-system options")
+            resolved[key] = value
+            continue
         if key in PATH_KEYS:
             if not isinstance(value, str) or not value or "\x00" in value:
                 raise WorkflowError(f"{where}: key {key!r} must be a path (a non-empty string)")
@@ -184,7 +203,7 @@ def _step_argv(wf: dict, i: int, step: dict, sub: argparse.ArgumentParser) -> tu
             raise WorkflowError(f"{where}: missing required key {a.dest!r}")
         argv.append(str(resolved[a.dest]))
     for key, value in resolved.items():
-        if key not in options:
+        if key not in options or key == "storage_options":  # set on the parsed step
             continue
         a = options[key]
         flag = a.option_strings[0] if a.option_strings[0].startswith("--") else max(a.option_strings, key=len)
@@ -222,7 +241,7 @@ def _resolve_path(wf: dict, where: str, key: str, value: str) -> str:
 
 
 def run_workflow(path, *, overrides=(), parser: argparse.ArgumentParser,
-                 allow=frozenset(), quiet: bool = False) -> dict:
+                 allow=frozenset(), quiet: bool = False, storage_options: dict | None = None) -> dict:
     """Validate every step, then run them in order; returns a summary.
 
     ``allow`` (a subset of :data:`PERMISSIONS`, from the command line) lets the
@@ -240,6 +259,13 @@ def run_workflow(path, *, overrides=(), parser: argparse.ArgumentParser,
             raise WorkflowError(f"{wf['file']}: step {i} ({wf['ids'][i]}): {exc}") from None
         args.quiet, args.verbose = quiet, False  # ``run -q``: every step's cluster is quiet too
         args.json = True  # inspect: no text dump in the middle of a workflow
+        options = {**wf["storage_options"], **resolved.get("storage_options", {}),
+                   **(storage_options or {})}
+        args.storage_options = json.dumps(options) if options else None
+        if "storage_options" in resolved:  # the names only: values may be secrets
+            from .storage import redact
+
+            resolved = {**resolved, "storage_options": redact(resolved["storage_options"])}
         if step["run"] == "fit":
             args.workflow_attrs = {"workflow": {"file": wf["file"], "name": wf["name"],
                                                 "step": wf["ids"][i], "resolved": resolved}}
@@ -248,7 +274,9 @@ def run_workflow(path, *, overrides=(), parser: argparse.ArgumentParser,
     for i, args in planned:
         log.info("workflow %s: step %d (%s)", wf["name"], i, wf["ids"][i])
         try:
-            results.append({"step": wf["ids"][i], **(args.func(args) or {})})
+            from .cli import run_command
+
+            results.append({"step": wf["ids"][i], **(run_command(args) or {})})
         except UsageError as exc:
             raise type(exc)(f"{wf['file']}: step {i} ({wf['ids'][i]}): {exc}") from exc
     return {"status": "complete", "workflow": wf["file"], "steps": results}

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import errno
 import functools
-import os
 import uuid
 
 import dask
@@ -98,9 +97,14 @@ def embedding_graph(X: da.Array, smap: SpectralMap, chunk_starts=None, *,
 
 
 @functools.lru_cache(maxsize=32)
-def _open(url: str, name: str, run_id: str | None = None):
-    """An open array, cached per process (worker) by location *and* run id."""
-    arr = zarr.open_array(f"{url.rstrip('/')}/{name}", mode="r+")
+def _open(url: str, name: str, run_id: str | None = None, options=None):
+    """An open array, cached per process (worker) by location *and* run id.
+
+    ``options`` (a :class:`~ooc_spectral.storage.StorageOptions`) are the
+    command's storage options of a URL output.
+    """
+    extra = {"storage_options": options.to_dict()} if options else {}
+    arr = zarr.open_array(f"{url.rstrip('/')}/{name}", mode="r+", **extra)
     found = arr.attrs.get("run_id")
     if run_id is not None and found != run_id:
         _open.cache_clear()
@@ -112,12 +116,12 @@ def _open(url: str, name: str, run_id: str | None = None):
 
 
 def _write_block(block, smap: SpectralMap, url: str, start: int, stop: int,
-                 chunk_rows: int, run_id: str | None = None,
+                 chunk_rows: int, run_id: str | None = None, options=None,
                  block_rows: int | None = None, dtype="float64") -> int:
     out = _embed_block(block, smap, start, None, block_rows, dtype)
-    _open(url, EMBEDDING, run_id)[start:stop] = out
+    _open(url, EMBEDDING, run_id, options)[start:stop] = out
     first, last = start // chunk_rows, -(-stop // chunk_rows)
-    _open(url, WRITTEN, run_id)[first:last] = 1
+    _open(url, WRITTEN, run_id, options)[first:last] = 1
     return stop - start
 
 
@@ -135,10 +139,9 @@ def _unfinished_api_output(group) -> bool:
 
 
 def _absolute(url) -> str:
-    url = os.fspath(url)
-    if url.startswith("file://"):
-        url = url[len("file://"):]
-    return url if "://" in url else os.path.abspath(url)
+    from .storage import absolute, check_location
+
+    return absolute(check_location(url, "output"))
 
 
 class EmbeddingOutput:
@@ -159,6 +162,10 @@ class EmbeddingOutput:
     def __init__(self, url: str, n_rows: int, n_components: int, chunk_rows: int,
                  dtype="float64"):
         self.url = _absolute(url)  # workers may run in another working directory
+        from .storage import StorageOptions, options_for
+
+        #: the command's storage options of a URL, sent with the write tasks (never shown)
+        self.options = StorageOptions(options_for(self.url))
         self.run_id: str | None = None
         self.n_rows = int(n_rows)
         self.n_components = int(n_components)
@@ -296,7 +303,7 @@ class EmbeddingOutput:
         parts = {
             i: dask.delayed(_write_block, pure=False)(
                 blocks[i], s_key, self.url, int(bounds[i]), int(bounds[i + 1]), self.chunk_rows,
-                self.run_id, block_rows, self.dtype.name)
+                self.run_id, self.options or None, block_rows, self.dtype.name)
             for i in todo
         }
         done = executor.run("pass 3 (write-back)", parts)

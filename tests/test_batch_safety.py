@@ -460,25 +460,7 @@ def test_make_data_larger_than_the_free_space_is_exit_2_and_writes_nothing(tmp_p
         assert not (tmp_path / "big.zarr").exists()
 
 
-@pytest.mark.parametrize("command", ["make-data", "fit", "transform"])
-@pytest.mark.parametrize("url", ["s3://bucket/run", "gs://bucket/run", "memory://x/run"])
-def test_an_output_url_is_refused_and_no_local_directory_is_created(small, tmp_path, command, url):
-    args = {"make-data": ["make-data", "spiral", "--n", "10"],
-            "fit": ["fit", str(small)],
-            "transform": ["transform", str(tmp_path / "model"), str(small)]}[command]
-    proc = cli(*args, "--out", url, "-q", cwd=tmp_path)
-    assert proc.returncode == 2, proc.stderr
-    assert "object storage is not supported yet" in proc.stderr
-    if url.startswith("s3://"):
-        assert "pip install s3fs" in proc.stderr
-    assert list(tmp_path.iterdir()) == []  # no 's3:' directory, nothing at all
-
-
-def test_library_refuses_output_urls_too(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(OutputNotWritableError, match="s3:// URL"):
-        RunDirectory("s3://bucket/out")
-    assert list(tmp_path.iterdir()) == []
+# URLs as outputs: tests/test_object_storage.py (issue 17)
 
 
 # --------------------------------------------------------------------------- the exit-code table

@@ -1,0 +1,471 @@
+"""Object storage end to end (issue 17), against a real S3-protocol server on 127.0.0.1.
+
+One moto server (``ThreadedMotoServer``) serves the whole module; the client and
+the dask workers reach it only through the standard AWS variables
+(``AWS_ENDPOINT_URL`` and fake keys), or through ``--storage-options``. The
+data are small (6000 rows) so the file stays fast; every fit uses the same
+options, so the results compare to 1e-10.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import zarr
+
+from test_cli import EXE
+
+s3fs = pytest.importorskip("s3fs")
+moto_server = pytest.importorskip("moto.server")
+
+N, CHUNK, TASK = 6000, 200, 1000  # 30 storage chunks, 6 tasks (and checkpoint segments)
+FIT = ["--gamma", "0.02", "--tol", "1e-3", "--n-components", "3", "--chunk-rows", str(TASK),
+       "--checkpoint-every", "1", "-q"]
+BUCKET = "ooc"
+# recognisable fake credentials: they must never appear in an output or a log
+ENV_KEY_ID, ENV_SECRET = "AKIAOOC17ENVKEYID000", "ooc17-env-secret-never-written"
+OPT_KEY_ID, OPT_SECRET = "AKIAOOC17OPTKEYID000", "ooc17-option-secret-never-written"
+
+
+class _Throttle:
+    """WSGI middleware: delays writes of checkpoint partials while ``on`` (pass 2 lasts)."""
+
+    def __init__(self, app):
+        self.app, self.on = app, False
+
+    def __call__(self, environ, start_response):
+        if self.on and environ.get("REQUEST_METHOD") == "PUT" and \
+                "/partials/" in environ.get("PATH_INFO", ""):
+            time.sleep(0.05)
+        return self.app(environ, start_response)
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A moto S3 server on 127.0.0.1, the AWS variables pointing at it, one bucket."""
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    throttle = _Throttle(server._server.app)
+    server._server.app = throttle
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    saved = {k: os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID",
+                                            "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
+    os.environ.update(AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID=ENV_KEY_ID,
+                      AWS_SECRET_ACCESS_KEY=ENV_SECRET, AWS_DEFAULT_REGION="us-east-1")
+    s3fs.S3FileSystem.clear_instance_cache()
+    fs = s3fs.S3FileSystem()
+    fs.mkdir(BUCKET)
+    try:
+        yield {"endpoint": endpoint, "fs": fs, "throttle": throttle}
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def s3_cluster(s3):
+    """A LocalCluster started after the AWS variables are set (its workers inherit them)."""
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=":0", memory_limit="2GiB") as c:
+        yield c.scheduler_address
+
+
+def run(*argv) -> int:
+    from ooc_spectral.cli import main
+
+    return main([str(a) for a in argv])
+
+
+def ls(fs, url: str) -> dict:
+    """Every object under ``url``: key -> bytes."""
+    fs.invalidate_cache()
+    path = url.split("://", 1)[1]
+    return {k: fs.cat_file(k) for k in fs.find(path)}
+
+
+def embedding(loc):
+    return zarr.open_array(f"{str(loc).rstrip('/')}/embedding", mode="r")[...]
+
+
+@pytest.fixture(scope="module")
+def data(s3, tmp_path_factory):
+    """The same data set made locally and, by ``make-data --out s3://``, on S3."""
+    d = tmp_path_factory.mktemp("s3data")
+    assert run("make-data", "swiss-roll", "--n", N, "--chunk-rows", CHUNK,
+               "--out", d / "roll.zarr", "-q") == 0
+    url = f"s3://{BUCKET}/roll.zarr"
+    assert run("make-data", "swiss-roll", "--n", N, "--chunk-rows", CHUNK, "--out", url,
+               "-q") == 0
+    return d / "roll.zarr", url
+
+
+@pytest.fixture(scope="module")
+def local_fit(data, s3_cluster, tmp_path_factory):
+    out = tmp_path_factory.mktemp("localfit") / "out"
+    assert run("fit", data[0], "--out", out, *FIT, "--scheduler", s3_cluster) == 0
+    return out
+
+
+# --------------------------------------------------------------------------- make-data
+def test_make_data_to_s3_writes_the_same_values_as_locally(data, s3):
+    local, url = data
+    keys = ls(s3["fs"], url)
+    assert f"{BUCKET}/roll.zarr/data/c/0/0" in keys and f"{BUCKET}/roll.zarr/zarr.json" in keys
+    remote = zarr.open_group(url, mode="r")
+    assert remote.attrs["ooc_spectral_dataset"]["complete"] is True
+    np.testing.assert_array_equal(remote["data"][...], zarr.open_group(str(local))["data"][...])
+    assert not any(p.name.startswith("s3") for p in local.parent.iterdir())
+
+
+# --------------------------------------------------------------------------- fit
+def test_fit_from_and_to_s3_equals_the_local_fit_and_the_rerun_is_a_no_op(
+        data, local_fit, s3_cluster, s3, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # nothing may land in the working directory
+    out = f"s3://{BUCKET}/fit"
+    assert run("fit", data[1], "--out", out, *FIT, "--scheduler", s3_cluster) == 0
+    assert list(tmp_path.iterdir()) == []
+    objects = ls(s3["fs"], out)
+    report = json.loads(objects[f"{BUCKET}/fit/report.json"])
+    local_report = json.loads((local_fit / "report.json").read_text())
+    assert report["status"] == "complete" and report["outdir"] == out
+    assert report["input"]["url"] == f"{data[1]}/data"
+    np.testing.assert_allclose(embedding(out), embedding(local_fit), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(report["eigenvalues"], local_report["eigenvalues"], rtol=1e-10)
+    assert report["dictionary_size"] == local_report["dictionary_size"]
+    # the fingerprint is made of the objects' ETags
+    fs = s3["fs"]
+    etags = {k: v["ETag"] for k, v in fs.find(f"{BUCKET}/roll.zarr/data", detail=True).items()}
+    assert report["input_fingerprint"]["n_objects"] == len(etags) == N // CHUNK + 1
+    assert zarr.open_group(out).attrs["ooc_spectral_run"]["status"] == "complete"
+    assert f"{BUCKET}/fit/.lock" not in objects  # released
+    # the model loads from S3 and maps the training rows onto the embedding
+    from ooc_spectral import GreedySpectralEmbedding
+
+    est = GreedySpectralEmbedding.load(f"{out}/model")
+    X = zarr.open_group(str(data[0]))["data"][:500]
+    np.testing.assert_allclose(est.transform(X), embedding(out)[:500], atol=1e-8)
+
+    # the rerun: nothing is recomputed, nothing is rewritten
+    before = ls(fs, out)
+    assert run("fit", data[1], "--out", out, *FIT, "--scheduler", s3_cluster) == 0
+    assert ls(fs, out) == before
+    # verify reads every chunk back from S3
+    assert run("verify", out, "-q") == 0
+
+
+def test_a_changed_input_on_s3_is_detected_by_its_etags(data, s3, s3_cluster, tmp_path):
+    """Issue 9 on S3: the same key rewritten with other bytes changes the fingerprint."""
+    from ooc_spectral.source import open_source
+
+    url = f"s3://{BUCKET}/changing.zarr"
+    s3["fs"].copy(f"{BUCKET}/roll.zarr", f"{BUCKET}/changing.zarr", recursive=True)
+    first = open_source(url).fingerprint()
+    arr = zarr.open_group(url, mode="r+")["data"]
+    arr[:CHUNK] = arr[:CHUNK] + 1.0  # one chunk rewritten, same size
+    second = open_source(url).fingerprint()
+    assert first["metadata_sha256"] == second["metadata_sha256"]
+    assert first["listing_sha256"] != second["listing_sha256"]
+    assert open_source(url).fingerprint() == second
+
+
+# --------------------------------------------------------------------------- lock, SIGKILL
+def _partials_done(fs, out: str) -> int:
+    fs.invalidate_cache()
+    base = out.split("://", 1)[1] + "/checkpoint/partials"
+    done = 0
+    try:
+        found = fs.ls(base, detail=False)
+    except FileNotFoundError:
+        return 0
+    for p in found:
+        if p.endswith("zarr.json"):
+            continue
+        try:
+            done += '"partial"' in fs.cat_file(p + "/zarr.json").decode()
+        except FileNotFoundError:
+            pass
+    return done
+
+
+def test_concurrent_fit_is_refused_naming_the_holder_and_sigkill_in_pass_2_resumes(
+        data, local_fit, s3, s3_cluster, capsys):
+    fs, out = s3["fs"], f"s3://{BUCKET}/killed"
+    s3["throttle"].on = True  # pass 2's checkpoint writes take a while
+    try:
+        proc = subprocess.Popen([EXE, "fit", data[1], "--out", out, *FIT, "--workers", "1",
+                                 "--threads-per-worker", "1"], start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.time() + 120
+            while _partials_done(fs, out) < 1:
+                assert proc.poll() is None, proc.stderr.read().decode()
+                assert time.time() < deadline
+                time.sleep(0.02)
+            # a second fit on the same OUTDIR while the first holds the lock
+            capsys.readouterr()
+            assert run("fit", data[1], "--out", out, *FIT, "--scheduler", s3_cluster) == 2
+            err = capsys.readouterr().err
+            assert "locked by another run" in err and f"pid {proc.pid} on {socket.gethostname()}" in err
+            assert proc.poll() is None
+            assert zarr.open_group(out).attrs["ooc_spectral_run"]["status"] == "running"
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    finally:
+        s3["throttle"].on = False
+    assert proc.returncode == -signal.SIGKILL
+    saved = _partials_done(fs, out)
+    assert 1 <= saved < N // TASK  # killed inside pass 2
+    assert fs.exists(f"{BUCKET}/killed/.lock")  # the dead run's lease is left behind ...
+    # ... and the rerun on this machine sees its process is gone, takes it over and resumes
+    assert run("fit", data[1], "--out", out, *FIT, "--scheduler", s3_cluster, "--json") == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert "pass2" in summary["resumed_stages"]
+    np.testing.assert_allclose(embedding(out), embedding(local_fit), rtol=0, atol=1e-10)
+    assert not fs.exists(f"{BUCKET}/killed/.lock")
+
+
+def test_object_lock_conditional_create_lease_and_takeover(s3, monkeypatch):
+    from ooc_spectral.exceptions import LockedError
+    from ooc_spectral.storage import ObjectLock
+
+    fs, url = s3["fs"], f"s3://{BUCKET}/locks/a/.lock"
+    # eight runs start together: exactly one creates the lock object
+    locks = [ObjectLock(url) for _ in range(8)]
+    barrier, outcome = threading.Barrier(8), {}
+
+    def take(i):
+        barrier.wait()
+        try:
+            locks[i].acquire(f"run {i}")
+            outcome[i] = "held"
+        except LockedError as exc:
+            outcome[i] = str(exc)
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [i for i, v in outcome.items() if v == "held"]
+    assert len(winners) == 1
+    assert all("locked by another run" in v and f"pid {os.getpid()}" in v
+               for i, v in outcome.items() if i not in winners)
+    locks[winners[0]].release()
+    assert not fs.exists(url.split("://")[1])
+
+    # a live holder elsewhere is refused by name; its expired lease is taken over
+    foreign = {"pid": 4242, "host": "node-7.example", "boot_id": "x", "started": "then",
+               "command": "fit s3://b/in", "holder": "h", "expires": time.time() + 60}
+    fs.pipe_file(url.split("://")[1], json.dumps(foreign).encode())
+    with pytest.raises(LockedError, match="pid 4242 on node-7.example"):
+        ObjectLock(url).acquire()
+    fs.pipe_file(url.split("://")[1], json.dumps({**foreign, "expires": time.time() - 1}).encode())
+    monkeypatch.setenv("OOC_SPECTRAL_LEASE_SECONDS", "1.5")  # renewed every 0.5 s
+    lock = ObjectLock(url)
+    lock.acquire("the new run")
+    assert json.loads(fs.cat_file(url.split("://")[1]))["holder"] == lock.holder_id
+    first = json.loads(fs.cat_file(url.split("://")[1]))["expires"]
+    time.sleep(1.2)
+    assert json.loads(fs.cat_file(url.split("://")[1]))["expires"] > first  # renewed
+    # another run that overwrote the lock makes this one fail loudly before completing
+    fs.pipe_file(url.split("://")[1], json.dumps({**foreign, "expires": time.time() + 60}).encode())
+    deadline = time.time() + 10
+    while lock._lost is None and time.time() < deadline:
+        time.sleep(0.1)
+    with pytest.raises(LockedError, match="another run took the lock"):
+        lock.check()
+    lock.release()
+    assert json.loads(fs.cat_file(url.split("://")[1]))["pid"] == 4242  # not ours to delete
+
+
+# --------------------------------------------------------------------------- transform
+def test_transform_from_an_s3_model_to_an_s3_output(data, local_fit, s3, s3_cluster, tmp_path,
+                                                    monkeypatch):
+    from ooc_spectral import GreedySpectralEmbedding
+
+    monkeypatch.chdir(tmp_path)
+    model, out = f"s3://{BUCKET}/fit", f"s3://{BUCKET}/transformed"
+    if not s3["fs"].exists(f"{BUCKET}/fit/model"):  # this test run alone
+        assert run("fit", data[1], "--out", model, *FIT, "--scheduler", s3_cluster) == 0
+    assert run("transform", model, data[1], "--out", out, "--scheduler", s3_cluster, "-q") == 0
+    assert list(tmp_path.iterdir()) == []
+    X = zarr.open_group(str(data[0]))["data"][...]
+    expected = GreedySpectralEmbedding.load(local_fit / "model").transform(X)
+    np.testing.assert_allclose(embedding(out), expected, rtol=0, atol=1e-10)
+    report = json.loads(s3["fs"].cat_file(f"{BUCKET}/transformed/report.json"))
+    assert report["status"] == "complete" and report["model"] == model
+    assert zarr.open_group(out).attrs["ooc_spectral_run"]["status"] == "complete"
+
+
+# --------------------------------------------------------------------------- no shared files
+def _unshare_works() -> bool:
+    try:
+        return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                               "mount -t tmpfs tmpfs /tmp"], capture_output=True,
+                              timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def test_workers_that_cannot_see_the_clients_files_fit_from_and_to_s3(
+        data, local_fit, s3, tmp_path, monkeypatch):
+    """The worker runs in its own mount namespace with an empty /tmp: the client's
+    temporary directory (where it runs, and where the local copy of the data is)
+    does not exist there. Where ``unshare`` is not allowed, the client's temporary
+    directory is removed before the passes instead."""
+    from distributed import Client, LocalCluster
+
+    client_dir = tmp_path / "client"
+    client_dir.mkdir()
+    (client_dir / "only-on-the-client").write_text("x")
+    monkeypatch.chdir(client_dir)
+    isolated = _unshare_works() and str(tmp_path).startswith("/tmp/")
+    with LocalCluster(n_workers=0, dashboard_address=":0", scheduler_port=0) as cluster:
+        worker = ["dask", "worker", cluster.scheduler_address, "--nworkers", "1",
+                  "--nthreads", "1", "--memory-limit", "2GiB", "--no-dashboard"]
+        if isolated:
+            worker = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                      "mount -t tmpfs tmpfs /tmp && cd / && exec " + " ".join(worker)]
+        proc = subprocess.Popen(worker, start_new_session=True, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, cwd="/")
+        try:
+            with Client(cluster) as c:
+                c.wait_for_workers(1, timeout=60)
+                seen = c.run(lambda p=str(client_dir): os.path.exists(p))
+            if isolated:
+                assert list(seen.values()) == [False]  # the worker cannot see the client's files
+            else:
+                import shutil
+
+                shutil.rmtree(client_dir)  # nothing a worker needs may live there
+            out = f"s3://{BUCKET}/isolated"
+            assert run("fit", data[1], "--out", out, *FIT, "--scheduler",
+                       cluster.scheduler_address) == 0
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
+    np.testing.assert_allclose(embedding(out), embedding(local_fit), rtol=0, atol=1e-10)
+
+
+# --------------------------------------------------------------------------- missing backend
+HIDE_S3FS = """
+import sys, importlib.abc
+class Hide(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "s3fs" or name.startswith("s3fs."):
+            raise ModuleNotFoundError("No module named 's3fs'", name="s3fs")
+sys.meta_path.insert(0, Hide())
+for m in [m for m in sys.modules if m == "s3fs" or m.startswith("s3fs.")]:
+    del sys.modules[m]
+from ooc_spectral.cli import main
+codes = [main(a) for a in ARGS]
+print(codes)
+"""
+
+
+def test_output_url_without_s3fs_is_exit_2_naming_it_and_creates_nothing(data, tmp_path):
+    args = [["make-data", "spiral", "--n", "10", "--out", "s3://b/d.zarr", "-q"],
+            ["fit", str(data[0]), "--out", "s3://b/run", "-q"],
+            ["transform", str(tmp_path / "model"), str(data[0]), "--out", "s3://b/t", "-q"],
+            ["fit", "s3://b/in.zarr", "--out", str(tmp_path / "o"), "-q"]]
+    proc = subprocess.run([sys.executable, "-c", HIDE_S3FS.replace("ARGS", repr(args))],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.stdout.strip().splitlines()[-1] == "[2, 2, 2, 2]", proc.stderr
+    errors = [l for l in proc.stderr.splitlines() if l.startswith("ooc-spectral: error:")]
+    assert len(errors) == 4 and all("pip install s3fs" in e for e in errors), proc.stderr
+    assert list(tmp_path.iterdir()) == []  # no 's3:' directory, nothing at all
+
+
+@pytest.mark.parametrize("command", ["make-data", "fit", "transform"])
+def test_an_unknown_scheme_is_exit_2_and_creates_nothing(data, tmp_path, monkeypatch, command,
+                                                         capsys):
+    from ooc_spectral.exceptions import StorageBackendError
+    from ooc_spectral.checkpoint import RunDirectory
+
+    monkeypatch.chdir(tmp_path)
+    args = {"make-data": ["make-data", "spiral", "--n", "10"],
+            "fit": ["fit", str(data[0])],
+            "transform": ["transform", str(tmp_path / "model"), str(data[0])]}[command]
+    assert run(*args, "--out", "nosuchscheme://bucket/run", "-q") == 2
+    assert "nosuchscheme://" in capsys.readouterr().err
+    with pytest.raises(StorageBackendError, match="fsspec does not know"):
+        RunDirectory("nosuchscheme://bucket/run")
+    assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- secrets
+def test_no_secret_in_the_report_the_outputs_or_the_logs(data, s3, tmp_path):
+    """Credentials and endpoint given only as storage options (the workers have no AWS
+    variables either): they reach every process, and are written nowhere."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    options = json.dumps({"endpoint_url": s3["endpoint"], "key": OPT_KEY_ID,
+                          "secret": OPT_SECRET, "client_kwargs": {"region_name": "us-east-1"}})
+    out = f"s3://{BUCKET}/secret-fit"
+    fit = subprocess.run([EXE, "fit", data[1], "--out", out, *FIT[:-1], "-v", "--workers", "1",
+                          "--threads-per-worker", "1", "--storage-options", options, "--json"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert fit.returncode == 0, fit.stderr
+    # a workflow file with a storage_options table (and a step's own) does the same
+    wf = tmp_path / "wf.toml"
+    wf.write_text(f"""
+[workflow]
+name = "object storage"
+
+[storage_options]
+endpoint_url = "{s3['endpoint']}"
+client_kwargs = {{ region_name = "us-east-1" }}
+
+[[step]]
+run = "transform"
+model = "{out}"
+input = "{data[1]}"
+out = "s3://{BUCKET}/secret-transform"
+workers = 1
+storage_options = {{ key = "{OPT_KEY_ID}", secret = "{OPT_SECRET}" }}
+
+[[step]]
+run = "fit"
+input = "{data[1]}"
+out = "s3://{BUCKET}/secret-workflow-fit"
+gamma = 0.02
+tol = 1e-3
+n_components = 3
+chunk_rows = {TASK}
+workers = 1
+storage_options = {{ key = "{OPT_KEY_ID}", secret = "{OPT_SECRET}" }}
+""")
+    flow = subprocess.run([EXE, "run", wf, "-v"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=300)
+    assert flow.returncode == 0, flow.stderr
+    fs = s3["fs"]
+    written = {}
+    for prefix in ("secret-fit", "secret-transform", "secret-workflow-fit"):
+        written.update(ls(fs, f"s3://{BUCKET}/{prefix}"))
+    assert any(k.endswith("report.json") for k in written) and len(written) > 20
+    logs = fit.stderr + fit.stdout + flow.stderr + flow.stdout
+    assert "stage pass3" in fit.stderr  # -v: the log was there to search
+    for secret in (OPT_SECRET, OPT_KEY_ID, ENV_SECRET):
+        assert secret not in logs
+        assert not [k for k, v in written.items() if secret.encode() in v]
+    attrs = zarr.open_group(f"s3://{BUCKET}/secret-workflow-fit").attrs["ooc_spectral_run"]
+    assert attrs["workflow"]["resolved"]["storage_options"] == {"key": "***", "secret": "***"}
+    np.testing.assert_allclose(embedding(f"s3://{BUCKET}/secret-workflow-fit"),
+                               embedding(out), rtol=0, atol=1e-10)
