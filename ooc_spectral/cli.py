@@ -59,11 +59,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 def _add_cluster(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("engine and cluster (default: threads in this process for inputs "
-                             "up to 1 GiB, an embedded LocalCluster for larger ones)")
+                             "up to 128 MiB, an embedded LocalCluster for larger ones)")
     g.add_argument("--engine", choices=("auto", "threads", "cluster"), default="auto",
                    help="where the parallel passes run without --scheduler: threads in this "
                    "process (no start-up cost), an embedded LocalCluster of worker processes "
-                   "(held to --memory-limit), or auto: threads for inputs of at most 1 GiB "
+                   "(held to --memory-limit), or auto: threads for inputs of at most 128 MiB "
                    "stored, the cluster for larger ones or when --memory-limit is given "
                    "(default: auto)")
     g.add_argument("--scheduler", metavar="ADDRESS", default=None,

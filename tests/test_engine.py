@@ -35,8 +35,8 @@ PARAMS = dict(n_components=3, gamma=0.05, tol=1e-3, random_state=0)
 def test_auto_engine_is_threads_for_small_inputs_and_the_cluster_for_large_ones():
     auto = ClusterOptions()
     assert choose_engine(auto, 10**6)[0] == "threads"
-    assert choose_engine(auto, 2**30)[0] == "threads"
-    assert choose_engine(auto, 2**30 + 1)[0] == "cluster"
+    assert choose_engine(auto, 128 * 2**20)[0] == "threads"
+    assert choose_engine(auto, 128 * 2**20 + 1)[0] == "cluster"
     assert choose_engine(auto, None)[0] == "cluster"
     # what only worker processes can give takes the cluster at any size
     assert choose_engine(ClusterOptions(memory_limit="2GiB"), 10)[0] == "cluster"
