@@ -7,6 +7,7 @@ import warnings
 from pathlib import Path
 
 import zarr
+import zarr.errors
 
 from .checkpoint import RUN_KEY, RunDirectory
 from .exceptions import InvalidInputError, StoreNotFoundError
@@ -73,7 +74,21 @@ def _model_summary(path: Path, meta: dict, group) -> tuple[str, dict]:
 
 def inspect_path(path) -> tuple[str, dict]:
     """Text and a JSON-able dict describing ``path``."""
-    path = Path(os.fspath(path))
+    from .storage import check_location, is_url
+
+    text = check_location(path, "path")
+    if is_url(text):  # object storage: the URL as given
+        path = text.rstrip("/")
+        try:
+            node = zarr.open(path, mode="r")
+        except (FileNotFoundError, KeyError, zarr.errors.NodeNotFoundError) as exc:
+            raise StoreNotFoundError(f"nothing at {path!r}; check the URL") from exc
+        except Exception as exc:
+            raise InvalidInputError(f"{path} is not a zarr store: {exc}") from exc
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Object at .* is not recognized")
+            return _describe(path, node)
+    path = Path(text)
     if not path.exists():
         raise StoreNotFoundError(f"nothing at {str(path)!r}; check the path")
     try:

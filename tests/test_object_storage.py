@@ -27,9 +27,10 @@ from test_cli import EXE
 s3fs = pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.server")
 
-N, CHUNK, TASK = 6000, 200, 1000  # 30 storage chunks, 6 tasks (and checkpoint segments)
+N, CHUNK, TASK = 4000, 500, 1000  # 8 storage chunks, 4 tasks (and checkpoint segments)
 FIT = ["--gamma", "0.02", "--tol", "1e-3", "--n-components", "3", "--chunk-rows", str(TASK),
        "--checkpoint-every", "1", "-q"]
+THREADS = ["--engine", "threads"]  # no cluster start-up; workers: the tests that need them
 BUCKET = "ooc"
 # recognisable fake credentials: they must never appear in an output or a log
 ENV_KEY_ID, ENV_SECRET = "AKIAOOC17ENVKEYID000", "ooc17-env-secret-never-written"
@@ -77,16 +78,6 @@ def s3():
         server.stop()
 
 
-@pytest.fixture(scope="module")
-def s3_cluster(s3):
-    """A LocalCluster started after the AWS variables are set (its workers inherit them)."""
-    from distributed import LocalCluster
-
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                      dashboard_address=":0", memory_limit="2GiB") as c:
-        yield c.scheduler_address
-
-
 def run(*argv) -> int:
     from ooc_spectral.cli import main
 
@@ -117,9 +108,9 @@ def data(s3, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def local_fit(data, s3_cluster, tmp_path_factory):
+def local_fit(data, tmp_path_factory):
     out = tmp_path_factory.mktemp("localfit") / "out"
-    assert run("fit", data[0], "--out", out, *FIT, "--scheduler", s3_cluster) == 0
+    assert run("fit", data[0], "--out", out, *FIT, *THREADS) == 0
     return out
 
 
@@ -136,10 +127,10 @@ def test_make_data_to_s3_writes_the_same_values_as_locally(data, s3):
 
 # --------------------------------------------------------------------------- fit
 def test_fit_from_and_to_s3_equals_the_local_fit_and_the_rerun_is_a_no_op(
-        data, local_fit, s3_cluster, s3, tmp_path, monkeypatch):
+        data, local_fit, s3, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # nothing may land in the working directory
     out = f"s3://{BUCKET}/fit"
-    assert run("fit", data[1], "--out", out, *FIT, "--scheduler", s3_cluster) == 0
+    assert run("fit", data[1], "--out", out, *FIT, *THREADS) == 0
     assert list(tmp_path.iterdir()) == []
     objects = ls(s3["fs"], out)
     report = json.loads(objects[f"{BUCKET}/fit/report.json"])
@@ -164,13 +155,18 @@ def test_fit_from_and_to_s3_equals_the_local_fit_and_the_rerun_is_a_no_op(
 
     # the rerun: nothing is recomputed, nothing is rewritten
     before = ls(fs, out)
-    assert run("fit", data[1], "--out", out, *FIT, "--scheduler", s3_cluster) == 0
+    assert run("fit", data[1], "--out", out, *FIT, *THREADS) == 0
     assert ls(fs, out) == before
-    # verify reads every chunk back from S3
+    # verify reads every chunk back from S3; inspect summarises the run there
     assert run("verify", out, "-q") == 0
+    from ooc_spectral.inspection import inspect_path
+
+    text, info = inspect_path(out)
+    assert text.startswith(f"ooc-spectral run at {out}") and info["status"] == "complete"
+    assert info["report"]["eigenvalues"] == report["eigenvalues"]
 
 
-def test_a_changed_input_on_s3_is_detected_by_its_etags(data, s3, s3_cluster, tmp_path):
+def test_a_changed_input_on_s3_is_detected_by_its_etags(data, s3, tmp_path):
     """Issue 9 on S3: the same key rewritten with other bytes changes the fingerprint."""
     from ooc_spectral.source import open_source
 
@@ -205,12 +201,12 @@ def _partials_done(fs, out: str) -> int:
 
 
 def test_concurrent_fit_is_refused_naming_the_holder_and_sigkill_in_pass_2_resumes(
-        data, local_fit, s3, s3_cluster, capsys):
+        data, local_fit, s3, capsys):
     fs, out = s3["fs"], f"s3://{BUCKET}/killed"
     s3["throttle"].on = True  # pass 2's checkpoint writes take a while
     try:
-        proc = subprocess.Popen([EXE, "fit", data[1], "--out", out, *FIT, "--workers", "1",
-                                 "--threads-per-worker", "1"], start_new_session=True,
+        proc = subprocess.Popen([EXE, "fit", data[1], "--out", out, *FIT, *THREADS],
+                                start_new_session=True,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             deadline = time.time() + 120
@@ -220,7 +216,7 @@ def test_concurrent_fit_is_refused_naming_the_holder_and_sigkill_in_pass_2_resum
                 time.sleep(0.02)
             # a second fit on the same OUTDIR while the first holds the lock
             capsys.readouterr()
-            assert run("fit", data[1], "--out", out, *FIT, "--scheduler", s3_cluster) == 2
+            assert run("fit", data[1], "--out", out, *FIT, *THREADS) == 2
             err = capsys.readouterr().err
             assert "locked by another run" in err and f"pid {proc.pid} on {socket.gethostname()}" in err
             assert proc.poll() is None
@@ -235,7 +231,7 @@ def test_concurrent_fit_is_refused_naming_the_holder_and_sigkill_in_pass_2_resum
     assert 1 <= saved < N // TASK  # killed inside pass 2
     assert fs.exists(f"{BUCKET}/killed/.lock")  # the dead run's lease is left behind ...
     # ... and the rerun on this machine sees its process is gone, takes it over and resumes
-    assert run("fit", data[1], "--out", out, *FIT, "--scheduler", s3_cluster, "--json") == 0
+    assert run("fit", data[1], "--out", out, *FIT, *THREADS, "--json") == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert "pass2" in summary["resumed_stages"]
     np.testing.assert_allclose(embedding(out), embedding(local_fit), rtol=0, atol=1e-10)
@@ -297,15 +293,15 @@ def test_object_lock_conditional_create_lease_and_takeover(s3, monkeypatch):
 
 
 # --------------------------------------------------------------------------- transform
-def test_transform_from_an_s3_model_to_an_s3_output(data, local_fit, s3, s3_cluster, tmp_path,
+def test_transform_from_an_s3_model_to_an_s3_output(data, local_fit, s3, tmp_path,
                                                     monkeypatch):
     from ooc_spectral import GreedySpectralEmbedding
 
     monkeypatch.chdir(tmp_path)
     model, out = f"s3://{BUCKET}/fit", f"s3://{BUCKET}/transformed"
     if not s3["fs"].exists(f"{BUCKET}/fit/model"):  # this test run alone
-        assert run("fit", data[1], "--out", model, *FIT, "--scheduler", s3_cluster) == 0
-    assert run("transform", model, data[1], "--out", out, "--scheduler", s3_cluster, "-q") == 0
+        assert run("fit", data[1], "--out", model, *FIT, *THREADS) == 0
+    assert run("transform", model, data[1], "--out", out, *THREADS, "-q") == 0
     assert list(tmp_path.iterdir()) == []
     X = zarr.open_group(str(data[0]))["data"][...]
     expected = GreedySpectralEmbedding.load(local_fit / "model").transform(X)
@@ -394,9 +390,20 @@ def test_output_url_without_s3fs_is_exit_2_naming_it_and_creates_nothing(data, t
     assert list(tmp_path.iterdir()) == []  # no 's3:' directory, nothing at all
 
 
+def _gcsfs_missing() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("gcsfs") is None
+
+
+@pytest.mark.parametrize("url, says", [
+    ("nosuchscheme://bucket/run", "fsspec does not know"),
+    pytest.param("gs://bucket/run", "pip install gcsfs", marks=pytest.mark.skipif(
+        not _gcsfs_missing(), reason="gcsfs is installed")),
+])
 @pytest.mark.parametrize("command", ["make-data", "fit", "transform"])
 def test_an_unknown_scheme_is_exit_2_and_creates_nothing(data, tmp_path, monkeypatch, command,
-                                                         capsys):
+                                                         capsys, url, says):
     from ooc_spectral.exceptions import StorageBackendError
     from ooc_spectral.checkpoint import RunDirectory
 
@@ -404,26 +411,21 @@ def test_an_unknown_scheme_is_exit_2_and_creates_nothing(data, tmp_path, monkeyp
     args = {"make-data": ["make-data", "spiral", "--n", "10"],
             "fit": ["fit", str(data[0])],
             "transform": ["transform", str(tmp_path / "model"), str(data[0])]}[command]
-    assert run(*args, "--out", "nosuchscheme://bucket/run", "-q") == 2
-    assert "nosuchscheme://" in capsys.readouterr().err
-    with pytest.raises(StorageBackendError, match="fsspec does not know"):
-        RunDirectory("nosuchscheme://bucket/run")
+    assert run(*args, "--out", url, "-q") == 2
+    assert says in capsys.readouterr().err
+    with pytest.raises(StorageBackendError, match=says):
+        RunDirectory(url)
     assert list(tmp_path.iterdir()) == []
 
 
 # --------------------------------------------------------------------------- secrets
-def test_no_secret_in_the_report_the_outputs_or_the_logs(data, s3, tmp_path):
-    """Credentials and endpoint given only as storage options (the workers have no AWS
-    variables either): they reach every process, and are written nowhere."""
+def test_no_secret_in_the_report_the_outputs_or_the_logs(data, local_fit, s3, tmp_path):
+    """Endpoint and credentials given only as storage options, in a workflow's
+    [storage_options] table, a step's own table and ``run --storage-options`` (neither
+    the client nor the workers have AWS variables): they reach every process, the
+    workers included, and are written nowhere, not even in a -v log."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    options = json.dumps({"endpoint_url": s3["endpoint"], "key": OPT_KEY_ID,
-                          "secret": OPT_SECRET, "client_kwargs": {"region_name": "us-east-1"}})
-    out = f"s3://{BUCKET}/secret-fit"
-    fit = subprocess.run([EXE, "fit", data[1], "--out", out, *FIT[:-1], "-v", "--workers", "1",
-                          "--threads-per-worker", "1", "--storage-options", options, "--json"],
-                         capture_output=True, text=True, env=env, timeout=300)
-    assert fit.returncode == 0, fit.stderr
-    # a workflow file with a storage_options table (and a step's own) does the same
+    fit_out, tr_out = f"s3://{BUCKET}/secret-fit", f"s3://{BUCKET}/secret-transform"
     wf = tmp_path / "wf.toml"
     wf.write_text(f"""
 [workflow]
@@ -431,41 +433,40 @@ name = "object storage"
 
 [storage_options]
 endpoint_url = "{s3['endpoint']}"
-client_kwargs = {{ region_name = "us-east-1" }}
-
-[[step]]
-run = "transform"
-model = "{out}"
-input = "{data[1]}"
-out = "s3://{BUCKET}/secret-transform"
-workers = 1
-storage_options = {{ key = "{OPT_KEY_ID}", secret = "{OPT_SECRET}" }}
 
 [[step]]
 run = "fit"
 input = "{data[1]}"
-out = "s3://{BUCKET}/secret-workflow-fit"
+out = "{fit_out}"
 gamma = 0.02
 tol = 1e-3
 n_components = 3
 chunk_rows = {TASK}
+engine = "cluster"
 workers = 1
+threads_per_worker = 1
+storage_options = {{ key = "{OPT_KEY_ID}", secret = "{OPT_SECRET}" }}
+
+[[step]]
+run = "transform"
+model = "{fit_out}"
+input = "{data[1]}"
+out = "{tr_out}"
+engine = "threads"
 storage_options = {{ key = "{OPT_KEY_ID}", secret = "{OPT_SECRET}" }}
 """)
-    flow = subprocess.run([EXE, "run", wf, "-v"], capture_output=True, text=True, env=env,
-                          cwd=tmp_path, timeout=300)
+    region = json.dumps({"client_kwargs": {"region_name": "us-east-1"}})
+    flow = subprocess.run([EXE, "run", wf, "-v", "--storage-options", region],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert flow.returncode == 0, flow.stderr
+    assert "stage pass3" in flow.stderr and "LocalCluster" in flow.stderr  # -v, real workers
     fs = s3["fs"]
-    written = {}
-    for prefix in ("secret-fit", "secret-transform", "secret-workflow-fit"):
-        written.update(ls(fs, f"s3://{BUCKET}/{prefix}"))
-    assert any(k.endswith("report.json") for k in written) and len(written) > 20
-    logs = fit.stderr + fit.stdout + flow.stderr + flow.stdout
-    assert "stage pass3" in fit.stderr  # -v: the log was there to search
-    for secret in (OPT_SECRET, OPT_KEY_ID, ENV_SECRET):
-        assert secret not in logs
+    written = {**ls(fs, fit_out), **ls(fs, tr_out)}
+    assert f"{BUCKET}/secret-fit/report.json" in written and len(written) > 20
+    for secret in (OPT_SECRET, OPT_KEY_ID, ENV_SECRET, ENV_KEY_ID):
+        assert secret not in flow.stderr + flow.stdout
         assert not [k for k, v in written.items() if secret.encode() in v]
-    attrs = zarr.open_group(f"s3://{BUCKET}/secret-workflow-fit").attrs["ooc_spectral_run"]
+    attrs = zarr.open_group(fit_out).attrs["ooc_spectral_run"]
     assert attrs["workflow"]["resolved"]["storage_options"] == {"key": "***", "secret": "***"}
-    np.testing.assert_allclose(embedding(f"s3://{BUCKET}/secret-workflow-fit"),
-                               embedding(out), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(embedding(fit_out), embedding(local_fit), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(embedding(tr_out), embedding(local_fit), rtol=0, atol=1e-8)
