@@ -308,7 +308,9 @@ class ObjectLock:
 
     Taking over rewrites the object on condition that it is still the version
     read (``If-Match: ETag`` on S3), so two runs finding the same stale lock
-    cannot both take it. A holder whose renewal finds another's lock has lost
+    cannot both take it. (Other backends have no conditional overwrite in
+    fsspec's API: there the version is checked just before the write, which
+    leaves a window of one request.) A holder whose renewal finds another's lock has lost
     it: :meth:`check` then raises :class:`LockedError` before the run is
     marked complete.
     """
@@ -434,18 +436,30 @@ class ObjectLock:
         while not self._stop.wait(lease_seconds() / 3):
             try:
                 self._etag = self._put(self._content(self._description), if_match=self._etag)
-            except (FileExistsError, OSError) as exc:
+                continue
+            except Exception as exc:  # a conflict, or the store unreachable for now
+                error = exc
+            try:
                 holder, _ = self._read()
-                if holder is not None and holder.get("holder") == self.holder_id:
-                    log.warning("could not renew the lease of %s (%s); retrying", self.url, exc)
-                    continue
-                self._lost = (f"another run took the lock {self.url} "
-                              f"({describe_holder(holder) if holder else 'and released it'})")
-                log.error("%s: this run no longer holds its lock", self._lost)
-                return
+            except Exception as exc:
+                log.warning("could not renew the lease of %s (%s); retrying", self.url, exc)
+                continue
+            if holder is not None and holder.get("holder") == self.holder_id:
+                log.warning("could not renew the lease of %s (%s); retrying", self.url, error)
+                continue
+            self._lost = (f"another run took the lock {self.url} "
+                          f"({describe_holder(holder) if holder else 'and released it'})")
+            log.error("%s: this run no longer holds its lock", self._lost)
+            return
 
     def check(self) -> None:
-        """Raise :class:`LockedError` when the lease was lost to another run."""
+        """Raise :class:`LockedError` unless this run still holds the lock (read back from
+        the store: a renewal thread that could not tell is not trusted)."""
+        if self._lost is None:
+            holder, _ = self._read()
+            if holder is None or holder.get("holder") != self.holder_id:
+                self._lost = (f"another run took the lock {self.url} "
+                              f"({describe_holder(holder) if holder else 'and released it'})")
         if self._lost:
             raise LockedError(f"{self._lost} while this run was working (its lease expired: a "
                               "paused or unreachable client); rerun to resume")

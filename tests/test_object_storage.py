@@ -278,6 +278,7 @@ def test_object_lock_conditional_create_lease_and_takeover(s3, monkeypatch):
     lock = ObjectLock(url)
     lock.acquire("the new run")
     assert json.loads(fs.cat_file(url.split("://")[1]))["holder"] == lock.holder_id
+    lock.check()  # held: no error
     first = json.loads(fs.cat_file(url.split("://")[1]))["expires"]
     time.sleep(1.2)
     assert json.loads(fs.cat_file(url.split("://")[1]))["expires"] > first  # renewed
