@@ -227,6 +227,9 @@ def markdown(result: dict) -> str:
         text += ["\n## The embedded default (`--engine auto`)\n\n", table(result["default"], base)]
     if "memory" in result:
         text += ["\n## Memory: 262,144-row storage chunks, m = 300 vs m = 1000\n\n",
+                 "Peak RSS of the whole process tree (the command, and on the cluster the "
+                 "scheduler, nannies and workers), sampled every 50 ms. Seconds in rows run at "
+                 "a high load average are not comparable with the others.\n\n",
                  table(result["memory"], base + [("block rows", lambda r: str(r["block_rows"]))])]
     return "".join(text)
 
