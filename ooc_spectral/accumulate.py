@@ -25,6 +25,10 @@ Four kinds of statistics:
 ``degrees`` (divisive normalization with exact degrees, Proposition 2)
     with ``s = sum y`` known: ``d_t = y_t . s`` (the row sums of ``Y Y'``),
     ``S = sum y y' / d_t``, the smallest degree and ``max delta``.
+``preimage`` (``fit_inverse_transform``, after the eigensolve)
+    ``n``, ``sum k k'`` and ``sum k x'`` with ``k = k(e(x), E_D)`` on the rows'
+    embeddings (:mod:`ooc_spectral.preimage`); the ``dictionary`` argument is a
+    :class:`~ooc_spectral.preimage.PreimageProblem`.
 
 The tasks are grouped in at most :data:`~ooc_spectral.planning.MAX_SEGMENTS`
 segments of consecutive chunks; each segment is reduced into one partial, which
@@ -47,6 +51,7 @@ import numpy as np
 from .exceptions import DictionaryError
 from .execution import Executor, shared
 from .planning import MAX_SEGMENTS, segments
+from .preimage import chunk_preimage
 from .scan import Dictionary
 from .source import check_finite
 
@@ -302,6 +307,9 @@ def combine(a: dict, b: dict) -> dict:
                    {**_combine_row_sums(a, b), **_combine_certificate(a, b)})}
     if kind == "ksums":
         return {"kind": kind, "n": a["n"] + b["n"], "sum": a["sum"] + b["sum"]}
+    if kind == "preimage":  # the pre-image map's sums (ooc_spectral.preimage)
+        return {"kind": kind, "n": a["n"] + b["n"], "ktk": a["ktk"] + b["ktk"],
+                "ktx": a["ktx"] + b["ktx"]}
     if kind == "gram":
         return {"kind": kind, "n": a["n"] + b["n"], "S": a["S"] + b["S"],
                 **_combine_certificate(a, b)}
@@ -343,7 +351,7 @@ class PartialStore(Protocol):
 
 STAT_KINDS = {"moments": chunk_moments, "ksums": chunk_ksums, "gram": chunk_gram,
               "degrees": chunk_degrees, "cross": chunk_cross_moments,
-              "kernel_cross": chunk_kernel_cross}
+              "kernel_cross": chunk_kernel_cross, "preimage": in_sub_blocks(chunk_preimage)}
 
 
 def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,

@@ -80,6 +80,8 @@ def _add_estimator_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("estimator (see GreedySpectralEmbedding)")
     for f in parameter_fields():
         meta = f.metadata
+        if not meta["cli"]:  # Python objects (a callable kernel's keyword arguments)
+            continue
         flag = "--" + f.name.replace("_", "-")
         if f.name == "random_state":
             g.add_argument("--seed", "--random-state", dest="random_state", type=int, default=0,
@@ -97,7 +99,7 @@ def _add_estimator_options(p: argparse.ArgumentParser) -> None:
 
 
 def estimator_params(args: argparse.Namespace) -> dict:
-    return {f.name: getattr(args, f.name) for f in parameter_fields()}
+    return {f.name: getattr(args, f.name) for f in parameter_fields() if f.metadata["cli"]}
 
 
 def _cluster_options(args):

@@ -23,10 +23,10 @@ __all__ = ["FitConfig", "parameter_fields", "resolve_seed"]
 
 
 def _param(default, help: str, *, type, low=None, high=None, low_open=False,
-           choices=None, none=False):
+           choices=None, none=False, cli=True):
     return field(default=default, metadata={
         "help": help, "type": type, "low": low, "high": high, "low_open": low_open,
-        "choices": choices, "none": none,
+        "choices": choices, "none": none, "cli": cli,
     })
 
 
@@ -34,14 +34,21 @@ def _param(default, help: str, *, type, low=None, high=None, low_open=False,
 class FitConfig:
     """Validated parameters of a fit (see the estimator's docstring for each)."""
 
-    n_components: int = _param(2, "number of embedding coordinates p", type=int, low=1)
-    kernel: str = _param("rbf", "kernel: " + ", ".join(KERNELS), type=str, choices=KERNELS)
+    n_components: int | None = _param(
+        2, "number of embedding coordinates p (None, in Python: every direction the "
+        "dictionary supports, as KernelPCA keeps every non-zero eigenvalue)", type=int, low=1,
+        none=True)
+    kernel: str = _param("rbf", "kernel: " + ", ".join(KERNELS) + " (in Python also a "
+                         "callable k(x, y, **kernel_params) on two rows)", type=str,
+                         choices=KERNELS)
     gamma: float | None = _param(
         None, "kernel width (rbf, laplacian) or scale (polynomial); default: the "
         "median-distance heuristic on a seeded sample", type=float, low=0.0, low_open=True,
         none=True)
     degree: int = _param(3, "degree of the polynomial kernel", type=int, low=1)
     coef0: float = _param(1.0, "constant term of the polynomial kernel", type=float)
+    kernel_params: dict | None = _param(
+        None, "keyword arguments of a callable kernel", type=dict, none=True, cli=False)
     tol: float | None = _param(1e-3, "the paper's epsilon: largest squared feature-space residual "
                         "of a row left out of the dictionary", type=float, low=0.0)
     dictionary_size: int | None = _param(
@@ -89,6 +96,11 @@ class FitConfig:
         "range of a storage chunk); default: whole storage chunks, split so that every thread "
         "has at least two tasks; kernel blocks stay within the task memory budget either way",
         type=int, low=1, none=True)
+    fit_inverse_transform: bool = _param(
+        False, "learn the pre-image map of inverse_transform (kernel ridge regression from "
+        "the embedding back to the rows, as KernelPCA; one more parallel pass)", type=bool)
+    alpha: float = _param(
+        1.0, "ridge penalty of the pre-image map (fit_inverse_transform)", type=float, low=0.0)
     output_dtype: str = _param(
         "float64", "dtype of the stored embedding: float64, or float32 (half the write-back "
         "and the disk; values computed in float64, then rounded)", type=str,
@@ -105,6 +117,12 @@ class FitConfig:
             value = params.get(f.name, f.default)
             if f.name == "random_state":
                 value = resolve_seed(value)
+            if f.name == "kernel" and callable(value):
+                values[f.name] = value  # a user's kernel function (Python only, never saved)
+                continue
+            if f.name == "kernel_params":
+                values[f.name] = _check_kernel_params(value, params.get("kernel", f.default))
+                continue
             if f.name == "tol" and value is None and params.get("dictionary_size") is not None:
                 # dictionary_size replaces tol (scikit-learn style: None = not used)
                 values[f.name] = None
@@ -135,7 +153,7 @@ class FitConfig:
                     f"dictionary_size={self.dictionary_size} exceeds "
                     f"max_dictionary_size={self.max_dictionary_size}; raise max_dictionary_size"
                 )
-            if self.n_components >= self.dictionary_size:
+            if self.n_components is not None and self.n_components >= self.dictionary_size:
                 raise InvalidParameterError(
                     f"n_components={self.n_components} is not below "
                     f"dictionary_size={self.dictionary_size}; ask for a dictionary_size of at "
@@ -146,6 +164,17 @@ class FitConfig:
                     f"dictionary_size={self.dictionary_size} exceeds sample_size="
                     f"{self.sample_size}, the rows Algorithm 2 searches; raise sample_size"
                 )
+
+        if self.fit_inverse_transform and self.normalization != "additive":
+            raise InvalidParameterError(
+                "fit_inverse_transform=True needs normalization='additive' (kernel PCA, as "
+                "scikit-learn's KernelPCA); the divisive embedding has no pre-image map here"
+            )
+
+    @property
+    def kernel_name(self) -> str:
+        """The kernel's name, ``"callable"`` for a user's function."""
+        return "callable" if callable(self.kernel) else self.kernel
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -165,6 +194,20 @@ def resolve_seed(random_state) -> int:
     if isinstance(random_state, np.random.Generator):
         return int(random_state.integers(0, 2**31 - 1))
     return random_state
+
+
+def _check_kernel_params(value, kernel):
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise InvalidParameterError(
+            f"kernel_params={value!r} is not a dict of keyword arguments; pass e.g. "
+            "kernel_params={'scale': 2.0}")
+    if not callable(kernel):
+        raise InvalidParameterError(
+            f"kernel_params is only used by a callable kernel, and kernel={kernel!r}; pass the "
+            "built-in kernel's parameters as gamma, degree and coef0, or drop kernel_params")
+    return dict(value)
 
 
 def _check(f: dataclasses.Field, value):

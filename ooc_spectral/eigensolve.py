@@ -276,13 +276,22 @@ def solve_additive(dictionary: Dictionary, moments: dict, n_components: int) -> 
         When ``n_components`` exceeds the dictionary size or the rank of ``C``.
     """
     m = dictionary.size
-    check_n_components(m, n_components, spent_directions(dictionary.affine, "additive", False))
+    every = n_components is None  # every direction above rounding, as KernelPCA(None)
+    check_n_components(m, 1 if every else n_components,
+                       spent_directions(dictionary.affine, "additive", False))
     C = np.asarray(moments["m2"], dtype=np.float64)
-    all_values, vals, W = sorted_eigenpairs(C, n_components)
+    all_values, vals, W = sorted_eigenpairs(C, m if every else n_components)
     check_spectrum(C, all_values, moments)
     # rounding level: the magnitude of a negative (rounding) eigenvalue, or m eps lambda_max
     noise = max(-float(all_values[0]), 16 * m * np.finfo(np.float64).eps * float(all_values[-1]))
     rank = int(np.sum(all_values > noise))
+    if every:
+        if rank == 0:
+            raise DictionaryError(
+                "the centred Gram matrix has no eigenvalue above rounding: every row is at the "
+                "same point in feature space, so there is no direction to embed; check the data "
+                "and the kernel")
+        n_components, vals, W = rank, vals[:rank].copy(), W[:, :rank].copy()
     if n_components > rank:
         raise DictionaryError(
             f"n_components={n_components} exceeds the number of directions the data spans "
@@ -295,7 +304,8 @@ def solve_additive(dictionary: Dictionary, moments: dict, n_components: int) -> 
                        W, vals, int(moments["n"]))
 
 
-def solve_exact(kernel, X: np.ndarray, n_components: int, *, affine: bool) -> tuple[SpectralMap, dict]:
+def solve_exact(kernel, X: np.ndarray, n_components: int | None, *,
+                affine: bool) -> tuple[SpectralMap, dict]:
     """Exact kernel PCA on the full Gram matrix, for small data where the dictionary
     would hold (nearly) every row.
 
@@ -319,18 +329,27 @@ def solve_exact(kernel, X: np.ndarray, n_components: int, *, affine: bool) -> tu
     K -= mu[:, None]
     K += mu.mean()
     kx = kernel.diag(X, aux)
-    vals, V = eigh(K, subset_by_index=[n - n_components, n - 1], driver="evr", check_finite=False)
-    if vals.shape[0] != n_components:  # LAPACK's evr can miss a highly degenerate cluster
-        vals, V = eigh(K, driver="evd", check_finite=False)
-        vals, V = vals[n - n_components:], V[:, n - n_components:]
     trace = float(np.trace(K))
+    noise = n * np.finfo(np.float64).eps * max(trace, 0.0)
+    if n_components is None:
+        # every direction above rounding, as KernelPCA(n_components=None), which keeps
+        # the eigenvalues above 1e-12 of the largest
+        vals, V = eigh(K, driver="evd", check_finite=False)
+        noise = max(noise, 1e-12 * float(vals[-1]))
+        n_components = max(int(np.sum(vals > noise)), 1)
+        vals, V = vals[n - n_components:], V[:, n - n_components:]
+    else:
+        vals, V = eigh(K, subset_by_index=[n - n_components, n - 1], driver="evr",
+                       check_finite=False)
+        if vals.shape[0] != n_components:  # LAPACK's evr can miss a highly degenerate cluster
+            vals, V = eigh(K, driver="evd", check_finite=False)
+            vals, V = vals[n - n_components:], V[:, n - n_components:]
     del K
     vals, V = vals[::-1].copy(), V[:, ::-1].copy()
     big = np.argmax(np.abs(V), axis=0)
     signs = np.sign(V[big, np.arange(n_components)])
     signs[signs == 0] = 1.0
     V *= signs
-    noise = n * np.finfo(np.float64).eps * max(trace, 0.0)
     if np.any(vals <= noise):
         rank = int(np.sum(vals > noise))
         raise DictionaryError(
@@ -353,12 +372,22 @@ def dictionary_saturated(stats: dict) -> bool:
 def solve_divisive(dictionary: Dictionary, stats: dict, n_components: int, *,
                    drop_first: bool, subset: bool, total: np.ndarray | None = None) -> SpectralMap:
     """Spectral embedding from the ``degrees`` (exact) or ``gram`` (subset) statistics."""
-    k = n_components + int(drop_first)
-    check_n_components(dictionary.size, n_components,
-                       spent_directions(dictionary.affine, "divisive", drop_first))
+    every = n_components is None  # every direction above rounding
+    spent = spent_directions(dictionary.affine, "divisive", drop_first)
+    check_n_components(dictionary.size, 1 if every else n_components, spent)
+    k = dictionary.size if every else n_components + int(drop_first)
     vals, W = top_eigenpairs(stats["S"], k)
+    if every:
+        noise = 16 * dictionary.size * np.finfo(np.float64).eps * max(float(vals[0]), 0.0)
+        keep = int(np.sum(vals > noise))
+        vals, W = vals[:keep], W[:, :keep]
     if drop_first:
         vals, W = vals[1:], W[:, 1:]
+    if every:
+        n_components = int(vals.shape[0])
+        if n_components == 0:
+            raise DictionaryError(
+                "the normalized kernel has no non-trivial eigenvalue above rounding; lower tol")
     if np.any(vals <= 0):
         raise DictionaryError(
             f"the normalized kernel has only {int(np.sum(vals > 0))} positive eigenvalues among "

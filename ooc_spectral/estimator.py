@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import dask
+import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from ._sklearn import FeatureNamesMixin
@@ -34,11 +36,19 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
 
     Parameters
     ----------
-    n_components : int, default=2
+    n_components : int or None, default=2
         Number of embedding coordinates p; must be below the dictionary size.
-    kernel : {"rbf", "laplacian", "linear", "polynomial"}, default="rbf"
+        None: every direction the dictionary supports (every eigenvalue above
+        rounding), as ``KernelPCA(n_components=None)`` keeps every non-zero
+        eigenvalue; the number kept is ``eigenvalues_.shape[0]``.
+    kernel : {"rbf", "laplacian", "linear", "polynomial", "cosine"} or callable, default="rbf"
         ``rbf``: ``exp(-gamma ||x-y||^2)``; ``laplacian``: ``exp(-gamma ||x-y||_1)``;
-        ``linear``: ``x.y``; ``polynomial``: ``(gamma x.y + coef0)^degree``.
+        ``linear``: ``x.y``; ``polynomial``: ``(gamma x.y + coef0)^degree``;
+        ``cosine``: ``x.y / (||x|| ||y||)`` (0 for a row of zeros). A callable
+        ``k(x, y, **kernel_params)`` is called on two rows at a time, as in
+        scikit-learn (slow: one Python call per entry); it works on a dask
+        cluster, but a model with a callable kernel cannot be saved
+        (:class:`~ooc_spectral.exceptions.ModelNotSavableError`).
     gamma : float, default=None
         Kernel coefficient. None: the median heuristic on a seeded sample of
         1000 rows (``1/median ||x-y||^2`` for rbf, ``1/median ||x-y||_1`` for
@@ -48,6 +58,8 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         Degree of the polynomial kernel.
     coef0 : float, default=1.0
         Constant term of the polynomial kernel.
+    kernel_params : dict, default=None
+        Keyword arguments of a callable kernel (an error with a built-in one).
     tol : float, default=1e-3
         The paper's epsilon: a row enters the dictionary when its squared
         feature-space distance to the dictionary's span exceeds ``tol``; after
@@ -119,6 +131,17 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         every thread has at least two tasks. Either way each task works in
         sub-blocks whose kernel block keeps it within about 256 MiB, whatever
         the dictionary size.
+    fit_inverse_transform : bool, default=False
+        Learn the pre-image map of :meth:`inverse_transform`, as scikit-learn's
+        ``KernelPCA``: kernel ridge regression from the embedding back to the
+        rows, with the model's kernel on the embedding coordinates, restricted
+        to the kernel functions centred at the dictionary points' embeddings.
+        It needs an m x m and an m x d statistic, accumulated in one more
+        parallel pass after the eigensolve. On the exact path (every row in the
+        dictionary) it is scikit-learn's regression on every row. Additive
+        normalization only.
+    alpha : float, default=1.0
+        Ridge penalty of the pre-image map.
     output_dtype : {"float64", "float32"}, default="float64"
         dtype of ``embedding_`` and of ``transform``'s output. The values are
         computed in float64 and rounded once: float32 halves the write-back and
@@ -161,6 +184,11 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         Dictionary, factor, centring and eigenvectors: what ``transform`` applies.
     timings_ : dict
         Wall time of each stage in seconds.
+    dual_coef_ : ndarray of shape (n_centers, n_features)
+        The pre-image map's coefficients (``fit_inverse_transform=True``).
+    X_transformed_fit_ : ndarray of shape (n_centers, n_components)
+        The embeddings of the pre-image map's centres: the dictionary points
+        (every training row on the exact path).
 
     References
     ----------
@@ -190,17 +218,19 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
     """
 
     def __init__(self, n_components=2, *, kernel="rbf", gamma=None, degree=3, coef0=1.0,
-                 tol=1e-3, dictionary_size=None, scan="full", prefix_patience=2,
+                 kernel_params=None, tol=1e-3, dictionary_size=None, scan="full", prefix_patience=2,
                  selection="auto", max_dictionary_size=5000,
                  affine=True,
                  normalization="additive", degree_estimate="exact", degree_subset_size=1000,
                  drop_first=True, sample_size=20000, solver="gemm", chunk_rows=None,
+                 fit_inverse_transform=False, alpha=1.0,
                  output_dtype="float64", random_state=None):
         self.n_components = n_components
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
         self.coef0 = coef0
+        self.kernel_params = kernel_params
         self.tol = tol
         self.dictionary_size = dictionary_size
         self.scan = scan
@@ -215,6 +245,8 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         self.sample_size = sample_size
         self.solver = solver
         self.chunk_rows = chunk_rows
+        self.fit_inverse_transform = fit_inverse_transform
+        self.alpha = alpha
         self.output_dtype = output_dtype
         self.random_state = random_state
 
@@ -281,7 +313,8 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         if inc is None:
             c = self._config()
             gamma = resolve_gamma(c.kernel, c.gamma, source, c.random_state)
-            kernel = make_kernel(c.kernel, gamma=gamma, degree=c.degree, coef0=c.coef0)
+            kernel = make_kernel(c.kernel, gamma=gamma, degree=c.degree, coef0=c.coef0,
+                                 kernel_params=c.kernel_params)
             inc = IncrementalFit(c, kernel, source.n_features)
             self.gamma_ = gamma
         inc.add(source, keep=source.kind != "numpy")
@@ -299,6 +332,7 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         self.random_state_ = inc.config.random_state
         self.embedding_ = None
         self.timings_, self.resumed_stages_ = {}, []
+        self._set_preimage(None)  # partial_fit learns no pre-image map
         return self
 
     def _set_fitted(self, r: FitResult) -> None:
@@ -318,6 +352,16 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         self.random_state_ = r.config.random_state
         self.timings_ = dict(r.timings)
         self.resumed_stages_ = list(r.resumed)
+        self._set_preimage(r.preimage)
+
+    def _set_preimage(self, preimage) -> None:
+        self.preimage_map_ = preimage
+        for name in ("dual_coef_", "X_transformed_fit_"):
+            if hasattr(self, name):
+                delattr(self, name)
+        if preimage is not None:
+            self.dual_coef_ = preimage.dual_coef
+            self.X_transformed_fit_ = preimage.centers
 
     # ------------------------------------------------------------------ #
     def _check_fitted(self) -> SpectralMap:
@@ -356,6 +400,51 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
                               block_rows=block, dtype=dtype)
         return compute(out)[0] if source.kind == "numpy" else out
 
+    def inverse_transform(self, X):
+        """Rows of the input space whose embedding is X (the learned pre-image map).
+
+        As scikit-learn's ``KernelPCA.inverse_transform``: the kernel ridge
+        regression learned with ``fit_inverse_transform=True`` (see that
+        parameter), applied block by block.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr array, or str of shape (n_rows, n_components)
+            Embedding coordinates.
+
+        Returns
+        -------
+        ndarray or dask array of shape (n_rows, n_features_in_)
+            numpy for numpy input, a lazy dask array otherwise.
+        """
+        import dask.array as da
+
+        from .exceptions import NotFittedError
+        from .execution import shared
+
+        self._check_fitted()
+        pre = getattr(self, "preimage_map_", None)
+        if pre is None:
+            raise NotFittedError(
+                f"this {type(self).__name__} has no pre-image map: inverse_transform needs "
+                "fit_inverse_transform=True when fitting (a fit, not partial_fit)")
+        source = open_source(X)
+        p = pre.centers.shape[1]
+        if source.n_features != p:
+            raise InvalidInputError(
+                f"X has {source.n_features} columns, but the embedding of this "
+                f"{type(self).__name__} has {p}; pass embedding coordinates (the output of "
+                "transform)")
+        rows = plan_tasks(source.n_rows, p, source.storage_chunk_rows, threads=task_threads(),
+                          requested=self.chunk_rows, itemsize=source.itemsize).rows
+        block = plan_block_rows(rows, p, pre.centers.shape[0], itemsize=source.itemsize)
+        d = pre.dual_coef.shape[1]
+        E = source.to_dask(rows)
+        starts = None if source.chunk_starts is None else shared(np.asarray(source.chunk_starts))
+        out = da.map_blocks(_preimage_block, E, shared(pre), block, starts, dtype=np.float64, meta=np.empty((0, d)), chunks=(E.chunks[0], (d,)),
+                            name="ooc-spectral-preimage-" + dask.base.tokenize(E, pre))
+        return compute(out)[0] if source.kind == "numpy" else out
+
     # ------------------------------------------------------------------ #
     def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> None:
         """Save the fitted model as a zarr group of arrays with JSON attributes.
@@ -373,3 +462,17 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         from .persistence import load_model
 
         return load_model(cls, path)
+
+
+def _preimage_block(E, pre, block_rows, chunk_starts, block_info=None):
+    """The pre-image of one block of embedding rows, ``block_rows`` at a time (finite checked)."""
+    from .source import check_finite
+
+    offset = int(block_info[0]["array-location"][0][0]) if block_info else 0
+    E = np.ascontiguousarray(E, dtype=np.float64)
+    check_finite(E, offset, chunk_starts=chunk_starts)
+    out = np.empty((E.shape[0], pre.dual_coef.shape[1]))
+    step = max(int(block_rows), 1)
+    for a in range(0, E.shape[0], step):
+        out[a:a + step] = pre.apply(E[a:a + step])
+    return out

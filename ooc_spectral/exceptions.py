@@ -18,6 +18,7 @@ __all__ = [
     "OocSpectralError",
     "UsageError",
     "InvalidParameterError",
+    "ModelNotSavableError",
     "InvalidInputError",
     "NonFiniteInputError",
     "StoreNotFoundError",
@@ -57,6 +58,13 @@ class UsageError(OocSpectralError):
 
 class InvalidParameterError(UsageError, ValueError):
     """A parameter is out of range, of the wrong type, or inconsistent with another."""
+
+
+class ModelNotSavableError(InvalidParameterError):
+    """The fitted model cannot be saved as data: its kernel is a Python callable.
+
+    Models are zarr arrays and JSON, never pickle; a callable would need pickle.
+    """
 
 
 class InvalidInputError(UsageError, ValueError):

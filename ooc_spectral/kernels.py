@@ -40,6 +40,8 @@ __all__ = [
     "LaplacianKernel",
     "LinearKernel",
     "PolynomialKernel",
+    "CosineKernel",
+    "CallableKernel",
     "SubsetNormalizedKernel",
     "subset_means",
     "KERNELS",
@@ -245,6 +247,84 @@ class PolynomialKernel(Kernel):
         return {"gamma": float(self.gamma), "degree": int(self.degree), "coef0": float(self.coef0)}
 
 
+@dataclass(frozen=True)
+class CosineKernel(Kernel):
+    """Cosine kernel ``k(x, y) = x . y / (||x|| ||y||)`` (scikit-learn's ``cosine``).
+
+    A row of zeros has ``k(0, y) = 0`` for every y, its diagonal included, as
+    scikit-learn's ``cosine_similarity`` (which normalizes rows and leaves zero
+    rows as they are). ``aux`` is the row norms.
+    """
+
+    name = "cosine"
+    has_aux = True
+
+    def aux(self, X):
+        return np.sqrt(_sq_norms(_f64(X)))
+
+    @staticmethod
+    def _inverse_norms(norms):
+        inv = np.zeros_like(norms)
+        np.divide(1.0, norms, out=inv, where=norms > 0)
+        return inv
+
+    def pairwise(self, X, Y, x_aux=None, y_aux=None):
+        X, Y = _f64(X), _f64(Y)
+        nx = self.aux(X) if x_aux is None else x_aux
+        ny = self.aux(Y) if y_aux is None else y_aux
+        K = X @ Y.T
+        K *= self._inverse_norms(nx)[:, None]
+        K *= self._inverse_norms(ny)[None, :]
+        return K
+
+    def diag(self, X, x_aux=None):
+        nx = self.aux(X) if x_aux is None else x_aux
+        return (np.asarray(nx) > 0).astype(np.float64)
+
+
+@dataclass(frozen=True, eq=False)
+class CallableKernel(Kernel):
+    """A user's kernel ``func(x, y, **params)`` on two rows, as scikit-learn's ``kernel=callable``.
+
+    As in scikit-learn's ``pairwise_kernels``, ``func`` is called on one pair of
+    rows (1-D arrays) at a time and returns a number: a block of c x m entries
+    costs c m Python calls, so a built-in kernel is much faster. ``func`` must
+    be a positive semi-definite kernel. It travels to dask workers with the
+    dictionary (cloudpickle, as every dask task does) but is never saved: a
+    model with a callable kernel cannot be written without pickle
+    (:func:`kernel_to_attrs` raises :class:`~ooc_spectral.exceptions.ModelNotSavableError`).
+    """
+
+    func: object
+    kernel_params: tuple = ()
+    name = "callable"
+
+    @property
+    def _kw(self) -> dict:
+        return dict(self.kernel_params)
+
+    def aux(self, X):
+        return None
+
+    def pairwise(self, X, Y, x_aux=None, y_aux=None):
+        X, Y = _f64(X), _f64(Y)
+        f, kw = self.func, self._kw
+        out = np.empty((X.shape[0], Y.shape[0]))
+        for i in range(X.shape[0]):
+            x = X[i]
+            out[i] = [f(x, y, **kw) for y in Y]
+        return out
+
+    def diag(self, X, x_aux=None):
+        X = _f64(X)
+        f, kw = self.func, self._kw
+        return np.array([f(x, x, **kw) for x in X], dtype=np.float64)
+
+    @property
+    def params(self):
+        return {"function": getattr(self.func, "__qualname__", repr(self.func)), **self._kw}
+
+
 @dataclass(frozen=True, eq=False)
 class SubsetNormalizedKernel(Kernel):
     """Divisively normalized kernel with degrees estimated on a subset (paper eq. 4).
@@ -318,11 +398,21 @@ def subset_means(base: Kernel, subset: np.ndarray, X, base_aux=None, step: int =
     return out
 
 
-KERNELS = ("rbf", "laplacian", "linear", "polynomial")
+KERNELS = ("rbf", "laplacian", "linear", "polynomial", "cosine")
+#: Kernels without a gamma (the ``gamma=None`` heuristic leaves them alone).
+NO_GAMMA = ("linear", "cosine")
 
 
-def make_kernel(name: str, *, gamma: float | None = None, degree: int = 3, coef0: float = 1.0) -> Kernel:
-    """Build a base kernel by name; ``gamma`` must already be resolved."""
+def make_kernel(name, *, gamma: float | None = None, degree: int = 3, coef0: float = 1.0,
+                kernel_params=None) -> Kernel:
+    """Build a base kernel by name (or from a callable); ``gamma`` must already be resolved.
+
+    ``kernel_params`` are the keyword arguments of a callable kernel.
+    """
+    if callable(name):
+        return CallableKernel(name, tuple(sorted(dict(kernel_params or {}).items())))
+    if name == "cosine":
+        return CosineKernel()
     if name == "rbf":
         return RBFKernel(float(gamma))
     if name == "laplacian":
@@ -347,7 +437,7 @@ def median_heuristic_gamma(kernel: str, sample: np.ndarray) -> float | None:
 
     A sample whose pairwise distances are all zero falls back to ``gamma = 1``.
     """
-    if kernel == "linear":
+    if callable(kernel) or kernel in NO_GAMMA:
         return None
     X = _f64(sample)
     if kernel == "polynomial":
@@ -363,7 +453,20 @@ def median_heuristic_gamma(kernel: str, sample: np.ndarray) -> float | None:
 
 
 def kernel_to_attrs(kernel: Kernel) -> tuple[dict, dict[str, np.ndarray]]:
-    """JSON attributes and named arrays describing ``kernel`` (for persistence)."""
+    """JSON attributes and named arrays describing ``kernel`` (for persistence).
+
+    Raises :class:`~ooc_spectral.exceptions.ModelNotSavableError` for a
+    :class:`CallableKernel`: code cannot be saved as data without pickle.
+    """
+    if isinstance(kernel, CallableKernel):
+        from .exceptions import ModelNotSavableError
+
+        raise ModelNotSavableError(
+            f"the model's kernel is the Python callable {kernel.params['function']!r}, which "
+            "cannot be saved without pickle (a saved model is zarr arrays and JSON, never "
+            "code); nothing was written. Keep the fitted estimator in memory, refit after "
+            "loading, or write the kernel as a built-in one (kernel='rbf', 'laplacian', "
+            "'linear', 'polynomial' or 'cosine')")
     if isinstance(kernel, SubsetNormalizedKernel):
         base_attrs, _ = kernel_to_attrs(kernel.base)
         return {"name": kernel.name, "base": base_attrs}, {"kernel_subset": kernel.subset}

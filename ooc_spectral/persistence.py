@@ -14,6 +14,8 @@ Layout of a saved model (group attributes under the key ``ooc_spectral_model``):
     eigenvalues           (p,)    float64
     center                (m,)    float64   ybar or sum y (absent for subset degrees)
     kernel_subset         (s, d)  float64   the subset of the normalized kernel (if any)
+    preimage_centers      (c, p)  float64   the pre-image map's centres (fit_inverse_transform)
+    preimage_dual_coef    (c, d)  float64   its coefficients (the map's alpha is an attribute)
 
 The attributes are written last: a group without them is not a model. Every
 chunk carries a CRC-32C checksum and the attributes record ``arrays_sha256``,
@@ -81,6 +83,10 @@ def save_model(est, path, *, overwrite: bool = False) -> None:
         arrays["dictionary_aux"] = d.aux
     if smap.center is not None:
         arrays["center"] = smap.center
+    preimage = getattr(est, "preimage_map_", None)
+    if preimage is not None:  # its kernel is the model's kernel (saved above)
+        arrays["preimage_centers"] = preimage.centers
+        arrays["preimage_dual_coef"] = preimage.dual_coef
     loc = os.fspath(path)
     try:
         group = zarr.open_group(loc, mode="w" if overwrite else "w-")
@@ -105,6 +111,7 @@ def save_model(est, path, *, overwrite: bool = False) -> None:
         "solver": d.solver,
         "beta": float(d.beta),
         "n_samples": int(smap.n_samples),
+        "preimage_alpha": None if preimage is None else float(preimage.alpha),
         "fitted": {
             "gamma_": est.gamma_,
             "tol_": float(est.tol_),
@@ -193,4 +200,11 @@ def load_model(cls, path):
     for name, value in fitted.items():
         setattr(est, name, value)
     est.resumed_stages_ = []
+    preimage = None
+    if "preimage_dual_coef" in arr:
+        from .preimage import PreimageMap
+
+        preimage = PreimageMap(kernel, arr["preimage_centers"], arr["preimage_dual_coef"],
+                               float(meta["preimage_alpha"]))
+    est._set_preimage(preimage)
     return est

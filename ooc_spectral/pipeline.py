@@ -38,7 +38,8 @@ from .config import FitConfig
 from .eigensolve import (SpectralMap, check_n_components, eigenvalue_error_bound, solve_additive,
                          solve_divisive, solve_exact, spent_directions)
 from .execution import Executor, compute
-from .kernels import GAMMA_SAMPLE_SIZE, Kernel, SubsetNormalizedKernel, make_kernel, median_heuristic_gamma
+from .kernels import (GAMMA_SAMPLE_SIZE, NO_GAMMA, Kernel, SubsetNormalizedKernel, make_kernel,
+                      median_heuristic_gamma)
 from .planning import VisitOrder, plan_block_rows, plan_sample, plan_tasks
 from .exceptions import (DictionaryError, DictionarySizeError, DictionaryWarning, InvalidInputError,
                          NumericalBreakdownError)
@@ -58,7 +59,7 @@ SAMPLE_PURPOSE = {"gamma": 1, "degree_subset": 2, "dictionary_size": 3}
 def resolve_gamma(kernel: str, gamma: float | None, source: DataSource, seed: int) -> float | None:
     """``gamma`` as given, or the median heuristic on the seeded sample of
     :data:`~ooc_spectral.kernels.GAMMA_SAMPLE_SIZE` rows; None for the linear kernel."""
-    if kernel == "linear":
+    if callable(kernel) or kernel in NO_GAMMA:
         return None
     if gamma is None:
         rows = plan_sample(source.n_rows, GAMMA_SAMPLE_SIZE, seed, SAMPLE_PURPOSE["gamma"])
@@ -96,7 +97,7 @@ CONDITION_LIMIT = 1e-4 / np.finfo(np.float64).eps
 
 def feature_space_dimension(kernel: str, n_features: int, degree: int) -> int | None:
     """Dimension of a finite-dimensional kernel's feature space (None if infinite)."""
-    if kernel == "linear":
+    if kernel in ("linear", "cosine"):
         return int(n_features)
     if kernel == "polynomial":
         return math.comb(int(n_features) + int(degree), int(degree))
@@ -175,6 +176,8 @@ class FitResult:
     #: fit with appended rows starts from, :mod:`ooc_spectral.append`).
     stats: dict | None = None
     scan_state: Any = None
+    #: The pre-image map of ``inverse_transform`` (``fit_inverse_transform=True``).
+    preimage: Any = None
 
 
 class FitRun:
@@ -249,7 +252,8 @@ class FitRun:
         """
         c = self.config
         gamma = resolve_gamma(c.kernel, c.gamma, self.source, c.random_state)
-        kernel = make_kernel(c.kernel, gamma=gamma, degree=c.degree, coef0=c.coef0)
+        kernel = make_kernel(c.kernel, gamma=gamma, degree=c.degree, coef0=c.coef0,
+                             kernel_params=c.kernel_params)
         if c.normalization == "divisive" and c.degree_estimate == "subset":
             _, subset = self._sample("degree_subset", c.degree_subset_size)
             kernel = SubsetNormalizedKernel(kernel, subset)
@@ -406,7 +410,8 @@ class FitRun:
         width = ""
         if gamma is not None:
             width = f" (gamma={gamma:.3g})"
-        if m < c.n_components + spent:
+        wanted = 1 if c.n_components is None else c.n_components  # None: every direction
+        if m < wanted + spent:
             scale = float(np.max(kernel.diag(dictionary.points)))
             dim = feature_space_dimension(c.kernel, self.source.n_features, c.degree)
             if dim is not None and m >= dim:
@@ -437,7 +442,7 @@ class FitRun:
                 msg += f"; use a smaller gamma (try gamma={gamma / 10:.3g}) or a larger tol"
             log.warning(msg)
             warnings.warn(msg, DictionaryWarning, stacklevel=3)
-        check_n_components(m, c.n_components, spent)
+        check_n_components(m, wanted, spent)
 
     # ------------------------------------------------------------------ #
     # stages: pass 2 and the eigensolve
@@ -551,12 +556,21 @@ class FitRun:
                     "or a larger tol")
         log.warning(msg)
         warnings.warn(msg, DictionaryWarning, stacklevel=3)
-        check_n_components(s.n_rows, c.n_components, 0)
+        check_n_components(s.n_rows, c.n_components or 1, 0)
         with self.stage("solve"):
             Xall = s.read_index(np.arange(s.n_rows))
             check_finite(Xall, 0, chunk_starts=s.chunk_starts)
             smap, stats = solve_exact(kernel, Xall, c.n_components, affine=c.affine)
-            del Xall
+        preimage = None
+        if c.fit_inverse_transform:  # scikit-learn's regression on every row
+            with self.stage("preimage"):
+                from .preimage import exact_preimage
+
+                # the training embedding sqrt(lambda) v (= components * lambda), not the
+                # Nystrom map of the rows, which amplifies rounding in the smallest components
+                E = smap.components * smap.eigenvalues
+                preimage = exact_preimage(kernel, E, Xall, c.alpha)
+        del Xall
         X = s.to_dask(self.task_rows(s.n_rows))
         with self.stage("pass3"):
             embedding = self.write_embedding(X, smap, out)
@@ -567,12 +581,32 @@ class FitRun:
             tasks=len(X.chunks[0]), block_rows=self.block_rows(s.n_rows),
             eigenvalue_error_bound=eigenvalue_error_bound(stats, s.n_rows),
             timings=dict(self.timings), peak_memory=dict(self.peak_memory),
-            resumed=list(self.resumed), exact=True,
+            resumed=list(self.resumed), exact=True, preimage=preimage,
         )
+
+    def fit_preimage(self, X, smap: SpectralMap):
+        """The pre-image map of ``inverse_transform``: one parallel pass after the solve.
+
+        Accumulates ``sum k k'`` and ``sum k x'`` with ``k = k(e(x), E_D)`` (m x m
+        and m x d) and solves the ridge system (:mod:`ooc_spectral.preimage`).
+        """
+        from .preimage import PreimageProblem, solve_preimage
+
+        d = smap.dictionary
+        problem = PreimageProblem(smap, d.kernel, smap.embed(d.points))
+        stats = accumulate(X, problem, "preimage", executor=self.executor,
+                           chunk_starts=self.source.chunk_starts, store=self.checkpoint,
+                           stage=f"preimage-r{X.chunks[0][0]}-m{d.size}-p{smap.n_components}",
+                           block_rows=self.block_rows(d.size))
+        return solve_preimage(stats, problem, self.config.alpha)
 
     def write_embedding(self, X, smap: SpectralMap, out: EmbeddingOutput | None):
         """Pass 3: the lazy embedding (computed for numpy input), or written to ``out``."""
         block = self.block_rows(smap.dictionary.size)
+        if out is not None and out.n_components != smap.n_components:
+            # n_components=None: the placeholder made before the fit becomes the real array
+            out = EmbeddingOutput(out.url, out.n_rows, smap.n_components, out.chunk_rows,
+                                  dtype=out.dtype).prepare(resume=False)
         if out is None:
             embedding = embedding_graph(X, smap, chunk_starts=self.source.chunk_starts,
                                         block_rows=block, dtype=self.config.output_dtype)
@@ -600,8 +634,10 @@ class FitRun:
             )
         out = None
         if output is not None:  # created (or checked) before any work starts
-            out = EmbeddingOutput(output, s.n_rows, c.n_components, self.plan.output_chunk_rows,
-                                  dtype=c.output_dtype)
+            # n_components=None: a one-column placeholder, marked incomplete, until the
+            # solve knows the number of columns (write_embedding)
+            out = EmbeddingOutput(output, s.n_rows, c.n_components or 1,
+                                  self.plan.output_chunk_rows, dtype=c.output_dtype)
             out.prepare(resume=self.resume)
         with self.stage("kernel"):
             kernel, gamma = self.resolve_kernel()
@@ -630,6 +666,10 @@ class FitRun:
             check_certificate(cert, tol, dictionary.size, kernel, dictionary)
         with self.stage("solve"):
             smap = self.solve(dictionary, stats, total)
+        preimage = None
+        if c.fit_inverse_transform:
+            with self.stage("preimage"):
+                preimage = self.fit_preimage(X, smap)
         with self.stage("pass3"):
             embedding = self.write_embedding(X, smap, out)
         return FitResult(
@@ -642,4 +682,5 @@ class FitRun:
                                     if c.normalization == "additive" else None),
             timings=dict(self.timings), peak_memory=dict(self.peak_memory),
             resumed=list(self.resumed), stats=stats, scan_state=getattr(self, "_state", None),
+            preimage=preimage,
         )

@@ -78,5 +78,5 @@ def test_attrs_round_trip(kernel):
 
 
 def test_unknown_kernel():
-    with pytest.raises(InvalidParameterError, match="kernel='cosine' is not a known kernel"):
-        make_kernel("cosine")
+    with pytest.raises(InvalidParameterError, match="kernel='sigmoid' is not a known kernel"):
+        make_kernel("sigmoid")
