@@ -13,10 +13,21 @@ from sklearn.base import ClassNamePrefixFeaturesOutMixin
 
 from ._validation import check_fitted
 
-__all__ = ["FeatureNamesMixin"]
+__all__ = ["FeatureNamesMixin", "SparseInputMixin"]
 
 
-class FeatureNamesMixin(ClassNamePrefixFeaturesOutMixin):
+class SparseInputMixin:
+    """Declares sparse input accepted: ``scipy.sparse`` (and dask arrays of sparse
+    chunks) are densified block by block as the passes read them
+    (:func:`~ooc_spectral.source.open_source`)."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+
+class FeatureNamesMixin(SparseInputMixin, ClassNamePrefixFeaturesOutMixin):
     """``get_feature_names_out`` from the width of the fitted embedding."""
 
     @property

@@ -34,6 +34,7 @@ import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 
+from ._sklearn import SparseInputMixin
 from ._validation import check_fitted, check_float, check_int
 from .config import resolve_seed
 from .estimator import GreedySpectralEmbedding
@@ -106,7 +107,7 @@ def _labels(E, centers: np.ndarray):
                            for a in range(0, E.shape[0], NUMPY_BLOCK_ROWS)])
 
 
-class GreedySpectralClustering(ClusterMixin, BaseEstimator):
+class GreedySpectralClustering(SparseInputMixin, ClusterMixin, BaseEstimator):
     """Spectral clustering (Ng, Jordan & Weiss) from a greedy dictionary, out of core.
 
     The divisive embedding of :class:`~ooc_spectral.GreedySpectralEmbedding`

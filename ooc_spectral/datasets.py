@@ -928,11 +928,13 @@ def make_data(name: str, n: int, out: str | os.PathLike, *, dim: int | None = No
 
     _check_free_space(loc, plan, dt)
     group = _create_group(loc, overwrite)
+    # zarr v3 dimension names, so that xarray.open_zarr opens the group
     arrays = {DATA_ARRAY_NAME: group.create_array(
-        DATA_ARRAY_NAME, shape=(plan.n, plan.dim), chunks=(chunk_rows, plan.dim), dtype=dt)}
+        DATA_ARRAY_NAME, shape=(plan.n, plan.dim), chunks=(chunk_rows, plan.dim), dtype=dt,
+        dimension_names=("sample", "feature"))}
     for lab in plan.spec.labels:
         arrays[lab.name] = group.create_array(lab.name, shape=(plan.n,), chunks=(chunk_rows,),
-                                              dtype=lab.dtype)
+                                              dtype=lab.dtype, dimension_names=("sample",))
     meta = dict(_meta(plan, chunk_rows, dt), complete=False)
     group.attrs[DATASET_KEY] = meta
 

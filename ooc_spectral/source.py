@@ -133,6 +133,12 @@ class DataSource:
         breaks = np.flatnonzero(np.diff(rows) != 1) + 1
         starts = np.concatenate([[0], breaks])
         stops = np.concatenate([breaks, [rows.size]])
+        if self.kind == "dask" and len(starts) > 1:
+            # one graph for every run (a compute per run costs milliseconds each)
+            block = np.ascontiguousarray(self._dask[rows].compute(), dtype=np.float64)
+            for a, b in zip(starts, stops):
+                check_finite(block[a:b], int(rows[a]), self)
+            return block
         return np.concatenate([
             self.read_rows(int(rows[a]), int(rows[b - 1]) + 1) for a, b in zip(starts, stops)
         ])
@@ -382,12 +388,18 @@ def open_source(X) -> DataSource:
         return _from_zarr(open_zarr_array(X))
     if isinstance(X, zarr.Array):
         return _from_zarr(X)
-    if _is_sparse(X) or (isinstance(X, da.Array) and _is_sparse(getattr(X, "_meta", None))):
-        raise InvalidInputError(
-            f"X is sparse ({type(X).__name__}{' of sparse chunks' if isinstance(X, da.Array) else ''}); "
-            "the embedding needs dense rows: pass X.toarray() for an in-memory matrix, or a "
-            "dask array of dense chunks (X.map_blocks(lambda b: b.toarray())) to stay out of core"
-        )
+    if _is_xarray(X):
+        # an xarray DataArray: its numpy or dask array (a dask-backed one stays lazy;
+        # np.asarray would load it)
+        X = X.data
+    if _is_sparse(X):
+        # densified block by block as the passes read it (the kernels need c x d blocks)
+        if len(getattr(X, "shape", ())) == 2 and X.shape[0] and X.shape[1]:
+            _validate_meta(X.shape, X.dtype, "the sparse matrix")
+        X = _DenseRows(X)
+    elif isinstance(X, da.Array) and _is_sparse(getattr(X, "_meta", None)):
+        _validate_meta(X.shape, X.dtype, "the dask array of sparse chunks")
+        X = X.map_blocks(_densify, dtype=X.dtype, meta=np.empty((0, 0), dtype=X.dtype))
     if isinstance(X, da.Array):
         _validate_meta(X.shape, X.dtype, "the dask array")
         if any(np.isnan(c) for c in X.chunks[0]):
@@ -404,6 +416,12 @@ def open_source(X) -> DataSource:
             storage_chunk_rows=int(row_chunks[0]),
             _dask=X,
         )
+    if isinstance(X, _DenseRows):
+        n = int(X.shape[0])
+        rows = min(n, NUMPY_ALIGN_ROWS)
+        return DataSource(kind="numpy", shape=(n, int(X.shape[1])), dtype=X.dtype,
+                          chunk_starts=_regular_chunk_starts(n, rows), storage_chunk_rows=rows,
+                          _numpy=X)
     try:
         arr = np.asarray(X)
     except Exception as exc:
@@ -432,6 +450,51 @@ def open_source(X) -> DataSource:
         storage_chunk_rows=rows,
         _numpy=arr,
     )
+
+
+def _is_xarray(X) -> bool:
+    """An ``xarray.DataArray`` (recognized without importing xarray)."""
+    return type(X).__name__ == "DataArray" and type(X).__module__.split(".")[0] == "xarray"
+
+
+def _densify(block):
+    """A dense ndarray from a sparse block (scipy.sparse or pydata sparse)."""
+    if hasattr(block, "toarray"):
+        return block.toarray()
+    if hasattr(block, "todense"):
+        return np.asarray(block.todense())
+    return np.asarray(block)
+
+
+class _DenseRows:
+    """An in-memory sparse matrix read as dense rows, one row block at a time.
+
+    Slicing returns a dense ndarray of the rows asked for, so every pass, sample
+    and the exact path see dense blocks of c x d values and the whole matrix is
+    never densified at once. Values equal ``X.toarray()``'s, so results equal those
+    of the dense input.
+    """
+
+    ndim = 2
+
+    def __init__(self, X):
+        import scipy.sparse
+
+        self._csr = scipy.sparse.csr_array(X) if scipy.sparse.issparse(X) else X
+        self.shape = tuple(int(v) for v in X.shape)
+        self.dtype = np.dtype(X.dtype)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key):
+        if not isinstance(key, tuple):
+            key = (key, slice(None))
+        rows, cols = key
+        block = self._csr[rows]
+        if cols != slice(None):
+            block = block[:, cols]
+        return _densify(block)
 
 
 def _is_sparse(X) -> bool:

@@ -221,12 +221,12 @@ class EmbeddingOutput:
             group.create_array(
                 EMBEDDING, shape=(self.n_rows, self.n_components),
                 chunks=(self.chunk_rows, self.n_components), dtype=self.dtype.name,
-                fill_value=np.nan, overwrite=True,
+                fill_value=np.nan, overwrite=True, dimension_names=("sample", "component"),
                 attributes={"complete": False, "run_id": self.run_id}, **checksummed(),
             )
             group.create_array(
                 WRITTEN, shape=(self.n_chunks,), chunks=(1,), dtype="uint8",
-                fill_value=0, overwrite=True, attributes={"run_id": self.run_id},
+                fill_value=0, overwrite=True, dimension_names=("output_chunk",), attributes={"run_id": self.run_id},
                 **checksummed(),
             )
         except (ConfigurationMismatchError, OutputNotWritableError):
