@@ -131,6 +131,18 @@ def cmd_make_data(args) -> dict:
     return {"status": "complete", "out": str(path), "n": args.n, "name": args.name}
 
 
+def cmd_import(args) -> dict:
+    from .importing import import_table
+
+    columns = None
+    if args.columns:
+        columns = [c.strip() for c in args.columns.split(",") if c.strip()]
+    result = import_table(args.input, args.out, columns=columns, format=args.format,
+                          dataset=args.dataset, chunk_rows=args.chunk_rows, dtype=args.dtype,
+                          overwrite=args.overwrite)
+    return {"status": "complete", **result}
+
+
 def cmd_fit(args) -> dict:
     from .jobs import FitJob, run_fit_job
 
@@ -284,6 +296,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replace an existing store (an identical complete one is reused anyway)")
     _add_common(p)
     p.set_defaults(func=cmd_make_data)
+
+    p = sub.add_parser("import", help="stream a Parquet, CSV, .npy or HDF5 table into zarr",
+                       description="Stream a table into a zarr group (array 'data', float64 by "
+                       "default), batch by batch in flat memory; fit and transform then read it.")
+    p.add_argument("input", help="a .parquet, .csv (.tsv, .csv.gz), .npy or .h5/.hdf5 file")
+    p.add_argument("--out", required=True, help="zarr group to create")
+    p.add_argument("--columns", default=None, metavar="A,B,...",
+                   help="columns to keep: names (Parquet, CSV) or indices (.npy, HDF5); "
+                   "default: every numeric column")
+    p.add_argument("--format", default=None, choices=("parquet", "csv", "npy", "hdf5"),
+                   help="default: from the file name")
+    p.add_argument("--dataset", default=None, help="HDF5: the 2-D dataset (default: the only one)")
+    p.add_argument("--chunk-rows", type=int, default=None, help="rows per zarr chunk (65536)")
+    p.add_argument("--dtype", default="float64", choices=("float32", "float64"))
+    p.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    _add_common(p)
+    p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("fit", help="embed a zarr array (the whole pipeline, resumable)",
                        description="Fit the greedy spectral embedding on INPUT and write OUTDIR: "

@@ -339,6 +339,7 @@ def open_zarr_array(location: str | os.PathLike, *, mode: str = "r",
     try:
         node = zarr.open(loc, mode=mode, **extra)
     except (FileNotFoundError, KeyError, zarr.errors.NodeNotFoundError) as exc:
+        _refuse_table_file(loc)
         raise StoreNotFoundError(
             f"no zarr array or group at {loc!r}; check the path, or create the data "
             "with `ooc-spectral make-data`"
@@ -346,6 +347,15 @@ def open_zarr_array(location: str | os.PathLike, *, mode: str = "r",
     if isinstance(node, zarr.Group):
         from .datasets import DATASET_KEY
 
+        from .importing import IMPORT_KEY
+
+        imported = node.attrs.get(IMPORT_KEY)
+        if isinstance(imported, dict) and imported.get("complete") is False:
+            raise IncompleteInputError(
+                f"the data set at {loc!r} is marked incomplete (complete: false): "
+                "`ooc-spectral import` was interrupted, failed or is still writing; run the "
+                "import again with --overwrite"
+            )
         written = node.attrs.get(DATASET_KEY)
         if isinstance(written, dict) and written.get("complete") is False:
             raise IncompleteInputError(
@@ -365,6 +375,21 @@ def open_zarr_array(location: str | os.PathLike, *, mode: str = "r",
             f"(e.g. {loc.rstrip('/')}/NAME)"
         )
     return node
+
+
+def _refuse_table_file(loc: str) -> None:
+    """Name a Parquet/CSV/.npy/HDF5 file given where a zarr store is expected, and the fix."""
+    from .importing import table_format
+
+    path = loc.removeprefix("file://")
+    fmt = table_format(path)
+    if fmt is not None and os.path.isfile(path):
+        stem = os.path.splitext(path)[0].removesuffix(".csv")
+        raise InvalidInputError(
+            f"{loc!r} is a {fmt.upper() if fmt != 'hdf5' else 'HDF5'} file, not a zarr store; "
+            f"convert it once, in flat memory: `ooc-spectral import {path} --out {stem}.zarr` "
+            "(choose columns with --columns), then use the zarr store; from Python: "
+            "ooc_spectral.importing.import_table")
 
 
 def _regular_chunk_starts(n: int, rows: int) -> np.ndarray:
