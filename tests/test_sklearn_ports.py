@@ -202,6 +202,18 @@ def test_pipeline_spectral_clustering():
     assert adjusted_rand_score(y, labels) == pytest.approx(1.0)
 
 
+# dask-ml's test_spectral_clustering callable affinity: the labels of the built-in kernel
+def test_spectral_clustering_callable_affinity():
+    X, _ = make_blobs(n_samples=200, centers=3, random_state=0)
+
+    def rbf(x, y):
+        return float(np.exp(-0.5 * np.sum((x - y) ** 2)))
+
+    ours = GreedySpectralClustering(3, kernel=rbf, tol=1e-3, random_state=0).fit(X).labels_
+    ref = GreedySpectralClustering(3, gamma=0.5, tol=1e-3, random_state=0).fit(X).labels_
+    np.testing.assert_array_equal(ours, ref)
+
+
 NOT_PORTED = {
     "test_kernel_pca_precomputed*, test_precomputed_kernel_not_psd, test_kernel_conditioning":
         "kernel='precomputed' needs the n x n matrix, which an out-of-core method never holds",
