@@ -172,8 +172,11 @@ def test_memory_limit_too_small_for_a_task_is_exit_2_naming_it_and_quiet_is_quie
     # task budget is set above what the limit holds (by default it follows the limit)
     out = tmp_path / "out"
     proc = cli("fit", roll, "--out", out, *ARGS, *LOCAL, "--memory-limit", "300MiB",
-               "--chunk-rows", "24000", timeout=240,
-               env=dict(os.environ, DASK_OOC_SPECTRAL__TASK_MEMORY="1GiB"))
+               "--chunk-rows", "24000", timeout=480,
+               # restarted workers may take a while to come back on a loaded machine: the
+               # no-worker timeout is not what this test is about
+               env=dict(os.environ, DASK_OOC_SPECTRAL__TASK_MEMORY="1GiB",
+                        DASK_OOC_SPECTRAL__NO_WORKERS_TIMEOUT="300s"))
     assert proc.returncode == 2, proc.stderr
     assert "each worker's memory limit is 300MiB, too small for one task" in proc.stderr
     assert "a task up to 1024MiB" in proc.stderr
