@@ -124,6 +124,9 @@ def update_supported(config: FitConfig) -> tuple[bool, str]:
         return False, "dictionary_size fixes the dictionary on a sample of one fit"
     if config.dictionary_selection != "greedy":
         return False, f"dictionary_selection={config.dictionary_selection!r} is not incremental"
+    if config.fit_inverse_transform:
+        return False, ("fit_inverse_transform's pre-image map is a regression on every row's "
+                       "embedding, and new rows move the embedding of the old ones")
     return True, ""
 
 
@@ -313,7 +316,7 @@ def run_update(plan: AppendPlan, *, outdir: str, rundir, source: DataSource, con
     from .writeback import EMBEDDING, WRITTEN, EmbeddingOutput
 
     attrs = rundir.run_attrs() or {}
-    model_path = str(rundir.path / "model")
+    model_path = rundir.join("model")
     n_new = source.n_rows
     if plan.phase == "solve":
         rundir.mark("running", config=resolved, config_hash=config_hash(resolved),
@@ -342,7 +345,8 @@ def run_update(plan: AppendPlan, *, outdir: str, rundir, source: DataSource, con
             if name in group:
                 del group[name]
         out = EmbeddingOutput(outdir, n_new, r.spectral_map.n_components,
-                              source.storage_chunk_rows).prepare(resume=False)
+                              source.storage_chunk_rows,
+                              dtype=config.output_dtype).prepare(resume=False)
         update = {"phase": "write", "rows_before": what.rows_before, "rows_added": what.rows_added,
                   "dictionary_before": what.dictionary_before,
                   "dictionary_after": what.dictionary_after,
@@ -358,7 +362,8 @@ def run_update(plan: AppendPlan, *, outdir: str, rundir, source: DataSource, con
                             update["order_changed"], dict(update.get("stages", {})))
         smap = load_model(GreedySpectralEmbedding, model_path).spectral_map_
         out = EmbeddingOutput(outdir, n_new, smap.n_components,
-                              source.storage_chunk_rows).prepare(resume=True)
+                              source.storage_chunk_rows,
+                              dtype=config.output_dtype).prepare(resume=True)
     rows = plan_task_rows(n_new, source.n_features, source.storage_chunk_rows,
                           smap.dictionary.size, requested=config.chunk_rows,
                           itemsize=source.itemsize)

@@ -154,15 +154,41 @@ def test_a_changed_prefix_is_not_taken_for_an_append(rows, tmp_path, cluster, ch
     assert rep["eigenvalues"] == fresh["eigenvalues"]
 
 
-def test_a_configuration_that_cannot_be_updated_refits(rows, tmp_path, cluster, caplog):
+@pytest.mark.parametrize("params, why", [
+    (dict(normalization="divisive", tol=1e-3), "divisive normalization"),
+    (dict(tol=1e-3, fit_inverse_transform=True), "pre-image map"),
+], ids=["divisive", "fit_inverse_transform"])
+def test_a_configuration_that_cannot_be_updated_refits(rows, tmp_path, cluster, caplog,
+                                                       params, why):
     arr = write_input(tmp_path / "x.zarr", rows[:N_OLD])
-    params = dict(normalization="divisive", tol=1e-3)
     fit(tmp_path / "x.zarr", tmp_path / "out", cluster, **params)
     append(arr, rows)
     with caplog.at_level("WARNING", logger="ooc_spectral"):
         rep = fit(tmp_path / "x.zarr", tmp_path / "out", cluster, **params)
     assert "update" not in rep and rep["n_samples"] == N_NEW
-    assert "divisive normalization" in caplog.text
+    assert why in caplog.text and "fitting every row again" in caplog.text
+    model = GreedySpectralEmbedding.load(tmp_path / "out" / "model")
+    assert model.n_samples_fit_ == N_NEW
+    if params.get("fit_inverse_transform"):  # the refitted model still inverts
+        back = model.inverse_transform(embedding(tmp_path / "out")[:50])
+        assert back.shape == (50, 3) and np.all(np.isfinite(back))
+        fresh = GreedySpectralEmbedding(**{**PARAMS, **params}).fit(rows)
+        np.testing.assert_allclose(back, fresh.inverse_transform(fresh.transform(rows[:50])),
+                                   rtol=1e-6, atol=1e-8 * np.abs(rows).max())
+
+
+def test_a_float32_output_stays_float32_after_an_update(rows, tmp_path, cluster):
+    arr = write_input(tmp_path / "x.zarr", rows[:N_OLD])
+    fit(tmp_path / "x.zarr", tmp_path / "out", cluster, output_dtype="float32")
+    append(arr, rows)
+    rep = fit(tmp_path / "x.zarr", tmp_path / "out", cluster, output_dtype="float32")
+    assert rep["update"]["rows_added"] == N_NEW - N_OLD
+    E = zarr.open_array(str(tmp_path / "out" / "embedding"), mode="r")
+    assert E.dtype == np.float32 and E.shape == (N_NEW, P)
+    _, proj = oracle(tmp_path / "out" / "model", rows)
+    signs = np.sign(np.sum(proj * E[...], axis=0))
+    np.testing.assert_allclose(E[...], proj * signs, rtol=0,
+                               atol=4 * np.finfo(np.float32).eps * np.abs(proj).max())
 
 
 @pytest.mark.parametrize("case", ["fewer-rows", "unfinished-run-then-appended"])
