@@ -997,26 +997,59 @@ def _gaussian_block(block, seed: int, columns: int, block_info=None):
 
 
 class _Scratch:
-    """Where the n x l intermediates live: numpy in memory, or zarr on disk."""
+    """Where the n x l intermediates live: numpy in memory, or zarr on disk.
+
+    Every array read back from disk carries a :class:`_ScratchLease` in its graph,
+    so a temporary directory lives as long as any array that reads from it (an
+    estimator's lazy ``embedding_`` outlives the estimator); a block whose store
+    is gone raises instead of reading zarr's fill value, zeros.
+    """
 
     def __init__(self, in_memory: bool, workdir=None):
         self.in_memory = in_memory
-        self._tmp = None
-        self.path = None
+        self._lease = None
         if not in_memory:
             if workdir is None:
-                self._tmp = tempfile.TemporaryDirectory(prefix="ooc-spectral-gp-")
-                self.path = self._tmp.name
+                tmp = tempfile.TemporaryDirectory(prefix="ooc-spectral-gp-")
+                self._lease = _ScratchLease(tmp.name, tmp)
             else:
-                self.path = os.fspath(workdir)
-                os.makedirs(self.path, exist_ok=True)
+                os.makedirs(os.fspath(workdir), exist_ok=True)
+                self._lease = _ScratchLease(os.fspath(workdir), None)
+
+    @property
+    def path(self):
+        return None if self._lease is None else self._lease.path
 
     def keep(self, name: str, arr: da.Array) -> da.Array:
         if self.in_memory:
             return da.from_array(arr.compute(), chunks=arr.chunks)
         url = os.path.join(self.path, f"{name}.zarr")
         arr.to_zarr(url, overwrite=True)
-        return da.from_zarr(url)
+        stored = da.from_zarr(url)
+        return stored.map_blocks(_read_leased, lease=self._lease, url=url, dtype=stored.dtype)
+
+
+class _ScratchLease:
+    """A scratch directory and, in the driver, the temporary directory that owns it.
+
+    Pickled (to a worker) it travels as its path alone, without ownership.
+    """
+
+    def __init__(self, path: str, owner):
+        self.path = path
+        self._owner = owner
+
+    def __reduce__(self):
+        return _ScratchLease, (self.path, None)
+
+
+def _read_leased(block: np.ndarray, *, lease: _ScratchLease, url: str) -> np.ndarray:
+    if not os.path.isdir(url):
+        raise FileNotFoundError(
+            f"the intermediate array {url} of a GaussianProjectionEmbedding fit is gone (its "
+            "scratch directory was deleted, or is not visible from this worker); refit, or "
+            "pass workdir= a directory every worker can read")
+    return block
 
 
 class GaussianProjectionEmbedding(_KernelEmbeddingBase):

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 
 import dask.array as da
 import numpy as np
@@ -311,6 +312,35 @@ def test_gaussian_projection_with_enough_columns_is_exact_out_of_core(tmp_path, 
     np.testing.assert_allclose(other.embedding_.compute(), gp.embedding_.compute(),
                                rtol=0, atol=1e-12)
     assert gp.n_passes_ == 5
+
+
+def test_gaussian_projection_lazy_embedding_outlives_the_estimator_and_fails_loudly_when_gone(
+        tmp_path, smooth, client):
+    """The lazy ``embedding_`` of an out-of-core fit reads from the estimator's temporary
+    directory: it keeps the directory alive (the estimator's garbage collection once
+    deleted it, and zarr then read its fill value: zeros), also through a cluster; a
+    ``workdir`` deleted under it raises instead."""
+    import gc
+    import shutil
+
+    X, _ = smooth
+    z = write_zarr(tmp_path / "x.zarr", X, 100)
+    params = dict(oversampling=10, power_iterations=1, gamma=1.0, random_state=0, chunk_rows=200)
+    gp = GaussianProjectionEmbedding(3, **params).fit(z)
+    expected = gp.embedding_.compute()
+    emb, scratch = gp.embedding_, gp._scratch.path
+    del gp
+    gc.collect()
+    assert np.abs(expected).max() > 0.01
+    np.testing.assert_array_equal(client.compute(emb).result(), expected)  # through the cluster
+    del emb
+    gc.collect()
+    assert not os.path.exists(scratch)  # and removed with the last array that reads it
+
+    gp = GaussianProjectionEmbedding(3, workdir=tmp_path / "work", **params).fit(z)
+    shutil.rmtree(tmp_path / "work")
+    with pytest.raises(FileNotFoundError, match="intermediate array .* is gone"):
+        gp.embedding_.compute()
 
 
 def test_gaussian_projection_with_few_columns_and_no_power_iteration_is_only_approximate(roll):
