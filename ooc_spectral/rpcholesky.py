@@ -68,8 +68,8 @@ from scipy.linalg import solve_triangular
 
 from .accumulate import VIOLATOR_CAP
 from .exceptions import DictionaryError, DictionarySizeError, NonFiniteInputError
-from .kernels import Kernel, LaplacianKernel, PolynomialKernel, RBFKernel, SubsetNormalizedKernel
-from .scan import PIVOT_FLOOR, Dictionary, DictionaryState
+from .kernels import Kernel
+from .scan import PIVOT_FLOOR, Dictionary, DictionaryState, size_hint
 
 __all__ = ["RPC_BLOCK", "RPC_TAG", "SampleResiduals", "rpcholesky_rows", "build_dictionary",
            "complete_dictionary"]
@@ -345,14 +345,10 @@ def _resume(state: DictionaryState, X, rows, saved: dict, checkpoint, stage: str
 
 
 def _size_error(state: DictionaryState, limit: int, tol: float) -> DictionarySizeError:
-    kernel = state.kernel
-    base = kernel.base if isinstance(kernel, SubsetNormalizedKernel) else kernel
-    hint = f"increase tol (try tol={max(tol, 1e-12) * 10:.3g})"
-    if isinstance(base, (RBFKernel, LaplacianKernel, PolynomialKernel)):
-        hint += f", or use a smoother kernel with a smaller gamma (try gamma={base.gamma / 2:.3g})"
     return DictionarySizeError(
         f"selection='rpcholesky' needs more than max_dictionary_size={limit} points to bring "
-        f"every sampled row within tol={tol:.3g}; {hint}, or raise max_dictionary_size")
+        f"every sampled row within tol={tol:.3g}; {size_hint(state.kernel, tol)}, or raise "
+        "max_dictionary_size")
 
 
 def _check_finite(X: np.ndarray, rows: np.ndarray) -> None:

@@ -10,7 +10,7 @@ from ooc_spectral import DictionarySizeError, GreedySpectralEmbedding
 from ooc_spectral.kernels import LaplacianKernel, LinearKernel, PolynomialKernel, RBFKernel
 from sklearn.datasets import make_swiss_roll
 
-from ooc_spectral import scan
+from ooc_spectral import local_certificate
 from ooc_spectral.planning import VisitOrder
 from ooc_spectral.scan import (
     DictionaryState,
@@ -169,8 +169,8 @@ KERNELS = [RBFKernel(0.05), LaplacianKernel(0.1), LinearKernel(), PolynomialKern
 @pytest.fixture
 def small_certificates(monkeypatch):
     """Certificates from 8 dictionary points on, with neighbourhoods of 6."""
-    monkeypatch.setattr(scan, "LOCAL_MIN_SIZE", 8)
-    monkeypatch.setattr(scan, "LOCAL_SIZE", 6)
+    monkeypatch.setattr(local_certificate, "LOCAL_MIN_SIZE", 8)
+    monkeypatch.setattr(local_certificate, "LOCAL_SIZE", 6)
 
 
 @pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
@@ -217,7 +217,7 @@ def test_certificate_at_the_default_size_rules_out_most_rows():
     kernel, tol = RBFKernel(0.1), 1e-3
     rows = np.arange(len(X))
     ref = pointwise_scan(kernel, X, rows, tol)
-    assert ref.size > scan.LOCAL_MIN_SIZE
+    assert ref.size > local_certificate.LOCAL_MIN_SIZE
     st = blocked(kernel, X, rows, tol, True, block_rows=2048)
     np.testing.assert_array_equal(st.indices, ref.indices)
     np.testing.assert_allclose(st.L, ref.L, atol=1e-10)

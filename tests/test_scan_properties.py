@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from scipy.linalg import solve_triangular
 
 from ooc_spectral.kernels import LaplacianKernel, LinearKernel, PolynomialKernel, RBFKernel
-from ooc_spectral import scan
+from ooc_spectral import local_certificate
 from ooc_spectral.scan import PIVOT_FLOOR, DictionaryState, pointwise_scan, scan_rows
 
 SLACK = 1e-9
@@ -77,8 +77,8 @@ def test_scan_properties(problem):
 def test_scan_properties_with_local_certificates(problem):
     """The same, with local certificates from 2 dictionary points on (neighbourhoods of 3)."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(scan, "LOCAL_MIN_SIZE", 2)
-        mp.setattr(scan, "LOCAL_SIZE", 3)
+        mp.setattr(local_certificate, "LOCAL_MIN_SIZE", 2)
+        mp.setattr(local_certificate, "LOCAL_SIZE", 3)
         check_scan(problem)
 
 

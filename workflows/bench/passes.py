@@ -43,7 +43,7 @@ from threadpoolctl import threadpool_limits
 
 from ooc_spectral import GreedySpectralEmbedding
 from ooc_spectral.datasets import make_data
-from ooc_spectral import scan as scan_mod
+from ooc_spectral import local_certificate
 from ooc_spectral.scan import DictionaryState, pointwise_scan, scan_rows, uncertified_rows
 from ooc_spectral.source import open_source
 
@@ -174,12 +174,12 @@ def main() -> None:
     certificate_build = time.perf_counter() - t
     blocked = timed(lambda st: scan_rows(st, Xs, rows, tol))
     certified = 1.0 - uncertified_rows(fresh(), Xs, tol).size / len(Xs)
-    saved_min = scan_mod.LOCAL_MIN_SIZE
-    scan_mod.LOCAL_MIN_SIZE = 1 << 62  # the same blocked scan without local certificates
+    saved_min = local_certificate.LOCAL_MIN_SIZE
+    local_certificate.LOCAL_MIN_SIZE = 1 << 62  # the same blocked scan without local certificates
     try:
         blocked_plain = timed(lambda st: scan_rows(st, Xs, rows, tol))
     finally:
-        scan_mod.LOCAL_MIN_SIZE = saved_min
+        local_certificate.LOCAL_MIN_SIZE = saved_min
     few = max(2000, args.scan_rows // 10)  # the point-by-point scan is slow: time a part
     pointwise = timed(lambda st: pointwise_scan(dic.kernel, Xs[:few], rows[:few], tol, state=st),
                       repeat=3) * args.scan_rows / few
