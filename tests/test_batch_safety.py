@@ -133,7 +133,8 @@ def test_all_workers_killed_in_pass2_exit_1_within_the_bound_and_the_lock_is_rel
                                   stderr=subprocess.DEVNULL, start_new_session=True)
         procs.append(worker)
         out = tmp_path / "out"
-        env = dict(os.environ, DASK_OOC_SPECTRAL__NO_WORKERS_TIMEOUT="3s")
+        # faulthandler: if the run does not end, SIGABRT prints where each thread waits
+        env = dict(os.environ, DASK_OOC_SPECTRAL__NO_WORKERS_TIMEOUT="3s", PYTHONFAULTHANDLER="1")
         fit = subprocess.Popen([EXE, "fit", str(roll), "--out", str(out), *ARGS, "--scheduler",
                                 address], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                text=True, env=env)
@@ -141,7 +142,13 @@ def test_all_workers_killed_in_pass2_exit_1_within_the_bound_and_the_lock_is_rel
         wait_until(fit, lambda: in_pass2(out))
         os.killpg(worker.pid, signal.SIGKILL)  # the only worker: none is left
         t0 = time.time()
-        _, stderr = fit.communicate(timeout=120)
+        try:
+            _, stderr = fit.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            fit.send_signal(signal.SIGABRT)
+            _, stderr = fit.communicate(timeout=60)
+            pytest.fail(f"the run did not end 120 s after its last worker died; its threads:\n"
+                        f"{stderr[-12000:]}")
         elapsed = time.time() - t0
         assert fit.returncode == 1, stderr
         assert elapsed < 30, elapsed  # 3 s without a worker, then the run ends
