@@ -527,6 +527,55 @@ def test_inspect_names_a_live_holder_only(tmp_path):
     assert "locked by" not in text and "status           running" in text
 
 
+def _private_mount_namespace() -> list[str] | None:
+    """``unshare`` arguments for a private mount namespace where a tmpfs can be mounted."""
+    for cmd in (["unshare", "--mount", "--propagation", "private"], ["unshare", "-rm"]):
+        try:
+            ok = subprocess.run([*cmd, "sh", "-c", "mount -t tmpfs -o size=1m none /mnt"],
+                                capture_output=True, timeout=10).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        if ok:
+            return cmd
+    return None
+
+
+def test_a_full_disk_through_the_cli_is_exit_1_and_the_rerun_with_space_finishes(tmp_path):
+    """The exit-code table's "the disk filled up" row on a real full file system: OUTDIR on
+    a 1 MiB tmpfs (in a private mount namespace) that the 60,000 x 4 embedding cannot fit:
+    exit 1 naming the cause, status failed, no complete embedding; the same command after
+    the tmpfs grows finishes, equal to a fit on a roomy disk."""
+    unshare = _private_mount_namespace()
+    if unshare is None:
+        pytest.skip("no private mount namespace (unshare) on this machine to fill a disk in")
+    cli("make-data", "swiss-roll", "--n", "60000", "--out", tmp_path / "in.zarr", "-q", check=0)
+    args = f"--gamma 0.05 --tol 1e-3 --n-components 4 --engine threads -q"
+    (tmp_path / "mnt").mkdir()
+    script = f"""
+        mount -t tmpfs -o size=1m none mnt || exit 99
+        {EXE} fit in.zarr --out mnt/out {args} 2> err1.txt; echo $? > code1.txt
+        python -c "import json; print(json.dumps(json.load(open('mnt/out/zarr.json'))
+                   ['attributes']['ooc_spectral_run']['status']))" > status1.txt
+        ls mnt/out > listing1.txt
+        mount -o remount,size=64m mnt
+        {EXE} fit in.zarr --out mnt/out {args} 2> err2.txt; echo $? > code2.txt
+        cp -r mnt/out out-copy
+    """
+    proc = subprocess.run([*unshare, "sh", "-c", script], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    read = lambda name: (tmp_path / name).read_text().strip()  # noqa: E731
+    assert read("code1.txt") == "1", read("err1.txt")
+    assert "No space left on device" in read("err1.txt")
+    assert read("status1.txt") == '"failed"'
+    assert read("code2.txt") == "0", read("err2.txt")
+    cli("fit", tmp_path / "in.zarr", "--out", tmp_path / "fresh", *args.split(), check=0)
+    got = zarr.open_array(str(tmp_path / "out-copy" / "embedding"), mode="r")
+    want = zarr.open_array(str(tmp_path / "fresh" / "embedding"), mode="r")
+    assert got.attrs["complete"] and got.shape == (60000, 4)
+    np.testing.assert_allclose(got[...], want[...], rtol=0, atol=1e-12 * np.abs(want[...]).max())
+
+
 def test_a_full_disk_while_creating_the_embedding_is_a_runtime_failure(tmp_path, monkeypatch):
     import errno
 
