@@ -24,6 +24,7 @@ Gaussian projection), ``evaluation`` and ``experiments`` (the papers' protocols)
 """
 
 from .clustering import GreedySpectralClustering
+from . import exceptions
 from .estimator import GreedySpectralEmbedding
 from .exceptions import (
     ConfigurationMismatchError,
@@ -54,26 +55,6 @@ __version__ = "0.1.0"
 __all__ = [
     "GreedySpectralEmbedding",
     "GreedySpectralClustering",
-    "OocSpectralError",
-    "UsageError",
-    "InvalidParameterError",
-    "ModelNotSavableError",
-    "InvalidInputError",
-    "NonFiniteInputError",
-    "StoreNotFoundError",
-    "StoreReadError",
-    "OutputNotWritableError",
-    "DictionaryError",
-    "DictionarySizeError",
-    "DictionaryWarning",
-    "NotFittedError",
-    "ConfigurationMismatchError",
-    "LockedError",
-    "WorkflowError",
-    "WorkerMemoryError",
-    "WorkersLostError",
-    "SchedulerError",
-    "StorageBackendError",
-    "InterruptedRun",
+    *exceptions.PUBLIC,
     "__version__",
 ]

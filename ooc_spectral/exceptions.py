@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from sklearn.exceptions import NotFittedError as _SklearnNotFittedError
 
-__all__ = [
+#: The exceptions the package re-exports at its top level (``ooc_spectral.__all__``).
+PUBLIC = [
     "OocSpectralError",
     "UsageError",
     "InvalidParameterError",
@@ -26,7 +27,7 @@ __all__ = [
     "OutputNotWritableError",
     "DictionaryError",
     "DictionarySizeError",
-    "NumericalBreakdownError",
+    "DictionaryWarning",
     "NotFittedError",
     "ConfigurationMismatchError",
     "LockedError",
@@ -34,14 +35,17 @@ __all__ = [
     "WorkerMemoryError",
     "WorkersLostError",
     "SchedulerError",
+    "StorageBackendError",
     "InterruptedRun",
+]
+
+__all__ = PUBLIC + [
+    "NumericalBreakdownError",
     "IncompleteInputError",
     "MissingChunkError",
     "TransientReadError",
     "DamagedDataError",
     "OutputDamagedError",
-    "DictionaryWarning",
-    "StorageBackendError",
 ]
 
 
