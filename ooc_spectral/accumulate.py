@@ -143,6 +143,21 @@ def _row_sums(Z: np.ndarray, kx: np.ndarray) -> dict:
             "sum_dhat": float(np.maximum(dhat, 0.0).sum())}
 
 
+def _centred_coordinates(block, dictionary: Dictionary, offset: int, chunk_starts):
+    """The rows as float64 (checked finite), their coordinates ``z = L^-1 k(D, x)``
+    centred in place, the mean that was subtracted, the residuals ``delta`` and the
+    :func:`_row_sums` (of the uncentred coordinates)."""
+    X = np.ascontiguousarray(block, dtype=np.float64)
+    check_finite(X, offset, chunk_starts=chunk_starts)
+    K, kx = dictionary.kernel_block(X)
+    Z = dictionary.solve(K, overwrite=True)
+    delta, _ = dictionary.residuals(Z, kx)
+    sums = _row_sums(Z, kx)
+    mean = Z.mean(axis=0)
+    Z -= mean
+    return X, Z, mean, delta, sums
+
+
 @in_sub_blocks
 def chunk_moments(block, dictionary: Dictionary, offset: int, chunk_starts=None,
                   tol_check=None) -> dict:
@@ -158,15 +173,8 @@ def chunk_moments(block, dictionary: Dictionary, offset: int, chunk_starts=None,
     the partial carries the row sums of :func:`_row_sums` for the eigensolve's
     checks.
     """
-    X = np.ascontiguousarray(block, dtype=np.float64)
-    check_finite(X, offset, chunk_starts=chunk_starts)
-    K, kx = dictionary.kernel_block(X)
-    Z = dictionary.solve(K, overwrite=True)
-    delta, _ = dictionary.residuals(Z, kx)
-    sums = _row_sums(Z, kx)
+    X, Z, mean, delta, sums = _centred_coordinates(block, dictionary, offset, chunk_starts)
     n = Z.shape[0]
-    mean = Z.mean(axis=0)
-    Z -= mean
     sq = float(np.einsum("ij,ij->", Z, Z))
     m2 = Z.T @ Z
     return {"kind": "moments", "n": n, "mean": mean, "m2": m2, "sq": sq, **sums,
@@ -185,14 +193,7 @@ def chunk_cross_moments(block, dictionary: Dictionary, offset: int, old_size: in
     (``z_new = L_nn^-1 (k_new - B z_old)``), so this pass solves as pass 2 does,
     and skips its m x m product. Also the certificate with the grown dictionary.
     """
-    X = np.ascontiguousarray(block, dtype=np.float64)
-    check_finite(X, offset, chunk_starts=chunk_starts)
-    K, kx = dictionary.kernel_block(X)
-    Z = dictionary.solve(K, overwrite=True)
-    delta, _ = dictionary.residuals(Z, kx)
-    sums = _row_sums(Z, kx)
-    mean = Z.mean(axis=0)
-    Z -= mean
+    _, Z, mean, delta, sums = _centred_coordinates(block, dictionary, offset, chunk_starts)
     old, new = Z[:, :old_size], Z[:, old_size:]
     return {"kind": "cross", "n": Z.shape[0], "mean_old": mean[:old_size],
             "mean_new": mean[old_size:], "cross": old.T @ new, "new": new.T @ new,

@@ -468,14 +468,7 @@ class RunDirectory:
         an empty ``checkpoint`` group)."""
         for name in names:
             if name == "zarr.json":
-                try:
-                    meta = json.loads(self.fs.cat_file(self._key(name)) or b"null")
-                except (OSError, ValueError):
-                    continue
-                if meta is None:
-                    continue
-                if not (isinstance(meta, dict) and meta.get("node_type") == "group"
-                        and not meta.get("attributes")):
+                if not _bare_group_meta(lambda: self.fs.cat_file(self._key(name))):
                     return False
                 continue
             if name == "checkpoint":
@@ -535,6 +528,17 @@ class RunDirectory:
         group.attrs[RUN_KEY] = attrs
 
 
+def _bare_group_meta(read) -> bool:
+    """True when the ``zarr.json`` that ``read()`` returns is torn (written partly: a full
+    disk), empty, or of a group with no attributes: what a run killed while beginning leaves."""
+    try:
+        meta = json.loads(read() or "null")
+    except (OSError, ValueError):
+        return True
+    return meta is None or (isinstance(meta, dict) and meta.get("node_type") == "group"
+                            and not meta.get("attributes"))
+
+
 def _unfinished_beginning(path: Path, entries) -> bool:
     """True when OUTDIR holds only what a run killed while beginning can leave.
 
@@ -546,14 +550,7 @@ def _unfinished_beginning(path: Path, entries) -> bool:
         if p.name.endswith(".partial") and p.is_file():
             continue
         if p.name == "zarr.json" and p.is_file():
-            try:
-                meta = json.loads(p.read_text() or "null")
-            except (OSError, ValueError):
-                continue  # torn: written partly (a full disk)
-            if meta is None:
-                continue
-            if not (isinstance(meta, dict) and meta.get("node_type") == "group"
-                    and not meta.get("attributes")):
+            if not _bare_group_meta(p.read_text):
                 return False
             continue
         if p.name == "checkpoint" and p.is_dir() and not p.is_symlink():

@@ -45,7 +45,8 @@ class _Parser(argparse.ArgumentParser):
 # --------------------------------------------------------------------------- #
 # options
 # --------------------------------------------------------------------------- #
-def _add_common(p: argparse.ArgumentParser) -> None:
+def _add_common(p: argparse.ArgumentParser, func) -> None:
+    """The options every command takes (last in its help), and ``func``, which runs it."""
     p.add_argument("--storage-options", metavar="JSON", default=None,
                    help="options of the file system of every URL of the command (s3://, gs://, "
                    "...) as a JSON object, or @FILE.json; they add to the backend's own "
@@ -55,6 +56,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr (for cron)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument("--json", action="store_true", help="print a one-line JSON summary on stdout at the end")
+    p.set_defaults(func=func)
 
 
 def _add_cluster(p: argparse.ArgumentParser) -> None:
@@ -294,8 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a parameter of the data set (repeatable)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing store (an identical complete one is reused anyway)")
-    _add_common(p)
-    p.set_defaults(func=cmd_make_data)
+    _add_common(p, cmd_make_data)
 
     p = sub.add_parser("import", help="stream a Parquet, CSV, .npy or HDF5 table into zarr",
                        description="Stream a table into a zarr group (array 'data', float64 by "
@@ -311,8 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk-rows", type=int, default=None, help="rows per zarr chunk (65536)")
     p.add_argument("--dtype", default="float64", choices=("float32", "float64"))
     p.add_argument("--overwrite", action="store_true", help="replace an existing store")
-    _add_common(p)
-    p.set_defaults(func=cmd_import)
+    _add_common(p, cmd_import)
 
     p = sub.add_parser("fit", help="embed a zarr array (the whole pipeline, resumable)",
                        description="Fit the greedy spectral embedding on INPUT and write OUTDIR: "
@@ -328,8 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="discard what OUTDIR holds, even a run of another configuration")
     g.add_argument("--performance-report", metavar="FILE.html", default=None,
                    help="write dask's performance report of the run")
-    _add_common(p)
-    p.set_defaults(func=cmd_fit)
+    _add_common(p, cmd_fit)
 
     p = sub.add_parser("transform", help="out-of-sample embedding with a saved model")
     p.add_argument("model", help="a saved model, or a fit OUTDIR")
@@ -338,8 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk-rows", type=int, default=None)
     p.add_argument("--overwrite", action="store_true")
     _add_cluster(p)
-    _add_common(p)
-    p.set_defaults(func=cmd_transform)
+    _add_common(p, cmd_transform)
 
     p = sub.add_parser("run", help="run a declarative workflow file (TOML)")
     p.add_argument("workflow", help="a .toml workflow file")
@@ -352,8 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "scheduler runs code in this process: trust it), delete outputs with "
                    "overwrite = true, or set a root above the current directory (repeatable; "
                    "also $OOC_SPECTRAL_ALLOW=scheduler,overwrite)")
-    _add_common(p)
-    p.set_defaults(func=cmd_run)
+    _add_common(p, cmd_run)
 
     p = sub.add_parser("plot", help="scatter or density plot of an embedding")
     p.add_argument("outdir", help="a fit or transform OUTDIR")
@@ -364,8 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--density", choices=("auto", "always", "never"), default="auto",
                    help="density rendering read chunk by chunk (auto: for n >= 10^6)")
     p.add_argument("--title", default=None)
-    _add_common(p)
-    p.set_defaults(func=cmd_plot)
+    _add_common(p, cmd_plot)
 
     p = sub.add_parser("evaluate", help="run an evaluation or a paper reproduction",
                        description="Run an experiment of ooc_spectral.experiments; it writes "
@@ -375,19 +371,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--param", action="append", metavar="KEY=VALUE",
                    help="a parameter of the experiment (repeatable; VALUE read as JSON if it can be)")
     p.add_argument("--list", action="store_true", help="list the experiments and exit")
-    _add_common(p)
-    p.set_defaults(func=cmd_evaluate)
+    _add_common(p, cmd_evaluate)
 
     p = sub.add_parser("verify", help="re-read every chunk of an OUTDIR (or model) and report "
                        "missing or damaged ones (exit 1 when any)")
     p.add_argument("outdir", help="output directory of `fit` (or a saved model)")
-    _add_common(p)
-    p.set_defaults(func=cmd_verify)
+    _add_common(p, cmd_verify)
 
     p = sub.add_parser("inspect", help="readable summary of an OUTDIR, a model or a data set")
     p.add_argument("path")
-    _add_common(p)
-    p.set_defaults(func=cmd_inspect)
+    _add_common(p, cmd_inspect)
     return parser
 
 

@@ -69,21 +69,29 @@ def _need(module: str, extra: str = "tables"):
             f"'ooc_spectral[{extra}]'") from None
 
 
+def _table_columns(path, columns, names: list, numeric: list) -> list:
+    """The named columns checked against the table's ``names``, or (``columns`` None)
+    its ``numeric`` ones."""
+    if columns is None:
+        columns = numeric
+        if not columns:
+            raise InvalidInputError(f"{path} has no numeric column; choose columns with --columns")
+    missing = [c for c in columns if c not in names]
+    if missing:
+        raise InvalidInputError(f"{path} has no column {missing[0]!r}; its columns are "
+                                f"{', '.join(map(str, names))}")
+    return columns
+
+
 def _parquet(path, columns, batch_rows):
     pa = _need("pyarrow")
     pq = _need("pyarrow.parquet")
 
     pf = pq.ParquetFile(path, pre_buffer=False)  # pre-buffering reads the whole file
     schema = pf.schema_arrow
-    if columns is None:
-        columns = [f.name for f in schema if pa.types.is_integer(f.type)
-                   or pa.types.is_floating(f.type) or pa.types.is_boolean(f.type)]
-        if not columns:
-            raise InvalidInputError(f"{path} has no numeric column; choose columns with --columns")
-    missing = [c for c in columns if c not in schema.names]
-    if missing:
-        raise InvalidInputError(f"{path} has no column {missing[0]!r}; its columns are "
-                                f"{', '.join(schema.names)}")
+    numeric = [f.name for f in schema if pa.types.is_integer(f.type)
+               or pa.types.is_floating(f.type) or pa.types.is_boolean(f.type)]
+    columns = _table_columns(path, columns, schema.names, numeric)
 
     def batches():
         for batch in pf.iter_batches(batch_size=batch_rows, columns=list(columns)):
@@ -101,14 +109,8 @@ def _csv(path, columns, batch_rows):
     # exact decimal round trip: pandas 3's default; older pandas needs asking for it
     exact = {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}
     head = pd.read_csv(path, sep=sep, nrows=256, **exact)
-    if columns is None:
-        columns = [c for c in head.columns if pd.api.types.is_numeric_dtype(head[c])]
-        if not columns:
-            raise InvalidInputError(f"{path} has no numeric column; choose columns with --columns")
-    missing = [c for c in columns if c not in head.columns]
-    if missing:
-        raise InvalidInputError(f"{path} has no column {missing[0]!r}; its columns are "
-                                f"{', '.join(map(str, head.columns))}")
+    numeric = [c for c in head.columns if pd.api.types.is_numeric_dtype(head[c])]
+    columns = _table_columns(path, columns, list(head.columns), numeric)
 
     def batches():
         for frame in pd.read_csv(path, sep=sep, usecols=list(columns), chunksize=batch_rows,

@@ -172,6 +172,16 @@ def _exact(setup: _Setup, norm: str) -> ExactKernelEmbedding:
     return ExactKernelEmbedding(setup.n_components, gamma=setup.gamma, normalization=norm)
 
 
+def _error_axes(ax, xlabel: str, title: str) -> None:
+    """A panel of generalization error (log scale) against ``xlabel``, with its legend
+    (the x scale is the caller's)."""
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("generalization error")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7)
+
+
 def _row(result) -> dict:
     d = result.to_dict()
     d["error_mean"] = result.error.mean
@@ -288,11 +298,7 @@ def run_table1(out: Path, datasets="spiral,digits", normalizations="additive,div
                     ax.annotate(f"m={g.info.get('m')}", (g.fit_cpu_seconds, g.error.mean),
                                 fontsize=7, textcoords="offset points", xytext=(3, -10))
             ax.set_xscale("log")
-            ax.set_yscale("log")
-            ax.set_xlabel("CPU seconds (fit)")
-            ax.set_ylabel("generalization error")
-            ax.set_title(f"{setup.name}: {LABEL[norm]}", fontsize=10)
-            ax.legend(fontsize=7)
+            _error_axes(ax, "CPU seconds (fit)", f"{setup.name}: {LABEL[norm]}")
     figure = pc.save_figure(fig, out / "ob2005-table1.png")
     n_disjoint = sum(1 for v in verdicts if v[2])
     summary = (f"At equal CPU time the dictionary method's error is below the full Gram "
@@ -364,11 +370,7 @@ def run_figure3(out: Path, datasets="spiral,digits", normalizations="additive,di
                             yerr=[g.error.ci95 for _, g in pts], fmt="s--", ms=4, capsize=2,
                             label=f"greedy tol={t:g}, m ≤ {mmax}")
             pc.log_xticks(ax, sizes)
-            ax.set_yscale("log")
-            ax.set_xlabel("training size n")
-            ax.set_ylabel("generalization error")
-            ax.set_title(f"{setup.name}: {LABEL[norm]}", fontsize=10)
-            ax.legend(fontsize=7)
+            _error_axes(ax, "training size n", f"{setup.name}: {LABEL[norm]}")
             data["runs"].append({"dataset": setup.name, "normalization": norm, "sizes": sizes,
                                  "exact": [_row(e) for e in exact],
                                  "greedy": {str(t): [None if g is None else _row(g) for g in v]
@@ -473,11 +475,7 @@ def run_figure4(out: Path, datasets="spiral,digits", normalizations="additive,di
                                 yerr=[v["ci95"] for _, v in pts], fmt=styles[meth], ms=4,
                                 capsize=2, label=FIG4_LABEL[meth])
             pc.log_xticks(ax, ms)
-            ax.set_yscale("log")
-            ax.set_xlabel("subset size m")
-            ax.set_ylabel("generalization error")
-            ax.set_title(f"{setup.name}: {LABEL[norm]}, n = {setup.sizes[0]}", fontsize=10)
-            ax.legend(fontsize=7)
+            _error_axes(ax, "subset size m", f"{setup.name}: {LABEL[norm]}, n = {setup.sizes[0]}")
             data["runs"].append({"dataset": setup.name, "normalization": norm, "m": ms,
                                  "results": {k: {str(m): v for m, v in d.items()}
                                              for k, d in results.items()}})
