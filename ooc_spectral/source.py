@@ -90,12 +90,6 @@ class DataSource:
         """Index of the storage chunk holding ``row``."""
         return int(np.searchsorted(self.chunk_starts, row, side="right") - 1)
 
-    def describe_row(self, row: int) -> str:
-        c = self.chunk_of_row(row)
-        a, b = int(self.chunk_starts[c]), int(self.chunk_starts[c + 1])
-        n_chunks = len(self.chunk_starts) - 1
-        return f"row {row} (chunk {c} of {n_chunks}, rows {a}-{b - 1})"
-
     def fingerprint(self) -> dict | None:
         """Cheap fingerprint of a zarr input (metadata and chunk listing), None otherwise.
 
@@ -349,20 +343,14 @@ def open_zarr_array(location: str | os.PathLike, *, mode: str = "r",
 
         from .importing import IMPORT_KEY
 
-        imported = node.attrs.get(IMPORT_KEY)
-        if isinstance(imported, dict) and imported.get("complete") is False:
-            raise IncompleteInputError(
-                f"the data set at {loc!r} is marked incomplete (complete: false): "
-                "`ooc-spectral import` was interrupted, failed or is still writing; run the "
-                "import again with --overwrite"
-            )
-        written = node.attrs.get(DATASET_KEY)
-        if isinstance(written, dict) and written.get("complete") is False:
-            raise IncompleteInputError(
-                f"the data set at {loc!r} is marked incomplete (complete: false): make-data "
-                "was interrupted or is still writing; wait for it, or run make-data again "
-                "with --overwrite"
-            )
+        for key, what in ((IMPORT_KEY, "`ooc-spectral import` was interrupted, failed or is "
+                           "still writing; run the import again with --overwrite"),
+                          (DATASET_KEY, "make-data was interrupted or is still writing; wait "
+                           "for it, or run make-data again with --overwrite")):
+            writer = node.attrs.get(key)
+            if isinstance(writer, dict) and writer.get("complete") is False:
+                raise IncompleteInputError(f"the data set at {loc!r} is marked incomplete "
+                                           f"(complete: false): {what}")
         names = sorted(node.array_keys())
         if DATA_ARRAY_NAME in names:
             return node[DATA_ARRAY_NAME]
@@ -547,7 +535,8 @@ def _from_zarr(arr) -> DataSource:
     url = array_url(arr)
     _validate_meta(arr.shape, arr.dtype, f"the zarr array at {url}")
     n = int(arr.shape[0])
-    # Sharded arrays: one task per shard, never per inner chunk (DESIGN section 3).
+    # Sharded arrays: the storage chunk is the shard (one object in the store), so tasks
+    # are planned per shard, never per inner chunk: each read then fetches whole objects.
     shards = getattr(arr, "shards", None)
     rows = int((shards or arr.chunks)[0])
     return DataSource(
