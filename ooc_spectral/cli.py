@@ -14,6 +14,7 @@ on stderr; with ``--json`` a final machine-readable summary line goes to stdout.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
@@ -443,6 +444,15 @@ def run_command(args) -> dict:
         return args.func(args)
 
 
+def _runtime_failure(exc: BaseException) -> str:
+    """The one-line message of a runtime failure (exit 1), with the fix where one is known."""
+    text = f"{type(exc).__name__}: {_one_line(exc)}"
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        text += ("; the disk is full: free space (or point --out at a larger disk) and rerun "
+                 "the same command, it resumes")
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     want_json = "--json" in (argv if argv is not None else sys.argv[1:])
@@ -465,7 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "the same command resumes it", args.json, status="interrupted")
     except Exception as exc:  # a runtime failure
         log.debug("traceback", exc_info=True)
-        return _fail(EXIT_FAILURE, f"{type(exc).__name__}: {_one_line(exc)}", args.json)
+        return _fail(EXIT_FAILURE, _runtime_failure(exc), args.json)
     finally:
         _restore_signals(previous)
     if args.json:

@@ -567,6 +567,7 @@ def test_a_full_disk_through_the_cli_is_exit_1_and_the_rerun_with_space_finishes
     read = lambda name: (tmp_path / name).read_text().strip()  # noqa: E731
     assert read("code1.txt") == "1", read("err1.txt")
     assert "No space left on device" in read("err1.txt")
+    assert "free space" in read("err1.txt") and "rerun the same command" in read("err1.txt")
     assert read("status1.txt") == '"failed"'
     assert read("code2.txt") == "0", read("err2.txt")
     cli("fit", tmp_path / "in.zarr", "--out", tmp_path / "fresh", *args.split(), check=0)
