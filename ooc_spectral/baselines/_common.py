@@ -71,25 +71,25 @@ import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve, eigh
 from sklearn.base import BaseEstimator, TransformerMixin
 
-from ._sklearn import FeatureNamesMixin
-from ._validation import check_bool, check_choice, check_fitted, check_float, check_int
-from .config import resolve_seed
-from .eigensolve import top_eigenpairs
-from .exceptions import (
+from .._sklearn import FeatureNamesMixin
+from .._validation import check_bool, check_choice, check_fitted, check_float, check_int
+from ..config import resolve_seed
+from ..eigensolve import top_eigenpairs
+from ..exceptions import (
     DictionaryError,
     InvalidInputError,
     InvalidParameterError,
 )
-from .kernels import (
+from ..kernels import (
     KERNELS,
     Kernel,
     SubsetNormalizedKernel,
     make_kernel,
     subset_means,
 )
-from .pipeline import resolve_gamma
-from .planning import parse_bytes, plan_sample
-from .source import DataSource, check_finite, open_source
+from ..pipeline import resolve_gamma
+from ..planning import parse_bytes, plan_sample
+from ..source import DataSource, check_finite, open_source
 
 __all__ = [
     "ExactKernelEmbedding",
