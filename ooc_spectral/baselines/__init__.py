@@ -43,45 +43,63 @@ The estimators
 
 The random dictionary of Harmeling et al. (every row projected on a random
 subset) is ``GreedySpectralEmbedding(selection="random", dictionary_size=m)``.
+
+Modules
+-------
+``_common``
+    Task rows, kernel resolution, :class:`NystromModel`, :func:`kernel_matmul`
+    and the base class (parameter checks, ``fit`` skeleton, ``transform``).
+``exact``
+    :class:`ExactKernelEmbedding`.
+``selection``
+    The normalized kernels and samplers of Nystrom's landmarks: largest
+    diagonal, Efraimidis-Spirakis keys, volume sampling by a Metropolis chain.
+``nystrom``
+    :class:`NystromEmbedding`.
+``gaussian_projection``
+    :class:`GaussianProjectionEmbedding` and its scratch arrays.
 """
 
 from ._common import (
     DEFAULT_TASK_ROWS,
-    ExactKernelEmbedding,
-    GaussianProjectionEmbedding,
     NORMALIZATIONS,
-    NYSTROM_SELECTIONS,
-    NystromEmbedding,
-    NystromModel,
     RANDOM_WINDOW_ROWS,
     SUB_BLOCK_ROWS,
-    SubsetCenteredKernel,
-    _KernelEmbeddingBase,
-    _PURPOSE,
-    _ProjectionModel,
-    _REFRESH_EVERY,
-    _Scratch,
-    _ScratchLease,
+    NystromModel,
     _dense_fit,
-    _diag_block,
     _embed_source,
     _f64,
     _finite_block,
-    _gaussian_block,
-    _keep_top,
+    _KernelEmbeddingBase,
     _kv_block,
     _located_embed,
-    _merge_top,
-    _pivoted_start,
     _positive_or_raise,
-    _read_leased,
     _resolve_kernel,
     _row_random,
     _task_rows,
     _top_eigenpairs_inplace,
+    kernel_matmul,
+)
+from .exact import ExactKernelEmbedding
+from .gaussian_projection import (
+    GaussianProjectionEmbedding,
+    _gaussian_block,
+    _ProjectionModel,
+    _read_leased,
+    _Scratch,
+    _ScratchLease,
+)
+from .nystrom import NYSTROM_SELECTIONS, NystromEmbedding
+from .selection import (
+    _PURPOSE,
+    _REFRESH_EVERY,
+    SubsetCenteredKernel,
+    _diag_block,
+    _keep_top,
+    _merge_top,
+    _pivoted_start,
     _tree_reduce,
     efraimidis_spirakis_keys,
-    kernel_matmul,
     metropolis_volume_sample,
     selection_kernel,
 )
