@@ -10,8 +10,8 @@ import pytest
 
 import ooc_spectral
 
-MODULES = sorted(m.name for m in pkgutil.iter_modules(ooc_spectral.__path__, "ooc_spectral.")
-                 if m.name != "ooc_spectral.__main__")
+MODULES = sorted(m.name for m in pkgutil.walk_packages(ooc_spectral.__path__, "ooc_spectral.")
+                 if m.name != "ooc_spectral.__main__")  # subpackages too (baselines, experiments)
 
 
 def test_the_estimators_carry_examples():
