@@ -34,6 +34,7 @@ import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 
+from ._params import EMBEDDING_PARAMS, params_of, store_params
 from ._sklearn import SparseInputMixin
 from ._validation import check_fitted, check_float, check_int
 from .config import resolve_seed
@@ -185,26 +186,7 @@ affine, degree_estimate, degree_subset_size, sample_size, chunk_rows
                  max_dictionary_size=5000, affine=True, degree_estimate="exact",
                  degree_subset_size=1000, sample_size=20000, chunk_rows=None, n_init=10,
                  max_iter=100, kmeans_tol=1e-6, kmeans_sample_size=100000, random_state=None):
-        self.n_clusters = n_clusters
-        self.n_components = n_components
-        self.kernel = kernel
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.tol = tol
-        self.dictionary_size = dictionary_size
-        self.selection = selection
-        self.max_dictionary_size = max_dictionary_size
-        self.affine = affine
-        self.degree_estimate = degree_estimate
-        self.degree_subset_size = degree_subset_size
-        self.sample_size = sample_size
-        self.chunk_rows = chunk_rows
-        self.n_init = n_init
-        self.max_iter = max_iter
-        self.kmeans_tol = kmeans_tol
-        self.kmeans_sample_size = kmeans_sample_size
-        self.random_state = random_state
+        store_params(self, locals())
 
     # ------------------------------------------------------------------ #
     def _check_params(self) -> tuple[int, int]:
@@ -219,12 +201,9 @@ affine, degree_estimate, degree_subset_size, sample_size, chunk_rows
 
     def _embedding_estimator(self, n_components: int, seed: int) -> GreedySpectralEmbedding:
         return GreedySpectralEmbedding(
-            n_components=n_components, kernel=self.kernel, gamma=self.gamma, degree=self.degree,
-            coef0=self.coef0, tol=self.tol, dictionary_size=self.dictionary_size,
-            selection=self.selection, max_dictionary_size=self.max_dictionary_size,
-            affine=self.affine, normalization="divisive", degree_estimate=self.degree_estimate,
-            degree_subset_size=self.degree_subset_size, drop_first=False,
-            sample_size=self.sample_size, chunk_rows=self.chunk_rows, random_state=seed)
+            n_components=n_components, **params_of(self, EMBEDDING_PARAMS),
+            normalization="divisive", degree_estimate=self.degree_estimate,
+            degree_subset_size=self.degree_subset_size, drop_first=False, random_state=seed)
 
     def fit(self, X, y=None, *, output=None):
         """Embed X, then cluster the unit-length rows of the embedding with k-means.
@@ -302,7 +281,7 @@ affine, degree_estimate, degree_subset_size, sample_size, chunk_rows
         Parameters
         ----------
         X : array-like, dask array, zarr array, or str
-            Rows with the training columns.
+            New rows, with the ``n_features_in_`` columns of the training data.
 
         Returns
         -------
