@@ -7,6 +7,7 @@ import time
 
 import dask.array as da
 
+from .._params import store_params
 from ..exceptions import InvalidInputError
 from ..kernels import Kernel
 from ..planning import parse_bytes
@@ -70,16 +71,7 @@ class ExactKernelEmbedding(_KernelEmbeddingBase):
     def __init__(self, n_components=2, *, kernel="rbf", gamma=None, degree=3, coef0=1.0,
                  normalization="additive", drop_first=True, memory_budget="2GiB",
                  chunk_rows=None, random_state=None):
-        self.n_components = n_components
-        self.kernel = kernel
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.normalization = normalization
-        self.drop_first = drop_first
-        self.memory_budget = memory_budget
-        self.chunk_rows = chunk_rows
-        self.random_state = random_state
+        store_params(self, locals())
 
     @staticmethod
     def required_memory(n_samples: int) -> int:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import dask.array as da
 import numpy as np
 
+from .._params import store_params
 from .._validation import check_int
 from ..eigensolve import top_eigenpairs
 from ..exceptions import InvalidInputError, InvalidParameterError
@@ -155,18 +156,7 @@ class GaussianProjectionEmbedding(_KernelEmbeddingBase):
     def __init__(self, n_components=2, *, oversampling=10, power_iterations=2, kernel="rbf",
                  gamma=None, degree=3, coef0=1.0, normalization="additive", drop_first=True,
                  chunk_rows=None, workdir=None, random_state=None):
-        self.n_components = n_components
-        self.oversampling = oversampling
-        self.power_iterations = power_iterations
-        self.kernel = kernel
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.normalization = normalization
-        self.drop_first = drop_first
-        self.chunk_rows = chunk_rows
-        self.workdir = workdir
-        self.random_state = random_state
+        store_params(self, locals())
 
     def _columns(self) -> tuple[int, int]:
         """``(k, l)``: the eigenvectors computed (with the trivial one) and the columns."""

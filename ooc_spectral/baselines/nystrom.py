@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from .._params import store_params
 from .._validation import check_choice, check_int
 from ..exceptions import InvalidInputError, InvalidParameterError
 from ..kernels import Kernel
@@ -100,20 +101,7 @@ class NystromEmbedding(_KernelEmbeddingBase):
                  gamma=None, degree=3, coef0=1.0, normalization="additive", drop_first=True,
                  degree_subset_size=1000, sample_size=20000, n_steps=None, chunk_rows=None,
                  random_state=None):
-        self.n_components = n_components
-        self.n_landmarks = n_landmarks
-        self.selection = selection
-        self.kernel = kernel
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.normalization = normalization
-        self.drop_first = drop_first
-        self.degree_subset_size = degree_subset_size
-        self.sample_size = sample_size
-        self.n_steps = n_steps
-        self.chunk_rows = chunk_rows
-        self.random_state = random_state
+        store_params(self, locals())
 
     def _check_params(self) -> None:
         """Nothing before X is read: the checks of :meth:`_check_n_rows` come first."""
