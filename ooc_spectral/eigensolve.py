@@ -54,6 +54,7 @@ import numpy as np
 from scipy.linalg import eigh, solve_triangular
 
 from .exceptions import DictionaryError, NumericalBreakdownError
+from .kernels import first_nonpositive
 from .scan import Dictionary
 
 __all__ = ["SpectralMap", "top_eigenpairs", "sorted_eigenpairs", "solve_additive",
@@ -151,8 +152,7 @@ class SpectralMap:
         return np.ascontiguousarray(G), c0
 
     def _check_degrees(self, deg: np.ndarray) -> None:
-        if np.any(deg <= 0):
-            i = int(np.flatnonzero(deg <= 0)[0])
+        if (i := first_nonpositive(deg)) is not None:
             raise DictionaryError(
                 f"the approximate degree of row {i} of this block is {deg[i]:.3g} (not "
                 "positive): the row is too far from the training data for the divisive "

@@ -350,8 +350,7 @@ class SubsetNormalizedKernel(Kernel):
         X = _f64(X)
         base_aux = self.base.aux(X)
         deg = self.degrees(X, base_aux)
-        if np.any(deg <= 0):
-            row = int(np.flatnonzero(deg <= 0)[0])
+        if (row := first_nonpositive(deg)) is not None:
             raise InvalidParameterError(
                 f"the subset degree estimate of a row is {deg[row]:.3g} (not positive), "
                 "so the divisive normalization is undefined; use a kernel with positive "
@@ -384,6 +383,13 @@ class SubsetNormalizedKernel(Kernel):
     @property
     def params(self):
         return {"base": self.base.name, **self.base.params, "subset_size": int(self.subset.shape[0])}
+
+
+def first_nonpositive(degrees: np.ndarray) -> int | None:
+    """Index of the first degree that is not positive (the divisive normalization's
+    ``D^-1/2`` is undefined there), or None; callers raise their own named error."""
+    bad = np.flatnonzero(degrees <= 0)
+    return int(bad[0]) if bad.size else None
 
 
 def subset_means(base: Kernel, subset: np.ndarray, X, base_aux=None, step: int = 4096) -> np.ndarray:

@@ -23,7 +23,7 @@ from .._sklearn import FeatureNamesMixin
 from .._validation import check_bool, check_choice, check_fitted, check_float, check_int
 from ..config import resolve_seed
 from ..exceptions import InvalidInputError, InvalidParameterError
-from ..kernels import KERNELS, Kernel, make_kernel
+from ..kernels import KERNELS, Kernel, first_nonpositive, make_kernel
 from ..pipeline import resolve_gamma
 from ..source import DataSource, check_finite, open_source
 
@@ -145,8 +145,7 @@ class NystromModel:
                 out[a:a + len(xa)] = K @ self.coef - self.offset
             else:
                 d = K.sum(axis=1)
-                if np.any(d <= 0):
-                    i = int(np.flatnonzero(d <= 0)[0])
+                if (i := first_nonpositive(d)) is not None:
                     raise InvalidInputError(
                         f"row {a + i} of this block has kernel degree {d[i]:.3g} (not positive) "
                         "against the training points, so the divisive normalization is "
