@@ -39,7 +39,6 @@ __all__ = [
     "TARGET_TASK_ROWS",
     "MIN_TASK_ROWS",
     "MIN_BLOCK_ROWS",
-    "task_bounds",
     "segments",
     "parse_bytes",
     "plan_sample",
@@ -285,11 +284,6 @@ def plan_block_rows(task_rows: int, n_features: int, dictionary_size: int, *,
     # (when the m x m matrices alone fill the budget, a task needs them plus one
     # sub-block of MIN_BLOCK_ROWS rows: the budget cannot go below that)
     return int(min(task_rows, max(MIN_BLOCK_ROWS, (int(memory) - fixed) // per_row)))
-
-
-def task_bounds(n_rows: int, task_rows: int) -> np.ndarray:
-    """Row boundaries of the tasks: ``[0, task_rows, 2 task_rows, ..., n_rows]``."""
-    return np.append(np.arange(0, n_rows, task_rows, dtype=np.int64), n_rows)
 
 
 def segments(n_tasks: int, max_segments: int = MAX_SEGMENTS) -> list[range]:

@@ -313,13 +313,6 @@ class EmbeddingOutput:
         arr = zarr.open_array(f"{self.url.rstrip('/')}/{EMBEDDING}", mode="r+")
         arr.attrs["complete"] = True
 
-    def is_complete(self) -> bool:
-        try:
-            arr = zarr.open_array(f"{self.url.rstrip('/')}/{EMBEDDING}", mode="r")
-        except Exception:
-            return False
-        return bool(arr.attrs.get("complete", False))
-
     def as_dask(self) -> da.Array:
         arr = zarr.open_array(f"{self.url.rstrip('/')}/{EMBEDDING}", mode="r")
         return da.from_zarr(arr)
