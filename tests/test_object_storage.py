@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 import zarr
 
+import ooc_spectral
 from test_cli import EXE
 
 s3fs = pytest.importorskip("s3fs")
@@ -340,10 +343,11 @@ def _unshare_works() -> bool:
 
 
 def test_workers_that_cannot_see_the_clients_files_fit_from_and_to_s3(
-        data, local_fit, s3, tmp_path, monkeypatch):
-    """The worker runs in its own mount namespace with an empty /tmp: the client's
-    temporary directory (where it runs, and where the local copy of the data is)
-    does not exist there. Where ``unshare`` is not allowed, the client's temporary
+        data, local_fit, s3, tmp_path, tmp_path_factory, monkeypatch):
+    """The worker runs in its own mount namespace where an empty tmpfs covers pytest's
+    temporary root: the client's temporary directory (where it runs, and where the
+    local copy of the data is) does not exist there, while the installed package
+    stays visible wherever the checkout lives (a checkout under /tmp included). Where ``unshare`` is not allowed, the client's temporary
     directory is removed before the passes instead. The worker has no AWS variables
     either: endpoint and keys reach it only as the command's ``--storage-options``,
     and its log does not show them."""
@@ -353,13 +357,15 @@ def test_workers_that_cannot_see_the_clients_files_fit_from_and_to_s3(
     client_dir.mkdir()
     (client_dir / "only-on-the-client").write_text("x")
     monkeypatch.chdir(client_dir)
-    isolated = _unshare_works() and str(tmp_path).startswith("/tmp/")
+    hidden = tmp_path_factory.getbasetemp()
+    isolated = _unshare_works() and not Path(ooc_spectral.__file__).is_relative_to(hidden)
     with LocalCluster(n_workers=0, dashboard_address=":0", scheduler_port=0) as cluster:
         worker = ["dask", "worker", cluster.scheduler_address, "--nworkers", "1",
                   "--nthreads", "1", "--memory-limit", "2GiB", "--no-dashboard"]
         if isolated:
             worker = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                      "mount -t tmpfs tmpfs /tmp && cd / && exec " + " ".join(worker)]
+                      f"mount -t tmpfs tmpfs {shlex.quote(str(hidden))} && cd / && exec "
+                      + " ".join(worker)]
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         worker_log = open(tmp_path / "worker.log", "w+")
         proc = subprocess.Popen(worker, start_new_session=True, stdout=worker_log,
