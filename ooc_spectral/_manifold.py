@@ -21,7 +21,7 @@ from sklearn.base import TransformerMixin
 
 from ._sklearn import FeatureNamesMixin
 from ._validation import check_choice, check_fitted, check_int
-from .eigensolve import top_eigenpairs
+from .eigensolve import fix_signs, top_eigenpairs
 from .exceptions import InvalidInputError, InvalidParameterError
 from .execution import shared
 from .source import DataSource, check_finite, open_source
@@ -110,14 +110,6 @@ def check_in_memory_params(estimator) -> tuple[str, int]:
     max_samples = check_int(name, "max_samples", estimator.max_samples, low=2)
     check_int(name, "chunk_rows", estimator.chunk_rows, low=1, none=True)
     return solver, max_samples
-
-
-def fix_signs(V: np.ndarray) -> np.ndarray:
-    """Each column with its entry of largest magnitude positive (as the core does)."""
-    big = np.argmax(np.abs(V), axis=0)
-    signs = np.sign(V[big, np.arange(V.shape[1])])
-    signs[signs == 0] = 1.0
-    return V * signs
 
 
 def top_positive(owner: str, B: np.ndarray, p: int, solver: str, seed: int):

@@ -62,16 +62,57 @@ __all__ = ["SpectralMap", "top_eigenpairs", "sorted_eigenpairs", "solve_additive
            "check_n_components", "spent_directions"]
 
 
+def fix_signs(V: np.ndarray) -> np.ndarray:
+    """``V`` with each column's largest-magnitude entry positive (deterministic signs),
+    as a new C-ordered array (the layout a saved model loads with, so that products
+    with it round identically before and after a save)."""
+    big = np.argmax(np.abs(V), axis=0)
+    signs = np.sign(V[big, np.arange(V.shape[1])])
+    signs[signs == 0] = 1.0
+    return np.ascontiguousarray(V * signs)
+
+
 def top_eigenpairs(A: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` largest eigenpairs of the symmetric ``A``, descending, signs fixed."""
     A = 0.5 * (A + A.T)
     m = A.shape[0]
     vals, vecs = eigh(A, subset_by_index=[m - k, m - 1], driver="evr")
-    vals, vecs = vals[::-1].copy(), vecs[:, ::-1].copy()
-    big = np.argmax(np.abs(vecs), axis=0)
-    signs = np.sign(vecs[big, np.arange(k)])
-    signs[signs == 0] = 1.0
-    return vals, vecs * signs
+    return vals[::-1].copy(), fix_signs(vecs[:, ::-1])
+
+
+#: The exact path finds its top eigenpairs by Lanczos (ARPACK) when at most this
+#: fraction of the spectrum is wanted and the matrix has at least LANCZOS_MIN_ROWS rows.
+LANCZOS_MAX_FRACTION = 0.1
+LANCZOS_MIN_ROWS = 500
+
+
+def dense_top_eigenpairs(K: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` largest eigenpairs of the symmetric ``n x n`` matrix ``K``, ascending.
+
+    A few eigenpairs of a large matrix come from implicitly restarted Lanczos
+    (ARPACK, ``tol=0``: Ritz residuals at rounding, ``||K v - lambda v|| <= eps |lambda|``),
+    which needs only products with ``K``; the dense LAPACK solve spends most of its time
+    reducing all of ``K`` to tridiagonal form. ARPACK's start vector is seeded, so the
+    result is deterministic. When ARPACK does not converge, or when many pairs are
+    wanted, LAPACK's ``evr`` (falling back to ``evd`` when it misses a tight cluster).
+    """
+    n = K.shape[0]
+    if n >= LANCZOS_MIN_ROWS and k <= LANCZOS_MAX_FRACTION * n:
+        from scipy.sparse.linalg import ArpackNoConvergence, eigsh
+
+        v0 = np.random.default_rng(0).standard_normal(n)
+        try:
+            vals, V = eigsh(K, k=k, which="LA", v0=v0, tol=0.0, ncv=min(n, max(2 * k + 1, 20)))
+        except ArpackNoConvergence:
+            pass
+        else:
+            order = np.argsort(vals)
+            return vals[order], V[:, order]
+    vals, V = eigh(K, subset_by_index=[n - k, n - 1], driver="evr", check_finite=False)
+    if vals.shape[0] != k:  # LAPACK's evr can miss a highly degenerate cluster
+        vals, V = eigh(K, driver="evd", check_finite=False)
+        vals, V = vals[n - k:], V[:, n - k:]
+    return vals, V
 
 
 def spent_directions(affine: bool, mode: str, drop_first: bool) -> int:
@@ -258,11 +299,7 @@ def sorted_eigenpairs(A: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np
     """
     A = 0.5 * (A + A.T)
     vals, vecs = eigh(A, driver="evd", check_finite=False)
-    top, W = vals[::-1][:k].copy(), vecs[:, ::-1][:, :k].copy()
-    big = np.argmax(np.abs(W), axis=0)
-    signs = np.sign(W[big, np.arange(k)])
-    signs[signs == 0] = 1.0
-    return vals, top, W * signs
+    return vals, vals[::-1][:k].copy(), fix_signs(vecs[:, ::-1][:, :k])
 
 
 def solve_additive(dictionary: Dictionary, moments: dict, n_components: int) -> SpectralMap:
@@ -339,17 +376,9 @@ def solve_exact(kernel, X: np.ndarray, n_components: int | None, *,
         n_components = max(int(np.sum(vals > noise)), 1)
         vals, V = vals[n - n_components:], V[:, n - n_components:]
     else:
-        vals, V = eigh(K, subset_by_index=[n - n_components, n - 1], driver="evr",
-                       check_finite=False)
-        if vals.shape[0] != n_components:  # LAPACK's evr can miss a highly degenerate cluster
-            vals, V = eigh(K, driver="evd", check_finite=False)
-            vals, V = vals[n - n_components:], V[:, n - n_components:]
+        vals, V = dense_top_eigenpairs(K, n_components)
     del K
-    vals, V = vals[::-1].copy(), V[:, ::-1].copy()
-    big = np.argmax(np.abs(V), axis=0)
-    signs = np.sign(V[big, np.arange(n_components)])
-    signs[signs == 0] = 1.0
-    V *= signs
+    vals, V = vals[::-1].copy(), fix_signs(V[:, ::-1])
     if np.any(vals <= noise):
         rank = int(np.sum(vals > noise))
         raise DictionaryError(

@@ -53,6 +53,10 @@ VISIT_WINDOW_ROWS = 1 << 16
 #: Largest number of rows per block of the blocked scan (one kernel block and one
 #: solve each); see :func:`scan_block_rows`.
 SCAN_BLOCK_ROWS = 8192
+#: Rows per panel within a block of the scan: points added in a panel update the
+#: panel's later rows one at a time (matrix-vector), the next panel starts from one
+#: triangular solve against the whole dictionary (matrix-matrix).
+SCAN_PANEL_ROWS = 256
 #: Memory for one block's c x m coordinates in the scan.
 SCAN_BLOCK_MEMORY = 128 * 2**20
 #: A parallel pass is reduced in at most this many checkpointable partials (segments).

@@ -55,7 +55,7 @@ from .kernels import Kernel, RBFKernel, LaplacianKernel, SubsetNormalizedKernel,
 from .local_certificate import (CERTIFY_THREADS, LOCAL_GROWTH, LOCAL_MIN_SIZE,  # noqa: F401
                                 LOCAL_SIZE, LocalCertificate, certify_rows,
                                 local_certificate_size, uncertified_rows)
-from .planning import VisitOrder, scan_block_rows
+from .planning import SCAN_PANEL_ROWS, VisitOrder, scan_block_rows
 
 __all__ = [
     "PIVOT_FLOOR",
@@ -354,6 +354,13 @@ def scan_block(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: flo
                limit: int | None = None) -> bool:
     """Scan one block of rows in order, adding those with ``delta > tol``.
 
+    The block is taken in panels of :data:`~ooc_spectral.planning.SCAN_PANEL_ROWS`
+    rows. Each panel's coordinates against the dictionary are one triangular
+    solve (BLAS-3); the points added within a panel update only the panel's later
+    rows, from the panel's own Gram matrix. A block where every row enters (the
+    dictionary heading for the exact path) then costs a blocked Cholesky, not
+    one matrix-vector product over the whole block per added point.
+
     Parameters
     ----------
     state : DictionaryState
@@ -373,6 +380,17 @@ def scan_block(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: flo
     bool
         True if the scan stopped at ``limit``.
     """
+    c = X.shape[0]
+    for a in range(0, c, SCAN_PANEL_ROWS):
+        b = min(a + SCAN_PANEL_ROWS, c)
+        if _scan_panel(state, X[a:b], rows[a:b], tol, limit):
+            return True
+    return False
+
+
+def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: float,
+                limit: int | None) -> bool:
+    """:func:`scan_block` on one panel of at most ``SCAN_PANEL_ROWS`` rows."""
     kernel = state.kernel
     c = X.shape[0]
     if c == 0:
@@ -394,6 +412,7 @@ def scan_block(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: flo
         dhat = kx.copy()
         alpha = np.ones(c)
     Zn = np.empty((c, min(c, 32)))
+    G = None
 
     pos = 0
     while pos < c:
@@ -416,11 +435,9 @@ def scan_block(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: flo
                 Zn2 = np.empty((c, 2 * Zn.shape[1]))
                 Zn2[:, :j] = Zn[:, :j]
                 Zn = Zn2
-            kcol = kernel.pairwise(
-                X[rest], X[i : i + 1],
-                None if x_aux is None else x_aux[rest],
-                None if x_aux is None else x_aux[i : i + 1],
-            )[:, 0]
+            if G is None:  # the panel's Gram matrix, once a point enters
+                G = kernel.pairwise(X, X, x_aux, x_aux)
+            kcol = G[rest, i].copy()
             if m0:
                 kcol -= Z0[rest] @ zi[:m0]
             if j:

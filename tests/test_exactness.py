@@ -52,12 +52,16 @@ def oracle(request):
 @pytest.mark.parametrize("tol", TOLS)
 def test_spectrum_within_weyl_interval_down_to_tol_1e_12(oracle, tol, request):
     X, gamma, ref, R = oracle
-    if tol == 1e-12 and "moons" in request.node.name:
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="known rounding gap: the factor's condition is "
-            "3.4e10 and one eigenvalue exceeds the exact one by 1.1e-9 of the largest, past the "
-            "1e-9 rounding allowance; the embedding still matches to 4e-8"))
-    est = GreedySpectralEmbedding(n_components=P, gamma=gamma, tol=tol, random_state=0).fit(X)
+    try:
+        est = GreedySpectralEmbedding(n_components=P, gamma=gamma, tol=tol, random_state=0).fit(X)
+    except NumericalBreakdownError as err:
+        # At tol=1e-12 the S-curve's factor sits at the edge of what float64 resolves
+        # (condition near 4.5e11): which rows cross tol then depends on rounding, and
+        # the fit may refuse, loudly and naming the cause. Circles and moons must not.
+        if "s-curve" in request.node.name and tol <= 1e-12:
+            assert "condition number" in str(err) and "Use a larger tol" in str(err)
+            return
+        raise
     assert 0 < est.dictionary_.shape[0] < len(X) / 2  # the greedy path, not the exact one
     m = est.dictionary_.shape[0]
     # within tol up to the rounding of delta itself (16 (m + 2) eps k(x, x); k = 1 here)
@@ -287,3 +291,32 @@ def test_every_kernel_with_its_defaults_lies_in_the_weyl_interval(kernel):
     rounding = 1e-9 * exact[0]
     assert np.all(exact >= lam - rounding) and np.all(exact <= lam + b + rounding), (exact, lam, b)
     assert b <= len(X) * est.max_residual_ + rounding
+
+
+@pytest.mark.parametrize("k", [1, 10, 100])
+def test_exact_path_lanczos_equals_lapack(k):
+    # the exact path's few-eigenpair solver (ARPACK) against LAPACK's dense evr on a centred
+    # rbf Gram matrix with near-degenerate pairs (circles): eigenvalues to rounding, and
+    # the same eigenvectors where the gap allows; seeded, so two calls agree bitwise
+    from scipy.linalg import eigh
+
+    from ooc_spectral.eigensolve import dense_top_eigenpairs
+
+    X = make_circles(1000, factor=0.3, noise=0.05, random_state=0)[0]
+    K = np.exp(-0.5 * ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
+    mu = K.mean(axis=0)
+    K = K - mu - mu[:, None] + mu.mean()
+    n = len(X)
+    vals, V = dense_top_eigenpairs(K, k)
+    ref, R = eigh(K, subset_by_index=[n - k, n - 1])
+    np.testing.assert_allclose(vals, ref, rtol=0, atol=1e-13 * ref[-1])
+    # residuals at rounding, orthonormal columns
+    assert np.abs(K @ V - V * vals).max() <= 1e-12 * ref[-1]
+    np.testing.assert_allclose(V.T @ V, np.eye(k), atol=1e-12)
+    # eigenvectors whose eigenvalue is separated from its neighbours by > 1e-6 of the largest
+    gaps = np.diff(np.concatenate([[-np.inf], ref, [np.inf]]))
+    sep = np.minimum(gaps[:-1], gaps[1:]) > 1e-6 * ref[-1]
+    cos = np.abs(np.sum(V[:, sep] * R[:, sep], axis=0))
+    np.testing.assert_allclose(cos, 1.0, atol=1e-8)
+    vals2, V2 = dense_top_eigenpairs(K, k)
+    np.testing.assert_array_equal(V2, V)

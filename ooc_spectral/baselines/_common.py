@@ -22,6 +22,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from .._sklearn import FeatureNamesMixin
 from .._validation import check_bool, check_choice, check_fitted, check_float, check_int
 from ..config import resolve_seed
+from ..eigensolve import fix_signs
 from ..exceptions import InvalidInputError, InvalidParameterError
 from ..kernels import KERNELS, Kernel, first_nonpositive, make_kernel
 from ..pipeline import resolve_gamma
@@ -192,11 +193,7 @@ def _top_eigenpairs_inplace(A: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarr
     # without the copy it makes of a C-ordered array
     vals, vecs = eigh(A.T, subset_by_index=[n - k, n - 1], driver="evr", overwrite_a=True,
                       check_finite=False)
-    vals, vecs = vals[::-1].copy(), vecs[:, ::-1].copy()
-    big = np.argmax(np.abs(vecs), axis=0)
-    signs = np.sign(vecs[big, np.arange(k)])
-    signs[signs == 0] = 1.0
-    return vals, vecs * signs
+    return vals[::-1].copy(), fix_signs(vecs[:, ::-1])
 
 
 def _dense_fit(K: np.ndarray, normalization: str, n_components: int, drop_first: bool):
