@@ -53,9 +53,11 @@ VISIT_WINDOW_ROWS = 1 << 16
 #: Largest number of rows per block of the blocked scan (one kernel block and one
 #: solve each); see :func:`scan_block_rows`.
 SCAN_BLOCK_ROWS = 8192
-#: Rows per panel within a block of the scan: points added in a panel update the
-#: panel's later rows one at a time (matrix-vector), the next panel starts from one
-#: triangular solve against the whole dictionary (matrix-matrix).
+#: Points entering one block of the scan before the rest of the block is taken in
+#: panels of SCAN_PANEL_ROWS rows: points added in a panel update the panel's later
+#: rows one at a time (matrix-vector), the next panel starts from one triangular
+#: solve against the whole dictionary (matrix-matrix).
+SCAN_PANEL_POINTS = 64
 SCAN_PANEL_ROWS = 256
 #: Memory for one block's c x m coordinates in the scan.
 SCAN_BLOCK_MEMORY = 128 * 2**20

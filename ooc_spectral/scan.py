@@ -55,7 +55,7 @@ from .kernels import Kernel, RBFKernel, LaplacianKernel, SubsetNormalizedKernel,
 from .local_certificate import (CERTIFY_THREADS, LOCAL_GROWTH, LOCAL_MIN_SIZE,  # noqa: F401
                                 LOCAL_SIZE, LocalCertificate, certify_rows,
                                 local_certificate_size, uncertified_rows)
-from .planning import SCAN_PANEL_ROWS, VisitOrder, scan_block_rows
+from .planning import SCAN_PANEL_POINTS, SCAN_PANEL_ROWS, VisitOrder, scan_block_rows
 
 __all__ = [
     "PIVOT_FLOOR",
@@ -354,12 +354,15 @@ def scan_block(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: flo
                limit: int | None = None) -> bool:
     """Scan one block of rows in order, adding those with ``delta > tol``.
 
-    The block is taken in panels of :data:`~ooc_spectral.planning.SCAN_PANEL_ROWS`
-    rows. Each panel's coordinates against the dictionary are one triangular
-    solve (BLAS-3); the points added within a panel update only the panel's later
-    rows, from the panel's own Gram matrix. A block where every row enters (the
-    dictionary heading for the exact path) then costs a blocked Cholesky, not
-    one matrix-vector product over the whole block per added point.
+    The block's coordinates against the dictionary are one triangular solve
+    (BLAS-3); each point added within the block updates the block's later rows
+    (matrix-vector). Once :data:`~ooc_spectral.planning.SCAN_PANEL_POINTS` points
+    have entered, the rest of the block goes in panels of
+    :data:`~ooc_spectral.planning.SCAN_PANEL_ROWS` rows, each starting from one
+    solve against the whole dictionary and updated from the panel's own Gram
+    matrix: a block where most rows enter (the dictionary heading for the exact
+    path) then costs a blocked Cholesky, not one matrix-vector product over the
+    whole block per added point, and a block where few enter costs what it did.
 
     Parameters
     ----------
@@ -380,21 +383,30 @@ def scan_block(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: flo
     bool
         True if the scan stopped at ``limit``.
     """
-    c = X.shape[0]
-    for a in range(0, c, SCAN_PANEL_ROWS):
-        b = min(a + SCAN_PANEL_ROWS, c)
-        if _scan_panel(state, X[a:b], rows[a:b], tol, limit):
+    c, a, panels = X.shape[0], 0, False
+    while a < c:
+        b = min(a + SCAN_PANEL_ROWS, c) if panels else c
+        stopped, done = _scan_panel(state, X[a:b], rows[a:b], tol, limit,
+                                    None if panels else SCAN_PANEL_POINTS)
+        if stopped:
             return True
+        panels = panels or a + done < b  # it stopped at SCAN_PANEL_POINTS points
+        a += done
     return False
 
 
 def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: float,
-                limit: int | None) -> bool:
-    """:func:`scan_block` on one panel of at most ``SCAN_PANEL_ROWS`` rows."""
+                limit: int | None, max_added: int | None) -> tuple[bool, int]:
+    """Scan ``X`` in order until its end or until ``max_added`` points entered.
+
+    Returns ``(stopped at limit, rows scanned)``. Without ``max_added`` (a panel of
+    at most ``SCAN_PANEL_ROWS`` rows), the new points' kernel columns come from the
+    panel's Gram matrix.
+    """
     kernel = state.kernel
     c = X.shape[0]
     if c == 0:
-        return False
+        return False, 0
     x_aux = kernel.aux(X)
     kx = kernel.diag(X, x_aux)
     floor = PIVOT_FLOOR * np.maximum(np.abs(kx), np.finfo(np.float64).tiny)
@@ -422,7 +434,7 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
             break
         i = pos + int(hits[0])
         if limit is not None and state.size >= limit:
-            return True
+            return True, i
         m = state.size
         j = m - m0  # points added in this block so far
         zi = np.concatenate([Z0[i], Zn[i, :j]])
@@ -435,9 +447,16 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
                 Zn2 = np.empty((c, 2 * Zn.shape[1]))
                 Zn2[:, :j] = Zn[:, :j]
                 Zn = Zn2
-            if G is None:  # the panel's Gram matrix, once a point enters
-                G = kernel.pairwise(X, X, x_aux, x_aux)
-            kcol = G[rest, i].copy()
+            if max_added is None:
+                if G is None:  # the panel's Gram matrix, once a point enters
+                    G = kernel.pairwise(X, X, x_aux, x_aux)
+                kcol = G[rest, i].copy()
+            else:
+                kcol = kernel.pairwise(
+                    X[rest], X[i : i + 1],
+                    None if x_aux is None else x_aux[rest],
+                    None if x_aux is None else x_aux[i : i + 1],
+                )[:, 0]
             if m0:
                 kcol -= Z0[rest] @ zi[:m0]
             if j:
@@ -448,7 +467,9 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
             alpha[rest] -= w_new * kcol
         dhat[i] = 0.0
         pos = i + 1
-    return False
+        if max_added is not None and j + 1 >= max_added:
+            return False, pos
+    return False, c
 
 
 # --------------------------------------------------------------------------- #
