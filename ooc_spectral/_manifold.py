@@ -24,6 +24,7 @@ from ._validation import check_choice, check_fitted, check_int
 from .eigensolve import fix_signs, top_eigenpairs
 from .exceptions import InvalidInputError, InvalidParameterError
 from .execution import shared
+from .planning import whole_chunks
 from .source import DataSource, check_finite, open_source
 
 __all__ = ["TASK_MEMORY", "DENSE_EIGEN_MAX_ROWS", "EIGEN_SOLVERS", "apply_rows", "read_in_memory",
@@ -49,9 +50,7 @@ def embed_located(block, emap, block_info=None):
 def _task_rows(source: DataSource, per_row_bytes: int, requested: int | None) -> int:
     """Rows per task: a whole number of storage chunks, within :data:`TASK_MEMORY`."""
     rows = int(requested) if requested is not None else max(1, TASK_MEMORY // max(per_row_bytes, 1))
-    unit = max(1, min(source.storage_chunk_rows, source.n_rows))
-    rows = max(unit, -(-rows // unit) * unit)
-    return int(min(rows, source.n_rows))
+    return whole_chunks(rows, source.storage_chunk_rows, source.n_rows)
 
 
 def apply_rows(owner: str, emap, X, n_features: int, per_row_bytes: int,

@@ -331,10 +331,15 @@ def _combine_many(parts: list) -> dict:
     return out
 
 
-def tree_reduce(parts: list, split_every: int = SPLIT_EVERY):
-    """Ordered tree reduction of delayed partials (fan-in ``split_every``)."""
+def tree_reduce(parts: list, split_every: int = SPLIT_EVERY, combine_many=_combine_many):
+    """Ordered tree reduction of delayed partials (fan-in ``split_every``).
+
+    ``combine_many(list of partials) -> partial`` merges one node's children
+    (default: pass-2 statistics, :func:`combine` left to right). The tree's shape
+    depends only on ``len(parts)``, so the result does not depend on scheduling.
+    """
     while len(parts) > 1:
-        parts = [dask.delayed(_combine_many, pure=True)(parts[i : i + split_every])
+        parts = [dask.delayed(combine_many, pure=True)(parts[i : i + split_every])
                  for i in range(0, len(parts), split_every)]
     return parts[0]
 

@@ -305,7 +305,7 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         self
         """
         from .incremental import IncrementalFit
-        from .pipeline import resolve_gamma
+        from .kernels import resolve_gamma
         from .kernels import make_kernel
 
         source = open_source(X)

@@ -26,6 +26,7 @@ arrays) for persistence, never pickle.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -33,6 +34,9 @@ import numpy as np
 from scipy.spatial.distance import cdist
 
 from .exceptions import InvalidInputError, InvalidParameterError
+from .planning import SAMPLE_PURPOSE, plan_sample
+
+log = logging.getLogger("ooc_spectral")
 
 __all__ = [
     "Kernel",
@@ -47,6 +51,7 @@ __all__ = [
     "KERNELS",
     "make_kernel",
     "median_heuristic_gamma",
+    "resolve_gamma",
     "kernel_to_attrs",
     "kernel_from_attrs",
     "GAMMA_SAMPLE_SIZE",
@@ -456,6 +461,19 @@ def median_heuristic_gamma(kernel: str, sample: np.ndarray) -> float | None:
     if not np.isfinite(med) or med <= 0.0:
         return 1.0
     return 1.0 / med
+
+
+def resolve_gamma(kernel: str, gamma: float | None, source, seed: int) -> float | None:
+    """``gamma`` as given, or :func:`median_heuristic_gamma` on the seeded sample of
+    :data:`GAMMA_SAMPLE_SIZE` rows of ``source`` (a
+    :class:`~ooc_spectral.source.DataSource`); None for the linear kernel."""
+    if callable(kernel) or kernel in NO_GAMMA:
+        return None
+    if gamma is None:
+        rows = plan_sample(source.n_rows, GAMMA_SAMPLE_SIZE, seed, SAMPLE_PURPOSE["gamma"])
+        gamma = median_heuristic_gamma(kernel, source.read_index(rows))
+        log.info("gamma=None: median heuristic on %d rows gives gamma=%.6g", len(rows), gamma)
+    return float(gamma)
 
 
 def kernel_to_attrs(kernel: Kernel) -> tuple[dict, dict[str, np.ndarray]]:

@@ -38,9 +38,8 @@ from .config import FitConfig
 from .eigensolve import (SpectralMap, check_n_components, eigenvalue_error_bound, solve_additive,
                          solve_divisive, solve_exact, spent_directions)
 from .execution import Executor, compute
-from .kernels import (GAMMA_SAMPLE_SIZE, NO_GAMMA, Kernel, SubsetNormalizedKernel, make_kernel,
-                      median_heuristic_gamma)
-from .planning import VisitOrder, plan_block_rows, plan_sample, plan_tasks
+from .kernels import Kernel, SubsetNormalizedKernel, make_kernel, resolve_gamma
+from .planning import SAMPLE_PURPOSE, VisitOrder, plan_block_rows, plan_sample, plan_tasks
 from .exceptions import (DictionaryError, DictionarySizeError, DictionaryWarning, InvalidInputError,
                          NumericalBreakdownError)
 from .scan import (PIVOT_FLOOR, Dictionary, DictionaryState, ScanProgress, scan_rows, scan_source,
@@ -51,21 +50,6 @@ from .writeback import EmbeddingOutput, embedding_graph
 __all__ = ["FitRun", "FitResult", "Checkpoint", "SAMPLE_PURPOSE", "resolve_gamma"]
 
 log = logging.getLogger("ooc_spectral")
-
-#: ``purpose`` tags of the seeded samples, so that each use draws its own rows.
-SAMPLE_PURPOSE = {"gamma": 1, "degree_subset": 2, "dictionary_size": 3}
-
-
-def resolve_gamma(kernel: str, gamma: float | None, source: DataSource, seed: int) -> float | None:
-    """``gamma`` as given, or the median heuristic on the seeded sample of
-    :data:`~ooc_spectral.kernels.GAMMA_SAMPLE_SIZE` rows; None for the linear kernel."""
-    if callable(kernel) or kernel in NO_GAMMA:
-        return None
-    if gamma is None:
-        rows = plan_sample(source.n_rows, GAMMA_SAMPLE_SIZE, seed, SAMPLE_PURPOSE["gamma"])
-        gamma = median_heuristic_gamma(kernel, source.read_index(rows))
-        log.info("gamma=None: median heuristic on %d rows gives gamma=%.6g", len(rows), gamma)
-    return float(gamma)
 
 
 class Checkpoint(PartialStore, Protocol):

@@ -157,6 +157,21 @@ def parse_bytes(value) -> int:
     return int(number * base**power)
 
 
+def whole_chunks(rows: int, storage_rows: int, n_rows: int, *, up: bool = True) -> int:
+    """``rows`` rounded to a multiple of ``storage_rows`` (up, or down with ``up=False``),
+    at least one storage chunk and at most ``n_rows``: tasks read whole storage chunks.
+
+    >>> whole_chunks(1000, 256, 10_000), whole_chunks(1000, 256, 10_000, up=False)
+    (1024, 768)
+    >>> whole_chunks(10, 256, 100)
+    100
+    """
+    storage_rows = max(1, min(int(storage_rows), int(n_rows)))
+    rows = int(rows)
+    rows = -(-rows // storage_rows) * storage_rows if up else (rows // storage_rows) * storage_rows
+    return int(min(max(storage_rows, rows), max(int(n_rows), 1)))
+
+
 def plan_task_rows(
     n_rows: int,
     n_features: int,
@@ -181,18 +196,13 @@ def plan_task_rows(
     requested : int, optional
         A user's choice; rounded up to a multiple of ``storage_rows``.
     """
-    storage_rows = max(1, min(int(storage_rows), int(n_rows)))
     if requested is not None:
-        rows = int(requested)
-    else:
-        m = int(dictionary_size)
-        fixed = 3 * 8 * m * m
-        per_row = itemsize * n_features + 8 * n_features + 3 * 8 * m + 64
-        available = max(int(memory) - fixed, int(memory) // 4)
-        rows = max(1, available // per_row)
-    rows = max(storage_rows, (rows // storage_rows) * storage_rows if requested is None
-               else -(-rows // storage_rows) * storage_rows)
-    return int(min(rows, max(n_rows, 1)))
+        return whole_chunks(requested, storage_rows, n_rows)
+    m = int(dictionary_size)
+    fixed = 3 * 8 * m * m
+    per_row = itemsize * n_features + 8 * n_features + 3 * 8 * m + 64
+    available = max(int(memory) - fixed, int(memory) // 4)
+    return whole_chunks(max(1, available // per_row), storage_rows, n_rows, up=False)
 
 
 @dataclass(frozen=True)
@@ -301,6 +311,10 @@ def segments(n_tasks: int, max_segments: int = MAX_SEGMENTS) -> list[range]:
     """
     per = max(1, -(-n_tasks // max_segments))
     return [range(a, min(a + per, n_tasks)) for a in range(0, n_tasks, per)]
+
+
+#: ``purpose`` tags of the seeded samples of the fit, so that each use draws its own rows.
+SAMPLE_PURPOSE = {"gamma": 1, "degree_subset": 2, "dictionary_size": 3}
 
 
 def plan_sample(n_rows: int, size: int, seed: int, purpose: int = 0) -> np.ndarray:

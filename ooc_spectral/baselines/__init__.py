@@ -98,7 +98,6 @@ from .selection import (
     _keep_top,
     _merge_top,
     _pivoted_start,
-    _tree_reduce,
     efraimidis_spirakis_keys,
     metropolis_volume_sample,
     selection_kernel,

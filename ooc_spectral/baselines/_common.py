@@ -24,8 +24,8 @@ from .._validation import check_bool, check_choice, check_fitted, check_float, c
 from ..config import resolve_seed
 from ..eigensolve import fix_signs
 from ..exceptions import InvalidInputError, InvalidParameterError
-from ..kernels import KERNELS, Kernel, first_nonpositive, make_kernel
-from ..pipeline import resolve_gamma
+from ..kernels import KERNELS, Kernel, first_nonpositive, make_kernel, resolve_gamma
+from ..planning import whole_chunks
 from ..source import DataSource, check_finite, open_source
 
 NORMALIZATIONS = ("additive", "divisive")
@@ -47,10 +47,8 @@ def _f64(X) -> np.ndarray:
 
 def _task_rows(source: DataSource, requested: int | None) -> int:
     """Rows per task: a multiple of the storage chunk, near ``requested``."""
-    storage = max(1, min(source.storage_chunk_rows, source.n_rows))
     want = DEFAULT_TASK_ROWS if requested is None else int(requested)
-    rows = max(storage, -(-want // storage) * storage)
-    return int(min(rows, source.n_rows))
+    return whole_chunks(want, source.storage_chunk_rows, source.n_rows)
 
 
 def _block_start(block_info) -> int:

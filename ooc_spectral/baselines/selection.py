@@ -26,6 +26,7 @@ import dask
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
+from ..accumulate import tree_reduce
 from ..exceptions import DictionaryError, InvalidParameterError
 from ..kernels import Kernel, SubsetNormalizedKernel, subset_means
 from ..source import DataSource, check_finite
@@ -292,15 +293,6 @@ def _merge_top(parts, m: int):
     return _keep_top(keys, rows, vals, m)
 
 
-def _tree_reduce(items: list, combine, fan_in: int = 8):
-    """Combine delayed ``items`` in a fixed-order tree of ``fan_in``-ary nodes."""
-    level = list(items)
-    while len(level) > 1:
-        level = [dask.delayed(combine, pure=True)(level[a:a + fan_in])
-                 for a in range(0, len(level), fan_in)]
-    return level[0]
-
-
 def diagonal_scan(source: DataSource, kernel: Kernel, mode: str, m: int, seed: int,
                   chunk_rows: int | None):
     """The ``m`` best rows for ``mode`` ``"diagonal"`` or ``"largest-diagonal"``, in one pass.
@@ -320,4 +312,4 @@ def diagonal_scan(source: DataSource, kernel: Kernel, mode: str, m: int, seed: i
     shared_kernel = dask.delayed(kernel, pure=True)
     parts = [dask.delayed(_diag_block, pure=True)(b, shared_kernel, mode, m, seed, int(a))
              for b, a in zip(X.to_delayed().ravel(), starts)]
-    return _tree_reduce(parts, functools.partial(_merge_top, m=m)).compute()
+    return tree_reduce(parts, 8, functools.partial(_merge_top, m=m)).compute()

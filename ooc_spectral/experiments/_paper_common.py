@@ -136,12 +136,12 @@ def load_dataset(name: str, n: int | None, *, seed: int = 0, noise: float | None
 
 
 def median_gamma(X: np.ndarray, seed: int = 0, sample: int = 2000) -> float:
-    """``1 / median ||x - y||^2`` over a seeded sample of rows."""
-    from scipy.spatial.distance import pdist
+    """``1 / median ||x - y||^2`` over a seeded sample of rows
+    (:func:`~ooc_spectral.kernels.median_heuristic_gamma` for ``rbf``)."""
+    from ..kernels import median_heuristic_gamma
 
-    rng = np.random.default_rng(seed)
-    rows = rng.permutation(len(X))[:sample]
-    return float(1.0 / np.median(pdist(X[rows], "sqeuclidean")))
+    rows = np.random.default_rng(seed).permutation(len(X))[:sample]
+    return median_heuristic_gamma("rbf", X[rows])
 
 
 def single_threaded_experiment(func: Callable) -> Callable:
