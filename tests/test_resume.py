@@ -21,7 +21,7 @@ import zarr
 
 from test_cli import EXE, cli
 
-N = 400_000
+N = 160_000  # three scan windows of 65,536 rows: a kill can land between two
 ARGS = ["--gamma", "0.05", "--tol", "1e-3", "--n-components", "3", "--chunk-rows", "1000",
         "--checkpoint-every", "1", "--workers", "2", "--threads-per-worker", "1", "-q",
         "--engine", "cluster"]  # SIGKILL of the client and its worker processes
