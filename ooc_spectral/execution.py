@@ -218,6 +218,11 @@ class Executor:
             return results
         return self._run_local(names, parts, done)
 
+    def values(self, label: str, *collections) -> tuple:
+        """Each collection computed (one :meth:`run`), the results in the given order."""
+        out = self.run(label, dict(enumerate(collections)))
+        return tuple(out[i] for i in range(len(collections)))
+
     def _run_local(self, names, parts, done) -> dict:
         """Every part in one ``dask.compute``; each handed to ``done`` as it finishes."""
         import dask.threaded

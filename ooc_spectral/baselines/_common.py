@@ -24,6 +24,7 @@ from .._validation import check_bool, check_choice, check_fitted, check_float, c
 from ..config import resolve_seed
 from ..eigensolve import fix_signs
 from ..exceptions import InvalidInputError, InvalidParameterError
+from ..execution import Executor
 from ..kernels import KERNELS, Kernel, first_nonpositive, make_kernel, resolve_gamma
 from ..planning import whole_chunks
 from ..source import DataSource, check_finite, open_source
@@ -72,8 +73,9 @@ def _checked_dask(source: DataSource, chunk_rows: int | None) -> da.Array:
 
 
 def _numpy_for_numpy(source: DataSource, out: da.Array):
-    """``out`` computed when ``source`` is numpy input, else the lazy dask array."""
-    return out.compute() if source.kind == "numpy" else out
+    """``out`` computed (through the :class:`~ooc_spectral.execution.Executor`) when
+    ``source`` is numpy input, else the lazy dask array."""
+    return Executor().values("transform", out)[0] if source.kind == "numpy" else out
 
 
 def _resolve_kernel(est, source: DataSource, seed: int) -> tuple[Kernel, float | None]:

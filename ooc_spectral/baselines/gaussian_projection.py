@@ -14,6 +14,7 @@ from .._params import store_params
 from .._validation import check_int
 from ..eigensolve import top_eigenpairs
 from ..exceptions import InvalidInputError, InvalidParameterError
+from ..execution import Executor
 from ..kernels import Kernel
 from ..source import DataSource
 from ._common import (
@@ -43,8 +44,9 @@ class _Scratch:
     is gone raises instead of reading zarr's fill value, zeros.
     """
 
-    def __init__(self, in_memory: bool, workdir=None):
+    def __init__(self, in_memory: bool, executor: Executor, workdir=None):
         self.in_memory = in_memory
+        self.executor = executor
         self._lease = None
         if not in_memory:
             if workdir is None:
@@ -60,9 +62,9 @@ class _Scratch:
 
     def keep(self, name: str, arr: da.Array) -> da.Array:
         if self.in_memory:
-            return da.from_array(arr.compute(), chunks=arr.chunks)
+            return da.from_array(self.executor.values(name, arr)[0], chunks=arr.chunks)
         url = os.path.join(self.path, f"{name}.zarr")
-        arr.to_zarr(url, overwrite=True)
+        self.executor.values(name, arr.to_zarr(url, overwrite=True, compute=False))
         stored = da.from_zarr(url)
         return stored.map_blocks(_read_leased, lease=self._lease, url=url, dtype=stored.dtype)
 
@@ -182,7 +184,8 @@ class GaussianProjectionEmbedding(_KernelEmbeddingBase):
         q = int(self.power_iterations)
         divisive = self.normalization == "divisive"
         k, l = self._columns()
-        scratch = _Scratch(source.kind == "numpy", self.workdir)
+        ex = Executor()  # every compute of the fit (the active client's cluster, if any)
+        scratch = _Scratch(source.kind == "numpy", ex, self.workdir)
         # every pass checks its blocks finite
         X = _checked_dask(source, self.chunk_rows)
         rows = X.chunks[0]
@@ -199,7 +202,7 @@ class GaussianProjectionEmbedding(_KernelEmbeddingBase):
         first = scratch.keep("first", product(da.concatenate([omega, ones], axis=1)))
         r = first[:, l]
         if divisive:
-            rmin = float(r.min().compute())
+            rmin = float(ex.values("degrees", r.min())[0])
             if rmin <= 0:
                 raise InvalidInputError(
                     "a row has a non-positive kernel degree, so the divisive normalization is "
@@ -210,7 +213,7 @@ class GaussianProjectionEmbedding(_KernelEmbeddingBase):
             Y = scratch.keep("Y0", first[:, :l] * s[:, None])
         else:
             mu = r / n
-            mu_bar = float(mu.mean().compute())
+            mu_bar = float(ex.values("mean", mu.mean())[0])
             Y = scratch.keep("Y0", self._center(first[:, :l], omega, mu, mu_bar, n))
 
         def apply_A(V):
@@ -227,13 +230,13 @@ class GaussianProjectionEmbedding(_KernelEmbeddingBase):
         t = time.perf_counter()
         Q = scratch.keep("Q", da.linalg.tsqr(Y)[0])
         Z = apply_A(Q)
-        B = (Q.T @ Z).compute()
+        B = ex.values("projected", Q.T @ Z)[0]
         B = 0.5 * (B + B.T)
         vals, UB = top_eigenpairs(B, k)
         U = Q @ UB
         # sign: the entry of largest magnitude of each n-vector is positive
-        big = da.argmax(abs(U), axis=0).compute()
-        signs = np.sign(np.asarray(U.vindex[big, np.arange(k)].compute()))
+        big = ex.values("signs", da.argmax(abs(U), axis=0))[0]
+        signs = np.sign(np.asarray(ex.values("signs", U.vindex[big, np.arange(k)])[0]))
         signs[signs == 0] = 1.0
         UB = UB * signs
         U = scratch.keep("U", Q @ UB)
@@ -249,14 +252,15 @@ class GaussianProjectionEmbedding(_KernelEmbeddingBase):
             _positive_or_raise(vals, "centred Gram matrix", self.n_components)
             emb = U * np.sqrt(vals)[None, :]
             coef = scratch.keep("coef", U / np.sqrt(vals)[None, :])
-            offset = (mu[None, :] @ coef).compute()[0]
+            offset = ex.values("offset", mu[None, :] @ coef)[0][0]
         self.eigenvalues_ = vals
         self.n_columns_ = l
         self.n_passes_ = 2 + q
         self.timings_ = timings
         self.model_ = _ProjectionModel(kernel, X, coef, offset, divisive)
         self._scratch = scratch
-        self.embedding_ = emb.compute() if source.kind == "numpy" else scratch.keep("embedding", emb)
+        self.embedding_ = (ex.values("embedding", emb)[0] if source.kind == "numpy"
+                           else scratch.keep("embedding", emb))
 
     @staticmethod
     def _center(KV, V, mu, mu_bar: float, n: int):

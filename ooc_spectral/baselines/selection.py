@@ -28,6 +28,7 @@ from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from ..accumulate import tree_reduce
 from ..exceptions import DictionaryError, InvalidParameterError
+from ..execution import Executor
 from ..kernels import Kernel, SubsetNormalizedKernel, subset_means
 from ..source import DataSource, check_finite
 from ._common import _f64, _row_random, _task_rows
@@ -312,4 +313,4 @@ def diagonal_scan(source: DataSource, kernel: Kernel, mode: str, m: int, seed: i
     shared_kernel = dask.delayed(kernel, pure=True)
     parts = [dask.delayed(_diag_block, pure=True)(b, shared_kernel, mode, m, seed, int(a))
              for b, a in zip(X.to_delayed().ravel(), starts)]
-    return tree_reduce(parts, 8, functools.partial(_merge_top, m=m)).compute()
+    return Executor().values("diagonal", tree_reduce(parts, 8, functools.partial(_merge_top, m=m)))[0]
