@@ -10,7 +10,8 @@ The modules follow the data flow:
 ``planning``    visiting order, task sizes, samples (pure arithmetic)
 ``scan``        pass 1: the sequential dictionary scan (Algorithms 1 and 2)
 ``accumulate``  pass 2: parallel map and ordered tree reduction
-``eigensolve``  the m x m eigenproblem and the map it yields
+``eigensolve``  the m x m eigenproblem
+``model``       the fitted model: the frozen dictionary and the spectral map
 ``writeback``   pass 3: the embedding, lazily or written to zarr
 ``pipeline``    the stages strung together, with checkpoints
 ``estimator``   the scikit-learn-style estimator

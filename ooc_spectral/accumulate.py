@@ -1,7 +1,7 @@
 """Pass 2: the parallel map over row chunks and the ordered tree reduction.
 
 Each task projects its rows on the dictionary (``Y``, c x m, see
-:meth:`~ooc_spectral.scan.Dictionary.project`: the affine projection for the
+:meth:`~ooc_spectral.model.Dictionary.project`: the affine projection for the
 additive normalization, the orthogonal one for the divisive, which needs the
 uncentred kernel) and returns a small dict; the
 tree reduction combines those dicts in a fixed order (chunk, combine,
@@ -52,7 +52,7 @@ from .exceptions import DictionaryError
 from .execution import Executor, shared
 from .planning import MAX_SEGMENTS, segments
 from .preimage import chunk_preimage
-from .scan import Dictionary
+from .model import Dictionary
 from .source import check_finite
 
 __all__ = [

@@ -47,15 +47,11 @@ row gives back its training embedding.
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
-
 import numpy as np
-from scipy.linalg import eigh, solve_triangular
+from scipy.linalg import eigh
 
 from .exceptions import DictionaryError, NumericalBreakdownError
-from .kernels import first_nonpositive
-from .scan import Dictionary
+from .model import Dictionary, SpectralMap
 
 __all__ = ["SpectralMap", "top_eigenpairs", "sorted_eigenpairs", "solve_additive",
            "solve_divisive", "solve_exact", "check_spectrum", "eigenvalue_error_bound",
@@ -141,95 +137,6 @@ def check_n_components(dictionary_size: int, n_components: int, spent: int = 1) 
             f"lower n_components to at most {max(m - spent, 0)}, or grow the dictionary with a "
             "smaller tol, a larger gamma, or dictionary_size > n_components"
         )
-
-
-@dataclass(frozen=True, eq=False)
-class SpectralMap:
-    """The map from rows of X to embedding coordinates.
-
-    Attributes
-    ----------
-    dictionary : Dictionary
-    mode : {"additive", "divisive-exact", "divisive-subset"}
-    center : ndarray of shape (m,) or None
-        ``ybar`` (additive) or ``s = sum y`` (divisive, exact degrees).
-    components : ndarray of shape (m, p)
-        ``W`` (additive) or ``W / sqrt(Lambda)`` (divisive).
-    eigenvalues : ndarray of shape (p,)
-    n_samples : int
-    """
-
-    dictionary: Dictionary
-    mode: str
-    center: np.ndarray | None
-    components: np.ndarray
-    eigenvalues: np.ndarray
-    n_samples: int
-
-    @property
-    def n_components(self) -> int:
-        return int(self.components.shape[1])
-
-    @functools.cached_property
-    def folded(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(G, c0)`` such that the embedding is ``k(X, D) G + c0`` (``solver="gemm"``).
-
-        With ``z = L^-1 k``, every mode is a kernel block times one small matrix:
-
-        - additive: ``G = L^-T W``, ``c0 = -zbar W``;
-        - divisive, exact degrees: ``G = L^-T [W / sqrt(Lambda), s]``; the last column
-          gives the degree ``d`` and the rest is divided by ``sqrt(d)``;
-        - divisive, subset degrees: ``G = L^-T W / sqrt(Lambda)``.
-        """
-        d = self.dictionary
-        W = self.components
-        p = W.shape[1]
-        c0 = np.zeros(p)
-        if self.mode == "additive":
-            c0 = -self.center @ W
-        elif self.mode == "divisive-exact":
-            W = np.column_stack([W, self.center])
-        G = W if d.L is None else solve_triangular(d.L.T, W, lower=False, check_finite=False)
-        return np.ascontiguousarray(G), c0
-
-    def _check_degrees(self, deg: np.ndarray) -> None:
-        if (i := first_nonpositive(deg)) is not None:
-            raise DictionaryError(
-                f"the approximate degree of row {i} of this block is {deg[i]:.3g} (not "
-                "positive): the row is too far from the training data for the divisive "
-                "normalization; refit with a smaller tol or degree_estimate='subset'"
-            )
-
-    def embed(self, X: np.ndarray) -> np.ndarray:
-        """Embedding of the rows of X, shape ``(len(X), n_components)``."""
-        return self.embed_with_degrees(X)[0]
-
-    def embed_with_degrees(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """The embedding of the rows of X and, for ``divisive-exact``, their degrees ``d(x)``.
-
-        The degrees (``y(x) . s``, the row sums of the approximate Gram matrix)
-        give Laplacian-eigenmap and diffusion-map coordinates ``v_k / sqrt(d)``.
-        """
-        deg = None
-        if self.dictionary.solver == "gemm":
-            K, _ = self.dictionary.kernel_block(X)
-            G, c0 = self.folded
-            E = K @ G
-            if self.mode == "divisive-exact":
-                deg = E[:, -1].copy()
-                self._check_degrees(deg)
-                E = E[:, :-1] / np.sqrt(deg)[:, None]
-            else:
-                E += c0
-            return E, deg
-        Y, _ = self.dictionary.project(X, orthogonal=True)
-        if self.mode == "additive":
-            Y -= self.center
-        elif self.mode == "divisive-exact":
-            deg = Y @ self.center
-            self._check_degrees(deg)
-            Y /= np.sqrt(deg)[:, None]
-        return Y @ self.components, deg
 
 
 #: Relative size of the most negative eigenvalue of ``C`` (against its trace)

@@ -11,7 +11,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from ._sklearn import FeatureNamesMixin
 from ._validation import check_fitted
 from .config import FitConfig
-from .eigensolve import SpectralMap
+from .model import SpectralMap
 from .exceptions import InvalidInputError
 from .execution import compute, task_threads
 from .pipeline import FitResult, FitRun

@@ -32,12 +32,13 @@ import numpy as np
 
 from .accumulate import accumulate, combine, extension_pass
 from .config import FitConfig
-from .eigensolve import SpectralMap, eigenvalue_error_bound, solve_additive
+from .eigensolve import eigenvalue_error_bound, solve_additive
 from .exceptions import InvalidInputError, InvalidParameterError
 from .execution import Executor
 from .kernels import Kernel
+from .model import Dictionary, SpectralMap
 from .planning import VISIT_WINDOW_ROWS, VisitOrder, plan_task_rows
-from .scan import Dictionary, DictionaryState, scan_source
+from .scan import DictionaryState, scan_source
 from .source import DataSource
 
 __all__ = ["IncrementalFit", "Batch"]

@@ -34,7 +34,6 @@ import zarr
 import zarr.errors
 
 from .config import FitConfig
-from .eigensolve import SpectralMap
 from .exceptions import (
     DamagedDataError,
     InvalidInputError,
@@ -43,7 +42,7 @@ from .exceptions import (
 )
 from .integrity import arrays_digest, checksummed
 from .kernels import kernel_from_attrs, kernel_to_attrs
-from .scan import Dictionary
+from .model import Dictionary, SpectralMap
 
 __all__ = ["save_model", "load_model", "MODEL_KEY", "FORMAT_VERSION", "package_versions"]
 

@@ -35,15 +35,15 @@ from scipy.linalg.lapack import dtrcon
 from . import planning
 from .accumulate import VIOLATOR_CAP, PartialStore, accumulate, check_degrees, extension_pass
 from .config import FitConfig
-from .eigensolve import (SpectralMap, check_n_components, eigenvalue_error_bound, solve_additive,
+from .eigensolve import (check_n_components, eigenvalue_error_bound, solve_additive,
                          solve_divisive, solve_exact, spent_directions)
 from .execution import Executor, compute
 from .kernels import Kernel, SubsetNormalizedKernel, make_kernel, resolve_gamma
 from .planning import SAMPLE_PURPOSE, VisitOrder, plan_block_rows, plan_sample, plan_tasks
 from .exceptions import (DictionaryError, DictionarySizeError, DictionaryWarning, InvalidInputError,
                          NumericalBreakdownError)
-from .scan import (PIVOT_FLOOR, Dictionary, DictionaryState, ScanProgress, scan_rows, scan_source,
-                   search_dictionary)
+from .model import PIVOT_FLOOR, Dictionary, SpectralMap
+from .scan import DictionaryState, ScanProgress, scan_rows, scan_source, search_dictionary
 from .source import DataSource, check_finite
 from .writeback import EmbeddingOutput, embedding_graph
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import linalg
 
-from .eigensolve import SpectralMap
+from .model import SpectralMap
 from .exceptions import NumericalBreakdownError
 from .kernels import Kernel
 from .source import check_finite

@@ -69,7 +69,8 @@ from scipy.linalg import solve_triangular
 from .accumulate import VIOLATOR_CAP
 from .exceptions import DictionaryError, DictionarySizeError, NonFiniteInputError
 from .kernels import Kernel
-from .scan import PIVOT_FLOOR, Dictionary, DictionaryState, size_hint
+from .model import PIVOT_FLOOR, Dictionary
+from .scan import DictionaryState, size_hint
 
 __all__ = ["RPC_BLOCK", "RPC_TAG", "SampleResiduals", "rpcholesky_rows", "build_dictionary",
            "complete_dictionary"]

@@ -20,7 +20,8 @@ as soon as a pivot is small; triangular solves against L are backward stable. Wi
 The **blocked** scan (:func:`scan_block`) handles a block of c rows with one
 kernel block and one triangular solve (BLAS-3), then walks the block in order:
 each added point costs one kernel column and one matrix-vector product over the
-rest of the block (O(c m)). It selects exactly the dictionary of the plain
+rest of the block (O(c m)); once many points entered a block, the rest of it goes
+in panels of a few hundred rows (a blocked Cholesky). It selects exactly the dictionary of the plain
 point-by-point scan (:func:`pointwise_scan`) over the same order: the two only
 round differently.
 
@@ -32,8 +33,8 @@ the linear span, and its pivot would make L singular.
 from a few nearby dictionary points; :func:`scan_rows` drops the rows whose bound is
 below tol before the full solve: the same dictionary, less work.
 
-The result of the pass is a frozen :class:`Dictionary`, whose
-:meth:`Dictionary.project` gives the coordinates ``y_t = z_t + (alpha_t/beta) w``
+The result of the pass is a frozen :class:`~ooc_spectral.model.Dictionary`, whose
+:meth:`~ooc_spectral.model.Dictionary.project` gives the coordinates ``y_t = z_t + (alpha_t/beta) w``
 used by passes 2 and 3 (``A M A' = Y Y'`` exactly).
 """
 
@@ -47,7 +48,6 @@ from typing import Callable
 
 import numpy as np
 from scipy.linalg import solve_triangular
-from scipy.linalg.blas import dger
 
 from .exceptions import DictionaryError, DictionarySizeError
 from .kernels import Kernel, RBFKernel, LaplacianKernel, SubsetNormalizedKernel, PolynomialKernel
@@ -55,6 +55,8 @@ from .kernels import Kernel, RBFKernel, LaplacianKernel, SubsetNormalizedKernel,
 from .local_certificate import (CERTIFY_THREADS, LOCAL_GROWTH, LOCAL_MIN_SIZE,  # noqa: F401
                                 LOCAL_SIZE, LocalCertificate, certify_rows,
                                 local_certificate_size, uncertified_rows)
+# the frozen result of the pass lives with the fitted model; importable from here too
+from .model import PIVOT_FLOOR, Dictionary  # noqa: F401
 from .planning import SCAN_PANEL_POINTS, SCAN_PANEL_ROWS, VisitOrder, scan_block_rows
 
 __all__ = [
@@ -68,125 +70,6 @@ __all__ = [
     "pointwise_scan",
     "search_dictionary",
 ]
-
-#: A row enters only if its unconstrained residual exceeds this times k(x, x).
-PIVOT_FLOOR = 1e3 * np.finfo(np.float64).eps
-
-
-# --------------------------------------------------------------------------- #
-# The frozen result of the pass
-# --------------------------------------------------------------------------- #
-@dataclass(frozen=True, eq=False)
-class Dictionary:
-    """The dictionary and its factor: everything passes 2, 3 and ``transform`` need.
-
-    Attributes
-    ----------
-    kernel : Kernel
-    points : ndarray of shape (m, d)
-        The dictionary rows, in the order they were selected.
-    indices : ndarray of shape (m,)
-        Their row numbers in X.
-    aux : ndarray or None
-        ``kernel.aux(points)``, cached.
-    L : ndarray of shape (m, m) or None
-        Lower Cholesky factor of ``M = k(D, D)``. None for the exact path
-        (:func:`~ooc_spectral.eigensolve.solve_exact`): the dictionary is every
-        row and the coordinates are the kernel rows themselves.
-    w : ndarray of shape (m,)
-        ``L^-1 1``.
-    beta : float
-        ``w . w``.
-    affine : bool
-        Whether the projection carries the constraint ``sum_i a_ti = 1``.
-    """
-
-    kernel: Kernel
-    points: np.ndarray
-    indices: np.ndarray
-    aux: np.ndarray | None
-    L: np.ndarray
-    w: np.ndarray
-    beta: float
-    affine: bool
-    solver: str = "trsm"
-
-    @property
-    def size(self) -> int:
-        return int(self.points.shape[0])
-
-    def kernel_block(self, X: np.ndarray, x_aux=None) -> tuple[np.ndarray, np.ndarray]:
-        """``K = k(X, D)`` (c x m) and ``k(x, x)`` for the rows of X."""
-        X = np.ascontiguousarray(X, dtype=np.float64)
-        if x_aux is None:
-            x_aux = self.kernel.aux(X)
-        return self.kernel.pairwise(X, self.points, x_aux, self.aux), self.kernel.diag(X, x_aux)
-
-    def solve(self, K: np.ndarray, overwrite: bool = False) -> np.ndarray:
-        """``Z = K L^-T`` for a C-ordered kernel block K (c x m), in place if ``overwrite``.
-
-        One triangular solve (BLAS-3, backward stable). A product with an explicit
-        ``L^-1`` does twice the flops and, measured on this project's machines,
-        takes longer (see ``workflows/bench/passes.py``).
-        """
-        if self.L is None:  # the exact path's kernel basis
-            return K if overwrite else K.copy()
-        # K.T is a Fortran-ordered view: the solve works in place on it.
-        return solve_triangular(self.L, K.T, lower=True, overwrite_b=overwrite,
-                                check_finite=False).T
-
-    def coordinates(self, X: np.ndarray, x_aux=None) -> tuple[np.ndarray, np.ndarray]:
-        """``Z = K L^-T`` (c x m) and ``k(x, x)`` for the rows of X."""
-        K, kx = self.kernel_block(X, x_aux)
-        return self.solve(K, overwrite=True), kx
-
-    def residuals(self, Z: np.ndarray, kx: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """``delta_t`` (eq. 8) from the coordinates, and ``alpha_t`` (None if not affine).
-
-        A row whose unconstrained residual is below the pivot floor is in the
-        span (the scan cannot add it: a finite-dimensional feature space, such
-        as the linear kernel's, is then saturated): its ``delta_t`` is that
-        residual, since every use of the coordinates (the orthogonal projection)
-        is exact for it, though it may lie outside the affine hull.
-        """
-        dhat = kx - np.einsum("ij,ij->i", Z, Z)
-        if not self.affine:
-            return dhat, None
-        alpha = 1.0 - Z @ self.w
-        delta = dhat + alpha * alpha / self.beta
-        inspan = dhat <= PIVOT_FLOOR * np.maximum(np.abs(kx), np.finfo(np.float64).tiny)
-        if inspan.any():
-            delta[inspan] = np.maximum(dhat[inspan], 0.0)
-        return delta, alpha
-
-    def project(self, X: np.ndarray, *, orthogonal: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """Projection coordinates and residuals of the rows of X.
-
-        Parameters
-        ----------
-        X : ndarray of shape (c, d)
-        orthogonal : bool
-            Return the orthogonal projection on the span (``y_t = z_t``) even
-            when the dictionary is affine. The divisive normalization needs it:
-            only the orthogonal projection bounds the *uncentred* kernel
-            (Proposition 1: ``|K - Z Z'| <= tol`` entrywise), while the affine
-            one bounds the centred kernel, which is what kernel PCA uses.
-
-        Returns
-        -------
-        Y : ndarray of shape (c, m)
-            ``y_t = z_t + (alpha_t / beta) w`` (affine) or ``z_t``, so that
-            ``Y Y'`` is the approximate Gram matrix ``A M A'``.
-        delta : ndarray of shape (c,)
-            ``delta_t`` of eq. 8 with the final dictionary (the certificate;
-            the scan's criterion whatever ``orthogonal`` is).
-        """
-        Z, kx = self.coordinates(X)
-        delta, alpha = self.residuals(Z, kx)
-        if self.affine and not orthogonal:  # Z += (alpha / beta) w', a rank-one update in place
-            Z = dger(1.0, self.w, alpha / self.beta, a=Z.T, overwrite_a=True).T
-        return Z, delta
-
 
 # --------------------------------------------------------------------------- #
 # The mutable state of the scan

@@ -34,7 +34,7 @@ import numpy as np
 import zarr
 import zarr.errors
 
-from .eigensolve import SpectralMap
+from .model import SpectralMap
 from .exceptions import OutputNotWritableError, ConfigurationMismatchError
 from .execution import Executor, shared
 from .integrity import checksummed, damaged_chunks, missing_chunks
