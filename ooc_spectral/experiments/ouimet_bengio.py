@@ -223,82 +223,22 @@ def run_table1(out: Path, datasets="spiral,digits", normalizations="additive,div
     for c, setup in enumerate(setups):
         md.append(f"## {setup.describe()}")
         for r, norm in enumerate(norms):
-            proto = setup.protocol(norm)
-            exact = []
-            for n in setup.grid("exact_sizes"):
-                res = proto.evaluate(_exact(setup, norm), n, repeats=repeats)
-                exact.append(res)
-                log.info("table1 %s %s exact n=%d: %s (%.3f s cpu)", setup.name, norm, n,
-                         res.error, res.fit_cpu_seconds)
-            greedy = []
-            for tol in _tols(tols, setup, "tols"):
-                try:
-                    res = proto.evaluate(_greedy(setup, norm, setup.seed, tol=tol), repeats=repeats)
-                except OocSpectralError as exc:
-                    log.warning("table1 %s %s greedy tol=%g: %s", setup.name, norm, tol, exc)
-                    continue
-                res.info["tol"] = tol
-                greedy.append(res)
-                log.info("table1 %s %s greedy tol=%g m=%d: %s (%.3f s cpu)", setup.name, norm,
-                         tol, res.info.get("m", -1), res.error, res.fit_cpu_seconds)
+            proto, exact, greedy = _table1_runs(setup, norm, tols, repeats)
             rows = []
             for g in sorted(greedy, key=lambda x: x.fit_cpu_seconds):
-                affordable = [e for e in exact if e.fit_cpu_seconds <= g.fit_cpu_seconds]
-                e = max(affordable, key=lambda x: x.n_train) if affordable else None
-                if e is None:
-                    better = "exact cannot train on any n in that time"
-                    e_cells = ["—", f"(smallest n = {exact[0].n_train} needs "
-                               f"{pc.fmt(exact[0].fit_cpu_seconds)} s)"]
-                else:
-                    diff = paired_difference(g, e)
-                    rel = f"{100 * diff.mean / e.error.mean:+.1f}%"
-                    if diff.high < 0:
-                        better, won = f"yes: {rel} ({diff})", True
-                    elif diff.low > 0:
-                        better, won = f"no, full Gram better: {rel} ({diff})", False
-                    else:
-                        better, won = f"tie: {rel} ({diff})", False
+                e, e_cells, better, won = _table1_verdict(g, exact)
+                if e is not None:
                     verdicts.append((setup.name, norm, won))
-                    e_cells = [f"n = {e.n_train}", str(e.error)]
                 rows.append([pc.fmt(g.fit_cpu_seconds), *e_cells,
                              f"n = {g.n_train}, m = {g.info.get('m')} (tol {g.info['tol']:g})",
                              str(g.error), better])
-            full = exact[-1]
-            rows.append([pc.fmt(full.fit_cpu_seconds), f"n = {full.n_train}", str(full.error),
-                         "", "", "(full Gram on all of D1)"])
-            md += ["", f"### {LABEL[norm]} ({norm})", "",
-                   pc.md_table(["CPU time (s)", "full Gram: max n", "full Gram: error ± 95% CI",
-                                "dictionary: size", "dictionary: error ± 95% CI",
-                                "dictionary better?"], rows),
-                   "", "<details><summary>every full-Gram run</summary>", "",
-                   pc.md_table(["n", "CPU s", "wall s", "error ± 95% CI"],
-                               [[e.n_train, pc.fmt(e.fit_cpu_seconds), pc.fmt(e.fit_seconds),
-                                 str(e.error)] for e in exact]),
-                   "", "</details>"]
+            md += _table1_section(norm, exact, rows)
             data["runs"].append({"dataset": setup.name, "normalization": norm,
                                  "gamma": setup.gamma, "sizes": setup.sizes,
                                  "reference_seconds": proto.reference_seconds,
                                  "exact": [_row(e) for e in exact],
                                  "greedy": [_row(g) for g in greedy]})
-            ax = axes[r, c]
-            for series, style, label in ((exact, "o-", "full Gram, n = first rows of D1"),
-                                         (greedy, "s--", f"greedy dictionary, n = {setup.sizes[0]}")):
-                series = sorted(series, key=lambda x: x.fit_cpu_seconds)
-                t = [x.fit_cpu_seconds for x in series]
-                m = [x.error.mean for x in series]
-                ci = [x.error.ci95 for x in series]
-                ax.errorbar(t, m, yerr=ci, fmt=style, ms=4, capsize=2, label=label)
-            for e, ok in zip(exact, pc.sparse_labels([e.fit_cpu_seconds for e in exact], 2.5)):
-                if ok:
-                    ax.annotate(f"n={e.n_train}", (e.fit_cpu_seconds, e.error.mean), fontsize=7,
-                                textcoords="offset points", xytext=(3, 3))
-            gs = sorted(greedy, key=lambda x: x.fit_cpu_seconds)
-            for g, ok in zip(gs, pc.sparse_labels([g.fit_cpu_seconds for g in gs], 1.5)):
-                if ok:
-                    ax.annotate(f"m={g.info.get('m')}", (g.fit_cpu_seconds, g.error.mean),
-                                fontsize=7, textcoords="offset points", xytext=(3, -10))
-            ax.set_xscale("log")
-            _error_axes(ax, "CPU seconds (fit)", f"{setup.name}: {LABEL[norm]}")
+            _table1_panel(axes[r, c], setup, norm, exact, greedy)
     figure = pc.save_figure(fig, out / "ob2005-table1.png")
     n_disjoint = sum(1 for v in verdicts if v[2])
     summary = (f"At equal CPU time the dictionary method's error is below the full Gram "
@@ -308,6 +248,91 @@ def run_table1(out: Path, datasets="spiral,digits", normalizations="additive,div
     data["summary"] = summary
     paths = pc.write_outputs(out, "ob2005-table1", "\n".join(md), data)
     return {**paths, "figure": figure, "summary": summary}
+
+
+def _table1_runs(setup, norm: str, tols, repeats: int):
+    """The experiment of one (data set, normalization): the full-Gram runs over the
+    grid of n and the dictionary runs over the grid of tol (a tol that fails is logged
+    and skipped). Returns ``(protocol, exact, greedy)``."""
+    proto = setup.protocol(norm)
+    exact = []
+    for n in setup.grid("exact_sizes"):
+        res = proto.evaluate(_exact(setup, norm), n, repeats=repeats)
+        exact.append(res)
+        log.info("table1 %s %s exact n=%d: %s (%.3f s cpu)", setup.name, norm, n,
+                 res.error, res.fit_cpu_seconds)
+    greedy = []
+    for tol in _tols(tols, setup, "tols"):
+        try:
+            res = proto.evaluate(_greedy(setup, norm, setup.seed, tol=tol), repeats=repeats)
+        except OocSpectralError as exc:
+            log.warning("table1 %s %s greedy tol=%g: %s", setup.name, norm, tol, exc)
+            continue
+        res.info["tol"] = tol
+        greedy.append(res)
+        log.info("table1 %s %s greedy tol=%g m=%d: %s (%.3f s cpu)", setup.name, norm,
+                 tol, res.info.get("m", -1), res.error, res.fit_cpu_seconds)
+    return proto, exact, greedy
+
+
+def _table1_verdict(g, exact):
+    """The verdict on one dictionary run ``g``: against the largest n the full-Gram method
+    trains on in at most ``g``'s CPU time, by the paired 95% CI of the per-point
+    difference. Returns ``(that run or None, its two table cells, verdict text, won)``."""
+    affordable = [e for e in exact if e.fit_cpu_seconds <= g.fit_cpu_seconds]
+    e = max(affordable, key=lambda x: x.n_train) if affordable else None
+    if e is None:
+        return None, ["—", f"(smallest n = {exact[0].n_train} needs "
+                           f"{pc.fmt(exact[0].fit_cpu_seconds)} s)"], \
+            "exact cannot train on any n in that time", False
+    diff = paired_difference(g, e)
+    rel = f"{100 * diff.mean / e.error.mean:+.1f}%"
+    if diff.high < 0:
+        better, won = f"yes: {rel} ({diff})", True
+    elif diff.low > 0:
+        better, won = f"no, full Gram better: {rel} ({diff})", False
+    else:
+        better, won = f"tie: {rel} ({diff})", False
+    return e, [f"n = {e.n_train}", str(e.error)], better, won
+
+
+def _table1_section(norm: str, exact, rows) -> list[str]:
+    """The report of one (data set, normalization): the table of verdicts (with the
+    full-Gram fit on all of D1 last) and every full-Gram run, as markdown lines."""
+    full = exact[-1]
+    rows = rows + [[pc.fmt(full.fit_cpu_seconds), f"n = {full.n_train}", str(full.error),
+                    "", "", "(full Gram on all of D1)"]]
+    return ["", f"### {LABEL[norm]} ({norm})", "",
+            pc.md_table(["CPU time (s)", "full Gram: max n", "full Gram: error ± 95% CI",
+                         "dictionary: size", "dictionary: error ± 95% CI",
+                         "dictionary better?"], rows),
+            "", "<details><summary>every full-Gram run</summary>", "",
+            pc.md_table(["n", "CPU s", "wall s", "error ± 95% CI"],
+                        [[e.n_train, pc.fmt(e.fit_cpu_seconds), pc.fmt(e.fit_seconds),
+                          str(e.error)] for e in exact]),
+            "", "</details>"]
+
+
+def _table1_panel(ax, setup, norm: str, exact, greedy) -> None:
+    """The figure panel of one (data set, normalization): error against CPU time."""
+    for series, style, label in ((exact, "o-", "full Gram, n = first rows of D1"),
+                                 (greedy, "s--", f"greedy dictionary, n = {setup.sizes[0]}")):
+        series = sorted(series, key=lambda x: x.fit_cpu_seconds)
+        t = [x.fit_cpu_seconds for x in series]
+        m = [x.error.mean for x in series]
+        ci = [x.error.ci95 for x in series]
+        ax.errorbar(t, m, yerr=ci, fmt=style, ms=4, capsize=2, label=label)
+    for e, ok in zip(exact, pc.sparse_labels([e.fit_cpu_seconds for e in exact], 2.5)):
+        if ok:
+            ax.annotate(f"n={e.n_train}", (e.fit_cpu_seconds, e.error.mean), fontsize=7,
+                        textcoords="offset points", xytext=(3, 3))
+    gs = sorted(greedy, key=lambda x: x.fit_cpu_seconds)
+    for g, ok in zip(gs, pc.sparse_labels([g.fit_cpu_seconds for g in gs], 1.5)):
+        if ok:
+            ax.annotate(f"m={g.info.get('m')}", (g.fit_cpu_seconds, g.error.mean),
+                        fontsize=7, textcoords="offset points", xytext=(3, -10))
+    ax.set_xscale("log")
+    _error_axes(ax, "CPU seconds (fit)", f"{setup.name}: {LABEL[norm]}")
 
 
 # --------------------------------------------------------------------------- #
