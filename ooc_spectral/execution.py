@@ -275,17 +275,23 @@ class Executor:
             if now - last_check < POLL_SECONDS:
                 continue
             last_check = now
-            if self._n_workers():
-                since_no_worker = None
-                continue
-            since_no_worker = now if since_no_worker is None else since_no_worker
-            if now - since_no_worker >= self.no_workers_timeout:
-                raise WorkersLostError(
-                    f"{label}: no dask worker has been connected to the scheduler for "
-                    f"{self.no_workers_timeout:g} s ({ac.count()} of {len(futures)} parts "
-                    "unfinished); start workers (or check why they die) and rerun the same "
-                    "command: it resumes"
-                )
+            since_no_worker = self._check_workers(
+                label, since_no_worker, f"{ac.count()} of {len(futures)} parts unfinished")
+
+    def _check_workers(self, label: str, since: float | None, detail: str) -> float | None:
+        """When no worker has been connected since ``since`` (updated and returned; None
+        while workers are there) for ``no_workers_timeout``, raise :class:`WorkersLostError`."""
+        now = time.monotonic()
+        if self._n_workers():
+            return None
+        since = now if since is None else since
+        if now - since >= self.no_workers_timeout:
+            raise WorkersLostError(
+                f"{label}: no dask worker has been connected to the scheduler for "
+                f"{self.no_workers_timeout:g} s ({detail}); start workers (or check why they "
+                "die) and rerun the same command: it resumes"
+            )
+        return since
 
     def _n_workers(self) -> int:
         try:
@@ -294,12 +300,25 @@ class Executor:
             return 1
 
     def _result(self, label: str, fut):
+        """The result of a finished part, gathered from the worker that holds it.
+
+        If that worker dies before the result is gathered, dask recomputes the part:
+        the wait then goes on only while some worker is connected (a run whose workers
+        are all gone must end, not wait for a result nobody will compute).
+        """
         from distributed import KilledWorker
 
-        try:
-            return fut.result()
-        except KilledWorker as exc:
-            raise killed_worker_error(label, exc, self.memory_limit, self.task_memory) from None
+        since = None
+        while True:
+            try:
+                return fut.result(timeout=POLL_SECONDS)
+            except KilledWorker as exc:
+                raise killed_worker_error(label, exc, self.memory_limit, self.task_memory) from None
+            except TimeoutError:
+                if fut.status == "error":  # the part's own error (it may be a TimeoutError)
+                    raise
+                since = self._check_workers(label, since, "a finished part's worker died "
+                                            "before its result was gathered")
 
 
 #: Seconds between two checks of the cluster while a pass waits for its parts.

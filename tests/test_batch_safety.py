@@ -591,3 +591,30 @@ def test_a_full_disk_while_creating_the_embedding_is_a_runtime_failure(tmp_path,
         out.prepare()
     assert info.value.errno == errno.ENOSPC
     assert not isinstance(info.value, OutputNotWritableError)  # exit 1 ("rerun"), not 2
+
+
+def test_a_result_lost_with_the_last_worker_before_it_is_gathered_ends_the_pass():
+    # The race behind a hang seen in CI: a part finishes, then every worker dies before the
+    # client gathers its result; dask reschedules the part and the plain fut.result() waited
+    # for ever. The Executor must raise WorkersLostError once no worker is left.
+    import dask
+    import dask.array as da
+    from distributed import Client, LocalCluster
+
+    from ooc_spectral.exceptions import WorkersLostError
+    from ooc_spectral.execution import Executor
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        with dask.config.set({"ooc-spectral.no-workers-timeout": "2s"}):
+            ex = Executor(client)
+            fut = client.compute(da.ones((100, 10), chunks=(50, 10)).sum())
+            deadline = time.time() + 30
+            while fut.status != "finished":
+                assert time.time() < deadline
+                time.sleep(0.01)
+            cluster.sync(next(iter(cluster.workers.values())).close)
+            t = time.time()
+            with pytest.raises(WorkersLostError, match="before its result was gathered"):
+                ex._result("pass 2", fut)
+            assert time.time() - t < 20
