@@ -9,10 +9,12 @@ The modules follow the data flow:
 ``kernels``     kernel blocks in float64
 ``planning``    visiting order, task sizes, samples (pure arithmetic)
 ``scan``        pass 1: the sequential dictionary scan (Algorithms 1 and 2)
+``prefix_scan`` pass 1 as an object, and the prefix scan's completion after pass 2
+``statistics``  pass 2's typed statistics, each with its ``combine``
 ``accumulate``  pass 2: parallel map and ordered tree reduction
 ``eigensolve``  the m x m eigenproblem
 ``model``       the fitted model: the frozen dictionary and the spectral map
-``writeback``   pass 3: the embedding, lazily or written to zarr
+``writeback``   pass 3: ``map_rows`` (a fitted map over every row), written to zarr
 ``pipeline``    the stages strung together, with checkpoints
 ``estimator``   the scikit-learn-style estimator
 ``persistence`` models as zarr groups with JSON attributes

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import warnings
 
-import dask.array as da
 import numpy as np
 from scipy.sparse.csgraph import connected_components
 from scipy.sparse.linalg import eigsh
@@ -23,9 +22,9 @@ from ._sklearn import FeatureNamesMixin
 from ._validation import check_choice, check_fitted, check_int
 from .eigensolve import fix_signs, top_eigenpairs
 from .exceptions import InvalidInputError, InvalidParameterError
-from .execution import shared
 from .planning import whole_chunks
-from .source import DataSource, check_finite, open_source
+from .source import DataSource, open_source
+from .writeback import map_rows
 
 __all__ = ["TASK_MEMORY", "DENSE_EIGEN_MAX_ROWS", "EIGEN_SOLVERS", "apply_rows", "read_in_memory",
            "check_sizes", "check_in_memory_params", "fix_signs", "top_positive", "double_centre",
@@ -37,14 +36,6 @@ TASK_MEMORY = 256 * 2**20
 DENSE_EIGEN_MAX_ROWS = 3000
 #: The ``eigen_solver`` choices of the in-memory estimators.
 EIGEN_SOLVERS = ("auto", "dense", "arpack")
-
-
-def embed_located(block, emap, block_info=None):
-    """``emap.embed`` of one dask block, its rows checked finite (errors name the global row)."""
-    offset = block_info[0]["array-location"][0][0] if block_info else 0
-    X = np.ascontiguousarray(block, dtype=np.float64)
-    check_finite(X, offset)
-    return emap.embed(X)
 
 
 def _task_rows(source: DataSource, per_row_bytes: int, requested: int | None) -> int:
@@ -70,11 +61,8 @@ def apply_rows(owner: str, emap, X, n_features: int, per_row_bytes: int,
         parts = [emap.embed(source.read_rows(a, min(a + rows, source.n_rows)))
                  for a in range(0, source.n_rows, rows)]
         return np.concatenate(parts, axis=0)
-    dX = source.to_dask(rows)
-    p = emap.n_components
-    return da.map_blocks(embed_located, dX, shared(emap), dtype=np.float64,
-                         meta=np.empty((0, p)), chunks=(dX.chunks[0], (p,)),
-                         name=f"ooc-spectral-{owner.lower()}")
+    return map_rows(source.to_dask(rows), emap, chunk_starts=source.chunk_starts,
+                    name=f"ooc-spectral-{owner.lower()}")
 
 
 def read_in_memory(owner: str, X, max_samples: int,

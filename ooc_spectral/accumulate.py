@@ -1,34 +1,16 @@
 """Pass 2: the parallel map over row chunks and the ordered tree reduction.
 
-Each task projects its rows on the dictionary (``Y``, c x m, see
-:meth:`~ooc_spectral.model.Dictionary.project`: the affine projection for the
-additive normalization, the orthogonal one for the divisive, which needs the
-uncentred kernel) and returns a small dict; the
-tree reduction combines those dicts in a fixed order (chunk, combine,
-aggregate, as in ``dask.array.reductions``), so the result does not depend on
-which worker finished first.
+Each task reduces its rows to a small statistic: for the additive normalization
+the moments of their coordinates on the dictionary (``z = L^-1 k(D, x)``), for the
+divisive one sums over their projections (``Y``, c x m, see
+:meth:`~ooc_spectral.model.Dictionary.project`); the tree reduction combines them
+in a fixed order (chunk, combine, aggregate, as in ``dask.array.reductions``), so
+the result does not depend on which worker finished first.
 
-Four kinds of statistics:
-
-``moments`` (additive normalization)
-    ``n``, the mean ``kbar`` and the centred sum of squares
-    ``C_K = sum (k - kbar)(k - kbar)'`` of the kernel rows ``k = k(x, D)``,
-    combined with the pairwise update of Chan, Golub & LeVeque (the rows share a
-    large common part: raw sums would cancel badly), plus the certificate
-    ``max delta``; the eigensolve maps them to the projections' moments;
-``cross`` (additive, after the prefix scan grew the dictionary)
-    the co-moments between the kernel rows on the old and on the new points;
-``ksums`` (divisive normalization with exact degrees, first pass)
-    ``n`` and ``sum k`` (kernel blocks only; ``sum y = L^-1 sum k`` is solved once);
-``gram`` (divisive normalization with subset degrees)
-    ``n``, ``S = sum y y'`` and ``max delta``;
-``degrees`` (divisive normalization with exact degrees, Proposition 2)
-    with ``s = sum y`` known: ``d_t = y_t . s`` (the row sums of ``Y Y'``),
-    ``S = sum y y' / d_t``, the smallest degree and ``max delta``.
-``preimage`` (``fit_inverse_transform``, after the eigensolve)
-    ``n``, ``sum k k'`` and ``sum k x'`` with ``k = k(e(x), E_D)`` on the rows'
-    embeddings (:mod:`ooc_spectral.preimage`); the ``dictionary`` argument is a
-    :class:`~ooc_spectral.preimage.PreimageProblem`.
+Each task returns one small typed statistic of :mod:`ooc_spectral.statistics`
+(``Moments`` for the additive normalization, ``CrossMoments`` after the prefix scan
+grew the dictionary, ``KernelSums``, ``Gram`` and ``Degrees`` for the divisive one,
+``PreimageSums`` for ``fit_inverse_transform``); ``a.combine(b)`` merges two.
 
 The tasks are grouped in at most :data:`~ooc_spectral.planning.MAX_SEGMENTS`
 segments of consecutive chunks; each segment is reduced into one partial, which
@@ -36,12 +18,13 @@ a checkpoint can store, and the partials are folded in segment order.
 Nothing n x m is ever held: a task holds one c x m block. With ``block_rows``
 (:func:`~ooc_spectral.planning.plan_block_rows`) a task walks its rows in
 sub-blocks of that many rows and folds their partials in row order with the
-same :func:`combine`, so its kernel block stays within the memory budget
+same ``combine``, so its kernel block stays within the memory budget
 whatever the dictionary size and the storage chunks.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Protocol
 
@@ -54,6 +37,8 @@ from .planning import MAX_SEGMENTS, segments
 from .preimage import chunk_preimage
 from .model import Dictionary
 from .source import check_finite
+from .statistics import (VIOLATOR_CAP, BeyondTol, Certificate, CrossMoments, Degrees, Gram,
+                         KernelSums, Moments, RowSums, Statistic, from_flat)
 
 __all__ = [
     "chunk_moments",
@@ -80,13 +65,13 @@ SPLIT_EVERY = 8
 
 
 # --------------------------------------------------------------------------- #
-# chunk functions: pure NumPy over (block, small state) -> small dict
+# chunk functions: pure NumPy over (block, small state) -> small statistic
 # --------------------------------------------------------------------------- #
 def in_sub_blocks(func):
     """Let a chunk function take ``block_rows``: its rows in sub-blocks of that many.
 
     The sub-blocks' partials are folded in row order as they come (one partial
-    held at a time), with :func:`combine`, the reduction's own update.
+    held at a time), with ``combine``, the reduction's own update.
     """
 
     @functools.wraps(func)
@@ -98,7 +83,7 @@ def in_sub_blocks(func):
         out = None
         for a in range(0, n, step):
             part = func(block[a:a + step], dictionary, int(offset) + a, *args, **kwargs)
-            out = part if out is None else combine(out, part)
+            out = part if out is None else out.combine(part)
         return out
 
     return wrapper
@@ -110,49 +95,21 @@ def _project(block, dictionary: Dictionary, offset: int, chunk_starts, orthogona
     return (X, *dictionary.project(X, orthogonal=orthogonal))
 
 
-#: Largest number of rows beyond ``tol`` a pass collects (prefix scan); past it, the
-#: scan of the rest of the data is cheaper than shipping them.
-VIOLATOR_CAP = 100_000
-
-
-def _certificate(delta: np.ndarray, offset: int, X=None, tol_check=None) -> dict:
-    i = int(np.argmax(delta))
-    out = {"max_delta": float(delta[i]), "argmax": int(offset + i)}
-    if tol_check is not None:  # rows beyond tol, for the prefix scan's second pass
-        inside = np.flatnonzero(delta <= tol_check)
-        j = int(inside[np.argmax(delta[inside])]) if inside.size else 0
-        out["max_within"] = float(delta[j]) if inside.size else -np.inf
-        out["argmax_within"] = int(offset + j)
-        bad = np.flatnonzero(delta > tol_check)[: VIOLATOR_CAP + 1]
-        out["violator_rows"] = (offset + bad).astype(np.int64)
-        out["violator_X"] = np.ascontiguousarray(X[bad])
-    return out
-
-
-def _row_sums(Z: np.ndarray, kx: np.ndarray) -> dict:
-    """The scalar sums behind the run-time checks of the eigensolve.
-
-    ``sum_kx = sum k(x, x)`` bounds every eigenvalue of the centred Gram matrix;
-    ``sum_dhat = sum max(kx - |z|^2, 0)`` is the trace bound of Weyl's interval
-    (the orthogonal residuals); ``sq`` is ``sum |z - zbar|^2`` summed row by row,
-    independently of the m x m product, to check the trace of ``C``.
-    """
-    sqn = np.einsum("ij,ij->i", Z, Z)
-    dhat = kx - sqn
-    return {"sum_kx": float(kx.sum()), "max_kx": float(np.max(np.abs(kx))),
-            "sum_dhat": float(np.maximum(dhat, 0.0).sum())}
+def _beyond(delta, offset, X, tol_check) -> BeyondTol | None:
+    """The rows beyond ``tol_check`` (the prefix scan's check pass), or None."""
+    return None if tol_check is None else BeyondTol.of(delta, offset, X, tol_check)
 
 
 def _centred_coordinates(block, dictionary: Dictionary, offset: int, chunk_starts):
     """The rows as float64 (checked finite), their coordinates ``z = L^-1 k(D, x)``
     centred in place, the mean that was subtracted, the residuals ``delta`` and the
-    :func:`_row_sums` (of the uncentred coordinates)."""
+    :class:`~ooc_spectral.statistics.RowSums` (of the uncentred coordinates)."""
     X = np.ascontiguousarray(block, dtype=np.float64)
     check_finite(X, offset, chunk_starts=chunk_starts)
     K, kx = dictionary.kernel_block(X)
     Z = dictionary.solve(K, overwrite=True)
     delta, _ = dictionary.residuals(Z, kx)
-    sums = _row_sums(Z, kx)
+    sums = RowSums.of(Z, kx)
     mean = Z.mean(axis=0)
     Z -= mean
     return X, Z, mean, delta, sums
@@ -160,7 +117,7 @@ def _centred_coordinates(block, dictionary: Dictionary, offset: int, chunk_start
 
 @in_sub_blocks
 def chunk_moments(block, dictionary: Dictionary, offset: int, chunk_starts=None,
-                  tol_check=None) -> dict:
+                  tol_check=None) -> Moments:
     """``n``, mean and centred sum of squares of the coordinates ``z = L^-1 k(D, x)``.
 
     The coordinates are the orthogonal projection of each row on the span of the
@@ -170,20 +127,16 @@ def chunk_moments(block, dictionary: Dictionary, offset: int, chunk_starts=None,
     moments by ``L^-1 C_K L^-T`` once instead squares the condition number of
     L and gives spurious eigenvalues at small tol; see the module docstring of
     :mod:`ooc_spectral.eigensolve`.) Besides the certificate (``max delta``),
-    the partial carries the row sums of :func:`_row_sums` for the eigensolve's
-    checks.
+    the partial carries the row sums for the eigensolve's checks.
     """
     X, Z, mean, delta, sums = _centred_coordinates(block, dictionary, offset, chunk_starts)
-    n = Z.shape[0]
-    sq = float(np.einsum("ij,ij->", Z, Z))
-    m2 = Z.T @ Z
-    return {"kind": "moments", "n": n, "mean": mean, "m2": m2, "sq": sq, **sums,
-            **_certificate(delta, offset, X, tol_check)}
+    return Moments(Z.shape[0], mean, Z.T @ Z, float(np.einsum("ij,ij->", Z, Z)), sums,
+                   Certificate.of(delta, offset), _beyond(delta, offset, X, tol_check))
 
 
 @in_sub_blocks
 def chunk_cross_moments(block, dictionary: Dictionary, offset: int, old_size: int,
-                        chunk_starts=None) -> dict:
+                        chunk_starts=None) -> CrossMoments:
     """Co-moments of the coordinates on the points added after the first ``old_size``.
 
     The dictionary grew (the prefix scan): the leading ``old_size`` coordinates
@@ -195,15 +148,13 @@ def chunk_cross_moments(block, dictionary: Dictionary, offset: int, old_size: in
     """
     _, Z, mean, delta, sums = _centred_coordinates(block, dictionary, offset, chunk_starts)
     old, new = Z[:, :old_size], Z[:, old_size:]
-    return {"kind": "cross", "n": Z.shape[0], "mean_old": mean[:old_size],
-            "mean_new": mean[old_size:], "cross": old.T @ new, "new": new.T @ new,
-            "sq_new": float(np.einsum("ij,ij->", new, new)), **sums,
-            **_certificate(delta, offset)}
+    return CrossMoments(Z.shape[0], mean[:old_size], mean[old_size:], old.T @ new, new.T @ new,
+                        float(np.einsum("ij,ij->", new, new)), sums, Certificate.of(delta, offset))
 
 
 @in_sub_blocks
 def chunk_kernel_cross(block, dictionary: Dictionary, offset: int, old_size: int,
-                       chunk_starts=None) -> dict:
+                       chunk_starts=None) -> CrossMoments:
     """Co-moments of the kernel rows on the old points with those on the new ones.
 
     The fast extension (:func:`extend_moments_kernel`): a kernel block and one
@@ -216,13 +167,12 @@ def chunk_kernel_cross(block, dictionary: Dictionary, offset: int, old_size: int
     mean = K.mean(axis=0)
     K -= mean
     old, new = K[:, :old_size], K[:, old_size:]
-    return {"kind": "cross", "n": K.shape[0], "mean_old": mean[:old_size],
-            "mean_new": mean[old_size:], "cross": old.T @ new, "new": new.T @ new,
-            "sq_new": 0.0, "kernel_space": True}
+    return CrossMoments(K.shape[0], mean[:old_size], mean[old_size:], old.T @ new, new.T @ new,
+                        float(np.einsum("ij,ij->", new, new)))
 
 
 @in_sub_blocks
-def chunk_ksums(block, dictionary: Dictionary, offset: int, chunk_starts=None) -> dict:
+def chunk_ksums(block, dictionary: Dictionary, offset: int, chunk_starts=None) -> KernelSums:
     """``n`` and ``sum k`` of one chunk: a kernel block, no projection.
 
     The divisive normalization's first pass: ``sum z = L^-1 sum k`` is solved once
@@ -231,103 +181,45 @@ def chunk_ksums(block, dictionary: Dictionary, offset: int, chunk_starts=None) -
     X = np.ascontiguousarray(block, dtype=np.float64)
     check_finite(X, offset, chunk_starts=chunk_starts)
     K, _ = dictionary.kernel_block(X)
-    return {"kind": "ksums", "n": K.shape[0], "sum": K.sum(axis=0)}
+    return KernelSums(K.shape[0], K.sum(axis=0))
 
 
 @in_sub_blocks
 def chunk_gram(block, dictionary: Dictionary, offset: int, chunk_starts=None,
-               tol_check=None) -> dict:
+               tol_check=None) -> Gram:
     """``n`` and ``S = sum y y'`` of one chunk (divisive with subset degrees)."""
     X, Y, delta = _project(block, dictionary, offset, chunk_starts)
-    return {"kind": "gram", "n": Y.shape[0], "S": Y.T @ Y,
-            **_certificate(delta, offset, X, tol_check)}
+    return Gram(Y.shape[0], Y.T @ Y, Certificate.of(delta, offset),
+                _beyond(delta, offset, X, tol_check))
 
 
 @in_sub_blocks
 def chunk_degrees(block, dictionary: Dictionary, offset: int, total: np.ndarray,
-                  chunk_starts=None, tol_check=None) -> dict:
+                  chunk_starts=None, tol_check=None) -> Degrees:
     """``S = sum y y' / d``, the smallest degree ``d = y . total`` and the certificate."""
     X, Y, delta = _project(block, dictionary, offset, chunk_starts)
     d = Y @ total
     i = int(np.argmin(d))
     if d[i] > 0:
         Y /= np.sqrt(d)[:, None]
-    S = Y.T @ Y
-    return {"kind": "degrees", "n": Y.shape[0], "S": S, "min_degree": float(d[i]),
-            "argmin": int(offset + i), **_certificate(delta, offset, X, tol_check)}
+    return Degrees(Y.shape[0], Y.T @ Y, float(d[i]), int(offset + i),
+                   Certificate.of(delta, offset), _beyond(delta, offset, X, tol_check))
 
 
 # --------------------------------------------------------------------------- #
 # combine: two partials into one, deterministic
 # --------------------------------------------------------------------------- #
-def _combine_certificate(a: dict, b: dict) -> dict:
-    # ties go to the earlier row, so the answer does not depend on the tree
-    if b["max_delta"] > a["max_delta"] or (b["max_delta"] == a["max_delta"] and b["argmax"] < a["argmax"]):
-        out = {"max_delta": b["max_delta"], "argmax": b["argmax"]}
-    else:
-        out = {"max_delta": a["max_delta"], "argmax": a["argmax"]}
-    if "violator_rows" in a:
-        first = a if a["max_within"] >= b["max_within"] else b
-        out["max_within"], out["argmax_within"] = first["max_within"], first["argmax_within"]
-        out["violator_rows"] = np.concatenate([a["violator_rows"], b["violator_rows"]])[: VIOLATOR_CAP + 1]
-        out["violator_X"] = np.concatenate([a["violator_X"], b["violator_X"]])[: VIOLATOR_CAP + 1]
-    return out
-
-
-def _combine_row_sums(a: dict, b: dict) -> dict:
-    return {"sum_kx": a["sum_kx"] + b["sum_kx"], "max_kx": max(a["max_kx"], b["max_kx"]),
-            "sum_dhat": a["sum_dhat"] + b["sum_dhat"]}
-
-
-def combine(a: dict, b: dict) -> dict:
+def combine(a: Statistic, b: Statistic) -> Statistic:
     """Combine two partials of the same kind (``a`` before ``b`` in row order)."""
-    kind = a["kind"]
-    if kind == "moments":
-        na, nb = a["n"], b["n"]
-        n = na + nb
-        delta = b["mean"] - a["mean"]
-        f = na * nb / n
-        mean = a["mean"] + delta * (nb / n)
-        m2 = a["m2"] + b["m2"]
-        m2 += np.multiply.outer(delta, delta) * f
-        sq = a["sq"] + b["sq"] + float(delta @ delta) * f
-        return {"kind": kind, "n": n, "mean": mean, "m2": m2, "sq": sq,
-                **_combine_row_sums(a, b), **_combine_certificate(a, b)}
-    if kind == "cross":  # co-moments: the pairwise update, block by block
-        na, nb = a["n"], b["n"]
-        n = na + nb
-        d_old, d_new = b["mean_old"] - a["mean_old"], b["mean_new"] - a["mean_new"]
-        f = na * nb / n
-        return {"kind": kind, "n": n,
-                "mean_old": a["mean_old"] + d_old * (nb / n),
-                "mean_new": a["mean_new"] + d_new * (nb / n),
-                "cross": a["cross"] + b["cross"] + np.multiply.outer(d_old, d_new) * f,
-                "new": a["new"] + b["new"] + np.multiply.outer(d_new, d_new) * f,
-                "sq_new": a["sq_new"] + b["sq_new"] + float(d_new @ d_new) * f,
-                **({"kernel_space": True} if a.get("kernel_space") else
-                   {**_combine_row_sums(a, b), **_combine_certificate(a, b)})}
-    if kind == "ksums":
-        return {"kind": kind, "n": a["n"] + b["n"], "sum": a["sum"] + b["sum"]}
-    if kind == "preimage":  # the pre-image map's sums (ooc_spectral.preimage)
-        return {"kind": kind, "n": a["n"] + b["n"], "ktk": a["ktk"] + b["ktk"],
-                "ktx": a["ktx"] + b["ktx"]}
-    if kind == "gram":
-        return {"kind": kind, "n": a["n"] + b["n"], "S": a["S"] + b["S"],
-                **_combine_certificate(a, b)}
-    if kind == "degrees":
-        if b["min_degree"] < a["min_degree"] or (b["min_degree"] == a["min_degree"] and b["argmin"] < a["argmin"]):
-            low = {"min_degree": b["min_degree"], "argmin": b["argmin"]}
-        else:
-            low = {"min_degree": a["min_degree"], "argmin": a["argmin"]}
-        return {"kind": kind, "n": a["n"] + b["n"], "S": a["S"] + b["S"], **low,
-                **_combine_certificate(a, b)}
-    raise ValueError(f"unknown partial kind {kind!r}")
+    if type(a) is not type(b):
+        raise TypeError(f"cannot combine a {a.kind!r} statistic with a {b.kind!r} one")
+    return a.combine(b)
 
 
-def _combine_many(parts: list) -> dict:
+def _combine_many(parts: list) -> Statistic:
     out = parts[0]
     for p in parts[1:]:
-        out = combine(out, p)
+        out = out.combine(p)
     return out
 
 
@@ -335,7 +227,7 @@ def tree_reduce(parts: list, split_every: int = SPLIT_EVERY, combine_many=_combi
     """Ordered tree reduction of delayed partials (fan-in ``split_every``).
 
     ``combine_many(list of partials) -> partial`` merges one node's children
-    (default: pass-2 statistics, :func:`combine` left to right). The tree's shape
+    (default: pass-2 statistics, ``combine`` left to right). The tree's shape
     depends only on ``len(parts)``, so the result does not depend on scheduling.
     """
     while len(parts) > 1:
@@ -354,6 +246,8 @@ class PartialStore(Protocol):
 
     def save_partial(self, stage: str, segment: int, partial: dict) -> None: ...
 
+    # (partials are stored flat: Statistic.to_flat / statistics.from_flat)
+
 
 STAT_KINDS = {"moments": chunk_moments, "ksums": chunk_ksums, "gram": chunk_gram,
               "degrees": chunk_degrees, "cross": chunk_cross_moments,
@@ -364,7 +258,7 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
                chunk_starts=None, total: np.ndarray | None = None,
                store: PartialStore | None = None, stage: str | None = None,
                max_segments: int = MAX_SEGMENTS, tol_check: float | None = None,
-               old_size: int | None = None, block_rows: int | None = None) -> dict:
+               old_size: int | None = None, block_rows: int | None = None) -> Statistic:
     """Run one parallel pass over the row chunks of the dask array ``X``.
 
     Parameters
@@ -372,7 +266,8 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
     X : dask.array.Array of shape (n, d)
         Row chunks spanning all columns.
     dictionary : Dictionary
-    kind : {"moments", "sums", "degrees"}
+    kind : str
+        A key of :data:`STAT_KINDS`.
     executor : Executor
     chunk_starts : ndarray, optional
         Storage chunk boundaries, to name the chunk of a non-finite row.
@@ -391,8 +286,8 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
 
     Returns
     -------
-    dict
-        The combined statistics.
+    Statistic
+        The combined statistic (:mod:`ooc_spectral.statistics`).
     """
     func = STAT_KINDS[kind]
     blocks = X.to_delayed().ravel()
@@ -404,12 +299,12 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
     segs = segments(len(blocks), max_segments)
     stage = stage or kind
 
-    partials: dict[int, dict] = {}
+    partials: dict[int, Statistic] = {}
     todo = {}
     for s, seg in enumerate(segs):
         found = store.load_partial(stage, s) if store is not None else None
         if found is not None:
-            partials[s] = found
+            partials[s] = from_flat(found)
             continue
         check = {} if tol_check is None else {"tol_check": float(tol_check)}
         if block_rows is not None:
@@ -421,13 +316,13 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
 
     def keep(s, partial):
         if store is not None:
-            store.save_partial(stage, s, partial)
+            store.save_partial(stage, s, partial.to_flat())
 
     partials.update(executor.run(f"pass 2 ({kind})", todo, on_result=keep))
     return _combine_many([partials[s] for s in range(len(segs))])
 
 
-def extend_moments(moments: dict, cross: dict) -> dict:
+def extend_moments(moments: Moments, cross: CrossMoments) -> Moments:
     """Coordinate moments on a dictionary grown after ``moments`` were taken.
 
     ``moments`` are over the coordinates on the first points; ``cross`` (the
@@ -436,12 +331,12 @@ def extend_moments(moments: dict, cross: dict) -> dict:
     dictionary. The result is what a ``moments`` pass with the whole dictionary
     gives, up to rounding.
     """
-    if moments["n"] != cross["n"]:
+    if moments.n != cross.n:
         raise ValueError("the moments and the cross moments are not over the same rows")
-    m2 = np.block([[moments["m2"], cross["cross"]], [cross["cross"].T, cross["new"]]])
-    mean = np.concatenate([moments["mean"], cross["mean_new"]])
-    keep = {k: cross[k] for k in ("sum_kx", "max_kx", "sum_dhat", "max_delta", "argmax")}
-    return {**moments, "mean": mean, "m2": m2, "sq": moments["sq"] + cross["sq_new"], **keep}
+    m2 = np.block([[moments.m2, cross.cross], [cross.cross.T, cross.new]])
+    return dataclasses.replace(moments, mean=np.concatenate([moments.mean, cross.mean_new]),
+                               m2=m2, sq=moments.sq + cross.sq_new, sums=cross.sums,
+                               certificate=cross.certificate)
 
 
 #: Largest ``eps * cond_1(L)^2`` for which the kernel-space extension is used: its
@@ -460,7 +355,8 @@ def kernel_cross_is_accurate(dictionary: Dictionary) -> bool:
     return bool(rcond > 0 and np.finfo(np.float64).eps / rcond**2 <= KERNEL_CROSS_LIMIT)
 
 
-def extend_moments_kernel(moments: dict, kcross: dict, dictionary: Dictionary, old_size: int) -> dict:
+def extend_moments_kernel(moments: Moments, kcross: CrossMoments, dictionary: Dictionary,
+                          old_size: int) -> Moments:
     """:func:`extend_moments` from the kernel-space co-moments of :func:`chunk_kernel_cross`.
 
     With ``L' = [[L, 0], [B, L_nn]]`` the coordinates on the new points are
@@ -472,29 +368,29 @@ def extend_moments_kernel(moments: dict, kcross: dict, dictionary: Dictionary, o
     """
     from scipy.linalg import solve_triangular
 
-    if moments["n"] != kcross["n"]:
+    if moments.n != kcross.n:
         raise ValueError("the moments and the cross moments are not over the same rows")
     L = dictionary.L
     L_old, B, L_nn = L[:old_size, :old_size], L[old_size:, :old_size], L[old_size:, old_size:]
-    C_old = moments["m2"]
-    C_zk = solve_triangular(L_old, kcross["cross"], lower=True, check_finite=False)
+    C_old = moments.m2
+    C_zk = solve_triangular(L_old, kcross.cross, lower=True, check_finite=False)
     cross = solve_triangular(L_nn, (C_zk - C_old @ B.T).T, lower=True, check_finite=False).T
     BC = B @ C_zk
-    inner = kcross["new"] - BC - BC.T + B @ C_old @ B.T
+    inner = kcross.new - BC - BC.T + B @ C_old @ B.T
     A = solve_triangular(L_nn, inner, lower=True, check_finite=False)
     new = solve_triangular(L_nn, A.T, lower=True, check_finite=False)
     new = 0.5 * (new + new.T)
-    zbar_old = moments["mean"]
-    mean_new = solve_triangular(L_nn, kcross["mean_new"] - B @ zbar_old, lower=True,
+    zbar_old = moments.mean
+    mean_new = solve_triangular(L_nn, kcross.mean_new - B @ zbar_old, lower=True,
                                 check_finite=False)
     m2 = np.block([[C_old, cross], [cross.T, new]])
-    return {**moments, "mean": np.concatenate([zbar_old, mean_new]), "m2": m2,
-            "sq": moments["sq"] + float(np.trace(new))}
+    return dataclasses.replace(moments, mean=np.concatenate([zbar_old, mean_new]), m2=m2,
+                               sq=moments.sq + float(np.trace(new)))
 
 
-def extension_pass(X, dictionary: Dictionary, moments: dict, old_size: int, *,
+def extension_pass(X, dictionary: Dictionary, moments: Moments, old_size: int, *,
                    executor: Executor, chunk_starts=None, store: PartialStore | None = None,
-                   stage: str | None = None, block_rows: int | None = None) -> tuple[dict, bool]:
+                   stage: str | None = None, block_rows: int | None = None) -> tuple[Moments, bool]:
     """Bring ``moments`` (on the first ``old_size`` points) to the grown ``dictionary``.
 
     One pass over X: the fast kernel-space one when the grown factor is well
@@ -513,11 +409,11 @@ def extension_pass(X, dictionary: Dictionary, moments: dict, old_size: int, *,
     return extend_moments(moments, part), True
 
 
-def check_degrees(stats: dict) -> None:
+def check_degrees(stats: Degrees) -> None:
     """Raise if an approximate degree is not positive (divisive normalization)."""
-    if stats["min_degree"] <= 0:
+    if stats.min_degree <= 0:
         raise DictionaryError(
-            f"the approximate degree of row {stats['argmin']} is {stats['min_degree']:.3g} "
+            f"the approximate degree of row {stats.argmin} is {stats.min_degree:.3g} "
             "(not positive), so D^-1/2 K D^-1/2 is undefined; a loose tol makes the "
             "approximate Gram matrix lose positivity: lower tol (e.g. by 10x), or use "
             "degree_estimate='subset'"

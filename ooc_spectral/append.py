@@ -32,6 +32,7 @@ sample of one fit; those refit from scratch, and the log says why.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -44,6 +45,7 @@ from .checkpoint import RunCheckpoint, _now, config_hash
 from .config import FitConfig
 from .integrity import _chunk_region, _listing, chunk_keys
 from .source import DataSource, open_source
+from .statistics import Certificate, Moments, from_flat
 
 __all__ = ["append_anchor", "appended_rows", "update_supported", "AppendPlan", "plan_append",
            "save_base", "load_base", "UpdateResult", "run_update"]
@@ -133,7 +135,7 @@ def update_supported(config: FitConfig) -> tuple[bool, str]:
 # --------------------------------------------------------------------------- #
 # the base an update starts from, in the checkpoint
 # --------------------------------------------------------------------------- #
-def save_base(checkpoint: RunCheckpoint, n_rows: int, state, moments: dict, components,
+def save_base(checkpoint: RunCheckpoint, n_rows: int, state, moments: Moments, components,
               gamma, anchor: dict) -> None:
     """Keep what the next update starts from: state, moments, eigenvectors, anchor."""
     checkpoint.save_partial(BASE_STATE, n_rows, {
@@ -141,17 +143,17 @@ def save_base(checkpoint: RunCheckpoint, n_rows: int, state, moments: dict, comp
         "L": np.asarray(state.L), "w": np.asarray(state.w),
         "components": np.asarray(components),
         "gamma": None if gamma is None else float(gamma), "anchor": anchor})
-    checkpoint.save_partial(BASE_MOMENTS, n_rows, {
-        k: v for k, v in moments.items() if not k.startswith("violator")})
+    checkpoint.save_partial(BASE_MOMENTS, n_rows,
+                            dataclasses.replace(moments, beyond=None).to_flat())
 
 
-def load_base(checkpoint: RunCheckpoint, n_rows: int) -> tuple[dict, dict] | None:
+def load_base(checkpoint: RunCheckpoint, n_rows: int) -> tuple[dict, Moments] | None:
     """``(state part, moments)`` saved for ``n_rows`` rows, or None (absent or damaged)."""
     state = checkpoint.load_partial(BASE_STATE, n_rows)
     moments = checkpoint.load_partial(BASE_MOMENTS, n_rows)
     if state is None or moments is None:
         return None
-    return state, moments
+    return state, from_flat({**moments, "kind": "moments"})
 
 
 # --------------------------------------------------------------------------- #
@@ -270,7 +272,6 @@ def solve_update(config: FitConfig, source: DataSource, base: tuple[dict, dict],
                           requested=config.chunk_rows, itemsize=source.itemsize)
     old = _sub_source(source, 0, n_old, rows)
     new = _sub_source(source, n_old, source.n_rows, rows)
-    moments = {**moments, "kind": "moments"}
     inc.batches = [Batch(0, n_old, moments, m_old, old)]
     prev = state_part["components"]
     inc.reference_components = prev
@@ -287,9 +288,8 @@ def solve_update(config: FitConfig, source: DataSource, base: tuple[dict, dict],
     tol = float(config.tol)
     check_conditioning(dictionary, tol)
     worst, row = inc.max_residual
-    check_certificate({"max_delta": worst, "argmax": row,
-                       "max_kx": max(b.moments["max_kx"] for b in inc.batches)},
-                      tol, dictionary.size, kernel, dictionary)
+    check_certificate(Certificate(worst, row), tol, dictionary.size, kernel, dictionary,
+                      max_kx=max(b.moments.sums.max_kx for b in inc.batches))
     smap = timed("solve", inc.solve)
     result = FitResult(
         config=config, n_samples=source.n_rows, n_features=source.n_features, kernel=kernel,

@@ -52,6 +52,7 @@ from scipy.linalg import eigh
 
 from .exceptions import DictionaryError, NumericalBreakdownError
 from .model import Dictionary, SpectralMap
+from .statistics import Certificate, Degrees, Gram, Moments, RowSums
 
 __all__ = ["SpectralMap", "top_eigenpairs", "sorted_eigenpairs", "solve_additive",
            "solve_divisive", "solve_exact", "check_spectrum", "eigenvalue_error_bound",
@@ -149,7 +150,7 @@ PSD_RTOL = 1e-10
 TRACE_RTOL = 1e-9
 
 
-def eigenvalue_error_bound(stats: dict, dictionary_size: int) -> float:
+def eigenvalue_error_bound(sums: RowSums, dictionary_size: int) -> float:
     """Width of Weyl's interval: each exact eigenvalue is in ``[lambda_i, lambda_i + b]``.
 
     ``b = sum_t max(dhat_t, 0)`` (the trace of the residuals' centred Gram
@@ -157,10 +158,10 @@ def eigenvalue_error_bound(stats: dict, dictionary_size: int) -> float:
     computed residuals, ``2 (m + 2) eps sum_t k(x_t, x_t)``.
     """
     eps = np.finfo(np.float64).eps
-    return float(stats["sum_dhat"]) + 2.0 * (dictionary_size + 2) * eps * float(stats["sum_kx"])
+    return float(sums.sum_dhat) + 2.0 * (dictionary_size + 2) * eps * float(sums.sum_kx)
 
 
-def check_spectrum(C: np.ndarray, all_values: np.ndarray, stats: dict) -> None:
+def check_spectrum(C: np.ndarray, all_values: np.ndarray, moments: Moments) -> None:
     """Raise :class:`NumericalBreakdownError` unless ``C`` passes the cheap checks.
 
     Parameters
@@ -169,12 +170,12 @@ def check_spectrum(C: np.ndarray, all_values: np.ndarray, stats: dict) -> None:
         The centred second moment that is eigensolved.
     all_values : ndarray of shape (m,)
         All its eigenvalues, ascending.
-    stats : dict
-        Pass 2's ``moments``: ``sq`` (the rows' ``|z - zbar|^2`` summed one by
-        one), ``sum_kx`` (``sum k(x, x)``).
+    moments : Moments
+        Pass 2's statistic: ``sq`` (the rows' ``|z - zbar|^2`` summed one by
+        one), ``sums.sum_kx`` (``sum k(x, x)``).
     """
     trace = float(np.trace(C))
-    sq, sum_kx = float(stats["sq"]), float(stats["sum_kx"])
+    sq, sum_kx = float(moments.sq), float(moments.sums.sum_kx)
     scale = max(sq, abs(trace), np.finfo(np.float64).tiny)
     advice = ("the statistics of pass 2 are not those of the rows' projections, so the "
               "spectrum would be wrong and is not returned. If this run resumed from a "
@@ -209,7 +210,7 @@ def sorted_eigenpairs(A: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np
     return vals, vals[::-1][:k].copy(), fix_signs(vecs[:, ::-1][:, :k])
 
 
-def solve_additive(dictionary: Dictionary, moments: dict, n_components: int) -> SpectralMap:
+def solve_additive(dictionary: Dictionary, moments: Moments, n_components: int) -> SpectralMap:
     """Kernel PCA from the coordinate ``moments`` of pass 2, checked before use.
 
     Raises
@@ -223,7 +224,7 @@ def solve_additive(dictionary: Dictionary, moments: dict, n_components: int) -> 
     every = n_components is None  # every direction above rounding, as KernelPCA(None)
     check_n_components(m, 1 if every else n_components,
                        spent_directions(dictionary.affine, "additive", False))
-    C = np.asarray(moments["m2"], dtype=np.float64)
+    C = np.asarray(moments.m2, dtype=np.float64)
     all_values, vals, W = sorted_eigenpairs(C, m if every else n_components)
     check_spectrum(C, all_values, moments)
     # rounding level: the magnitude of a negative (rounding) eigenvalue, or m eps lambda_max
@@ -242,14 +243,14 @@ def solve_additive(dictionary: Dictionary, moments: dict, n_components: int) -> 
             f"in feature space ({rank}, with a dictionary of {m} points: every row is within "
             "tol of that span); components beyond it would be rounding noise. Lower "
             f"n_components to at most {rank}"
-            + ("" if dictionary_saturated(moments) else
+            + ("" if dictionary_saturated(moments.sums) else
                ", or grow the dictionary with a smaller tol"))
-    return SpectralMap(dictionary, "additive", np.asarray(moments["mean"], dtype=np.float64),
-                       W, vals, int(moments["n"]))
+    return SpectralMap(dictionary, "additive", np.asarray(moments.mean, dtype=np.float64),
+                       W, vals, int(moments.n))
 
 
 def solve_exact(kernel, X: np.ndarray, n_components: int | None, *,
-                affine: bool) -> tuple[SpectralMap, dict]:
+                affine: bool) -> tuple[SpectralMap, Certificate, RowSums]:
     """Exact kernel PCA on the full Gram matrix, for small data where the dictionary
     would hold (nearly) every row.
 
@@ -261,8 +262,8 @@ def solve_exact(kernel, X: np.ndarray, n_components: int | None, *,
     ``sqrt(lambda_k) v_k``, and out of sample is scikit-learn's ``transform``
     (the terms constant across the columns vanish because ``1' V = 0``).
 
-    Returns the map and the statistics the run reports (``max_delta`` 0: every
-    row is its own dictionary point).
+    Returns the map, its certificate (``max_delta`` 0: every row is its own
+    dictionary point) and row sums (``sum_dhat`` 0, for the eigenvalue bound).
     """
     X = np.ascontiguousarray(X, dtype=np.float64)
     n = X.shape[0]
@@ -295,24 +296,23 @@ def solve_exact(kernel, X: np.ndarray, n_components: int | None, *,
     dictionary = Dictionary(kernel=kernel, points=X, indices=np.arange(n, dtype=np.int64), aux=aux,
                             L=None, w=np.zeros(n), beta=0.0, affine=affine, solver="gemm")
     smap = SpectralMap(dictionary, "additive", mu, V / np.sqrt(vals), vals, n)
-    stats = {"max_delta": 0.0, "argmax": 0, "sum_dhat": 0.0, "sum_kx": float(kx.sum())}
-    return smap, stats
+    return smap, Certificate(0.0, 0), RowSums(float(kx.sum()), float(np.max(np.abs(kx))), 0.0)
 
 
-def dictionary_saturated(stats: dict) -> bool:
+def dictionary_saturated(sums: RowSums) -> bool:
     """Whether every row is in the span already (a smaller tol cannot add a point)."""
     eps = np.finfo(np.float64).eps
-    return float(stats["sum_dhat"]) <= 1e3 * eps * float(stats["sum_kx"])
+    return float(sums.sum_dhat) <= 1e3 * eps * float(sums.sum_kx)
 
 
-def solve_divisive(dictionary: Dictionary, stats: dict, n_components: int, *,
+def solve_divisive(dictionary: Dictionary, stats: Gram | Degrees, n_components: int, *,
                    drop_first: bool, subset: bool, total: np.ndarray | None = None) -> SpectralMap:
     """Spectral embedding from the ``degrees`` (exact) or ``gram`` (subset) statistics."""
     every = n_components is None  # every direction above rounding
     spent = spent_directions(dictionary.affine, "divisive", drop_first)
     check_n_components(dictionary.size, 1 if every else n_components, spent)
     k = dictionary.size if every else n_components + int(drop_first)
-    vals, W = top_eigenpairs(stats["S"], k)
+    vals, W = top_eigenpairs(stats.S, k)
     if every:
         noise = 16 * dictionary.size * np.finfo(np.float64).eps * max(float(vals[0]), 0.0)
         keep = int(np.sum(vals > noise))
@@ -329,7 +329,7 @@ def solve_divisive(dictionary: Dictionary, stats: dict, n_components: int, *,
             f"the normalized kernel has only {int(np.sum(vals > 0))} positive eigenvalues among "
             f"the {n_components} requested; lower n_components or tol"
         )
-    n = int(stats["n"])
+    n = int(stats.n)
     components = W / np.sqrt(vals)
     if subset:
         return SpectralMap(dictionary, "divisive-subset", None, components, vals / n, n)

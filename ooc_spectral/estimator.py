@@ -17,7 +17,7 @@ from .execution import compute, task_threads
 from .pipeline import FitResult, FitRun
 from .planning import plan_block_rows, plan_tasks
 from .source import open_source
-from .writeback import embedding_graph
+from .writeback import map_rows
 
 __all__ = ["GreedySpectralEmbedding"]
 
@@ -396,7 +396,7 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         block = plan_block_rows(plan.rows, source.n_features, smap.dictionary.size,
                                 itemsize=source.itemsize)
         dtype = FitConfig.from_params({"output_dtype": self.output_dtype}).output_dtype
-        out = embedding_graph(source.to_dask(plan.rows), smap, chunk_starts=source.chunk_starts,
+        out = map_rows(source.to_dask(plan.rows), smap, chunk_starts=source.chunk_starts,
                               block_rows=block, dtype=dtype)
         return compute(out)[0] if source.kind == "numpy" else out
 

@@ -25,12 +25,13 @@ batch arrives, so it needs every row again.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .accumulate import accumulate, combine, extension_pass
+from .accumulate import accumulate, extension_pass
 from .config import FitConfig
 from .eigensolve import eigenvalue_error_bound, solve_additive
 from .exceptions import InvalidInputError, InvalidParameterError
@@ -40,6 +41,7 @@ from .model import Dictionary, SpectralMap
 from .planning import VISIT_WINDOW_ROWS, VisitOrder, plan_task_rows
 from .scan import DictionaryState, scan_source
 from .source import DataSource
+from .statistics import Moments
 
 __all__ = ["IncrementalFit", "Batch"]
 
@@ -50,7 +52,7 @@ class Batch:
 
     first_row: int
     n_rows: int
-    moments: dict
+    moments: Moments
     size: int
     source: DataSource | None  # None: a numpy batch, carried by its projections
     stale: bool = False  # carried across a growth of the dictionary
@@ -77,7 +79,7 @@ class IncrementalFit:
     state: DictionaryState | None = None
     dictionary: Dictionary | None = None
     spectral_map: SpectralMap | None = None
-    stats: dict | None = None
+    stats: Moments | None = None
     #: Eigenvectors (in dictionary coordinates) whose signs the first solve keeps,
     #: when the fit continues one made elsewhere (:mod:`ooc_spectral.append`).
     reference_components: np.ndarray | None = None
@@ -137,7 +139,7 @@ class IncrementalFit:
         """The eigensolve on the sum of every batch's moments (signs kept from the last map)."""
         total = self.batches[0].moments
         for b in self.batches[1:]:
-            total = combine(total, b.moments)
+            total = total.combine(b.moments)
         self.stats = total
         self.spectral_map = self._keep_signs(
             solve_additive(self.dictionary, total, self.config.n_components))
@@ -175,7 +177,7 @@ class IncrementalFit:
         return plan_task_rows(source.n_rows, source.n_features, source.storage_chunk_rows, size,
                               requested=self.config.chunk_rows, itemsize=source.itemsize)
 
-    def _moments(self, source: DataSource, dictionary: Dictionary) -> dict:
+    def _moments(self, source: DataSource, dictionary: Dictionary) -> Moments:
         X = source.to_dask(self._task_rows(source, dictionary.size))
         return accumulate(X, dictionary, "moments", executor=self.executor,
                           chunk_starts=source.chunk_starts)
@@ -192,8 +194,8 @@ class IncrementalFit:
             new = dictionary.size - b.size
             mo = b.moments
             m2 = np.zeros((dictionary.size, dictionary.size))
-            m2[: b.size, : b.size] = mo["m2"]
-            b.moments = {**mo, "mean": np.concatenate([mo["mean"], np.zeros(new)]), "m2": m2}
+            m2[: b.size, : b.size] = mo.m2
+            b.moments = dataclasses.replace(mo, mean=np.concatenate([mo.mean, np.zeros(new)]), m2=m2)
             b.stale = True
         b.size = dictionary.size
 
@@ -206,7 +208,7 @@ class IncrementalFit:
         :func:`~ooc_spectral.eigensolve.eigenvalue_error_bound`); with them, the
         singular-value bound of the module docstring.
         """
-        one_sided = eigenvalue_error_bound(self.stats, self.dictionary.size)
+        one_sided = eigenvalue_error_bound(self.stats.sums, self.dictionary.size)
         if not any(b.stale for b in self.batches):
             return one_sided
         lam1 = float(self.spectral_map.eigenvalues[0])
@@ -215,5 +217,6 @@ class IncrementalFit:
     @property
     def max_residual(self) -> tuple[float, int]:
         """The largest residual of any row, on the span it is represented with, and its row."""
-        worst = max(self.batches, key=lambda b: b.moments["max_delta"])
-        return float(max(worst.moments["max_delta"], 0.0)), int(worst.moments["argmax"] + worst.first_row)
+        worst = max(self.batches, key=lambda b: b.moments.certificate.max_delta)
+        cert = worst.moments.certificate
+        return float(max(cert.max_delta, 0.0)), int(cert.argmax + worst.first_row)

@@ -20,6 +20,7 @@ pass3       embedding, written chunk by chunk                   each written chu
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -33,7 +34,7 @@ from scipy.linalg import solve_triangular
 from scipy.linalg.lapack import dtrcon
 
 from . import planning
-from .accumulate import VIOLATOR_CAP, PartialStore, accumulate, check_degrees, extension_pass
+from .accumulate import PartialStore, accumulate, check_degrees, extension_pass
 from .config import FitConfig
 from .eigensolve import (check_n_components, eigenvalue_error_bound, solve_additive,
                          solve_divisive, solve_exact, spent_directions)
@@ -43,9 +44,11 @@ from .planning import SAMPLE_PURPOSE, VisitOrder, plan_block_rows, plan_sample, 
 from .exceptions import (DictionaryError, DictionarySizeError, DictionaryWarning, InvalidInputError,
                          NumericalBreakdownError)
 from .model import PIVOT_FLOOR, Dictionary, SpectralMap
-from .scan import DictionaryState, ScanProgress, scan_rows, scan_source, search_dictionary
+from .prefix_scan import GreedyScan, Rescan, Selection
+from .scan import DictionaryState, ScanProgress, scan_rows, search_dictionary
 from .source import DataSource, check_finite
-from .writeback import EmbeddingOutput, embedding_graph
+from .statistics import Certificate, Statistic
+from .writeback import EmbeddingOutput, map_rows
 
 __all__ = ["FitRun", "FitResult", "Checkpoint", "SAMPLE_PURPOSE", "resolve_gamma"]
 
@@ -107,7 +110,8 @@ def check_conditioning(dictionary: Dictionary, tol: float) -> None:
                 f"(try tol={tol * 100:.2g}) or a smaller gamma")
 
 
-def check_certificate(cert: dict, tol: float, m: int, kernel: Kernel, dictionary: Dictionary) -> None:
+def check_certificate(cert: Certificate, tol: float, m: int, kernel: Kernel, dictionary: Dictionary,
+                      max_kx: float = 0.0) -> None:
     """Raise :class:`NumericalBreakdownError` if a row is beyond ``tol`` after a full scan.
 
     The scan guarantees ``delta_t <= tol`` for every row (the span only grows), so
@@ -116,16 +120,17 @@ def check_certificate(cert: dict, tol: float, m: int, kernel: Kernel, dictionary
     never adds a row whose unconstrained residual is below the pivot floor). More means the factor is too
     ill-conditioned for float64 at this tol: the residuals, and the spectrum
     computed from the same coordinates, are rounding noise at that scale.
+    ``max_kx`` is the largest ``k(x, x)`` of the rows, when pass 2 measured it.
     """
     eps = np.finfo(np.float64).eps
     kmax = float(np.max(np.abs(kernel.diag(dictionary.points, dictionary.aux)))) if m else 1.0
-    kmax = max(kmax, float(cert.get("max_kx", 0.0)))
+    kmax = max(kmax, float(max_kx))
     # the scan never adds a row below the pivot floor, and delta's own rounding
     slack = (PIVOT_FLOOR + 16.0 * (m + 2) * eps) * kmax
-    worst = float(cert["max_delta"])
+    worst = float(cert.max_delta)
     if worst > tol + slack:
         raise NumericalBreakdownError(
-            f"row {int(cert['argmax'])} is at squared distance {worst:.3g} from the dictionary's "
+            f"row {int(cert.argmax)} is at squared distance {worst:.3g} from the dictionary's "
             f"span after the scan, beyond tol={tol:.3g} (rounding allows {slack:.2g}): at this tol "
             f"the dictionary's Cholesky factor ({m} points) is too ill-conditioned for float64 "
             f"arithmetic, so its residuals and spectrum would be rounding noise. Use tol >= "
@@ -158,7 +163,7 @@ class FitResult:
     resumed: list = field(default_factory=list)
     #: Pass 2's statistics and the scan's final state (what an update of the
     #: fit with appended rows starts from, :mod:`ooc_spectral.append`).
-    stats: dict | None = None
+    stats: Statistic | None = None
     scan_state: Any = None
     #: The pre-image map of ``inverse_transform`` (``fit_inverse_transform=True``).
     preimage: Any = None
@@ -200,6 +205,9 @@ class FitRun:
         #: The scan's size limit: ``max_dictionary_size``, or half the rows when
         #: reaching it switches small data to the exact solve (:meth:`run`).
         self._scan_limit = config.max_dictionary_size
+        #: Pass 1's selection (:mod:`ooc_spectral.prefix_scan`): the dictionary's
+        #: state, and what completing a prefix scan after pass 2 needs.
+        self.selection: Selection | None = None
         #: The tasks of the parallel passes, for the executor's threads and budget.
         self.plan = plan_tasks(source.n_rows, source.n_features, source.storage_chunk_rows,
                                threads=self.executor.threads, memory=self.executor.task_memory,
@@ -252,26 +260,31 @@ class FitRun:
         Returns the dictionary, the tolerance it meets, and whether every row was
         scanned. With ``scan="prefix"`` the scan stops once the dictionary stops
         growing; :meth:`complete_prefix_scan` then finishes the job from the
-        rows pass 2 finds beyond ``tol``.
+        rows pass 2 finds beyond ``tol``. The selection (its state, order and
+        progress) is kept in :attr:`selection`.
         """
         c = self.config
         order = VisitOrder(self.source.n_rows, c.random_state, window=planning.VISIT_WINDOW_ROWS)
-        self._order = order
         if c.dictionary_selection == "rpcholesky":  # its own pass 1 (ooc_spectral.rpcholesky)
             from . import rpcholesky
 
             return rpcholesky.build_dictionary(self, kernel)
         saved = self.checkpoint.load_scan() if (self.checkpoint is not None and self.resume) else None
+
+        def greedy(state, tol, done):
+            return GreedyScan(self.source, order, state, tol, windows_done=done,
+                              limit=self._scan_limit, max_dictionary_size=c.max_dictionary_size,
+                              checkpoint=self.checkpoint, on_scan=self.on_scan)
+
         if saved is not None:
             state = DictionaryState.from_arrays(kernel, c.affine, saved["points"], saved["indices"],
                                                 saved["L"], saved["w"])
-            start, tol = int(saved["windows_done"]), float(saved["tol"])
+            self.selection = greedy(state, float(saved["tol"]), int(saved["windows_done"]))
             self.resumed.append("scan")
             log.info("scan: resuming after window %d of %d with %d dictionary points",
-                     start, order.n_windows, state.size)
-            if start >= order.n_windows or saved.get("prefix_done"):
-                self._state, self._windows_done = state, start
-                return state.freeze(c.solver), tol, start >= order.n_windows
+                     self.selection.windows_done, order.n_windows, state.size)
+            if self.selection.complete or saved.get("prefix_done"):
+                return state.freeze(c.solver), self.selection.tol, self.selection.complete
         elif c.dictionary_size is not None:
             if c.dictionary_selection == "random":
                 state, tol = self._random_dictionary(kernel, order)
@@ -279,81 +292,19 @@ class FitRun:
                 state, tol = self._algorithm2(kernel, order)
             if self.checkpoint is not None:
                 self.checkpoint.save_scan(state, order.n_windows, tol)
-            self._state = state
+            self.selection = greedy(state, tol, order.n_windows)
             return state.freeze(c.solver), tol, True
         else:
-            state, start, tol = DictionaryState(kernel, self.source.n_features, c.affine), 0, c.tol
-        self._state = state
-        done = self._scan_windows(state, order, start, tol,
-                                  patience=c.prefix_patience if c.scan == "prefix" else None)
-        self._windows_done = done
-        complete = done >= order.n_windows
-        if not complete:
-            log.info("prefix scan: the dictionary stopped growing after %d of %d windows (%d "
-                     "points); pass 2 checks the other rows", done, order.n_windows, state.size)
-            if self.checkpoint is not None:
-                self.checkpoint.save_scan(state, done, tol, prefix_done=True)
-        return state.freeze(c.solver), tol, complete
+            self.selection = greedy(DictionaryState(kernel, self.source.n_features, c.affine),
+                                    c.tol, 0)
+        complete = self.selection.run(patience=c.prefix_patience if c.scan == "prefix" else None)
+        return self.selection.state.freeze(c.solver), self.selection.tol, complete
 
-    def _scan_windows(self, state: DictionaryState, order: VisitOrder, start: int, tol: float,
-                      patience: int | None = None) -> int:
-        every = self.checkpoint.every if self.checkpoint is not None else 0
-
-        def on_window(st: DictionaryState, progress: ScanProgress) -> None:
-            if self.on_scan is not None:
-                self.on_scan(progress)
-            done = progress.windows_done
-            if self.checkpoint is not None and (done % every == 0 or done == progress.n_windows):
-                self.checkpoint.save_scan(st, done, tol)
-
-        return scan_source(self.source, order, state, tol=tol, max_size=self._scan_limit,
-                           start_window=start, on_window=on_window, patience=patience)
-
-    def complete_prefix_scan(self, stats: dict, tol: float) -> dict:
-        """Scan the rows pass 2 found beyond ``tol``.
-
-        The rows beyond ``tol`` of the prefix's dictionary are scanned in visiting
-        order against the growing dictionary. Rows within ``tol`` stay within it
-        as the span grows, so this selects exactly the points the full scan
-        would have selected, and afterwards every row is within ``tol``. If pass
-        2 found more than ``VIOLATOR_CAP`` such rows, the sequential scan goes on
-        over the rest of the data instead.
-
-        Returns ``{"grew", "rescanned_all", "certificate"}``: the certificate
-        (``max_delta``, ``argmax``) bounds every row's residual with the final
-        dictionary: the largest of the pass-2 residuals within ``tol`` (they can
-        only have shrunk) and of the scanned rows' final residuals.
-        """
-        if self.config.dictionary_selection == "rpcholesky":
-            from . import rpcholesky
-
-            return rpcholesky.complete_dictionary(self, stats, tol)
-        c, state, order = self.config, self._state, self._order
-        rows, Xv = stats.pop("violator_rows"), stats.pop("violator_X")
-        before = state.size
-        rescanned_all = len(rows) > VIOLATOR_CAP
-        if rescanned_all:
-            log.info("prefix scan: more than %d rows beyond tol; scanning the rest of the data",
-                     VIOLATOR_CAP)
-            self._scan_windows(state, order, self._windows_done, tol)
-        elif len(rows):
-            sequence = np.argsort(order.sort_keys(rows), kind="stable")
-            if scan_rows(state, Xv[sequence], rows[sequence], tol, limit=c.max_dictionary_size):
-                from .scan import _size_error
-
-                raise _size_error(state, c.max_dictionary_size, self.source.n_rows,
-                                  self.source.n_rows, tol)
-            log.info("prefix scan: %d rows beyond tol, %d entered the dictionary", len(rows),
-                     state.size - before)
-        if self.checkpoint is not None:
-            self.checkpoint.save_scan(state, order.n_windows, tol)
-        cert = {"max_delta": stats["max_within"], "argmax": stats["argmax_within"]}
-        if len(rows) and not rescanned_all:
-            _, delta = state.freeze().project(Xv)
-            i = int(np.argmax(delta))
-            if delta[i] > cert["max_delta"]:
-                cert = {"max_delta": float(delta[i]), "argmax": int(rows[i])}
-        return {"grew": state.size > before, "rescanned_all": rescanned_all, "certificate": cert}
+    def complete_prefix_scan(self, stats: Statistic, tol: float) -> Rescan:
+        """Bring the rows pass 2 found beyond ``tol`` (``stats.beyond``) within it:
+        :meth:`Selection.complete_from <ooc_spectral.prefix_scan.Selection.complete_from>`
+        of the selection pass 1 made."""
+        return self.selection.complete_from(stats.beyond, tol)
 
     def _search_sample(self, order: VisitOrder) -> tuple[np.ndarray, np.ndarray]:
         """Rows (numbers, values) in random order on which ``dictionary_size`` is met."""
@@ -442,66 +393,67 @@ class FitRun:
                                memory=self.executor.task_memory, itemsize=s.itemsize)
 
     def accumulate(self, dictionary: Dictionary, X, tol_check: float | None = None
-                   ) -> tuple[dict, dict, np.ndarray | None]:
-        """Pass 2 (and 2b for exact divisive degrees); returns (stats, certificate, total)."""
+                   ) -> tuple[Statistic, np.ndarray | None]:
+        """Pass 2 (and 2b for exact divisive degrees); returns the statistic (``Moments``,
+        ``Gram`` or ``Degrees``, with its certificate) and, for exact degrees, ``sum z``."""
         store = self.checkpoint
-        run = dict(executor=self.executor, chunk_starts=self.source.chunk_starts, store=store,
-                   tol_check=tol_check, block_rows=self.block_rows(dictionary.size))
         loaded_before = getattr(store, "loaded_partials", 0)
         try:
-            return self._accumulate(dictionary, X, run)
+            return self._accumulate(dictionary, X, tol_check)
         finally:
             if getattr(store, "loaded_partials", 0) > loaded_before:
                 self.resumed.append("pass2")
 
-    def _accumulate(self, dictionary, X, run):
+    def _accumulate(self, dictionary: Dictionary, X, tol_check: float | None):
         c = self.config
         rows = X.chunks[0][0]  # partials are only valid for the same tasks and dictionary
-        tag = f"r{rows}-m{dictionary.size}" + ("-check" if run["tol_check"] is not None else "")
+        tag = f"r{rows}-m{dictionary.size}" + ("-check" if tol_check is not None else "")
 
-        def stage(kind):
-            return f"{kind}-{tag}"
+        def run(kind, check=tol_check, **extra):
+            return accumulate(X, dictionary, kind, executor=self.executor,
+                              chunk_starts=self.source.chunk_starts, store=self.checkpoint,
+                              stage=f"{kind}-{tag}", tol_check=check,
+                              block_rows=self.block_rows(dictionary.size), **extra)
 
         if c.normalization == "additive":
-            stats = accumulate(X, dictionary, "moments", stage=stage("moments"), **run)
-            return stats, stats, None
+            return run("moments"), None
         if c.degree_estimate == "subset":
-            stats = accumulate(X, dictionary, "gram", stage=stage("gram"), **run)
-            return stats, stats, None
-        sums = accumulate(X, dictionary, "ksums", stage=stage("ksums"),
-                          **{**run, "tol_check": None})
+            return run("gram"), None
+        sums = run("ksums", check=None)
         # sum_t z_t = L^-1 sum_t k_t: one small solve instead of one per row
-        total = solve_triangular(dictionary.L, sums["sum"], lower=True, check_finite=False)
-        stats = accumulate(X, dictionary, "degrees", stage=stage("degrees"), total=total, **run)
+        total = solve_triangular(dictionary.L, sums.sum, lower=True, check_finite=False)
+        stats = run("degrees", total=total)
         check_degrees(stats)
-        return stats, stats, total
+        return stats, total
 
-    def solve(self, dictionary: Dictionary, stats: dict, total) -> SpectralMap:
+    def solve(self, dictionary: Dictionary, stats: Statistic, total) -> SpectralMap:
         c = self.config
         if c.normalization == "additive":
             return solve_additive(dictionary, stats, c.n_components)
         return solve_divisive(dictionary, stats, c.n_components, drop_first=c.drop_first,
                               subset=c.degree_estimate == "subset", total=total)
 
-    def finish_prefix_scan(self, dictionary, X, stats, cert, total, kernel, gamma, tol):
+    def finish_prefix_scan(self, dictionary, X, stats, total, kernel, gamma, tol):
         """After a prefix scan: scan the rows beyond ``tol``, then bring pass 2 up to date.
 
         Kernel PCA extends its coordinate moments to the points added with one
         pass (:func:`~ooc_spectral.accumulate.extension_pass`: kernel columns only
         when the grown factor is well conditioned, else a solve); the divisive
         normalization runs pass 2 again. Returns the updated
-        ``(dictionary, X, stats, certificate, total)``.
+        ``(dictionary, X, stats, total)``; the statistic's certificate bounds
+        every row's residual with the final dictionary.
         """
         c, s = self.config, self.source
         with self.stage("rescan"):
-            rescan = self.complete_prefix_scan(cert, tol)
-        if not rescan["grew"]:
-            return dictionary, X, stats, cert, total
-        old_size, dictionary = dictionary.size, self._state.freeze(c.solver)
+            rescan = self.complete_prefix_scan(stats, tol)
+        stats = dataclasses.replace(stats, beyond=None)  # the rows are scanned: drop them
+        if not rescan.grew:
+            return dictionary, X, dataclasses.replace(stats, certificate=rescan.certificate), total
+        old_size, dictionary = dictionary.size, self.selection.state.freeze(c.solver)
         log.info("dictionary: %d points", dictionary.size)
         self.check_dictionary(dictionary, kernel, gamma, tol)
         with self.stage("pass2"):
-            if c.normalization == "additive" and not rescan["rescanned_all"]:
+            if c.normalization == "additive" and not rescan.rescanned_all:
                 grown, fresh = extension_pass(
                     X, dictionary, stats, old_size, executor=self.executor,
                     chunk_starts=s.chunk_starts, store=self.checkpoint,
@@ -509,10 +461,12 @@ class FitRun:
                     block_rows=self.block_rows(dictionary.size))
                 # the solved extension measures the grown dictionary's certificate; the
                 # kernel-space one keeps the rescan's upper bound
-                return dictionary, X, grown, grown if fresh else rescan["certificate"], total
+                if not fresh:
+                    grown = dataclasses.replace(grown, certificate=rescan.certificate)
+                return dictionary, X, grown, total
             X = s.to_dask(self.task_rows(dictionary.size))
-            stats, cert, total = self.accumulate(dictionary, X)
-        return dictionary, X, stats, cert, total
+            stats, total = self.accumulate(dictionary, X)
+        return dictionary, X, stats, total
 
     # ------------------------------------------------------------------ #
     # small data whose dictionary approaches n: the exact solve
@@ -544,7 +498,7 @@ class FitRun:
         with self.stage("solve"):
             Xall = s.read_index(np.arange(s.n_rows))
             check_finite(Xall, 0, chunk_starts=s.chunk_starts)
-            smap, stats = solve_exact(kernel, Xall, c.n_components, affine=c.affine)
+            smap, _, sums = solve_exact(kernel, Xall, c.n_components, affine=c.affine)
         preimage = None
         if c.fit_inverse_transform:  # scikit-learn's regression on every row
             with self.stage("preimage"):
@@ -563,7 +517,7 @@ class FitRun:
             tol=c.tol, dictionary=smap.dictionary, spectral_map=smap, max_residual=0.0,
             max_residual_row=0, task_rows=int(X.chunks[0][0]), embedding=embedding,
             tasks=len(X.chunks[0]), block_rows=self.block_rows(s.n_rows),
-            eigenvalue_error_bound=eigenvalue_error_bound(stats, s.n_rows),
+            eigenvalue_error_bound=eigenvalue_error_bound(sums, s.n_rows),
             timings=dict(self.timings), peak_memory=dict(self.peak_memory),
             resumed=list(self.resumed), exact=True, preimage=preimage,
         )
@@ -592,8 +546,8 @@ class FitRun:
             out = EmbeddingOutput(out.url, out.n_rows, smap.n_components, out.chunk_rows,
                                   dtype=out.dtype).prepare(resume=False)
         if out is None:
-            embedding = embedding_graph(X, smap, chunk_starts=self.source.chunk_starts,
-                                        block_rows=block, dtype=self.config.output_dtype)
+            embedding = map_rows(X, smap, chunk_starts=self.source.chunk_starts,
+                                 block_rows=block, dtype=self.config.output_dtype)
             if self.source.kind == "numpy":
                 (embedding,) = compute(embedding)
             return embedding
@@ -640,14 +594,16 @@ class FitRun:
         task_rows = self.task_rows(dictionary.size)
         X = s.to_dask(task_rows)
         with self.stage("pass2"):
-            stats, cert, total = self.accumulate(dictionary, X,
-                                                 tol_check=None if complete else tol)
+            stats, total = self.accumulate(dictionary, X, tol_check=None if complete else tol)
         if not complete:
-            dictionary, X, stats, cert, total = self.finish_prefix_scan(
-                dictionary, X, stats, cert, total, kernel, gamma, tol)
+            dictionary, X, stats, total = self.finish_prefix_scan(
+                dictionary, X, stats, total, kernel, gamma, tol)
+        cert = stats.certificate
+        sums = stats.sums if c.normalization == "additive" else None
         check_conditioning(dictionary, tol)
         if c.dictionary_size is None:
-            check_certificate(cert, tol, dictionary.size, kernel, dictionary)
+            check_certificate(cert, tol, dictionary.size, kernel, dictionary,
+                              max_kx=sums.max_kx if sums is not None else 0.0)
         with self.stage("solve"):
             smap = self.solve(dictionary, stats, total)
         preimage = None
@@ -659,12 +615,13 @@ class FitRun:
         return FitResult(
             config=c, n_samples=s.n_rows, n_features=s.n_features, kernel=kernel, gamma=gamma,
             tol=tol, dictionary=dictionary, spectral_map=smap,
-            max_residual=max(float(cert["max_delta"]), 0.0),
-            max_residual_row=int(cert["argmax"]), task_rows=int(X.chunks[0][0]), embedding=embedding,
+            max_residual=max(float(cert.max_delta), 0.0),
+            max_residual_row=int(cert.argmax), task_rows=int(X.chunks[0][0]), embedding=embedding,
             tasks=len(X.chunks[0]), block_rows=self.block_rows(dictionary.size),
-            eigenvalue_error_bound=(eigenvalue_error_bound(stats, dictionary.size)
-                                    if c.normalization == "additive" else None),
+            eigenvalue_error_bound=(eigenvalue_error_bound(sums, dictionary.size)
+                                    if sums is not None else None),
             timings=dict(self.timings), peak_memory=dict(self.peak_memory),
-            resumed=list(self.resumed), stats=stats, scan_state=getattr(self, "_state", None),
+            resumed=list(self.resumed), stats=stats,
+            scan_state=None if self.selection is None else self.selection.state,
             preimage=preimage,
         )

@@ -33,6 +33,7 @@ from .model import SpectralMap
 from .exceptions import NumericalBreakdownError
 from .kernels import Kernel
 from .source import check_finite
+from .statistics import PreimageSums
 
 __all__ = ["PreimageMap", "PreimageProblem", "chunk_preimage", "solve_preimage",
            "exact_preimage"]
@@ -74,14 +75,14 @@ class PreimageProblem:
     centers: np.ndarray
 
 
-def chunk_preimage(block, problem: PreimageProblem, offset: int, chunk_starts=None) -> dict:
+def chunk_preimage(block, problem: PreimageProblem, offset: int, chunk_starts=None) -> PreimageSums:
     """``n``, ``sum k k'`` (m x m) and ``sum k x'`` (m x d) of one chunk, ``k = k(e(x), E_D)``."""
     X = np.ascontiguousarray(block, dtype=np.float64)
     check_finite(X, offset, chunk_starts=chunk_starts)
     E = problem.spectral_map.embed(X)
     kern, C = problem.kernel, problem.centers
     K = kern.pairwise(E, C, kern.aux(E), kern.aux(C))
-    return {"kind": "preimage", "n": X.shape[0], "ktk": K.T @ K, "ktx": K.T @ X}
+    return PreimageSums(X.shape[0], K.T @ K, K.T @ X)
 
 
 def _solve_pos(A: np.ndarray, B: np.ndarray) -> np.ndarray:
@@ -93,10 +94,10 @@ def _solve_pos(A: np.ndarray, B: np.ndarray) -> np.ndarray:
         return linalg.lstsq(A, B, check_finite=False)[0]
 
 
-def solve_preimage(stats: dict, problem: PreimageProblem, alpha: float) -> PreimageMap:
+def solve_preimage(stats: PreimageSums, problem: PreimageProblem, alpha: float) -> PreimageMap:
     """The map from the pass's statistics: ``(sum k k' + alpha K_DD) B = sum k x'``."""
     kern, C = problem.kernel, problem.centers
-    A = np.array(stats["ktk"], dtype=np.float64)
+    A = np.array(stats.ktk, dtype=np.float64)
     if alpha:
         A += alpha * kern.pairwise(C, C, kern.aux(C), kern.aux(C))
     # The normal equations square the conditioning of the kernel columns and the centres'
@@ -106,7 +107,7 @@ def solve_preimage(stats: dict, problem: PreimageProblem, alpha: float) -> Preim
     # reported as exact, only its predictions are used.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", linalg.LinAlgWarning)
-        B = _solve_pos(A, np.asarray(stats["ktx"], dtype=np.float64))
+        B = _solve_pos(A, np.asarray(stats.ktx, dtype=np.float64))
     if not np.all(np.isfinite(B)):
         raise NumericalBreakdownError(
             "the pre-image map's ridge system gave NaN or infinity: its m x m matrix is "

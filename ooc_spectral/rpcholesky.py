@@ -66,14 +66,15 @@ import time
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from .accumulate import VIOLATOR_CAP
 from .exceptions import DictionaryError, DictionarySizeError, NonFiniteInputError
 from .kernels import Kernel
 from .model import PIVOT_FLOOR, Dictionary
+from .prefix_scan import Rescan
 from .scan import DictionaryState, size_hint
+from .statistics import VIOLATOR_CAP, BeyondTol, Certificate
 
 __all__ = ["RPC_BLOCK", "RPC_TAG", "SampleResiduals", "rpcholesky_rows", "build_dictionary",
-           "complete_dictionary"]
+           "RPCholeskySelection"]
 
 log = logging.getLogger("ooc_spectral")
 
@@ -382,7 +383,7 @@ def build_dictionary(run, kernel: Kernel) -> tuple[Dictionary, float, bool]:
         state = DictionaryState.from_arrays(kernel, c.affine, saved["points"], saved["indices"],
                                             saved["L"], saved["w"])
         run.resumed.append("scan")
-        run._state = state
+        run.selection = RPCholeskySelection(run, state)
         complete = c.dictionary_size is not None or whole
         return state.freeze(c.solver), float(saved["tol"]), complete
     rows, X = run._sample("dictionary_size", c.sample_size)
@@ -408,7 +409,7 @@ def build_dictionary(run, kernel: Kernel) -> tuple[Dictionary, float, bool]:
         tol, complete = c.tol, whole
     if run.checkpoint is not None:
         run.checkpoint.save_scan(state, 0, tol, prefix_done=True)
-    run._state = state
+    run.selection = RPCholeskySelection(run, state)
     log.info("selection=rpcholesky: %d points", state.size)
     return state.freeze(c.solver), tol, complete
 
@@ -426,21 +427,32 @@ class _FreshCheckpoint:
         return getattr(self._inner, name)
 
 
-def complete_dictionary(run, stats: dict, tol: float) -> dict:
-    """After pass 2 found rows beyond ``tol``: RP-Cholesky on them until none is left.
+class RPCholeskySelection:
+    """Pass 1's selection by RP-Cholesky, as the pipeline holds it
+    (:class:`~ooc_spectral.prefix_scan.Selection`): the state, and the completion
+    from the rows pass 2 found beyond tol."""
 
-    The rows beyond tol (at most ``sample_size`` at a time, a seeded subset if
-    more) are brought within tol by the same algorithm, the draws seeded by the
-    dictionary size the round starts from. If pass 2 had to leave rows out
-    (more than ``VIOLATOR_CAP``) or the subset did, another check pass runs
-    over the data. Returns what
-    :meth:`~ooc_spectral.pipeline.FitRun.complete_prefix_scan` returns.
-    """
-    c, state = run.config, run._state
-    rows, Xv = stats.pop("violator_rows"), stats.pop("violator_X")
+    def __init__(self, run, state: DictionaryState):
+        self.run, self.state = run, state
+
+    def complete_from(self, beyond: BeyondTol, tol: float) -> Rescan:
+        """RP-Cholesky on the rows beyond ``tol`` until none is left.
+
+        The rows beyond tol (at most ``sample_size`` at a time, a seeded subset if
+        more) are brought within tol by the same algorithm, the draws seeded by the
+        dictionary size the round starts from. If pass 2 had to leave rows out
+        (more than ``VIOLATOR_CAP``) or the subset did, another check pass runs
+        over the data.
+        """
+        return _complete(self.run, self.state, beyond, tol)
+
+
+def _complete(run, state: DictionaryState, beyond: BeyondTol, tol: float) -> Rescan:
+    c = run.config
+    rows, Xv = beyond.rows, beyond.X
     before = state.size
     recheck = False
-    cert = {"max_delta": stats["max_within"], "argmax": stats["argmax_within"]}
+    cert = beyond.within
     while len(rows):
         partial = len(rows) > VIOLATOR_CAP
         if len(rows) > c.sample_size:
@@ -456,13 +468,13 @@ def complete_dictionary(run, stats: dict, tol: float) -> dict:
         if not partial:  # the certificate of these rows, recomputed with the final factor
             _, d = state.freeze(c.solver).project(Xv)
             i = int(np.argmax(d))
-            if d[i] > cert["max_delta"]:
-                cert = {"max_delta": float(d[i]), "argmax": int(rows[i])}
+            if d[i] > cert.max_delta:
+                cert = Certificate(float(d[i]), int(rows[i]))
             break
         recheck = True
         dictionary = state.freeze(c.solver)
         X = run.source.to_dask(run.task_rows(dictionary.size))
-        _, check, _ = run.accumulate(dictionary, X, tol_check=tol)
-        rows, Xv = check.pop("violator_rows"), check.pop("violator_X")
+        check, _ = run.accumulate(dictionary, X, tol_check=tol)
+        rows, Xv = check.beyond.rows, check.beyond.X
     log.info("selection=rpcholesky: %d points added for the rows beyond tol", state.size - before)
-    return {"grew": state.size > before, "rescanned_all": recheck, "certificate": cert}
+    return Rescan(state.size > before, recheck, cert)

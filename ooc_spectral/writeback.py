@@ -1,6 +1,6 @@
 """Pass 3: the embedding of every row, lazily or written to zarr.
 
-:func:`embedding_graph` is the lazy dask array ``(n, p)`` (one task per row
+:func:`map_rows` is the lazy dask array ``(n, p)`` (one task per row
 chunk of X: a kernel block, the projection and one product).
 
 :class:`EmbeddingOutput` is the output group when one is given: an array
@@ -40,7 +40,7 @@ from .execution import Executor, shared
 from .integrity import checksummed, damaged_chunks, missing_chunks
 from .source import check_finite
 
-__all__ = ["embedding_graph", "EmbeddingOutput", "EMBEDDING", "WRITTEN"]
+__all__ = ["map_rows", "EmbeddingOutput", "EMBEDDING", "WRITTEN"]
 
 EMBEDDING = "embedding"
 WRITTEN = "embedding_written"
@@ -50,10 +50,11 @@ WRITTEN = "embedding_written"
 OUTPUT_DTYPES = ("float64", "float32")
 
 
-def _embed_block(block, smap: SpectralMap, offset: int = 0, chunk_starts=None,
+def _embed_block(block, smap, offset: int = 0, chunk_starts=None,
                  block_rows: int | None = None, dtype="float64") -> np.ndarray:
-    """The embedding of ``block``, computed in float64 sub-blocks of ``block_rows``
-    rows (the memory bound) and stored in ``dtype``."""
+    """``smap.embed`` of ``block``, its rows checked finite (errors name the global row
+    ``offset + i`` and, given ``chunk_starts``, the storage chunk), computed in float64
+    sub-blocks of ``block_rows`` rows (the memory bound) and stored in ``dtype``."""
     n = len(block)
     step = max(1, n if block_rows is None else int(block_rows))
     out = None
@@ -75,23 +76,29 @@ def _embed_located(block, smap, chunk_starts=None, block_rows=None, dtype="float
     return _embed_block(block, smap, offset, chunk_starts, block_rows, dtype)
 
 
-def embedding_graph(X: da.Array, smap: SpectralMap, chunk_starts=None, *,
-                    block_rows: int | None = None, dtype="float64") -> da.Array:
-    """The embedding of the rows of ``X`` as a lazy dask array (chunks follow X's rows).
+def map_rows(X: da.Array, fitted, chunk_starts=None, *, block_rows: int | None = None,
+             dtype="float64", name: str = "ooc-spectral-embed") -> da.Array:
+    """A fitted map applied to every row of ``X``: the lazy dask array ``(n, p)``.
+
+    The one place where a fitted model meets the rows of a source: the write-back
+    of pass 3, every estimator's ``transform`` and the baselines' embeddings.
+    ``fitted`` is anything with ``embed(X) -> (len(X), p)`` and ``n_components``
+    (a :class:`~ooc_spectral.model.SpectralMap`, a Nystrom model, a manifold map);
+    it is one key of the graph, shipped once to each worker.
 
     Rows are checked finite on the way; ``chunk_starts`` (storage chunk
     boundaries) lets the error name the chunk. Each task works in sub-blocks
     of ``block_rows`` rows; the values are computed in float64 and stored in
-    ``dtype`` (float64 or float32).
+    ``dtype`` (float64 or float32). Chunks follow ``X``'s rows.
     """
-    p = smap.n_components
+    p = fitted.n_components
     dtype = np.dtype(dtype)
     starts = None if chunk_starts is None else shared(np.asarray(chunk_starts))
     # The keys must name this input and this map: with one fixed name, two embeddings
     # computed together, or one computed while another's results are held on a
     # cluster (persisted, or futures alive), share keys and one gets the other's values.
-    name = "ooc-spectral-embed-" + dask.base.tokenize(X, smap, chunk_starts, str(dtype))
-    return da.map_blocks(_embed_located, X, shared(smap), starts, block_rows, str(dtype),
+    name = f"{name}-" + dask.base.tokenize(X, fitted, chunk_starts, str(dtype), block_rows)
+    return da.map_blocks(_embed_located, X, shared(fitted), starts, block_rows, str(dtype),
                          dtype=dtype, meta=np.empty((0, p), dtype=dtype),
                          chunks=(X.chunks[0], (p,)), name=name)
 

@@ -117,16 +117,16 @@ def test_sub_blocks_give_the_moments_and_embedding_of_the_whole_block(fitted):
     whole = chunk_moments(X, d, 0)
     for rows in (256, 999):
         split = chunk_moments(X, d, 0, block_rows=rows)
-        assert split["n"] == whole["n"] and split["argmax"] == whole["argmax"]
-        np.testing.assert_allclose(split["mean"], whole["mean"], rtol=1e-13, atol=1e-15)
-        np.testing.assert_allclose(split["m2"], whole["m2"], rtol=1e-12, atol=1e-12)
-        assert split["max_delta"] == whole["max_delta"]
+        assert split.n == whole.n and split.certificate.argmax == whole.certificate.argmax
+        np.testing.assert_allclose(split.mean, whole.mean, rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(split.m2, whole.m2, rtol=1e-12, atol=1e-12)
+        assert split.certificate.max_delta == whole.certificate.max_delta
         np.testing.assert_allclose(_embed_block(X, est.spectral_map_, block_rows=rows),
                                    _embed_block(X, est.spectral_map_), rtol=0, atol=1e-13)
     # the partial of a split block is its sub-blocks' partials combined in row order
     parts = combine(combine(chunk_moments(X[:1000], d, 0), chunk_moments(X[1000:2000], d, 1000)),
                     chunk_moments(X[2000:], d, 2000))
-    np.testing.assert_array_equal(chunk_moments(X, d, 0, block_rows=1000)["m2"], parts["m2"])
+    np.testing.assert_array_equal(chunk_moments(X, d, 0, block_rows=1000).m2, parts.m2)
 
 
 def test_a_storage_chunk_layout_change_changes_nothing(tmp_path, swiss_roll):

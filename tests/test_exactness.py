@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -111,7 +112,7 @@ def test_corrupted_statistic_raises_breakdown(fitted_circles, corruption):
     stats = moments_of(X, est)
     # the healthy statistic solves to the fitted spectrum
     np.testing.assert_allclose(solve_additive(d, stats, 5).eigenvalues, est.eigenvalues_, rtol=1e-10)
-    m2 = stats["m2"].copy()
+    m2 = stats.m2.copy()
     m = m2.shape[0]
     if corruption == "indefinite":  # trace-free, symmetric: what L^-1 C_K L^-T rounding did
         v = np.zeros(m)
@@ -122,11 +123,11 @@ def test_corrupted_statistic_raises_breakdown(fitted_circles, corruption):
         m2[0, 0] *= 1.001
     elif corruption == "scale":  # a top eigenvalue larger than sum k(x, x)
         m2 *= 1e4
-        stats = {**stats, "sq": stats["sq"] * 1e4}
+        stats = dataclasses.replace(stats, sq=stats.sq * 1e4)
     else:
         m2[3, 4] = np.nan
     with pytest.raises(NumericalBreakdownError):
-        solve_additive(d, {**stats, "m2": m2}, 5)
+        solve_additive(d, dataclasses.replace(stats, m2=m2), 5)
 
 
 def test_kernel_space_mapping_would_be_caught():
@@ -143,7 +144,7 @@ def test_kernel_space_mapping_would_be_caught():
     A = solve_triangular(d.L, Kc.T @ Kc, lower=True)
     mapped = solve_triangular(d.L, A.T, lower=True)
     with pytest.raises(NumericalBreakdownError):
-        solve_additive(d, {**stats, "m2": mapped}, P)
+        solve_additive(d, dataclasses.replace(stats, m2=mapped), P)
 
 
 @pytest.mark.parametrize("d, p", [(2, 1), (2, 2), (5, 5), (6, 3), (6, 6)])
@@ -231,11 +232,11 @@ def test_extension_pass_equals_a_full_pass(tol, fast):
     assert kernel_cross_is_accurate(full) is fast
     grown, fresh = extension_pass(Xd, full, before, m - 5, executor=ex)
     assert fresh is not fast
-    scale = np.abs(ref["m2"]).max()
+    scale = np.abs(ref.m2).max()
     # the kernel-space extension's rounding: eps cond^2 <= KERNEL_CROSS_LIMIT = 1e-9
     atol = 1e-9 if fast else 1e-12
-    np.testing.assert_allclose(grown["m2"], ref["m2"], rtol=0, atol=atol * scale)
-    np.testing.assert_allclose(grown["mean"], ref["mean"], rtol=0, atol=atol * np.abs(ref["mean"]).max())
+    np.testing.assert_allclose(grown.m2, ref.m2, rtol=0, atol=atol * scale)
+    np.testing.assert_allclose(grown.mean, ref.mean, rtol=0, atol=atol * np.abs(ref.mean).max())
     # and so the same spectrum
     from ooc_spectral.eigensolve import solve_additive
     np.testing.assert_allclose(solve_additive(full, grown, 3).eigenvalues,

@@ -72,7 +72,6 @@ from ._common import (
     _finite_block,
     _KernelEmbeddingBase,
     _kv_block,
-    _located_embed,
     _positive_or_raise,
     _resolve_kernel,
     _row_random,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import dask
 import dask.array as da
 import numpy as np
 from scipy.linalg import eigh
@@ -28,6 +27,7 @@ from ..execution import Executor
 from ..kernels import KERNELS, Kernel, first_nonpositive, make_kernel, resolve_gamma
 from ..planning import whole_chunks
 from ..source import DataSource, check_finite, open_source
+from ..writeback import map_rows
 
 NORMALIZATIONS = ("additive", "divisive")
 
@@ -156,20 +156,10 @@ class NystromModel:
         return out
 
 
-def _located_embed(block, model: NystromModel, chunk_starts=None, block_info=None):
-    X = _f64(block)
-    check_finite(X, _block_start(block_info), chunk_starts=chunk_starts)
-    return model.embed(X)
-
-
 def _embed_source(model: NystromModel, source: DataSource, chunk_rows: int | None):
     """``model`` applied to every row of ``source``: numpy for numpy input, else lazy dask."""
-    X = source.to_dask(_task_rows(source, chunk_rows))
-    p = model.n_components
-    starts = dask.delayed(np.asarray(source.chunk_starts), pure=True)
-    out = da.map_blocks(_located_embed, X, dask.delayed(model, pure=True), starts,
-                        dtype=np.float64, meta=np.empty((0, p)), chunks=(X.chunks[0], (p,)),
-                        name="ooc-spectral-nystrom-embed")
+    out = map_rows(source.to_dask(_task_rows(source, chunk_rows)), model,
+                   chunk_starts=source.chunk_starts, name="ooc-spectral-nystrom-embed")
     return _numpy_for_numpy(source, out)
 
 

@@ -1,0 +1,112 @@
+"""Pass 2's typed statistics: combine in row order equals the whole, and the flat form
+a checkpoint stores gives back the same statistic (every kind)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_swiss_roll
+
+from ooc_spectral import GreedySpectralEmbedding
+from ooc_spectral.accumulate import (chunk_cross_moments, chunk_degrees, chunk_gram,
+                                     chunk_kernel_cross, chunk_ksums, chunk_moments, combine)
+from ooc_spectral.statistics import (KINDS, BeyondTol, Certificate, Moments, PreimageSums,
+                                     from_flat)
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    X = make_swiss_roll(1200, random_state=3)[0]
+    est = GreedySpectralEmbedding(n_components=3, gamma=0.05, tol=1e-3, random_state=0).fit(X)
+    return X, est.spectral_map_.dictionary
+
+
+def _kinds(X, d):
+    m = d.size
+    total = np.linalg.solve(d.L, chunk_ksums(X, d, 0).sum)
+    return {
+        "moments": lambda a, b: chunk_moments(X[a:b], d, a, tol_check=1e-4),
+        "cross": lambda a, b: chunk_cross_moments(X[a:b], d, a, m - 4),
+        "kernel_cross": lambda a, b: chunk_kernel_cross(X[a:b], d, a, m - 4),
+        "ksums": lambda a, b: chunk_ksums(X[a:b], d, a),
+        "gram": lambda a, b: chunk_gram(X[a:b], d, a, tol_check=1e-4),
+        "degrees": lambda a, b: chunk_degrees(X[a:b], d, a, total, tol_check=1e-4),
+    }
+
+
+def _assert_same(a, b, rtol=0.0):
+    fa, fb = a.to_flat(), b.to_flat()
+    assert fa.keys() == fb.keys()
+    for key in fa:
+        if isinstance(fa[key], np.ndarray):
+            np.testing.assert_allclose(fa[key], fb[key], rtol=rtol, atol=rtol * np.abs(fb[key]).max())
+        elif isinstance(fa[key], float) and rtol:
+            assert fa[key] == pytest.approx(fb[key], rel=rtol, abs=1e-300)
+        else:
+            assert fa[key] == fb[key], key
+
+
+@pytest.mark.parametrize("kind", ["moments", "cross", "kernel_cross", "ksums", "gram", "degrees"])
+def test_parts_combined_in_row_order_equal_the_whole(fitted, kind):
+    X, d = fitted
+    part = _kinds(X, d)[kind]
+    whole = part(0, len(X))
+    pieces = combine(combine(part(0, 300), part(300, 301)), part(301, len(X)))
+    assert type(pieces) is type(whole) and pieces.n == len(X)
+    _assert_same(pieces, whole, rtol=1e-11)
+    # combine is associative up to rounding: another tree, same statistic
+    other = combine(part(0, 300), combine(part(300, 301), part(301, len(X))))
+    _assert_same(other, whole, rtol=1e-11)
+
+
+@pytest.mark.parametrize("kind", ["moments", "cross", "kernel_cross", "ksums", "gram", "degrees"])
+def test_flat_form_round_trips_every_kind(fitted, kind):
+    X, d = fitted
+    stat = _kinds(X, d)[kind](0, 700)
+    flat = stat.to_flat()
+    assert flat["kind"] == stat.kind
+    back = from_flat(flat)
+    assert type(back) is type(stat)
+    _assert_same(back, stat)
+
+
+def test_preimage_sums_round_trip_and_combine():
+    rng = np.random.default_rng(0)
+    a = PreimageSums(3, rng.normal(size=(4, 4)), rng.normal(size=(4, 2)))
+    b = PreimageSums(2, rng.normal(size=(4, 4)), rng.normal(size=(4, 2)))
+    c = a.combine(b)
+    assert c.n == 5
+    np.testing.assert_array_equal(c.ktk, a.ktk + b.ktk)
+    _assert_same(from_flat(c.to_flat()), c)
+    assert set(KINDS) == {"moments", "cross", "ksums", "gram", "degrees", "preimage"}
+
+
+def test_certificate_ties_go_to_the_earlier_row_and_beyond_tol_keeps_row_order():
+    a, b = Certificate(0.5, 10), Certificate(0.5, 3)
+    assert a.combine(b) == b and b.combine(a) == b
+    delta = np.array([0.1, 2.0, 0.3, 5.0])
+    X = np.arange(8.0).reshape(4, 2)
+    first = BeyondTol.of(delta[:2], 0, X[:2], 1.0)
+    second = BeyondTol.of(delta[2:], 2, X[2:], 1.0)
+    both = first.combine(second)
+    np.testing.assert_array_equal(both.rows, [1, 3])
+    np.testing.assert_array_equal(both.X, X[[1, 3]])
+    assert both.within == Certificate(0.3, 2)
+
+
+def test_combining_two_kinds_is_a_type_error(fitted):
+    X, d = fitted
+    with pytest.raises(TypeError, match="cannot combine"):
+        combine(chunk_moments(X, d, 0), chunk_ksums(X, d, 0))
+
+
+def test_unknown_kind_in_a_checkpoint_is_named():
+    with pytest.raises(ValueError, match="unknown statistic kind 'bogus'"):
+        from_flat({"kind": "bogus", "n": 1})
+    assert isinstance(from_flat(chunk_like_moments()), Moments)
+
+
+def chunk_like_moments() -> dict:
+    """The flat form an older checkpoint stored (no ``beyond`` keys)."""
+    return {"kind": "moments", "n": 2, "mean": np.zeros(2), "m2": np.eye(2), "sq": 2.0,
+            "sum_kx": 2.0, "max_kx": 1.0, "sum_dhat": 0.0, "max_delta": 0.0, "argmax": 0}
