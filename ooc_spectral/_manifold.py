@@ -19,7 +19,7 @@ from scipy.sparse.linalg import eigsh
 from sklearn.base import TransformerMixin
 
 from ._sklearn import FeatureNamesMixin
-from ._validation import check_choice, check_fitted, check_int
+from ._validation import check_choice, check_fitted, check_int, check_n_features
 from .eigensolve import fix_signs, top_eigenpairs
 from .exceptions import InvalidInputError, InvalidParameterError
 from .planning import whole_chunks
@@ -52,10 +52,7 @@ def apply_rows(owner: str, emap, X, n_features: int, per_row_bytes: int,
     dask array with one task per block, ``emap`` a single key of the graph.
     """
     source = open_source(X)
-    if source.n_features != n_features:
-        raise InvalidInputError(
-            f"X has {source.n_features} features, but {owner} was fitted with {n_features} "
-            "features; pass rows with the training columns")
+    check_n_features(owner, source.n_features, n_features)
     rows = _task_rows(source, per_row_bytes, chunk_rows)
     if source.kind == "numpy":
         parts = [emap.embed(source.read_rows(a, min(a + rows, source.n_rows)))

@@ -14,9 +14,10 @@ import numbers
 
 import numpy as np
 
-from .exceptions import InvalidParameterError, NotFittedError
+from .exceptions import InvalidInputError, InvalidParameterError, NotFittedError
 
-__all__ = ["check_int", "check_float", "check_choice", "check_bool", "check_str", "check_fitted"]
+__all__ = ["check_int", "check_float", "check_choice", "check_bool", "check_str", "check_fitted",
+           "check_n_features"]
 
 
 def _is_int(value) -> bool:
@@ -97,3 +98,12 @@ def check_fitted(estimator, attribute: str, hint: str = ""):
         raise NotFittedError(f"this {type(estimator).__name__} instance is not fitted yet; "
                              f"call fit(X) first{hint}")
     return value
+
+
+def check_n_features(owner: str, found: int, fitted: int) -> None:
+    """Raise :class:`~ooc_spectral.exceptions.InvalidInputError` unless new rows have the
+    ``fitted`` number of columns (``transform`` and friends)."""
+    if found != fitted:
+        raise InvalidInputError(
+            f"X has {found} features, but {owner} was fitted with {fitted} features; pass rows "
+            "with the training columns")

@@ -36,7 +36,7 @@ from sklearn.base import BaseEstimator, ClusterMixin
 
 from ._params import EMBEDDING_PARAMS, params_of, store_params
 from ._sklearn import SparseInputMixin
-from ._validation import check_fitted, check_float, check_int
+from ._validation import check_fitted, check_float, check_int, check_n_features
 from .config import resolve_seed
 from .estimator import GreedySpectralEmbedding
 from .exceptions import InvalidInputError
@@ -291,11 +291,7 @@ affine, degree_estimate, degree_subset_size, sample_size, chunk_rows
         """
         est = self._check_fitted()
         source = open_source(X)
-        if source.n_features != est.n_features_in_:
-            raise InvalidInputError(
-                f"X has {source.n_features} features, but {type(self).__name__} was fitted "
-                f"with {est.n_features_in_} features; pass rows with the training columns"
-            )
+        check_n_features(type(self).__name__, source.n_features, est.n_features_in_)
         E = est.transform(source)
         if isinstance(E, da.Array) and len(E.chunks[1]) > 1:
             E = E.rechunk({1: -1})

@@ -9,7 +9,8 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from ._sklearn import FeatureNamesMixin
-from ._validation import check_fitted
+from ._params import store_params
+from ._validation import check_fitted, check_n_features
 from .config import FitConfig
 from .model import SpectralMap
 from .exceptions import InvalidInputError
@@ -225,30 +226,7 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
                  drop_first=True, sample_size=20000, solver="gemm", chunk_rows=None,
                  fit_inverse_transform=False, alpha=1.0,
                  output_dtype="float64", random_state=None):
-        self.n_components = n_components
-        self.kernel = kernel
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.kernel_params = kernel_params
-        self.tol = tol
-        self.dictionary_size = dictionary_size
-        self.scan = scan
-        self.prefix_patience = prefix_patience
-        self.selection = selection
-        self.max_dictionary_size = max_dictionary_size
-        self.affine = affine
-        self.normalization = normalization
-        self.degree_estimate = degree_estimate
-        self.degree_subset_size = degree_subset_size
-        self.drop_first = drop_first
-        self.sample_size = sample_size
-        self.solver = solver
-        self.chunk_rows = chunk_rows
-        self.fit_inverse_transform = fit_inverse_transform
-        self.alpha = alpha
-        self.output_dtype = output_dtype
-        self.random_state = random_state
+        store_params(self, locals())
 
     # ------------------------------------------------------------------ #
     def _config(self) -> FitConfig:
@@ -384,11 +362,7 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         """
         smap = self._check_fitted()
         source = open_source(X)
-        if source.n_features != self.n_features_in_:
-            raise InvalidInputError(
-                f"X has {source.n_features} features, but {type(self).__name__} was fitted "
-                f"with {self.n_features_in_} features; pass rows with the training columns"
-            )
+        check_n_features(type(self).__name__, source.n_features, self.n_features_in_)
         # Rows are checked finite block by block inside the projection.
         plan = plan_tasks(source.n_rows, source.n_features, source.storage_chunk_rows,
                           threads=task_threads(), requested=self.chunk_rows,

@@ -19,7 +19,8 @@ from scipy.linalg import eigh
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from .._sklearn import FeatureNamesMixin
-from .._validation import check_bool, check_choice, check_fitted, check_float, check_int
+from .._validation import (check_bool, check_choice, check_fitted, check_float, check_int,
+                           check_n_features)
 from ..config import resolve_seed
 from ..eigensolve import fix_signs
 from ..exceptions import InvalidInputError, InvalidParameterError
@@ -345,11 +346,7 @@ class _KernelEmbeddingBase(FeatureNamesMixin, TransformerMixin, BaseEstimator):
 
     def _open_new(self, X) -> DataSource:
         source = open_source(X)
-        if source.n_features != self.n_features_in_:
-            raise InvalidInputError(
-                f"X has {source.n_features} features, but {type(self).__name__} was fitted "
-                f"with {self.n_features_in_} features; pass rows with the training columns"
-            )
+        check_n_features(type(self).__name__, source.n_features, self.n_features_in_)
         return source
 
     def fit_transform(self, X, y=None):
