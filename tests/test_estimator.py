@@ -147,7 +147,7 @@ def _same(est, ref, tol=1e-10):
     assert est.max_residual_ == pytest.approx(ref.max_residual_, rel=1e-9)
 
 
-def test_dask_input_gives_numpy_result(reference_fit):
+def test_dask_input_gives_a_lazy_dask_embedding_with_the_same_values(reference_fit):
     X, ref = reference_fit
     est = GreedySpectralEmbedding(**PARAMS).fit(da.from_array(X, chunks=(300, 3)))
     assert isinstance(est.embedding_, da.Array)

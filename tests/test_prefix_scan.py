@@ -43,9 +43,21 @@ def test_prefix_scan_selects_the_full_scans_dictionary(small_windows, roll, norm
         assert pre.max_residual_ == pytest.approx(full.max_residual_, rel=1e-9)
 
 
-def test_prefix_scan_without_late_growth_needs_one_pass(small_windows, roll):
-    est = GreedySpectralEmbedding(gamma=0.05, tol=1e-2, scan="prefix", prefix_patience=2,
+def test_prefix_scan_without_late_growth_needs_one_pass(small_windows, roll, monkeypatch):
+    from ooc_spectral import pipeline
+
+    passes = []
+    original, extend = pipeline.FitRun.accumulate, pipeline.extension_pass
+    monkeypatch.setattr(pipeline.FitRun, "accumulate",
+                        lambda self, *a, **k: passes.append("pass2") or original(self, *a, **k))
+    monkeypatch.setattr(pipeline, "extension_pass",
+                        lambda *a, **k: passes.append("extension") or extend(*a, **k))
+    # (at tol=3e-2 the dictionary stops growing within the first windows for good; at
+    # 1e-2 or with patience 2 a late row still enters, and an extension pass follows)
+    est = GreedySpectralEmbedding(gamma=0.05, tol=3e-2, scan="prefix", prefix_patience=5,
                                   random_state=0).fit(roll)
-    full = GreedySpectralEmbedding(gamma=0.05, tol=1e-2, random_state=0).fit(roll)
+    # the scan stopped early, pass 2 found no row beyond tol: one parallel pass, no extension
+    assert "rescan" in est.timings_ and passes == ["pass2"]
+    full = GreedySpectralEmbedding(gamma=0.05, tol=3e-2, random_state=0).fit(roll)
     np.testing.assert_array_equal(est.dictionary_indices_, full.dictionary_indices_)
-    assert est.max_residual_ <= 1e-2
+    assert est.max_residual_ <= 3e-2
