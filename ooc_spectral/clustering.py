@@ -40,6 +40,7 @@ from ._validation import check_fitted, check_float, check_int, check_n_features
 from .config import resolve_seed
 from .estimator import GreedySpectralEmbedding
 from .exceptions import InvalidInputError
+from .execution import Executor
 from .planning import plan_sample
 from .source import open_source
 
@@ -93,7 +94,8 @@ def _stats(E, centers: np.ndarray) -> np.ndarray:
         parts = E.map_blocks(_block_stats, centers, chunks=((k,) * nb, (p + 2,)),
                              dtype=np.float64, meta=np.empty((0, p + 2)),
                              name="ooc-spectral-kmeans-stats")
-        return np.asarray(parts.compute()).reshape(nb, k, p + 2).sum(axis=0)
+        (values,) = Executor().values("k-means pass", parts)
+        return np.asarray(values).reshape(nb, k, p + 2).sum(axis=0)
     total = np.zeros((k, p + 2))
     for a in range(0, E.shape[0], NUMPY_BLOCK_ROWS):
         total += _block_stats(E[a:a + NUMPY_BLOCK_ROWS], centers)
@@ -266,7 +268,7 @@ affine, degree_estimate, degree_subset_size, sample_size, chunk_rows
         rows = plan_sample(E.shape[0], self.kmeans_sample_size, seed, KMEANS_SAMPLE_PURPOSE)
         sample = E[rows]
         if isinstance(sample, da.Array):
-            sample = sample.compute()
+            (sample,) = Executor().values("k-means sample", sample)
         U = unit_rows(sample)
         km = KMeans(n_clusters=k, init="k-means++", n_init=self.n_init, random_state=seed).fit(U)
         return np.ascontiguousarray(km.cluster_centers_, dtype=np.float64)

@@ -44,6 +44,7 @@ import numpy as np
 
 from .baselines import ExactKernelEmbedding, kernel_matmul
 from .exceptions import InvalidInputError, InvalidParameterError
+from .execution import Executor
 from .kernels import Kernel, make_kernel
 from .source import open_source
 
@@ -423,8 +424,9 @@ def kernel_reconstruction_error(X, embedding, eigenvalues, *, kernel: Kernel | s
     rows = np.unique(np.concatenate([i, j]))
     Xd = source.to_dask(max(source.storage_chunk_rows,
                             -(-chunk_rows // source.storage_chunk_rows) * source.storage_chunk_rows))
-    r = np.asarray(kernel_matmul(kernel, Xd, Xd, da.ones((n, 1), chunks=(Xd.chunks[0], 1)))
-                   .compute())[:, 0]
+    (r,) = Executor().values("kernel row sums",
+                             kernel_matmul(kernel, Xd, Xd, da.ones((n, 1), chunks=(Xd.chunks[0], 1))))
+    r = np.asarray(r)[:, 0]
     Xr = source.read_index(rows)
     pos = {int(v): a for a, v in enumerate(rows)}
     ia = np.array([pos[int(v)] for v in i])
