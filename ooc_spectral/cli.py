@@ -37,7 +37,39 @@ class CommandError(UsageError):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, so workflows can report the step."""
+    """argparse that raises instead of exiting, so workflows can report the step.
+
+    It also keeps, in public attributes, what the workflow runner reads to map a
+    step's keys to a command's arguments: ``arguments`` (every argument added,
+    in order), ``kinds`` (dest -> the ``action=`` it was added with, "store" by
+    default) and, on the top-level parser, ``commands`` (name -> subparser).
+    """
+
+    def __init__(self, *args, **kwargs):
+        self.arguments: list[argparse.Action] = []
+        self.kinds: dict[str, str] = {}
+        self.commands: dict[str, "_Parser"] = {}
+        super().__init__(*args, **kwargs)
+
+    def _record(self, action: argparse.Action, kwargs: dict) -> argparse.Action:
+        self.arguments.append(action)
+        kind = kwargs.get("action", "store")
+        self.kinds[action.dest] = kind if isinstance(kind, str) else kind.__name__
+        return action
+
+    def add_argument(self, *args, **kwargs):
+        return self._record(super().add_argument(*args, **kwargs), kwargs)
+
+    def add_argument_group(self, *args, **kwargs):
+        """A group whose arguments are also listed in :attr:`arguments`."""
+        group = super().add_argument_group(*args, **kwargs)
+        add = group.add_argument
+
+        def add_argument(*a, **k):
+            return self._record(add(*a, **k), k)
+
+        group.add_argument = add_argument
+        return group
 
     def error(self, message):
         raise CommandError(f"{self.prog}: {message}")
@@ -382,6 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="readable summary of an OUTDIR, a model or a data set")
     p.add_argument("path")
     _add_common(p, cmd_inspect)
+    parser.commands = dict(sub.choices)
     return parser
 
 

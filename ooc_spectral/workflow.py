@@ -79,10 +79,11 @@ _CONTROL = {"help", "func", "json", "quiet", "verbose", "command"}
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    for action in parser._actions:  # argparse keeps subparsers here
-        if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    raise RuntimeError("parser has no subcommands")  # pragma: no cover
+    """The commands of :func:`ooc_spectral.cli.build_parser` (its ``commands``)."""
+    commands = getattr(parser, "commands", None)
+    if not commands:  # pragma: no cover - a parser not made by build_parser
+        raise RuntimeError("the parser has no commands; use ooc_spectral.cli.build_parser()")
+    return commands
 
 
 def _parse_value(text: str):
@@ -159,9 +160,9 @@ def load_workflow(path, overrides=(), allow=frozenset()) -> dict:
 def _step_argv(wf: dict, i: int, step: dict, sub: argparse.ArgumentParser) -> tuple[list[str], dict]:
     """Command-line arguments equivalent to one step, with the paths resolved."""
     where = f"{wf['file']}: step {i} ({wf['ids'][i]})"
-    positionals = [a for a in sub._actions if not a.option_strings and a.dest not in _CONTROL]
+    positionals = [a for a in sub.arguments if not a.option_strings and a.dest not in _CONTROL]
     options = {}  # every spelling of an option: its dest and each long flag (seed, random_state)
-    for a in sub._actions:
+    for a in sub.arguments:
         if a.option_strings and a.dest not in _CONTROL:
             options[a.dest] = a
             for flag in a.option_strings:
@@ -207,12 +208,13 @@ def _step_argv(wf: dict, i: int, step: dict, sub: argparse.ArgumentParser) -> tu
             continue
         a = options[key]
         flag = a.option_strings[0] if a.option_strings[0].startswith("--") else max(a.option_strings, key=len)
-        if isinstance(a, argparse.BooleanOptionalAction):
+        kind = sub.kinds.get(a.dest, "store")
+        if kind == "BooleanOptionalAction":
             argv.append(flag if value else "--no-" + flag[2:])
-        elif isinstance(a, argparse._StoreTrueAction):
+        elif kind == "store_true":
             if value:
                 argv.append(flag)
-        elif isinstance(a, argparse._AppendAction):
+        elif kind == "append":
             items = value if isinstance(value, list) else [value]
             if isinstance(value, dict):  # KEY=VALUE options: VALUE as JSON keeps its type
                 items = [f"{k}={v if isinstance(v, str) else json.dumps(v)}"
