@@ -149,12 +149,12 @@ def test_not_fitted():
 def test_unwritable_output_fails_before_any_work(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    import ooc_spectral.pipeline as pipeline
+    import ooc_spectral.prefix_scan as prefix_scan
 
     def no_scan(*a, **k):  # pragma: no cover - must not be reached
         raise AssertionError("the scan started before the output was checked")
 
-    monkeypatch.setattr(pipeline, "scan_source", no_scan)
+    monkeypatch.setattr(prefix_scan, "scan_source", no_scan)  # pass 1's GreedyScan.run
     with pytest.raises(OutputNotWritableError, match="cannot write the output"):
         GreedySpectralEmbedding(random_state=0).fit(X, output=str(blocker / "out.zarr"))
 
