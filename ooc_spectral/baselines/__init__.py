@@ -76,7 +76,6 @@ from ._common import (
     _resolve_kernel,
     _row_random,
     _task_rows,
-    _top_eigenpairs_inplace,
     kernel_matmul,
 )
 from .exact import ExactKernelEmbedding

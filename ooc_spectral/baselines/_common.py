@@ -15,14 +15,13 @@ from dataclasses import dataclass
 
 import dask.array as da
 import numpy as np
-from scipy.linalg import eigh
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from .._sklearn import FeatureNamesMixin
 from .._validation import (check_bool, check_choice, check_fitted, check_float, check_int,
                            check_n_features)
 from ..config import resolve_seed
-from ..eigensolve import fix_signs
+from ..eigensolve import top_eigenpairs
 from ..exceptions import InvalidInputError, InvalidParameterError
 from ..execution import Executor
 from ..kernels import KERNELS, Kernel, first_nonpositive, make_kernel, resolve_gamma
@@ -172,21 +171,6 @@ def _positive_or_raise(vals: np.ndarray, what: str, n_components: int) -> None:
         )
 
 
-def _top_eigenpairs_inplace(A: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`~ooc_spectral.eigensolve.top_eigenpairs` without copies of ``A`` (overwritten).
-
-    LAPACK's ``dsyevr`` reduces ``A`` in place, so the peak memory is ``A``
-    itself plus ``O(n k)``; same order and sign
-    convention (the entry of largest magnitude of each eigenvector is positive).
-    """
-    n = A.shape[0]
-    # A is symmetric: its transpose is a Fortran-ordered view LAPACK can overwrite
-    # without the copy it makes of a C-ordered array
-    vals, vecs = eigh(A.T, subset_by_index=[n - k, n - 1], driver="evr", overwrite_a=True,
-                      check_finite=False)
-    return vals[::-1].copy(), fix_signs(vecs[:, ::-1])
-
-
 def _dense_fit(K: np.ndarray, normalization: str, n_components: int, drop_first: bool):
     """Eigen-decomposition of a dense Gram matrix, normalized in place (``K`` is overwritten).
 
@@ -199,7 +183,7 @@ def _dense_fit(K: np.ndarray, normalization: str, n_components: int, drop_first:
         K -= mu[:, None]
         K -= mu[None, :]
         K += mu.mean()
-        vals, U = _top_eigenpairs_inplace(K, n_components)
+        vals, U = top_eigenpairs(K, n_components, overwrite=True)
         _positive_or_raise(vals, "centred Gram matrix", n_components)
         coef = U / np.sqrt(vals)
         return coef, mu @ coef, vals, U * np.sqrt(vals)
@@ -213,7 +197,7 @@ def _dense_fit(K: np.ndarray, normalization: str, n_components: int, drop_first:
     K *= s[:, None]
     K *= s[None, :]
     k = n_components + int(drop_first)
-    vals, V = _top_eigenpairs_inplace(K, k)
+    vals, V = top_eigenpairs(K, k, overwrite=True)
     if drop_first:
         vals, V = vals[1:], V[:, 1:]
     _positive_or_raise(vals, "normalized kernel matrix D^-1/2 K D^-1/2", n_components)
