@@ -20,6 +20,7 @@ import numpy as np
 from scipy.linalg import solve_triangular
 from scipy.linalg.blas import dger
 
+from ._blas import solve_lower_transposed
 from .exceptions import DictionaryError
 from .kernels import Kernel, first_nonpositive
 
@@ -79,15 +80,15 @@ class Dictionary:
     def solve(self, K: np.ndarray, overwrite: bool = False) -> np.ndarray:
         """``Z = K L^-T`` for a C-ordered kernel block K (c x m), in place if ``overwrite``.
 
-        One triangular solve (BLAS-3, backward stable). A product with an explicit
+        One triangular solve (BLAS-3, backward stable), with the GIL released
+        (:func:`~ooc_spectral._blas.solve_lower_transposed`), so that the
+        threaded engine's tasks solve side by side. A product with an explicit
         ``L^-1`` does twice the flops and, measured on this project's machines,
         takes longer (see ``workflows/bench/passes.py``).
         """
         if self.L is None:  # the exact path's kernel basis
             return K if overwrite else K.copy()
-        # K.T is a Fortran-ordered view: the solve works in place on it.
-        return solve_triangular(self.L, K.T, lower=True, overwrite_b=overwrite,
-                                check_finite=False).T
+        return solve_lower_transposed(self.L, K if overwrite else K.copy())
 
     def coordinates(self, X: np.ndarray, x_aux=None) -> tuple[np.ndarray, np.ndarray]:
         """``Z = K L^-T`` (c x m) and ``k(x, x)`` for the rows of X."""

@@ -1,0 +1,195 @@
+"""Passes 2 and 3 of ``ooc-spectral fit`` against the machine's floors (issue 18, item 1).
+
+For each size, in one run on one machine:
+
+1. ``make-data swiss-roll`` writes ``n x d`` float32 rows to zarr (262,144-row chunks),
+   unless ``--keep`` finds them from an earlier run;
+2. the floors are measured on all cores: float64 gemm (GFLOP/s, a 3000^2 product
+   on every BLAS thread), ``exp`` (values/s, one NumPy ``exp`` per core on
+   separate arrays) and the zarr read (seconds to read and decode every chunk of
+   the input, one reader thread per core);
+3. ``ooc-spectral fit DATA --out OUT --dictionary-size m --n-components 2 -q`` runs
+   as users run it (the embedded default engine), and its ``report.json`` gives
+   the seconds of each stage;
+4. the floors are measured again; each pass is set against its counted work at
+   the mean of the two measurements:
+
+   - pass 2: ``2nmd + 2nm^2`` flops (the kernel product, the triangular solve and
+     the m x m accumulation) and ``n m`` exponentials, plus the read;
+   - pass 3: ``2nmd + 2nmp`` flops and ``n m`` exponentials, plus the read.
+
+   ``of floor`` is floor seconds over pass seconds (issue 18 asks for 70%).
+
+    python workflows/bench/cli_floors.py                      # 2e6 x 16 (m=800) and 1e8 x 32 (m=300)
+    python workflows/bench/cli_floors.py --sizes 2e6:16:800   # one size
+
+Writes ``cli_floors.json`` and ``cli_floors.md`` to ``--out``. The work directory
+(``--workdir``, default a temporary one) holds the inputs: 1e8 x 32 float32 is
+12.8 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import zarr
+from threadpoolctl import threadpool_limits
+
+from ooc_spectral.datasets import make_data
+
+CHUNK_ROWS = 262_144
+
+
+def gemm_gflops(threads: int) -> float:
+    n = 3000
+    a, b = np.random.rand(n, n), np.random.rand(n, n)
+    with threadpool_limits(threads, user_api="blas"):
+        a @ b
+        reps, t = 3, time.perf_counter()
+        for _ in range(reps):
+            a @ b
+        return 2 * n**3 * reps / (time.perf_counter() - t) / 1e9
+
+
+def exp_per_s(threads: int) -> float:
+    x = -np.random.rand(threads, 4_000_000)
+    out = np.empty_like(x)
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda i: np.exp(x[i], out=out[i]), range(threads)))
+        reps, t = 5, time.perf_counter()
+        for _ in range(reps):
+            list(pool.map(lambda i: np.exp(x[i], out=out[i]), range(threads)))
+        return x.size * reps / (time.perf_counter() - t)
+
+
+def read_seconds(data: Path, threads: int) -> float:
+    """Seconds to read and decode every chunk of ``data/data`` on ``threads`` threads."""
+    arr = zarr.open_array(str(data / "data"), mode="r")
+    rows = arr.chunks[0]
+    starts = range(0, arr.shape[0], rows)
+    t = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda a: arr[a:a + rows].shape, starts))
+    return time.perf_counter() - t
+
+
+def floors(data: Path, threads: int) -> dict:
+    return {"gemm_gflops": round(gemm_gflops(threads), 1),
+            "exp_per_s": float(f"{exp_per_s(threads):.3g}"),
+            "read_seconds": round(read_seconds(data, threads), 2)}
+
+
+def run_size(n: int, d: int, m: int, work: Path, keep: bool, cores: int) -> dict:
+    data = work / f"roll-{n}-{d}.zarr"
+    t = time.perf_counter()
+    if not (keep and data.exists()):
+        make_data("swiss-roll", n, data, dim=d, seed=0, chunk_rows=CHUNK_ROWS, overwrite=True)
+    make_seconds = time.perf_counter() - t
+    before = floors(data, cores)
+    load0 = os.getloadavg()[0]
+    out = work / f"fit-{n}-{d}-{m}"
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = ["ooc-spectral", "fit", str(data), "--out", str(out), "--dictionary-size", str(m),
+           "--n-components", "2", "-q"]
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True)
+    process_seconds = time.perf_counter() - t
+    load1 = os.getloadavg()[0]
+    after = floors(data, cores)
+    report = json.loads((out / "report.json").read_text())
+    shutil.rmtree(out, ignore_errors=True)
+    m = report["dictionary_size"]
+    p = 2
+    rate = {k: (before[k] + after[k]) / 2 for k in before}
+    gemm, exps, read = rate["gemm_gflops"] * 1e9, rate["exp_per_s"], rate["read_seconds"]
+    counted = {"pass2": {"flops": (2 * n * m * d + 2 * n * m * m) / gemm, "exp": n * m / exps},
+               "pass3": {"flops": (2 * n * m * d + 2 * n * m * p) / gemm, "exp": n * m / exps}}
+    passes = {}
+    for name, parts in counted.items():
+        seconds = report["stages"][name]["seconds"]
+        floor = parts["flops"] + parts["exp"] + read
+        passes[name] = {"seconds": seconds, "flops_seconds": round(parts["flops"], 2),
+                        "exp_seconds": round(parts["exp"], 2), "read_seconds": round(read, 2),
+                        "floor_seconds": round(floor, 2), "of_floor": round(floor / seconds, 3),
+                        "of_floor_without_read": round((floor - read) / seconds, 3)}
+    return {"n": n, "d": d, "m": m, "command": " ".join(cmd), "engine": report["engine"],
+            "threads": report["threads"], "tasks": report["tasks"],
+            "task_rows": report["task_rows"], "block_rows": report["block_rows"],
+            "make_data_seconds": round(make_seconds, 1),
+            "process_seconds": round(process_seconds, 1),
+            "wall_seconds": report["wall_seconds"],
+            "stages": {k: v["seconds"] for k, v in report["stages"].items()},
+            "floors_before": before, "floors_after": after,
+            "load_before": round(load0, 2), "load_after_fit": round(load1, 2), "passes": passes}
+
+
+def markdown(result: dict) -> str:
+    lines = ["# Passes 2 and 3 through `ooc-spectral fit` against the machine's floors\n",
+             f"Command: `{result['command']}`; {result['cores']} cores, NumPy "
+             f"{result['numpy']}. Floors measured in the same run, before and after each fit "
+             "(gemm float64 on all BLAS threads, `exp` on one thread per core, the zarr read of "
+             "the whole input on one thread per core); a pass's floor is its counted flops at "
+             "the gemm rate, its n m exponentials at the exp rate and the read.\n",
+             "| n | d | m | engine | tasks x rows | pass | seconds | flops s | exp s | read s | "
+             "floor s | of floor | without the read | gemm GFLOP/s | exp /s | load |",
+             "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
+    for r in result["sizes"]:
+        fb, fa = r["floors_before"], r["floors_after"]
+        for name, p in r["passes"].items():
+            lines.append(
+                f"| {r['n']:,} | {r['d']} | {r['m']} | {r['engine']} | {r['tasks']} x "
+                f"{r['task_rows']:,} | {name} | {p['seconds']:.1f} | {p['flops_seconds']:.1f} | "
+                f"{p['exp_seconds']:.1f} | {p['read_seconds']:.1f} | {p['floor_seconds']:.1f} | "
+                f"**{100 * p['of_floor']:.0f}%** | {100 * p['of_floor_without_read']:.0f}% | "
+                f"{fb['gemm_gflops']} / {fa['gemm_gflops']} | {fb['exp_per_s']:.3g} / "
+                f"{fa['exp_per_s']:.3g} | {r['load_before']} / {r['load_after_fit']} |")
+    lines.append("")
+    for r in result["sizes"]:
+        stages = ", ".join(f"{k} {v:.1f} s" for k, v in r["stages"].items())
+        lines.append(f"- n = {r['n']:,}: `{r['command']}`; wall {r['wall_seconds']:.1f} s "
+                     f"(process {r['process_seconds']:.1f} s); stages: {stages}; sub-blocks of "
+                     f"{r['block_rows']:,} rows.")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", nargs="+", default=["2e6:16:800", "1e8:32:300"],
+                    help="n:d:m triples")
+    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--keep", action="store_true", help="reuse inputs in --workdir")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    args = ap.parse_args()
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="ooc-floors-"))
+    work.mkdir(parents=True, exist_ok=True)
+    cores = os.cpu_count() or 1
+    result = {"command": " ".join(["python", "workflows/bench/cli_floors.py", *sys.argv[1:]]),
+              "cores": cores, "numpy": np.__version__, "sizes": []}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        for spec in args.sizes:
+            n, d, m = spec.split(":")
+            result["sizes"].append(run_size(int(float(n)), int(d), int(m), work, args.keep,
+                                            cores))
+            (out / "cli_floors.json").write_text(json.dumps(result, indent=1) + "\n")
+            (out / "cli_floors.md").write_text(markdown(result))
+            print(markdown(result), flush=True)
+    finally:
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
