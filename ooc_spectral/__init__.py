@@ -26,9 +26,7 @@ Gaussian projection), ``evaluation`` and ``experiments`` (the papers' protocols)
 ``jobs``, ``cli``, ``workflow``).
 """
 
-from .clustering import GreedySpectralClustering
 from . import exceptions
-from .estimator import GreedySpectralEmbedding
 from .exceptions import (
     ConfigurationMismatchError,
     DictionaryError,
@@ -61,3 +59,24 @@ __all__ = [
     *exceptions.PUBLIC,
     "__version__",
 ]
+
+
+#: The estimators, imported on first use (``ooc_spectral.GreedySpectralEmbedding``):
+#: they bring scikit-learn and dask.array, which the command line's other commands
+#: and the worker processes need not import.
+_LAZY = {"GreedySpectralEmbedding": ".estimator", "GreedySpectralClustering": ".clustering"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+

@@ -108,8 +108,9 @@ def _centred_coordinates(block, dictionary: Dictionary, offset: int, chunk_start
     check_finite(X, offset, chunk_starts=chunk_starts)
     K, kx = dictionary.kernel_block(X)
     Z = dictionary.solve(K, overwrite=True)
-    delta, _ = dictionary.residuals(Z, kx)
-    sums = RowSums.of(Z, kx)
+    dhat = dictionary.unconstrained_residuals(Z, kx)
+    delta, _ = dictionary.residuals(Z, kx, dhat)
+    sums = RowSums.of(Z, kx, dhat)
     mean = Z.mean(axis=0)
     Z -= mean
     return X, Z, mean, delta, sums

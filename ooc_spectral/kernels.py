@@ -84,6 +84,21 @@ class Kernel:
     def diag(self, X, x_aux=None) -> np.ndarray:  # pragma: no cover
         raise NotImplementedError
 
+    def pairwise_dot(self, X, Y, G, x_aux=None, y_aux=None) -> np.ndarray:
+        """``k(X, Y) @ G`` (c x p) for a small ``G`` (m x p), in pieces of about
+        :data:`PIECE_ELEMENTS` kernel entries: the c x m block is never held whole,
+        and each piece is consumed while it is in the core's cache."""
+        X, Y = _f64(X), _f64(Y)
+        if x_aux is None and self.has_aux:
+            x_aux = self.aux(X)  # once, so that its errors name rows of the whole block
+        if x_aux is not None and not (isinstance(x_aux, np.ndarray) and len(x_aux) == len(X)):
+            return self.pairwise(X, Y, x_aux, y_aux) @ G
+        out = np.empty((X.shape[0], G.shape[1]))
+        for a, b in _pieces(X.shape[0], Y.shape[0]):
+            xa = None if x_aux is None else x_aux[a:b]
+            np.matmul(self.pairwise(X[a:b], Y, xa, y_aux), G, out=out[a:b])
+        return out
+
     def pairwise_monotone(self, X, Y, x_aux=None, y_aux=None, out=None) -> np.ndarray:
         """A block ``S`` with ``pairwise = monotone_to_kernel(S)``, increasing elementwise.
 
@@ -115,6 +130,19 @@ class Kernel:
         return {}
 
 
+#: Entries of a kernel block computed at a time (512 KiB of float64): the piece's
+#: product, clip and exponentials then stay in a core's L2 cache instead of
+#: streaming a block of tens of MB through memory three times
+#: (``workflows/bench/cli_floors.py``).
+PIECE_ELEMENTS = 2**16
+
+
+def _pieces(rows: int, cols: int):
+    """``(a, b)`` row ranges of a ``rows x cols`` block of about :data:`PIECE_ELEMENTS`."""
+    step = max(16, PIECE_ELEMENTS // max(int(cols), 1))
+    return [(a, min(a + step, rows)) for a in range(0, max(int(rows), 1), step)] if rows else []
+
+
 def _sq_norms(X: np.ndarray) -> np.ndarray:
     """Squared row norms; finite values whose squares overflow float64 are a named error."""
     with np.errstate(over="ignore"):
@@ -143,7 +171,14 @@ class _Stationary(Kernel):
     gamma: float
 
     def pairwise(self, X, Y, x_aux=None, y_aux=None):
-        return self.monotone_to_kernel(self.pairwise_monotone(X, Y, x_aux, y_aux))
+        """The kernel block, :data:`PIECE_ELEMENTS` entries at a time: each piece's
+        exponent and exponentials are computed while it is in the core's cache."""
+        X, Y = _f64(X), _f64(Y)
+        K = np.empty((X.shape[0], Y.shape[0]))
+        for a, b in _pieces(X.shape[0], Y.shape[0]):
+            xa = None if x_aux is None else x_aux[a:b]
+            self.monotone_to_kernel(self.pairwise_monotone(X[a:b], Y, xa, y_aux, out=K[a:b]))
+        return K
 
     def diag(self, X, x_aux=None):
         return np.ones(np.shape(X)[0])
@@ -173,10 +208,14 @@ class RBFKernel(_Stationary):
         X, Y = _f64(X), _f64(Y)
         xx = _sq_norms(X) if x_aux is None else x_aux
         yy = _sq_norms(Y) if y_aux is None else y_aux
+        A, B = self._augmented(X, Y, xx, yy)
+        return np.matmul(A, B.T, out=out)
+
+    def _augmented(self, X, Y, xx, yy):
+        """The exponent -gamma (|x|^2 + |y|^2 - 2 x.y) is ``A B'``: the rows augmented
+        with their squared norms, ``[x, |x|^2, 1] . [2g y, -g, -g |y|^2]``. One BLAS
+        call; monotone_to_kernel then clips at 0 and exponentiates in place."""
         g = self.gamma
-        # The exponent -gamma (|x|^2 + |y|^2 - 2 x.y) as one matrix product of the rows
-        # augmented with their squared norms: [x, |x|^2, 1] . [2g y, -g, -g |y|^2].
-        # One BLAS call; monotone_to_kernel then clips at 0 and exponentiates in place.
         d = X.shape[1]
         A = np.empty((X.shape[0], d + 2))
         A[:, :d] = X
@@ -186,7 +225,36 @@ class RBFKernel(_Stationary):
         np.multiply(Y, 2.0 * g, out=B[:, :d])
         B[:, d] = -g
         B[:, d + 1] = -g * yy
-        return np.matmul(A, B.T, out=out)
+        return A, B
+
+    def pairwise(self, X, Y, x_aux=None, y_aux=None):
+        """The kernel block in pieces (see :meth:`_Stationary.pairwise`), the augmented
+        rows built once."""
+        X, Y = _f64(X), _f64(Y)
+        A, B = self._augmented(X, Y, _sq_norms(X) if x_aux is None else x_aux,
+                               _sq_norms(Y) if y_aux is None else y_aux)
+        K = np.empty((X.shape[0], Y.shape[0]))
+        Bt = B.T
+        for a, b in _pieces(X.shape[0], Y.shape[0]):
+            self.monotone_to_kernel(np.matmul(A[a:b], Bt, out=K[a:b]))
+        return K
+
+    def pairwise_dot(self, X, Y, G, x_aux=None, y_aux=None):
+        """``k(X, Y) @ G`` in pieces (see :meth:`Kernel.pairwise_dot`), the augmented
+        rows built once and one piece buffer reused."""
+        X, Y = _f64(X), _f64(Y)
+        A, B = self._augmented(X, Y, _sq_norms(X) if x_aux is None else x_aux,
+                               _sq_norms(Y) if y_aux is None else y_aux)
+        out = np.empty((X.shape[0], G.shape[1]))
+        pieces = _pieces(X.shape[0], Y.shape[0])
+        if not pieces:
+            return out
+        buf = np.empty((pieces[0][1] - pieces[0][0], Y.shape[0]))
+        Bt = B.T
+        for a, b in pieces:
+            S = self.monotone_to_kernel(np.matmul(A[a:b], Bt, out=buf[:b - a]))
+            np.matmul(S, G, out=out[a:b])
+        return out
 
 
 

@@ -95,8 +95,12 @@ class Dictionary:
         K, kx = self.kernel_block(X, x_aux)
         return self.solve(K, overwrite=True), kx
 
-    def residuals(self, Z: np.ndarray, kx: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    def residuals(self, Z: np.ndarray, kx: np.ndarray, dhat: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray | None]:
         """``delta_t`` (eq. 8) from the coordinates, and ``alpha_t`` (None if not affine).
+
+        ``dhat``, the unconstrained residuals ``k(x, x) - |z|^2`` when the caller has
+        them (:meth:`unconstrained_residuals`), saves a pass over Z.
 
         A row whose unconstrained residual is below the pivot floor is in the
         span (the scan cannot add it: a finite-dimensional feature space, such
@@ -104,7 +108,8 @@ class Dictionary:
         residual, since every use of the coordinates (the orthogonal projection)
         is exact for it, though it may lie outside the affine hull.
         """
-        dhat = kx - np.einsum("ij,ij->i", Z, Z)
+        if dhat is None:
+            dhat = self.unconstrained_residuals(Z, kx)
         if not self.affine:
             return dhat, None
         alpha = 1.0 - Z @ self.w
@@ -113,6 +118,11 @@ class Dictionary:
         if inspan.any():
             delta[inspan] = np.maximum(dhat[inspan], 0.0)
         return delta, alpha
+
+    @staticmethod
+    def unconstrained_residuals(Z: np.ndarray, kx: np.ndarray) -> np.ndarray:
+        """``dhat_t = k(x_t, x_t) - |z_t|^2``, the squared distance to the span."""
+        return kx - np.einsum("ij,ij->i", Z, Z)
 
     def project(self, X: np.ndarray, *, orthogonal: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Projection coordinates and residuals of the rows of X.
@@ -212,9 +222,9 @@ class SpectralMap:
         """
         deg = None
         if self.dictionary.solver == "gemm":
-            K, _ = self.dictionary.kernel_block(X)
+            d = self.dictionary
             G, c0 = self.folded
-            E = K @ G
+            E = d.kernel.pairwise_dot(X, d.points, G, None, d.aux)
             if self.mode == "divisive-exact":
                 deg = E[:, -1].copy()
                 self._check_degrees(deg)

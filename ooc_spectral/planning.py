@@ -72,6 +72,10 @@ TARGET_TASK_ROWS = 1 << 18
 MIN_TASK_ROWS = 4096
 #: Fewest rows per sub-block (below this the kernel block's gemm loses its rate).
 MIN_BLOCK_ROWS = 256
+#: Largest kernel block of a sub-block, bytes: half the 32 MiB L3 cache of this
+#: project's 2-core machines, so that two tasks' blocks stay in it
+#: (``workflows/bench/cli_floors.py``).
+CACHE_BLOCK_BYTES = 16 * 2**20
 
 
 @dataclass(frozen=True)
@@ -291,7 +295,8 @@ def plan_block_rows(task_rows: int, n_features: int, dictionary_size: int, *,
     task's output (pass 3): the result does not depend on the sub-block size
     beyond rounding. When the ``m x m`` matrices and the input alone exceed
     ``memory`` (m above about 3000 at 256 MiB), a task needs them plus one
-    sub-block of :data:`MIN_BLOCK_ROWS` rows.
+    sub-block of :data:`MIN_BLOCK_ROWS` rows. Within the budget, a sub-block's
+    kernel block is also at most :data:`CACHE_BLOCK_BYTES` (``c x m`` float64).
     """
     m = max(int(dictionary_size), 1)
     task_rows = max(int(task_rows), 1)
@@ -299,7 +304,11 @@ def plan_block_rows(task_rows: int, n_features: int, dictionary_size: int, *,
     per_row = 3 * 8 * m + 8 * int(n_features) + 64
     # (when the m x m matrices alone fill the budget, a task needs them plus one
     # sub-block of MIN_BLOCK_ROWS rows: the budget cannot go below that)
-    return int(min(task_rows, max(MIN_BLOCK_ROWS, (int(memory) - fixed) // per_row)))
+    budget = max(MIN_BLOCK_ROWS, (int(memory) - fixed) // per_row)
+    # and a kernel block of at most CACHE_BLOCK_BYTES, so that the passes over it
+    # after the triangular solve (residuals, mean, centring) run from the cache
+    cache = max(MIN_BLOCK_ROWS, CACHE_BLOCK_BYTES // (8 * m))
+    return int(min(task_rows, budget, cache))
 
 
 def segments(n_tasks: int, max_segments: int = MAX_SEGMENTS) -> list[range]:

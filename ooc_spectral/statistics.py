@@ -102,9 +102,11 @@ class RowSums:
     sum_dhat: float
 
     @classmethod
-    def of(cls, Z: np.ndarray, kx: np.ndarray) -> "RowSums":
-        """The sums over rows with (uncentred) coordinates ``Z`` and diagonal ``kx``."""
-        dhat = kx - np.einsum("ij,ij->i", Z, Z)
+    def of(cls, Z: np.ndarray, kx: np.ndarray, dhat: np.ndarray | None = None) -> "RowSums":
+        """The sums over rows with (uncentred) coordinates ``Z`` and diagonal ``kx``
+        (``dhat = kx - |z|^2`` when the caller has it)."""
+        if dhat is None:
+            dhat = kx - np.einsum("ij,ij->i", Z, Z)
         return cls(float(kx.sum()), float(np.max(np.abs(kx))), float(np.maximum(dhat, 0.0).sum()))
 
     def combine(self, other: "RowSums") -> "RowSums":
