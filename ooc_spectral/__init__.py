@@ -38,7 +38,6 @@ from .exceptions import (
     ModelNotSavableError,
     LockedError,
     NonFiniteInputError,
-    NotFittedError,
     OocSpectralError,
     OutputNotWritableError,
     StoreNotFoundError,
@@ -68,6 +67,8 @@ _LAZY = {"GreedySpectralEmbedding": ".estimator", "GreedySpectralClustering": ".
 
 
 def __getattr__(name):
+    if name == "NotFittedError":  # defined on first use (see ooc_spectral.exceptions)
+        return exceptions.NotFittedError
     if name in _LAZY:
         import importlib
 

@@ -14,7 +14,8 @@ import numbers
 
 import numpy as np
 
-from .exceptions import InvalidInputError, InvalidParameterError, NotFittedError
+from . import exceptions
+from .exceptions import InvalidInputError, InvalidParameterError
 
 __all__ = ["check_int", "check_float", "check_choice", "check_bool", "check_str", "check_fitted",
            "check_n_features"]
@@ -95,7 +96,7 @@ def check_fitted(estimator, attribute: str, hint: str = ""):
     """
     value = getattr(estimator, attribute, None)
     if value is None:
-        raise NotFittedError(f"this {type(estimator).__name__} instance is not fitted yet; "
+        raise exceptions.NotFittedError(f"this {type(estimator).__name__} instance is not fitted yet; "
                              f"call fit(X) first{hint}")
     return value
 

@@ -12,7 +12,7 @@ every other failure to exit code 1.
 
 from __future__ import annotations
 
-from sklearn.exceptions import NotFittedError as _SklearnNotFittedError
+import threading
 
 #: The exceptions the package re-exports at its top level (``ooc_spectral.__all__``).
 PUBLIC = [
@@ -122,10 +122,31 @@ class NumericalBreakdownError(UsageError, ArithmeticError):
     """
 
 
-class NotFittedError(OocSpectralError, _SklearnNotFittedError):
-    """The estimator is used before ``fit``; a subclass of scikit-learn's
-    :class:`sklearn.exceptions.NotFittedError` (so also ``ValueError`` and
-    ``AttributeError``), so ``except sklearn.exceptions.NotFittedError`` catches it."""
+def _define_not_fitted_error():
+    from sklearn.exceptions import NotFittedError as _SklearnNotFittedError
+
+    class NotFittedError(OocSpectralError, _SklearnNotFittedError):
+        """The estimator is used before ``fit``; a subclass of scikit-learn's
+        :class:`sklearn.exceptions.NotFittedError` (so also ``ValueError`` and
+        ``AttributeError``), so ``except sklearn.exceptions.NotFittedError`` catches it."""
+
+    NotFittedError.__qualname__ = "NotFittedError"
+    return NotFittedError
+
+
+_LAZY_LOCK = threading.Lock()
+
+
+def __getattr__(name):
+    # NotFittedError subclasses scikit-learn's, whose import takes most of the
+    # package's import time (about 1 s); the command line and the worker processes
+    # never raise it, so it is defined on first use (once: under a lock).
+    if name == "NotFittedError":
+        with _LAZY_LOCK:
+            if "NotFittedError" not in globals():
+                globals()["NotFittedError"] = _define_not_fitted_error()
+        return globals()["NotFittedError"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ConfigurationMismatchError(UsageError, ValueError):
