@@ -36,7 +36,7 @@ from threadpoolctl import threadpool_limits
 from .exceptions import WorkerMemoryError, WorkersLostError
 
 __all__ = ["Executor", "PartProgress", "shared", "active_client", "compute", "task_blas_threads",
-           "task_threads", "task_memory_budget"]
+           "task_threads", "task_memory_budget", "cache_block_bytes"]
 
 
 @contextmanager
@@ -103,6 +103,21 @@ def task_memory_budget(memory_limit: int | None, threads_per_worker: int = 1) ->
         return DEFAULT_TASK_MEMORY
     share = (TASK_MEMORY_FRACTION * int(memory_limit) - WORKER_BASELINE) // max(1, int(threads_per_worker))
     return int(max(32 * 2**20, min(DEFAULT_TASK_MEMORY, share)))
+
+
+def cache_block_bytes() -> int:
+    """Largest kernel block of a task's sub-block, bytes:
+    :data:`~ooc_spectral.planning.CACHE_BLOCK_BYTES`, or the dask config
+    ``ooc-spectral.cache-block`` (env ``DASK_OOC_SPECTRAL__CACHE_BLOCK``, e.g.
+    ``32MiB`` on a machine with a larger cache per core)."""
+    from dask.utils import parse_bytes
+
+    from .planning import CACHE_BLOCK_BYTES
+
+    given = dask.config.get("ooc-spectral.cache-block", None)
+    if given:
+        return int(parse_bytes(given) if isinstance(given, str) else given)
+    return CACHE_BLOCK_BYTES
 
 
 def shared(obj: Any):
@@ -176,6 +191,7 @@ class Executor:
             per_worker = self.threads
         self.task_memory = int(task_memory) if task_memory else task_memory_budget(
             self.memory_limit, per_worker)
+        self.cache_block = cache_block_bytes()
 
     @property
     def distributed(self) -> bool:

@@ -370,7 +370,8 @@ def run_transform_job(job: TransformJob) -> dict:
                                       plan.output_chunk_rows,
                                       dtype=est.output_dtype).prepare(resume=resuming)
                 block = plan_block_rows(plan.rows, source.n_features, smap.dictionary.size,
-                                        memory=executor.task_memory, itemsize=source.itemsize)
+                                        memory=executor.task_memory, itemsize=source.itemsize,
+                                        cache=executor.cache_block)
                 out.write(source.to_dask(out.task_rows(plan.rows)), smap, executor,
                           block_rows=block)
             out.mark_complete()

@@ -390,7 +390,8 @@ class FitRun:
         """Rows per sub-block of a task with a dictionary of ``dictionary_size`` points."""
         s = self.source
         return plan_block_rows(self.plan.rows, s.n_features, dictionary_size,
-                               memory=self.executor.task_memory, itemsize=s.itemsize)
+                               memory=self.executor.task_memory, itemsize=s.itemsize,
+                               cache=self.executor.cache_block)
 
     def accumulate(self, dictionary: Dictionary, X, tol_check: float | None = None
                    ) -> tuple[Statistic, np.ndarray | None]:

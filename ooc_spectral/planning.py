@@ -284,7 +284,8 @@ def plan_tasks(n_rows: int, n_features: int, storage_rows: int, *, threads: int 
 
 
 def plan_block_rows(task_rows: int, n_features: int, dictionary_size: int, *,
-                    memory: int = DEFAULT_TASK_MEMORY, itemsize: int = 8) -> int:
+                    memory: int = DEFAULT_TASK_MEMORY, itemsize: int = 8,
+                    cache: int | None = None) -> int:
     """Rows per sub-block of a task, so that the task stays within ``memory``.
 
     A task holds its input block (stored values and a float64 copy of one
@@ -296,7 +297,8 @@ def plan_block_rows(task_rows: int, n_features: int, dictionary_size: int, *,
     beyond rounding. When the ``m x m`` matrices and the input alone exceed
     ``memory`` (m above about 3000 at 256 MiB), a task needs them plus one
     sub-block of :data:`MIN_BLOCK_ROWS` rows. Within the budget, a sub-block's
-    kernel block is also at most :data:`CACHE_BLOCK_BYTES` (``c x m`` float64).
+    kernel block is also at most ``cache`` bytes (``c x m`` float64; default
+    :data:`CACHE_BLOCK_BYTES`).
     """
     m = max(int(dictionary_size), 1)
     task_rows = max(int(task_rows), 1)
@@ -307,8 +309,8 @@ def plan_block_rows(task_rows: int, n_features: int, dictionary_size: int, *,
     budget = max(MIN_BLOCK_ROWS, (int(memory) - fixed) // per_row)
     # and a kernel block of at most CACHE_BLOCK_BYTES, so that the passes over it
     # after the triangular solve (residuals, mean, centring) run from the cache
-    cache = max(MIN_BLOCK_ROWS, CACHE_BLOCK_BYTES // (8 * m))
-    return int(min(task_rows, budget, cache))
+    cache = CACHE_BLOCK_BYTES if cache is None else int(cache)
+    return int(min(task_rows, budget, max(MIN_BLOCK_ROWS, cache // (8 * m))))
 
 
 def segments(n_tasks: int, max_segments: int = MAX_SEGMENTS) -> list[range]:

@@ -176,13 +176,16 @@ def test_memory_limit_too_small_for_a_worker_is_exit_2_before_any_work(small, tm
 
 def test_memory_limit_too_small_for_a_task_is_exit_2_naming_it_and_quiet_is_quiet(roll, tmp_path):
     # workers stay alive at 300 MiB but are killed by their nanny in every pass-2 task: the
-    # task budget is set above what the limit holds (by default it follows the limit)
+    # task budget is set above what the limit holds (by default it follows the limit), and
+    # the kernel block of a sub-block is let grow to that budget (by default it is kept
+    # within 16 MiB of cache)
     out = tmp_path / "out"
     proc = cli("fit", roll, "--out", out, *ARGS, *LOCAL, "--memory-limit", "300MiB",
                "--chunk-rows", "24000", timeout=480,
                # restarted workers may take a while to come back on a loaded machine: the
                # no-worker timeout is not what this test is about
                env=dict(os.environ, DASK_OOC_SPECTRAL__TASK_MEMORY="1GiB",
+                        DASK_OOC_SPECTRAL__CACHE_BLOCK="1GiB",
                         DASK_OOC_SPECTRAL__NO_WORKERS_TIMEOUT="300s"))
     assert proc.returncode == 2, proc.stderr
     assert "each worker's memory limit is 300MiB, too small for one task" in proc.stderr
