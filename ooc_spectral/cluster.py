@@ -265,7 +265,10 @@ def choose_engine(options: ClusterOptions, input_bytes: int | None = None, *,
     threads' (pass 2 by 20-35%: the threads hold the GIL part of the time), so
     threads win while the stages take under about 25 s: 10^6 rows (32 MB)
     took 8.6 s on threads and 11.0 s on the cluster, 10^7 rows (320 MB) 56.3 s
-    and 53.0 s. The cluster's workers are also held to a memory limit. A given
+    and 53.0 s. (Measured before pass 2's triangular solve released the GIL,
+    :mod:`ooc_spectral._blas`, which was most of the threads' handicap; the
+    crossover has not been measured again since.) The cluster's workers are also
+    held to a memory limit. A given
     ``--memory-limit`` or ``needs_cluster`` (dask's performance report) also
     takes the cluster.
     """
