@@ -265,10 +265,12 @@ def choose_engine(options: ClusterOptions, input_bytes: int | None = None, *,
     threads' (pass 2 by 20-35%: the threads hold the GIL part of the time), so
     threads win while the stages take under about 25 s: 10^6 rows (32 MB)
     took 8.6 s on threads and 11.0 s on the cluster, 10^7 rows (320 MB) 56.3 s
-    and 53.0 s. (Measured before pass 2's triangular solve released the GIL,
-    :mod:`ooc_spectral._blas`, which was most of the threads' handicap; the
-    crossover has not been measured again since.) The cluster's workers are also
-    held to a memory limit. A given
+    and 53.0 s. That was before pass 2's triangular solve released the GIL
+    (:mod:`ooc_spectral._blas`); measured again after it, on a slower machine,
+    the threads win at every size measured: 14.0 s against 21.7 s at 10^6 rows,
+    92.5 s against 109.4 s at 10^7 (320 MB; pass 2 on 1.87 cores on both). The
+    threshold is kept until a measurement above 320 MB decides how far to raise
+    it. The cluster's workers are also held to a memory limit. A given
     ``--memory-limit`` or ``needs_cluster`` (dask's performance report) also
     takes the cluster.
     """
