@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
+import time
 
 import numpy as np
 from scipy.linalg import solve_triangular
 
-__all__ = ["solve_lower_transposed", "gil_free_trsm"]
+__all__ = ["solve_lower_transposed", "gil_free_trsm", "longest_gil_stall"]
 
 _INT_MAX = 2**31 - 1
 #: the Cython signature of ``scipy.linalg.cython_blas.dtrsm`` this module calls
@@ -95,3 +97,32 @@ def solve_lower_transposed(L: np.ndarray, K: np.ndarray) -> np.ndarray:
          byref(alpha), A.ctypes.data_as(double_p), byref(rows), K.ctypes.data_as(double_p),
          byref(rows))
     return K
+
+
+def longest_gil_stall(call) -> tuple[float, float]:
+    """``(seconds of call(), longest gap between two steps of a Python thread spinning
+    beside it)``: a call that releases the GIL stalls the spinner for about the
+    interpreter's switch interval (5 ms), one that holds it for the whole call.
+    Used by ``tests/test_blas.py`` and ``workflows/bench/gil_release.py``."""
+    stop = threading.Event()
+    gap = [0.0]
+
+    def spin():
+        last = time.perf_counter()
+        while not stop.is_set():
+            now = time.perf_counter()
+            gap[0] = max(gap[0], now - last)
+            last = now
+
+    th = threading.Thread(target=spin)
+    th.start()
+    time.sleep(0.05)
+    gap[0] = 0.0
+    t = time.perf_counter()
+    try:
+        call()
+    finally:
+        dt = time.perf_counter() - t
+        stop.set()
+        th.join()
+    return dt, gap[0]

@@ -170,15 +170,35 @@ class _Stationary(Kernel):
 
     gamma: float
 
+    def _exponent_of_rows(self, X, Y, x_aux, y_aux):
+        """A function ``(a, b, out)`` writing the exponent of rows ``a:b`` of X into
+        ``out``; subclasses prepare what every piece shares once (RBF: the augmented rows)."""
+        def fill(a, b, out):
+            xa = None if x_aux is None else x_aux[a:b]
+            return self.pairwise_monotone(X[a:b], Y, xa, y_aux, out=out)
+        return fill
+
     def pairwise(self, X, Y, x_aux=None, y_aux=None):
         """The kernel block, :data:`PIECE_ELEMENTS` entries at a time: each piece's
         exponent and exponentials are computed while it is in the core's cache."""
         X, Y = _f64(X), _f64(Y)
+        fill = self._exponent_of_rows(X, Y, x_aux, y_aux)
         K = np.empty((X.shape[0], Y.shape[0]))
         for a, b in _pieces(X.shape[0], Y.shape[0]):
-            xa = None if x_aux is None else x_aux[a:b]
-            self.monotone_to_kernel(self.pairwise_monotone(X[a:b], Y, xa, y_aux, out=K[a:b]))
+            self.monotone_to_kernel(fill(a, b, K[a:b]))
         return K
+
+    def pairwise_dot(self, X, Y, G, x_aux=None, y_aux=None):
+        """``k(X, Y) @ G`` in pieces (see :meth:`Kernel.pairwise_dot`), one piece
+        buffer reused."""
+        X, Y = _f64(X), _f64(Y)
+        fill = self._exponent_of_rows(X, Y, x_aux, y_aux)
+        out = np.empty((X.shape[0], G.shape[1]))
+        pieces = _pieces(X.shape[0], Y.shape[0])
+        buf = np.empty((pieces[0][1] - pieces[0][0], Y.shape[0])) if pieces else None
+        for a, b in pieces:
+            np.matmul(self.monotone_to_kernel(fill(a, b, buf[:b - a])), G, out=out[a:b])
+        return out
 
     def diag(self, X, x_aux=None):
         return np.ones(np.shape(X)[0])
@@ -205,16 +225,15 @@ class RBFKernel(_Stationary):
 
     def pairwise_monotone(self, X, Y, x_aux=None, y_aux=None, out=None):
         """The exponent ``-gamma ||x - y||^2`` (before the clip at 0)."""
-        X, Y = _f64(X), _f64(Y)
-        xx = _sq_norms(X) if x_aux is None else x_aux
-        yy = _sq_norms(Y) if y_aux is None else y_aux
-        A, B = self._augmented(X, Y, xx, yy)
+        A, B = self._augmented(_f64(X), _f64(Y), x_aux, y_aux)
         return np.matmul(A, B.T, out=out)
 
-    def _augmented(self, X, Y, xx, yy):
+    def _augmented(self, X, Y, x_aux=None, y_aux=None):
         """The exponent -gamma (|x|^2 + |y|^2 - 2 x.y) is ``A B'``: the rows augmented
         with their squared norms, ``[x, |x|^2, 1] . [2g y, -g, -g |y|^2]``. One BLAS
         call; monotone_to_kernel then clips at 0 and exponentiates in place."""
+        xx = _sq_norms(X) if x_aux is None else x_aux
+        yy = _sq_norms(Y) if y_aux is None else y_aux
         g = self.gamma
         d = X.shape[1]
         A = np.empty((X.shape[0], d + 2))
@@ -227,35 +246,11 @@ class RBFKernel(_Stationary):
         B[:, d + 1] = -g * yy
         return A, B
 
-    def pairwise(self, X, Y, x_aux=None, y_aux=None):
-        """The kernel block in pieces (see :meth:`_Stationary.pairwise`), the augmented
-        rows built once."""
-        X, Y = _f64(X), _f64(Y)
-        A, B = self._augmented(X, Y, _sq_norms(X) if x_aux is None else x_aux,
-                               _sq_norms(Y) if y_aux is None else y_aux)
-        K = np.empty((X.shape[0], Y.shape[0]))
+    def _exponent_of_rows(self, X, Y, x_aux, y_aux):
+        """The augmented rows built once; each piece is one product of them."""
+        A, B = self._augmented(X, Y, x_aux, y_aux)
         Bt = B.T
-        for a, b in _pieces(X.shape[0], Y.shape[0]):
-            self.monotone_to_kernel(np.matmul(A[a:b], Bt, out=K[a:b]))
-        return K
-
-    def pairwise_dot(self, X, Y, G, x_aux=None, y_aux=None):
-        """``k(X, Y) @ G`` in pieces (see :meth:`Kernel.pairwise_dot`), the augmented
-        rows built once and one piece buffer reused."""
-        X, Y = _f64(X), _f64(Y)
-        A, B = self._augmented(X, Y, _sq_norms(X) if x_aux is None else x_aux,
-                               _sq_norms(Y) if y_aux is None else y_aux)
-        out = np.empty((X.shape[0], G.shape[1]))
-        pieces = _pieces(X.shape[0], Y.shape[0])
-        if not pieces:
-            return out
-        buf = np.empty((pieces[0][1] - pieces[0][0], Y.shape[0]))
-        Bt = B.T
-        for a, b in pieces:
-            S = self.monotone_to_kernel(np.matmul(A[a:b], Bt, out=buf[:b - a]))
-            np.matmul(S, G, out=out[a:b])
-        return out
-
+        return lambda a, b, out: np.matmul(A[a:b], Bt, out=out)
 
 
 @dataclass(frozen=True)

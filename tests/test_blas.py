@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import threading
-import time
-
 import numpy as np
 import pytest
 from scipy.linalg import solve_triangular
 
-from ooc_spectral._blas import gil_free_trsm, solve_lower_transposed
+from ooc_spectral._blas import gil_free_trsm, longest_gil_stall, solve_lower_transposed
 from ooc_spectral.kernels import RBFKernel
 
 
@@ -66,23 +63,6 @@ def test_another_thread_runs_during_the_solve():
     (``solve_triangular`` stalls it for the whole call: ``gil_release.py``)."""
     L, rng = _factor(400, jitter=1e-6)
     K = rng.standard_normal((40_000, 400))
-    stop, gap = threading.Event(), [0.0]
-
-    def spin():
-        last = time.perf_counter()
-        while not stop.is_set():
-            now = time.perf_counter()
-            gap[0] = max(gap[0], now - last)
-            last = now
-
-    th = threading.Thread(target=spin)
-    th.start()
-    time.sleep(0.05)
-    gap[0] = 0.0
-    t = time.perf_counter()
-    solve_lower_transposed(L, K)
-    duration = time.perf_counter() - t
-    stop.set()
-    th.join()
+    duration, stall = longest_gil_stall(lambda: solve_lower_transposed(L, K))
     assert duration > 0.02
-    assert gap[0] < 0.5 * duration, (gap[0], duration)
+    assert stall < 0.5 * duration, (stall, duration)

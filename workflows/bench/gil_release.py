@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -30,29 +28,7 @@ from scipy.linalg import solve_triangular
 from scipy.linalg.blas import dsyrk
 from threadpoolctl import threadpool_limits
 
-
-def longest_stall(call) -> tuple[float, float]:
-    """(duration of ``call()``, longest gap between two steps of a spinning thread)."""
-    stop = threading.Event()
-    gap = [0.0]
-
-    def spin():
-        last = time.perf_counter()
-        while not stop.is_set():
-            now = time.perf_counter()
-            gap[0] = max(gap[0], now - last)
-            last = now
-
-    th = threading.Thread(target=spin)
-    th.start()
-    time.sleep(0.05)
-    gap[0] = 0.0
-    t = time.perf_counter()
-    call()
-    dt = time.perf_counter() - t
-    stop.set()
-    th.join()
-    return dt, gap[0]
+from ooc_spectral._blas import longest_gil_stall as longest_stall
 
 
 def main() -> None:

@@ -26,15 +26,15 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
-from threadpoolctl import threadpool_limits
 
 from ooc_spectral.datasets import make_data
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cli_floors import exp_per_s, gemm_gflops  # noqa: E402
 
 #: (category, substrings of a frame "function (file:line)"), first match from the leaf up
 CATEGORIES = [
@@ -69,25 +69,8 @@ def pass_of(stack: list[str]) -> str | None:
 
 def floors(threads: int) -> dict:
     """float64 gemm GFLOP/s and exp values/s on ``threads`` threads, measured now."""
-    n = 3000
-    a, b = np.random.rand(n, n), np.random.rand(n, n)
-    with threadpool_limits(threads, user_api="blas"):
-        a @ b
-        t = time.perf_counter()
-        reps = 3
-        for _ in range(reps):
-            a @ b
-        gemm = 2 * n**3 * reps / (time.perf_counter() - t) / 1e9
-    x = -np.random.rand(threads, 4_000_000)
-    out = np.empty_like(x)
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(lambda i: np.exp(x[i], out=out[i]), range(threads)))
-        t = time.perf_counter()
-        reps = 5
-        for _ in range(reps):
-            list(pool.map(lambda i: np.exp(x[i], out=out[i]), range(threads)))
-        exp = x.size * reps / (time.perf_counter() - t)
-    return {"gemm_gflops": round(gemm, 1), "exp_per_s": float(f"{exp:.3g}")}
+    return {"gemm_gflops": round(gemm_gflops(threads), 1),
+            "exp_per_s": float(f"{exp_per_s(threads):.3g}")}
 
 
 def main() -> None:
