@@ -21,6 +21,17 @@ def one_blas_thread():
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def workers_by_forkserver():
+    """The tests' own LocalClusters start workers as the embedded one does: forked from
+    one server that imported the pass modules once (:func:`ooc_spectral.cluster.
+    embedded_worker_start`), not each a fresh interpreter (about 2 s of CPU each)."""
+    from ooc_spectral.cluster import embedded_worker_start
+
+    with embedded_worker_start():
+        yield
+
+
 def write_zarr(path, X, chunk_rows, *, name=None, dtype=None):
     """Write X to a zarr v3 array at ``path`` (or ``path/name`` in a group)."""
     X = np.asarray(X) if dtype is None else np.asarray(X, dtype=dtype)

@@ -178,10 +178,11 @@ def test_memory_limit_too_small_for_a_task_is_exit_2_naming_it_and_quiet_is_quie
     # workers stay alive at 300 MiB but are killed by their nanny in every pass-2 task: the
     # task budget is set above what the limit holds (by default it follows the limit), and
     # the kernel block of a sub-block is let grow to that budget (by default it is kept
-    # within 16 MiB of cache)
+    # within 16 MiB of cache). One task of all 60,000 rows: its c x m blocks alone are
+    # about 660 MB, so even a worker forked light from the fork server is killed
     out = tmp_path / "out"
     proc = cli("fit", roll, "--out", out, *ARGS, *LOCAL, "--memory-limit", "300MiB",
-               "--chunk-rows", "24000", timeout=480,
+               "--chunk-rows", "60000", timeout=480,
                # restarted workers may take a while to come back on a loaded machine: the
                # no-worker timeout is not what this test is about
                env=dict(os.environ, DASK_OOC_SPECTRAL__TASK_MEMORY="1GiB",

@@ -58,6 +58,50 @@ def test_threshold_is_dask_config(monkeypatch):
         assert choose_engine(ClusterOptions(), 2**20 + 1)[0] == "cluster"
 
 
+def _worker_view():
+    import os
+    import sys
+
+    from threadpoolctl import threadpool_info
+
+    return (os.getppid(), "ooc_spectral.pipeline" in sys.modules,
+            sorted({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}))
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_embedded_workers_start_by_the_configured_method_with_one_blas_thread(method):
+    """Forked from one preloaded server (the default) or spawned: either way each worker
+    pins BLAS to one thread, and a forked one has the pass modules before its first task."""
+    import os
+
+    import dask
+
+    from ooc_spectral.cluster import dask_client
+
+    with dask.config.set({"ooc-spectral.worker-start-method": method}), \
+            dask_client(ClusterOptions(workers=2, quiet=True)) as client:
+        views = list(client.run(_worker_view).values())
+    assert len(views) == 2
+    for parent, preloaded, blas in views:
+        assert blas == [1], blas
+        if method == "forkserver":
+            # the parent of a worker is the fork server, not this process's nanny
+            assert parent != os.getpid() and preloaded
+    if method == "forkserver":
+        assert views[0][0] == views[1][0]  # one server for both
+
+
+def test_worker_start_method_fork_is_refused():
+    import dask
+
+    from ooc_spectral.cluster import dask_client
+
+    with dask.config.set({"ooc-spectral.worker-start-method": "fork"}), \
+            pytest.raises(InvalidParameterError, match="'forkserver' or 'spawn'"):
+        with dask_client(ClusterOptions(workers=1, quiet=True)):
+            pass
+
+
 # --------------------------------------------------------------------------- tasks
 @pytest.mark.parametrize("n, storage, threads", [
     (200_000, 700_000, 2), (10**5, 10**5, 2), (10**6, 262_144, 2), (10**6, 262_144, 8),
