@@ -69,3 +69,17 @@ def client(cluster):
 
     with Client(cluster) as c:
         yield c
+
+
+#: The files that take longest (``--durations``, 2 cores), started first: with ``--dist
+#: loadfile`` a file runs on one test process, and a long file collected last would run
+#: alone at the end while the other processes sit idle.
+LONGEST_FIRST = ("test_batch_safety.py", "test_cli.py", "test_resume.py", "test_object_storage.py",
+                 "test_integrity.py", "test_append.py", "test_bad_input_cli.py",
+                 "test_rpcholesky.py", "test_reliability.py", "test_reproductions.py",
+                 "test_scan.py", "test_prefix_scan.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept

@@ -144,13 +144,14 @@ def test_transform_of_a_replaced_input_is_never_the_old_result(roll, cluster, co
 
 def test_replaced_input_after_a_kill_is_never_mixed(roll, cluster, tmp_path):
     big = tmp_path / "big.zarr"
-    make_data("swiss-roll", 200_000, big, chunk_rows=1000, seed=1)
+    # 40 tasks of 1000 rows: the kill lands in pass 2, between two partials
+    make_data("swiss-roll", 40_000, big, chunk_rows=1000, seed=1)
     out = tmp_path / "out"
     args = [str(big), "--out", str(out), *CLI_ARGS, "--chunk-rows", "1000",
             "--checkpoint-every", "1", "--scheduler", cluster.scheduler_address]
     kill_when(out, in_pass2, args)
     # the input is replaced before the resume
-    make_data("swiss-roll", 200_000, big, chunk_rows=1000, seed=2, overwrite=True)
+    make_data("swiss-roll", 40_000, big, chunk_rows=1000, seed=2, overwrite=True)
     proc = cli("fit", *args, check=0)
     report = json.loads((out / "report.json").read_text())
     assert report["resumed_stages"] == [], report["resumed_stages"]

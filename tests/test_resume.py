@@ -22,7 +22,8 @@ import zarr
 from test_cli import EXE, cli
 
 N = 160_000  # three scan windows of 65,536 rows: a kill can land between two
-ARGS = ["--gamma", "0.05", "--tol", "1e-3", "--n-components", "3", "--chunk-rows", "1000",
+# 40 tasks of 4000 rows: enough that each kill lands inside its pass
+ARGS = ["--gamma", "0.05", "--tol", "1e-3", "--n-components", "3", "--chunk-rows", "4000",
         "--checkpoint-every", "1", "--workers", "2", "--threads-per-worker", "1", "-q",
         "--engine", "cluster"]  # SIGKILL of the client and its worker processes
 
@@ -30,7 +31,7 @@ ARGS = ["--gamma", "0.05", "--tol", "1e-3", "--n-components", "3", "--chunk-rows
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     d = tmp_path_factory.mktemp("resume")
-    cli("make-data", "swiss-roll", "--n", N, "--out", d / "roll.zarr", "--chunk-rows", 1000,
+    cli("make-data", "swiss-roll", "--n", N, "--out", d / "roll.zarr", "--chunk-rows", 4000,
         check=0)
     return d / "roll.zarr"
 
