@@ -43,3 +43,25 @@ def test_scan_selects_the_same_rows_bit_for_bit_on_one_and_two_blas_threads():
     np.testing.assert_array_equal(one.points, two.points)
     np.testing.assert_allclose(two.L, one.L, rtol=0, atol=1e-12)  # |L| <= 1: k(x, x) = 1
     np.testing.assert_allclose(two.w, one.w, rtol=0, atol=1e-12 * np.abs(one.w).max())
+
+
+def _blas_threads_in_a_task(_):
+    return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+
+def test_tasks_on_the_default_threaded_scheduler_use_one_blas_thread_each():
+    """No client and no scheduler configured (the Python API's default) is dask's threaded
+    scheduler: its tasks run side by side, so each pins BLAS to one thread, as under
+    ``scheduler="threads"``; the synchronous scheduler keeps every thread."""
+    import dask
+
+    from ooc_spectral.execution import compute
+
+    tasks = [dask.delayed(_blas_threads_in_a_task)(i) for i in range(4)]
+    with threadpool_limits(limits=2, user_api="blas"):  # conftest pins the session to one
+        assert dask.base.get_scheduler() is None
+        assert list(compute(*tasks)) == [{1}] * 4
+        with dask.config.set(scheduler="threads"):
+            assert list(compute(*tasks)) == [{1}] * 4
+        with dask.config.set(scheduler="sync"):
+            assert list(compute(*tasks)) == [{2}] * 4
