@@ -28,6 +28,7 @@ from .exceptions import InvalidParameterError
 __all__ = [
     "VISIT_WINDOW_ROWS",
     "SCAN_BLOCK_ROWS",
+    "SCAN_ONE_BLAS_THREAD_BELOW",
     "scan_block_rows",
     "MAX_SEGMENTS",
     "DEFAULT_TASK_MEMORY",
@@ -59,6 +60,13 @@ SCAN_BLOCK_ROWS = 8192
 #: solve against the whole dictionary (matrix-matrix).
 SCAN_PANEL_POINTS = 64
 SCAN_PANEL_ROWS = 256
+#: Below this dictionary size the scan runs BLAS on one thread: its products and
+#: solves (kernel pieces, c x m blocks against an m x m factor) are too small to
+#: share, and OpenBLAS's second thread only spins. Measured, scan of 500,000 rows
+#: in memory (``threadpool_limits`` 1 vs 2, 2 cores): m = 74 (image patches, d = 64)
+#: 1.0-1.35 s vs 2.1-2.2 s; m = 458 (swiss roll) 3.8-4.3 s vs 5.3-5.7 s; m = 724
+#: 11.0 s vs 10.0-10.6 s, where the second thread starts to pay.
+SCAN_ONE_BLAS_THREAD_BELOW = 640
 #: Memory for one block's c x m coordinates in the scan.
 SCAN_BLOCK_MEMORY = 128 * 2**20
 #: A parallel pass is reduced in at most this many checkpointable partials (segments).

@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable
 
@@ -52,12 +53,13 @@ from scipy.linalg import solve_triangular
 from .exceptions import DictionaryError, DictionarySizeError
 from .kernels import Kernel, RBFKernel, LaplacianKernel, SubsetNormalizedKernel, PolynomialKernel
 # still importable from here, where they lived before they had their own module
-from .local_certificate import (CERTIFY_THREADS, LOCAL_GROWTH, LOCAL_MIN_SIZE,  # noqa: F401
+from .local_certificate import (_BLAS_CONTROLLER, CERTIFY_THREADS, LOCAL_GROWTH, LOCAL_MIN_SIZE,  # noqa: F401
                                 LOCAL_SIZE, LocalCertificate, certify_rows,
                                 local_certificate_size, uncertified_rows)
 # the frozen result of the pass lives with the fitted model; importable from here too
 from .model import PIVOT_FLOOR, Dictionary  # noqa: F401
-from .planning import SCAN_PANEL_POINTS, SCAN_PANEL_ROWS, VisitOrder, scan_block_rows
+from .planning import (SCAN_ONE_BLAS_THREAD_BELOW, SCAN_PANEL_POINTS, SCAN_PANEL_ROWS, VisitOrder,
+                       scan_block_rows)
 
 __all__ = [
     "PIVOT_FLOOR",
@@ -391,6 +393,14 @@ def _size_error(state: DictionaryState, limit: int, rows_done: int, n_rows: int,
     )
 
 
+def _scan_blas_threads(size: int):
+    """One BLAS thread while the dictionary is below :data:`~ooc_spectral.planning.
+    SCAN_ONE_BLAS_THREAD_BELOW` points, every thread from there on."""
+    if size < SCAN_ONE_BLAS_THREAD_BELOW:
+        return _BLAS_CONTROLLER.limit(limits=1, user_api="blas")
+    return nullcontext()
+
+
 def scan_rows(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: float, *,
               limit: int | None = None, block_rows: int | None = None) -> bool:
     """Blocked scan of in-memory rows (already in visiting order).
@@ -401,35 +411,42 @@ def scan_rows(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: floa
     was before the block's additions is valid: adding points only lowers a
     residual. The uncertified rows of consecutive blocks are gathered so that one
     full solve handles many of them (the m x m factor is read once per solve).
+    Each block runs BLAS on one thread while the dictionary is small
+    (:func:`_scan_blas_threads`); the selection does not depend on it.
 
     Returns True if it stopped at ``limit`` (see :func:`scan_block`).
     """
     n = X.shape[0]
     a = 0
     while a < n:
-        size = block_rows or scan_block_rows(state.size)
-        keep = uncertified_rows(state, X[a : a + size], tol)
-        if keep is None:  # no certificate yet: scan the block as it is
-            b = min(a + size, n)
-            if scan_block(state, X[a:b], rows[a:b], tol, limit):
-                return True
-            a = b
-            continue
-        pending, b = [a + keep], min(a + size, n)
-        # gather uncertified rows over further rows while they are few; never more
-        # than one block of them (the full scan's c x m coordinates stay in budget)
-        held = keep.size
-        while b < n and held < size // 8:
-            e = min(b + size - held, n)
-            keep = uncertified_rows(state, X[b:e], tol)
-            pending.append(b + keep)
-            held += keep.size
-            b = e
-        idx = np.concatenate(pending)
-        if idx.size and scan_block(state, X[idx], rows[idx], tol, limit):
+        with _scan_blas_threads(state.size):
+            stopped, a = _scan_next(state, X, rows, tol, a, limit, block_rows)
+        if stopped:
             return True
-        a = b
     return False
+
+
+def _scan_next(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: float, a: int,
+               limit: int | None, block_rows: int | None) -> tuple[bool, int]:
+    """One block of :func:`scan_rows` from row ``a``: ``(stopped at limit, next row)``."""
+    n = X.shape[0]
+    size = block_rows or scan_block_rows(state.size)
+    keep = uncertified_rows(state, X[a : a + size], tol)
+    if keep is None:  # no certificate yet: scan the block as it is
+        b = min(a + size, n)
+        return scan_block(state, X[a:b], rows[a:b], tol, limit), b
+    pending, b = [a + keep], min(a + size, n)
+    # gather uncertified rows over further rows while they are few; never more
+    # than one block of them (the full scan's c x m coordinates stay in budget)
+    held = keep.size
+    while b < n and held < size // 8:
+        e = min(b + size - held, n)
+        keep = uncertified_rows(state, X[b:e], tol)
+        pending.append(b + keep)
+        held += keep.size
+        b = e
+    idx = np.concatenate(pending)
+    return bool(idx.size) and scan_block(state, X[idx], rows[idx], tol, limit), b
 
 
 def scan_source(

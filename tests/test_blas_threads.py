@@ -65,3 +65,29 @@ def test_tasks_on_the_default_threaded_scheduler_use_one_blas_thread_each():
             assert list(compute(*tasks)) == [{1}] * 4
         with dask.config.set(scheduler="sync"):
             assert list(compute(*tasks)) == [{2}] * 4
+
+
+def test_the_scan_runs_blas_on_one_thread_while_the_dictionary_is_small(monkeypatch):
+    """Below ``SCAN_ONE_BLAS_THREAD_BELOW`` points a block's BLAS calls are too small to
+    share (the second OpenBLAS thread only spins); from there on every thread is used.
+    The selection is the same either way (the test above)."""
+    import ooc_spectral.scan as scan
+
+    seen = []
+    block = scan.scan_block
+
+    def recording(state, *args, **kwargs):
+        seen.append((state.size, {i["num_threads"] for i in threadpool_info()
+                                  if i["user_api"] == "blas"}))
+        return block(state, *args, **kwargs)
+
+    monkeypatch.setattr(scan, "scan_block", recording)
+    monkeypatch.setattr(scan, "SCAN_ONE_BLAS_THREAD_BELOW", 40)
+    X, _ = make_swiss_roll(6000, random_state=0)
+    state = DictionaryState(make_kernel("rbf", gamma=0.05), 3, affine=True)
+    with threadpool_limits(limits=2, user_api="blas"):  # conftest pins the session to one
+        scan_source(open_source(X), VisitOrder(len(X), 0, window=8192), state, tol=1e-4,
+                    max_size=5000, block_rows=500)
+    assert state.size > 60
+    assert all(t == {1} for size, t in seen if size < 40) and any(size < 40 for size, _ in seen)
+    assert all(t == {2} for size, t in seen if size >= 40) and any(size >= 40 for size, _ in seen)
