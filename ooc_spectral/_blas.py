@@ -32,7 +32,8 @@ import time
 import numpy as np
 from scipy.linalg import solve_triangular
 
-__all__ = ["solve_lower_transposed", "gil_free_trsm", "longest_gil_stall"]
+__all__ = ["solve_lower_transposed", "gil_free_trsm", "longest_gil_stall", "one_blas_thread",
+           "blas_thread_counts"]
 
 _INT_MAX = 2**31 - 1
 #: the Cython signature of ``scipy.linalg.cython_blas.dtrsm`` this module calls
@@ -126,3 +127,27 @@ def longest_gil_stall(call) -> tuple[float, float]:
         stop.set()
         th.join()
     return dt, gap[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _controller():
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()  # inspecting the loaded libraries once: about 1 ms
+
+
+def one_blas_thread():
+    """Context manager: BLAS on one thread in this process (a few microseconds to enter).
+
+    For code whose BLAS calls are too small to share, or that runs beside other
+    threads doing the same (the scan below a size, the certificate's threads).
+    """
+    return _controller().limit(limits=1, user_api="blas")
+
+
+def blas_thread_counts() -> set[int]:
+    """The thread counts of the BLAS libraries loaded in this process."""
+    from threadpoolctl import threadpool_info
+
+    return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+

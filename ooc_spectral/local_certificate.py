@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
+from ._blas import one_blas_thread
 from .kernels import Kernel
 
 if TYPE_CHECKING:
@@ -56,7 +56,6 @@ LOCAL_GROWTH = 1.25
 #: Threads that evaluate the certificate's kernel blocks (the scan is otherwise
 #: sequential; these blocks are independent).
 CERTIFY_THREADS = max(1, min(4, os.cpu_count() or 1))
-_BLAS_CONTROLLER = ThreadpoolController()
 
 
 def local_certificate_size(size: int) -> int:
@@ -225,7 +224,7 @@ def uncertified_rows(state: DictionaryState, X: np.ndarray, tol: float) -> np.nd
     if len(starts) < 2 or CERTIFY_THREADS < 2:
         keep = [part(a) for a in starts]
     else:
-        with _BLAS_CONTROLLER.limit(limits=1, user_api="blas"):
+        with one_blas_thread():
             keep = list(_certify_pool().map(part, starts))
     return np.concatenate(keep) if keep else np.empty(0, dtype=np.int64)
 

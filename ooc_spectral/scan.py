@@ -50,10 +50,11 @@ from typing import Callable
 import numpy as np
 from scipy.linalg import solve_triangular
 
+from ._blas import one_blas_thread
 from .exceptions import DictionaryError, DictionarySizeError
 from .kernels import Kernel, RBFKernel, LaplacianKernel, SubsetNormalizedKernel, PolynomialKernel
 # still importable from here, where they lived before they had their own module
-from .local_certificate import (_BLAS_CONTROLLER, CERTIFY_THREADS, LOCAL_GROWTH, LOCAL_MIN_SIZE,  # noqa: F401
+from .local_certificate import (CERTIFY_THREADS, LOCAL_GROWTH, LOCAL_MIN_SIZE,  # noqa: F401
                                 LOCAL_SIZE, LocalCertificate, certify_rows,
                                 local_certificate_size, uncertified_rows)
 # the frozen result of the pass lives with the fitted model; importable from here too
@@ -397,7 +398,7 @@ def _scan_blas_threads(size: int):
     """One BLAS thread while the dictionary is below :data:`~ooc_spectral.planning.
     SCAN_ONE_BLAS_THREAD_BELOW` points, every thread from there on."""
     if size < SCAN_ONE_BLAS_THREAD_BELOW:
-        return _BLAS_CONTROLLER.limit(limits=1, user_api="blas")
+        return one_blas_thread()
     return nullcontext()
 
 

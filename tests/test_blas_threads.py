@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 from sklearn.datasets import make_swiss_roll
-from threadpoolctl import threadpool_info, threadpool_limits
+from threadpoolctl import threadpool_limits
+
+from ooc_spectral._blas import blas_thread_counts
 
 from ooc_spectral.kernels import make_kernel
 from ooc_spectral.planning import VisitOrder
@@ -29,7 +31,7 @@ def _scan(X, threads: int, kernel_name: str):
     kernel = make_kernel(kernel_name, gamma=0.05)
     state = DictionaryState(kernel, X.shape[1], affine=True)
     with threadpool_limits(limits=threads, user_api="blas"):
-        assert {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"} == {threads}
+        assert blas_thread_counts() == {threads}
         scan_source(open_source(X), VisitOrder(len(X), 0, window=8192), state, tol=1e-4,
                     max_size=5000)
     return state
@@ -45,10 +47,6 @@ def test_scan_selects_the_same_rows_bit_for_bit_on_one_and_two_blas_threads():
     np.testing.assert_allclose(two.w, one.w, rtol=0, atol=1e-12 * np.abs(one.w).max())
 
 
-def _blas_threads_in_a_task(_):
-    return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
-
-
 def test_tasks_on_the_default_threaded_scheduler_use_one_blas_thread_each():
     """No client and no scheduler configured (the Python API's default) is dask's threaded
     scheduler: its tasks run side by side, so each pins BLAS to one thread, as under
@@ -57,7 +55,7 @@ def test_tasks_on_the_default_threaded_scheduler_use_one_blas_thread_each():
 
     from ooc_spectral.execution import compute
 
-    tasks = [dask.delayed(_blas_threads_in_a_task)(i) for i in range(4)]
+    tasks = [dask.delayed(blas_thread_counts, pure=False)() for _ in range(4)]
     with threadpool_limits(limits=2, user_api="blas"):  # conftest pins the session to one
         assert dask.base.get_scheduler() is None
         assert list(compute(*tasks)) == [{1}] * 4
@@ -77,8 +75,7 @@ def test_the_scan_runs_blas_on_one_thread_while_the_dictionary_is_small(monkeypa
     block = scan.scan_block
 
     def recording(state, *args, **kwargs):
-        seen.append((state.size, {i["num_threads"] for i in threadpool_info()
-                                  if i["user_api"] == "blas"}))
+        seen.append((state.size, blas_thread_counts()))
         return block(state, *args, **kwargs)
 
     monkeypatch.setattr(scan, "scan_block", recording)

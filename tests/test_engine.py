@@ -62,10 +62,9 @@ def _worker_view():
     import os
     import sys
 
-    from threadpoolctl import threadpool_info
+    from ooc_spectral._blas import blas_thread_counts
 
-    return (os.getppid(), "ooc_spectral.pipeline" in sys.modules,
-            sorted({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}))
+    return os.getppid(), "ooc_spectral.pipeline" in sys.modules, sorted(blas_thread_counts())
 
 
 @pytest.mark.parametrize("method", ["forkserver", "spawn"])
