@@ -244,7 +244,8 @@ def dask_client(options: ClusterOptions):
     with embedded_worker_start(), \
             LocalCluster(n_workers=n, threads_per_worker=options.threads_per_worker,
                          processes=True, memory_limit=options.memory_limit,
-                         dashboard_address=":0", silence_logs=_quiet_logs(options.quiet)) as cluster, \
+                         dashboard_address=":0", silence_logs=_quiet_logs(options.quiet),
+                         env=worker_environment()) as cluster, \
             Client(cluster) as client:
         log.debug("dask dashboard: %s", client.dashboard_link)
         yield client
@@ -264,6 +265,24 @@ def worker_start_method() -> str:
             f"ooc-spectral.worker-start-method is {method!r}; expected 'forkserver' or 'spawn' "
             "(fork is unsafe from a process that runs threads)")
     return method
+
+
+def worker_environment() -> dict[str, str]:
+    """The environment a forked worker is given: this process's, as it is now.
+
+    A spawned worker inherits this process's environment when it starts; a forked
+    one inherits the fork server's, frozen when the server started (the first
+    cluster of this process). Passing the current one (dask's pre-spawn variables
+    left out: the server already has them, and BLAS was loaded under them) keeps a
+    variable set since then, such as object-store credentials or endpoints, from
+    being silently missing on the workers of a later cluster.
+    """
+    import dask
+
+    if worker_start_method() != "forkserver":
+        return {}
+    pre_spawn = dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {}
+    return {k: v for k, v in os.environ.items() if k not in pre_spawn}
 
 
 @contextmanager

@@ -90,6 +90,26 @@ def test_embedded_workers_start_by_the_configured_method_with_one_blas_thread(me
         assert views[0][0] == views[1][0]  # one server for both
 
 
+def _worker_env(name):
+    import os
+
+    return os.environ.get(name)
+
+
+def test_a_variable_set_after_the_fork_server_started_reaches_later_workers(monkeypatch):
+    """Forked workers inherit the fork server's environment, frozen at the process's first
+    cluster; a credential or endpoint set after it must still reach a later cluster's
+    workers, as it would reach spawned ones."""
+    from ooc_spectral.cluster import dask_client
+
+    with dask_client(ClusterOptions(workers=1, quiet=True)):
+        pass  # the server runs from here on
+    monkeypatch.setenv("OOC_SPECTRAL_TEST_LATE_VARIABLE", "set-late")
+    with dask_client(ClusterOptions(workers=1, quiet=True)) as client:
+        seen = list(client.run(_worker_env, "OOC_SPECTRAL_TEST_LATE_VARIABLE").values())
+    assert seen == ["set-late"]
+
+
 def test_worker_start_method_fork_is_refused():
     import dask
 
