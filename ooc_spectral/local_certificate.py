@@ -225,7 +225,7 @@ def uncertified_rows(state: DictionaryState, X: np.ndarray, tol: float) -> np.nd
         keep = [part(a) for a in starts]
     else:
         with one_blas_thread():
-            keep = list(_certify_pool().map(part, starts))
+            keep = list(scan_pool().map(part, starts))
     return np.concatenate(keep) if keep else np.empty(0, dtype=np.int64)
 
 
@@ -234,8 +234,10 @@ _POOL_LOCK = threading.Lock()
 _SCRATCH = threading.local()
 
 
-def _certify_pool() -> ThreadPoolExecutor:
-    """The certificate's threads, started once per process (their scratch blocks persist)."""
+def scan_pool() -> ThreadPoolExecutor:
+    """The scan's helper threads, :data:`CERTIFY_THREADS` of them, started once per
+    process (their scratch blocks persist): the certificate's blocks, and the block
+    coordinates of :func:`ooc_spectral.scan.block_coordinates`."""
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:

@@ -60,13 +60,23 @@ SCAN_BLOCK_ROWS = 8192
 #: solve against the whole dictionary (matrix-matrix).
 SCAN_PANEL_POINTS = 64
 SCAN_PANEL_ROWS = 256
-#: Below this dictionary size the scan runs BLAS on one thread: its products and
-#: solves (kernel pieces, c x m blocks against an m x m factor) are too small to
-#: share, and OpenBLAS's second thread only spins. Measured, scan of 500,000 rows
-#: in memory (``threadpool_limits`` 1 vs 2, 2 cores): m = 74 (image patches, d = 64)
-#: 1.0-1.35 s vs 2.1-2.2 s; m = 458 (swiss roll) 3.8-4.3 s vs 5.3-5.7 s; m = 724
-#: 11.0 s vs 10.0-10.6 s, where the second thread starts to pay.
-SCAN_ONE_BLAS_THREAD_BELOW = 640
+#: Below this dictionary size the scan runs BLAS on one thread, and shares each
+#: block's kernel rows and triangular solve between its own threads instead
+#: (:func:`ooc_spectral.scan.block_coordinates`): the products and solves of one
+#: block (c x m against an m x m factor) are too small for OpenBLAS to share well,
+#: its second thread mostly spins. Measured, scan of 500,000 swiss-roll rows in
+#: memory on 2 cores, rbf, tol 1e-3 (``workflows/bench/scan_threads.py``), two
+#: BLAS threads vs one BLAS thread and the block split in two: m = 848 5.5 s vs
+#: 2.8 s; m = 1557 9.0 s vs 5.5 s; m = 2267 19.2 s vs 16.0 s; m = 3659 36.4 s vs
+#: 42.9 s, where BLAS's own threads pay.
+SCAN_ONE_BLAS_THREAD_BELOW = 3000
+#: Decoded storage chunks the scan keeps for a later window of its visiting order,
+#: bytes in the source's dtype (:class:`ooc_spectral.scan.WindowReader`).
+SCAN_READ_CACHE_BYTES = 256 * 2**20
+#: Blocks of the scan with at least this many rows get their coordinates against the
+#: dictionary on every core while BLAS runs on one thread
+#: (:func:`ooc_spectral.scan.block_coordinates`).
+SCAN_SPLIT_ROWS = 1024
 #: Memory for one block's c x m coordinates in the scan.
 SCAN_BLOCK_MEMORY = 128 * 2**20
 #: A parallel pass is reduced in at most this many checkpointable partials (segments).
@@ -117,6 +127,20 @@ class VisitOrder:
         a, b = self.window_bounds(w)
         rng = np.random.default_rng(np.random.SeedSequence([self.seed, 0x5CA9, int(w)]))
         return rng.permutation(b - a)
+
+    def chunk_visits(self, chunk_starts: np.ndarray, start_window: int = 0) -> dict[int, list[int]]:
+        """For each storage chunk (``chunk_starts``: their first rows), the positions
+        in :attr:`windows` from ``start_window`` on of the windows that overlap it,
+        ascending: when a decoded chunk is needed again, if ever."""
+        starts = np.asarray(chunk_starts, dtype=np.int64)
+        visits: dict[int, list[int]] = {}
+        for k, w in enumerate(self.windows[start_window:], start=start_window):
+            a, b = self.window_bounds(w)
+            first = int(np.searchsorted(starts, a, side="right")) - 1
+            last = int(np.searchsorted(starts, b - 1, side="right")) - 1
+            for j in range(first, last + 1):
+                visits.setdefault(j, []).append(k)
+        return visits
 
     def sort_keys(self, rows: np.ndarray) -> np.ndarray:
         """Keys that sort row numbers as the visiting order does (for a few rows)."""

@@ -40,6 +40,7 @@ used by passes 2 and 3 (``A M A' = Y Y'`` exactly).
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -50,17 +51,18 @@ from typing import Callable
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from ._blas import one_blas_thread
+from ._blas import one_blas_thread, solve_lower_transposed
 from .exceptions import DictionaryError, DictionarySizeError
 from .kernels import Kernel, RBFKernel, LaplacianKernel, SubsetNormalizedKernel, PolynomialKernel
 # still importable from here, where they lived before they had their own module
 from .local_certificate import (CERTIFY_THREADS, LOCAL_GROWTH, LOCAL_MIN_SIZE,  # noqa: F401
                                 LOCAL_SIZE, LocalCertificate, certify_rows,
-                                local_certificate_size, uncertified_rows)
+                                local_certificate_size, scan_pool, uncertified_rows)
 # the frozen result of the pass lives with the fitted model; importable from here too
 from .model import PIVOT_FLOOR, Dictionary  # noqa: F401
-from .planning import (SCAN_ONE_BLAS_THREAD_BELOW, SCAN_PANEL_POINTS, SCAN_PANEL_ROWS, VisitOrder,
-                       scan_block_rows)
+from .planning import (SCAN_ONE_BLAS_THREAD_BELOW, SCAN_PANEL_POINTS, SCAN_PANEL_ROWS,
+                       SCAN_READ_CACHE_BYTES, SCAN_SPLIT_ROWS, VisitOrder, scan_block_rows)
+from .source import check_finite
 
 __all__ = [
     "PIVOT_FLOOR",
@@ -236,6 +238,48 @@ def _residuals(state: DictionaryState, dhat, alpha):
     return dhat + alpha * alpha / state.beta
 
 
+def _row_coordinates(state: DictionaryState, X: np.ndarray, x_aux, kx: np.ndarray, out=None):
+    """``(Z, dhat, alpha)`` of the rows of X against the dictionary: ``Z = k(X, D) L^-T``
+    (c x m), ``dhat = k(x, x) - |z|^2`` and ``alpha = 1 - z.w``; written into ``out``
+    (three arrays) when given."""
+    Z = solve_lower_transposed(state.L, state.kernel.pairwise(X, state.points, x_aux, state.aux))
+    if out is None:
+        return Z, kx - np.einsum("ij,ij->i", Z, Z), 1.0 - Z @ state.w
+    Z0, dhat, alpha = out
+    Z0[...] = Z
+    np.subtract(kx, np.einsum("ij,ij->i", Z, Z), out=dhat)
+    np.subtract(1.0, Z @ state.w, out=alpha)
+    return out
+
+
+def block_coordinates(state: DictionaryState, X: np.ndarray, x_aux, kx: np.ndarray):
+    """:func:`_row_coordinates` of a block, its rows shared between the scan's threads.
+
+    Each row's kernel row and solve are independent of the others', so a block
+    of at least :data:`~ooc_spectral.planning.SCAN_SPLIT_ROWS` rows is cut in one
+    part per thread while BLAS runs on one thread (a dictionary below
+    :data:`~ooc_spectral.planning.SCAN_ONE_BLAS_THREAD_BELOW` points, see
+    :func:`_scan_blas_threads`): the kernel products, exponentials and the
+    GIL-free triangular solve (:func:`~ooc_spectral._blas.solve_lower_transposed`)
+    then run on every core, where the sequential scan otherwise leaves all but
+    one idle. Above that size BLAS shares each call itself. The walk through the
+    block that follows stays sequential, so the selection is the scan's.
+    """
+    c, threads = X.shape[0], CERTIFY_THREADS
+    if threads < 2 or c < SCAN_SPLIT_ROWS or state.size >= SCAN_ONE_BLAS_THREAD_BELOW:
+        return _row_coordinates(state, X, x_aux, kx)
+    out = np.empty((c, state.size)), np.empty(c), np.empty(c)
+    step = -(-c // threads)
+
+    def part(a: int) -> None:
+        b = a + step
+        _row_coordinates(state, X[a:b], None if x_aux is None else x_aux[a:b], kx[a:b],
+                         tuple(o[a:b] for o in out))
+
+    list(scan_pool().map(part, range(0, c, step)))
+    return out
+
+
 def scan_block(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: float,
                limit: int | None = None) -> bool:
     """Scan one block of rows in order, adding those with ``delta > tol``.
@@ -300,11 +344,7 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
     # Coordinates against the dictionary at the start of the block (the solve's own
     # output, c x m0, no copy) and against the points added within the block (Zn).
     if m0:
-        K = kernel.pairwise(X, state.points, x_aux, state.aux)
-        # K.T is a Fortran-ordered view: the solve works in place on it.
-        Z0 = solve_triangular(state.L, K.T, lower=True, overwrite_b=True, check_finite=False).T
-        dhat = kx - np.einsum("ij,ij->i", Z0, Z0)
-        alpha = 1.0 - Z0 @ state.w
+        Z0, dhat, alpha = block_coordinates(state, X, x_aux, kx)
     else:
         Z0 = np.empty((c, 0))
         dhat = kx.copy()
@@ -450,6 +490,74 @@ def _scan_next(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: flo
     return bool(idx.size) and scan_block(state, X[idx], rows[idx], tol, limit), b
 
 
+class WindowReader:
+    """The scan's windows, read so that storage chunks shared by windows are decoded once.
+
+    A window of the visiting order (:data:`~ooc_spectral.planning.VISIT_WINDOW_ROWS`
+    rows) is often part of a larger storage chunk (zarr chunks of 131,072 or
+    262,144 rows), and the windows are visited in a seeded random order: reading
+    each window from the store decoded its whole chunk once per window (the 10^6
+    x 64 image patches in 131,072-row chunks: 0.96 s of reads for a 1.6 s scan).
+    The visiting order is known in advance
+    (:meth:`~ooc_spectral.planning.VisitOrder.chunk_visits`), so a decoded chunk
+    is kept while a later window needs it, within
+    :data:`~ooc_spectral.planning.SCAN_READ_CACHE_BYTES`; when the budget is
+    full, the chunk needed farthest ahead is the one not kept (Belady's rule).
+    The rows and their order are those of ``source.read_rows``: only how often a
+    chunk is decoded changes. Used by one thread at a time.
+    """
+
+    def __init__(self, source, order: VisitOrder, start_window: int = 0,
+                 budget: int = SCAN_READ_CACHE_BYTES):
+        self.source, self.order, self.budget = source, order, int(budget)
+        self.windows = order.windows
+        self.starts = np.asarray(source.chunk_starts, dtype=np.int64)
+        self.keeps = source.kind != "numpy"  # reading numpy rows decodes nothing
+        self.visits = order.chunk_visits(self.starts, start_window) if self.keeps else {}
+        self.chunks: dict[int, np.ndarray] = {}
+        self.decoded = 0  # chunks read from the source (for tests and benchmarks)
+
+    def _next_visit(self, j: int, k: int) -> float:
+        """The first position from ``k`` on whose window needs chunk ``j`` (inf: none)."""
+        v = self.visits.get(j, [])
+        i = bisect.bisect_left(v, k)
+        return v[i] if i < len(v) else math.inf
+
+    def _chunk(self, j: int, k: int) -> np.ndarray:
+        """Storage chunk ``j`` for the window at position ``k``, kept if a later one needs it."""
+        chunk = self.chunks.pop(j, None)
+        if chunk is None:
+            chunk = self.source.read_raw(int(self.starts[j]), int(self.starts[j + 1]))
+            self.decoded += 1
+        kept = {i: self._next_visit(i, k) for i in self.chunks}  # maybe this window's next
+        kept[j] = self._next_visit(j, k + 1)
+        while kept and (sum(self.chunks[i].nbytes for i in kept if i != j)
+                        + (chunk.nbytes if j in kept else 0)) > self.budget:
+            del kept[max(kept, key=kept.get)]  # needed farthest ahead (or never)
+        self.chunks = {i: self.chunks[i] for i in kept if i != j and kept[i] < math.inf}
+        if j in kept and kept[j] < math.inf:
+            self.chunks[j] = chunk
+        return chunk
+
+    def read(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The window at position ``k`` of the visiting order: its rows in visiting
+        order as float64 (checked finite) and their row numbers."""
+        w = self.windows[k]
+        a, b = self.order.window_bounds(w)
+        if not self.keeps:
+            raw = self.source.read_raw(a, b)
+        else:
+            first = int(np.searchsorted(self.starts, a, side="right")) - 1
+            parts = []
+            for j in range(first, int(np.searchsorted(self.starts, b - 1, side="right"))):
+                c0 = int(self.starts[j])
+                parts.append(self._chunk(j, k)[max(a, c0) - c0: min(b, int(self.starts[j + 1])) - c0])
+            raw = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        check_finite(raw, a, self.source)
+        perm = self.order.rows_in_window(w)
+        return np.ascontiguousarray(raw[perm], dtype=np.float64), a + perm
+
+
 def scan_source(
     source,
     order: VisitOrder,
@@ -492,21 +600,15 @@ def scan_source(
     t0 = time.perf_counter()
     rows_done = int(sum(order.window_bounds(w)[1] - order.window_bounds(w)[0]
                         for w in windows[:start_window]))
-
-    def read(k: int):
-        a, b = order.window_bounds(windows[k])
-        return a, source.read_rows(a, b)
+    read = WindowReader(source, order, start_window).read
 
     stable = 0
     done = start_window
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ooc-scan-read") as pool:
         nxt = pool.submit(read, start_window) if start_window < n_windows else None
         for k in range(start_window, n_windows):
-            a, block = nxt.result()
+            Xw, rw = nxt.result()
             nxt = pool.submit(read, k + 1) if k + 1 < n_windows else None
-            perm = order.rows_in_window(windows[k])
-            Xw = block[perm]
-            rw = a + perm
             before = state.size
             if scan_rows(state, Xw, rw, tol, limit=max_size, block_rows=block_rows):
                 raise _size_error(state, max_size, rows_done, order.n_rows, tol)

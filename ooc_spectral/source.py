@@ -107,15 +107,17 @@ class DataSource:
 
         return tokenize(self.url, self.shape, str(self.dtype), self.storage_chunk_rows, rows)
 
+    def read_raw(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)`` as stored (the source's dtype), not checked."""
+        if self.kind == "numpy":
+            return self._numpy[start:stop]
+        if self.kind == "zarr":
+            return _ZarrRef(self._zarr, self.url, self.storage_chunk_rows, ReadRetry.from_env()).read(start, stop)
+        return self._dask[start:stop].compute()
+
     def read_rows(self, start: int, stop: int) -> np.ndarray:
         """Rows ``[start, stop)`` as float64, checked finite."""
-        if self.kind == "numpy":
-            block = self._numpy[start:stop]
-        elif self.kind == "zarr":
-            block = _ZarrRef(self._zarr, self.url, self.storage_chunk_rows, ReadRetry.from_env()).read(start, stop)
-        else:
-            block = self._dask[start:stop].compute()
-        block = np.ascontiguousarray(block, dtype=np.float64)
+        block = np.ascontiguousarray(self.read_raw(start, stop), dtype=np.float64)
         check_finite(block, start, self)
         return block
 

@@ -11,7 +11,7 @@ from ooc_spectral.kernels import LaplacianKernel, LinearKernel, PolynomialKernel
 from sklearn.datasets import make_swiss_roll
 
 from ooc_spectral import local_certificate
-from ooc_spectral.planning import VisitOrder
+from ooc_spectral.planning import SCAN_ONE_BLAS_THREAD_BELOW, VisitOrder
 from ooc_spectral.scan import (
     DictionaryState,
     LocalCertificate,
@@ -231,3 +231,87 @@ def test_certificate_at_the_default_size_rules_out_most_rows():
 
 def test_checkpointed_state_round_trips_with_certificates(data, small_certificates):
     test_checkpointed_state_round_trips_bit_for_bit(data)
+
+
+@pytest.mark.parametrize("chunk_rows,window", [(3000, 1000), (1000, 1000), (700, 1000)])
+def test_window_reader_decodes_each_shared_chunk_once_and_reads_the_same_rows(tmp_path, chunk_rows,
+                                                                             window):
+    """The scan's windows come from decoded storage chunks kept while a later window
+    needs them: the rows and their order are ``read_rows``' exactly, and a budget that
+    holds the input decodes each chunk once (a window per read decoded a 3000-row chunk
+    three times); with no budget every window decodes its chunks, with a small one
+    somewhere between, the rows still the same."""
+    from ooc_spectral.scan import WindowReader
+    from ooc_spectral.source import open_source
+
+    X = np.random.default_rng(0).normal(size=(10_500, 3)).astype(np.float32)
+    src = open_source(write_zarr(tmp_path / "x.zarr", X, chunk_rows))
+    order = VisitOrder(len(X), seed=3, window=window)
+    n_chunks = -(-len(X) // chunk_rows)
+    overlaps = sum(len(v) for v in order.chunk_visits(src.chunk_starts).values())
+    decoded = {}
+    for budget in (1 << 30, 0, 2 * chunk_rows * 3 * 4):
+        reader = WindowReader(src, order, budget=budget)
+        for k, w in enumerate(order.windows):
+            Xw, rows = reader.read(k)
+            a, b = order.window_bounds(w)
+            perm = order.rows_in_window(w)
+            assert Xw.dtype == np.float64 and Xw.flags.c_contiguous
+            np.testing.assert_array_equal(rows, a + perm)
+            np.testing.assert_array_equal(Xw, src.read_rows(a, b)[perm])
+        decoded[budget] = reader.decoded
+    assert decoded[1 << 30] == n_chunks
+    assert decoded[0] == overlaps
+    assert n_chunks <= decoded[2 * chunk_rows * 3 * 4] <= overlaps
+    if chunk_rows > window:
+        assert overlaps > n_chunks  # windows shared chunks: decoding them once saved reads
+
+
+def test_window_reader_names_the_row_of_a_nan_in_the_input(tmp_path):
+    from ooc_spectral import NonFiniteInputError
+    from ooc_spectral.scan import WindowReader
+    from ooc_spectral.source import open_source
+
+    X = np.random.default_rng(0).normal(size=(5000, 3))
+    X[4321, 1] = np.nan
+    src = open_source(write_zarr(tmp_path / "x.zarr", X, 2048))
+    order = VisitOrder(len(X), seed=0, window=1000)
+    k = int(np.flatnonzero(order.windows == 4)[0])
+    with pytest.raises(NonFiniteInputError, match="4321"):
+        WindowReader(src, order).read(k)
+
+
+def test_block_coordinates_on_the_scan_threads_equal_the_single_thread_ones_bit_for_bit():
+    """Below SCAN_ONE_BLAS_THREAD_BELOW a block's coordinates are computed in one part per
+    thread: each row's kernel row and solve are its own, so the bits are the same."""
+    from ooc_spectral._blas import one_blas_thread
+    from ooc_spectral.scan import _row_coordinates, block_coordinates
+
+    X = make_swiss_roll(30_000, random_state=0)[0]
+    for kernel in (RBFKernel(0.05), LaplacianKernel(0.05)):
+        st = DictionaryState(kernel, 3, affine=True)
+        scan_rows(st, X[:20_000], np.arange(20_000), 1e-4, limit=600)
+        assert 300 < st.size < SCAN_ONE_BLAS_THREAD_BELOW
+        B = X[20_000:28_192]
+        aux = kernel.aux(B)
+        kx = kernel.diag(B, aux)
+        with one_blas_thread():
+            whole = _row_coordinates(st, B, aux, kx)
+            parts = block_coordinates(st, B, aux, kx)
+        for a, b in zip(whole, parts):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_scan_selects_the_same_rows_with_and_without_the_scan_threads(monkeypatch):
+    import ooc_spectral.scan as scan
+
+    X = make_swiss_roll(30_000, random_state=1)[0]
+    out = []
+    for split in (1024, 10**9):
+        monkeypatch.setattr(scan, "SCAN_SPLIT_ROWS", split)
+        st = DictionaryState(RBFKernel(0.05), 3, affine=True)
+        scan_rows(st, X, np.arange(len(X)), 1e-4, limit=5000)
+        out.append(st)
+    assert out[0].size > 200
+    np.testing.assert_array_equal(out[0].indices, out[1].indices)
+    np.testing.assert_array_equal(out[0].L, out[1].L)
