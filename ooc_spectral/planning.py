@@ -71,8 +71,10 @@ SCAN_PANEL_ROWS = 256
 #: 42.9 s, where BLAS's own threads pay.
 SCAN_ONE_BLAS_THREAD_BELOW = 3000
 #: Decoded storage chunks the scan keeps for a later window of its visiting order,
-#: bytes in the source's dtype (:class:`ooc_spectral.scan.WindowReader`).
-SCAN_READ_CACHE_BYTES = 256 * 2**20
+#: bytes in the source's dtype (:class:`ooc_spectral.scan.WindowReader`). The 10^6
+#: x 64 float32 image patches (eight 32 MB chunks, sixteen windows) decode 16
+#: chunks with no budget, 11 with 64 MiB, 9 with 128 MiB, 8 from 192 MiB on.
+SCAN_READ_CACHE_BYTES = 128 * 2**20
 #: Blocks of the scan with at least this many rows get their coordinates against the
 #: dictionary on every core while BLAS runs on one thread
 #: (:func:`ooc_spectral.scan.block_coordinates`).
