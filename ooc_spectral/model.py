@@ -20,7 +20,7 @@ import numpy as np
 from scipy.linalg import solve_triangular
 from scipy.linalg.blas import dger
 
-from ._blas import solve_lower_transposed
+from ._blas import solve_lower_rows, solve_lower_transposed
 from .exceptions import DictionaryError
 from .kernels import Kernel, first_nonpositive
 
@@ -71,23 +71,34 @@ class Dictionary:
         return int(self.points.shape[0])
 
     def kernel_block(self, X: np.ndarray, x_aux=None) -> tuple[np.ndarray, np.ndarray]:
-        """``K = k(X, D)`` (c x m) and ``k(x, x)`` for the rows of X."""
+        """``K = k(X, D)`` (c x m) and ``k(x, x)`` for the rows of X.
+
+        K is Fortran-ordered: the transpose of the C-ordered ``k(D, X)`` (m x c),
+        one row per dictionary point, the layout :meth:`solve` is fastest on.
+        """
         X = np.ascontiguousarray(X, dtype=np.float64)
         if x_aux is None:
             x_aux = self.kernel.aux(X)
-        return self.kernel.pairwise(X, self.points, x_aux, self.aux), self.kernel.diag(X, x_aux)
+        KT = self.kernel.pairwise(self.points, X, self.aux, x_aux)
+        return KT.T, self.kernel.diag(X, x_aux)
 
     def solve(self, K: np.ndarray, overwrite: bool = False) -> np.ndarray:
-        """``Z = K L^-T`` for a C-ordered kernel block K (c x m), in place if ``overwrite``.
+        """``Z = K L^-T`` for a kernel block K (c x m), in place if ``overwrite``.
 
-        One triangular solve (BLAS-3, backward stable), with the GIL released
-        (:func:`~ooc_spectral._blas.solve_lower_transposed`), so that the
-        threaded engine's tasks solve side by side. A product with an explicit
-        ``L^-1`` does twice the flops and, measured on this project's machines,
-        takes longer (see ``workflows/bench/passes.py``).
+        For a Fortran-ordered K (:meth:`kernel_block`'s), a blocked forward
+        substitution on its C-ordered transpose
+        (:func:`~ooc_spectral._blas.solve_lower_rows`: matrix products and small
+        triangular solves on contiguous rows), Z Fortran-ordered too; for a
+        C-ordered K, one triangular solve
+        (:func:`~ooc_spectral._blas.solve_lower_transposed`). Both are backward
+        stable and release the GIL, so that the threaded engine's tasks solve
+        side by side. A product with an explicit ``L^-1`` does twice the flops
+        and loses accuracy when L is ill conditioned.
         """
         if self.L is None:  # the exact path's kernel basis
             return K if overwrite else K.copy()
+        if K.flags.f_contiguous and not K.flags.c_contiguous:
+            return solve_lower_rows(self.L, K.T if overwrite else K.T.copy()).T
         return solve_lower_transposed(self.L, K if overwrite else K.copy())
 
     def coordinates(self, X: np.ndarray, x_aux=None) -> tuple[np.ndarray, np.ndarray]:
@@ -122,6 +133,8 @@ class Dictionary:
     @staticmethod
     def unconstrained_residuals(Z: np.ndarray, kx: np.ndarray) -> np.ndarray:
         """``dhat_t = k(x_t, x_t) - |z_t|^2``, the squared distance to the span."""
+        if Z.flags.f_contiguous and not Z.flags.c_contiguous:
+            return kx - np.einsum("ji,ji->i", Z.T, Z.T)
         return kx - np.einsum("ij,ij->i", Z, Z)
 
     def project(self, X: np.ndarray, *, orthogonal: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -149,7 +162,10 @@ class Dictionary:
         Z, kx = self.coordinates(X)
         delta, alpha = self.residuals(Z, kx)
         if self.affine and not orthogonal:  # Z += (alpha / beta) w', a rank-one update in place
-            Z = dger(1.0, self.w, alpha / self.beta, a=Z.T, overwrite_a=True).T
+            if Z.flags.f_contiguous:
+                Z = dger(1.0, alpha / self.beta, self.w, a=Z, overwrite_a=True)
+            else:
+                Z = dger(1.0, self.w, alpha / self.beta, a=Z.T, overwrite_a=True).T
         return Z, delta
 
 

@@ -66,3 +66,81 @@ def test_another_thread_runs_during_the_solve():
     duration, stall = longest_gil_stall(lambda: solve_lower_transposed(L, K))
     assert duration > 0.02
     assert stall < 0.5 * duration, (stall, duration)
+
+
+# ------------------------------------------------------------------ the blocked row solve
+@pytest.mark.parametrize("c, m", [(1, 1), (3, 7), (5, 64), (257, 65), (2000, 301), (700, 130)])
+def test_the_blocked_row_solve_solves_in_place_to_the_accuracy_of_one_trsm(c, m):
+    """``solve_lower_rows`` (products for the off-diagonal blocks, small solves on the
+    diagonal) on ill-conditioned Gaussian factors: in place, and as close to the exact
+    solution as one ``dtrsm`` is (the residual ``L Z - K`` at the same level)."""
+    from ooc_spectral._blas import solve_lower_rows
+
+    L, rng = _factor(m)
+    K = rng.standard_normal((c, m))
+    ref = solve_triangular(L, K.T, lower=True, check_finite=False)  # m x c
+    work = np.ascontiguousarray(K.T)
+    got = solve_lower_rows(L, work)
+    assert got is work
+    scale = np.abs(ref).max()
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6 * scale)  # cond(L) up to ~1e5
+    res_ref = np.abs(L @ ref - K.T).max()
+    res_got = np.abs(L @ got - K.T).max()
+    assert res_got <= 4 * res_ref + 1e-15 * np.abs(K).max(), (res_got, res_ref)
+
+
+def test_the_blocked_row_solve_refuses_another_layout_and_handles_empty_blocks():
+    from ooc_spectral._blas import solve_lower_rows
+
+    L, rng = _factor(10)
+    with pytest.raises(ValueError, match="C-ordered"):
+        solve_lower_rows(L, np.asfortranarray(rng.standard_normal((10, 30))))
+    assert solve_lower_rows(L, np.empty((10, 0))).shape == (10, 0)
+
+
+def test_the_blocked_row_solve_without_the_capsule_gives_the_same_result(monkeypatch):
+    import ooc_spectral._blas as blas
+
+    L, rng = _factor(150)
+    K = np.ascontiguousarray(rng.standard_normal((400, 150)).T)
+    fast = blas.solve_lower_rows(L, K.copy())
+    monkeypatch.setattr(blas, "gil_free_trsm", lambda: None)
+    slow = blas.solve_lower_rows(L, K.copy())
+    np.testing.assert_allclose(slow, fast, rtol=0, atol=1e-12 * np.abs(fast).max())
+
+
+def test_another_thread_runs_during_the_blocked_row_solve():
+    from ooc_spectral._blas import solve_lower_rows
+
+    L, rng = _factor(400, jitter=1e-6)
+    KT = np.ascontiguousarray(rng.standard_normal((40_000, 400)).T)
+    duration, stall = longest_gil_stall(lambda: solve_lower_rows(L, KT))
+    assert duration > 0.02
+    assert stall < 0.5 * duration, (stall, duration)
+
+
+def test_the_dictionarys_coordinates_equal_one_trsm_whatever_the_kernel_blocks_layout():
+    """Pass 2 gets a Fortran-ordered kernel block and solves it by rows; a C-ordered one
+    goes to one dtrsm: the coordinates, residuals and projections agree to rounding."""
+    from sklearn.datasets import make_swiss_roll
+
+    from ooc_spectral.scan import DictionaryState, scan_rows
+
+    X = make_swiss_roll(12_000, random_state=0)[0]
+    st = DictionaryState(RBFKernel(0.05), 3, affine=True)
+    scan_rows(st, X[:8000], np.arange(8000), 1e-4, limit=2000)
+    D = st.freeze()
+    assert D.size > 150
+    B = X[:8000]  # the scanned rows: every one within tol
+    K, kx = D.kernel_block(B)
+    assert K.flags.f_contiguous and not K.flags.c_contiguous
+    Zf = D.solve(K)
+    Zc = D.solve(np.ascontiguousarray(K))
+    assert Zf.flags.f_contiguous and Zc.flags.c_contiguous
+    np.testing.assert_allclose(Zf, Zc, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(D.unconstrained_residuals(Zf, kx), D.unconstrained_residuals(Zc, kx),
+                               rtol=0, atol=1e-10)
+    Y, delta = D.project(B)
+    Yc = Zc + np.outer(D.residuals(Zc, kx)[1] / D.beta, D.w)
+    np.testing.assert_allclose(Y, Yc, rtol=0, atol=1e-10)
+    assert delta.max() <= 1e-4 * (1 + 1e-6)  # the scan's guarantee, through the new layout
