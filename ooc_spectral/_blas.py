@@ -41,32 +41,58 @@ _DTRSM_SIGNATURE = ("void (char *, char *, char *, char *, int *, int *, {d} *, 
                     "{d} *, int *)")
 
 
-@functools.lru_cache(maxsize=1)
-def gil_free_trsm():
-    """The ``dtrsm`` of ``scipy.linalg.cython_blas`` as a GIL-releasing ctypes
-    function, or None where its capsule is missing or has another signature."""
+def _capsule_address(name: str, signature: str) -> int | None:
+    """The address of ``scipy.linalg.cython_blas.<name>``, or None where the capsule is
+    missing or its signature is not ``signature`` (another SciPy build, ILP64)."""
     try:
         from scipy.linalg import cython_blas
-        capsule = cython_blas.__pyx_capi__["dtrsm"]
+        capsule = cython_blas.__pyx_capi__[name]
         get_name = ctypes.pythonapi.PyCapsule_GetName
         get_name.restype = ctypes.c_char_p
         get_name.argtypes = [ctypes.py_object]
-        name = get_name(capsule)
+        found = get_name(capsule)
         double = "__pyx_t_5scipy_6linalg_11cython_blas_d"
-        if name is None or name.decode() != _DTRSM_SIGNATURE.format(d=double):
+        if found is None or found.decode() != signature.format(d=double):
             return None
         get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
         get_pointer.restype = ctypes.c_void_p
         get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-        address = get_pointer(capsule, name)
+        address = get_pointer(capsule, found)
     except (ImportError, AttributeError, KeyError, ValueError, OSError):
         return None
-    if not address:
+    return address or None
+
+
+@functools.lru_cache(maxsize=1)
+def gil_free_trsm():
+    """The ``dtrsm`` of ``scipy.linalg.cython_blas`` as a GIL-releasing ctypes
+    function, or None where its capsule is missing or has another signature."""
+    address = _capsule_address("dtrsm", _DTRSM_SIGNATURE)
+    if address is None:
         return None
     char_p, int_p, double_p = (ctypes.POINTER(t) for t in (ctypes.c_char, ctypes.c_int,
                                                               ctypes.c_double))
     prototype = ctypes.CFUNCTYPE(None, char_p, char_p, char_p, char_p, int_p, int_p, double_p,
                                  double_p, int_p, double_p, int_p)
+    return prototype(address)
+
+
+#: the Cython signature of ``scipy.linalg.cython_blas.dgemm``
+_DGEMM_SIGNATURE = ("void (char *, char *, int *, int *, int *, {d} *, {d} *, int *, {d} *, "
+                    "int *, {d} *, {d} *, int *)")
+
+
+@functools.lru_cache(maxsize=1)
+def gil_free_dgemm():
+    """The ``dgemm`` of ``scipy.linalg.cython_blas`` as a GIL-releasing ctypes function
+    (see :func:`gil_free_trsm`), or None."""
+    address = _capsule_address("dgemm", _DGEMM_SIGNATURE)
+    if address is None:
+        return None
+    char_p, int_p, double_p = (ctypes.POINTER(t) for t in (ctypes.c_char, ctypes.c_int,
+                                                              ctypes.c_double))
+    prototype = ctypes.CFUNCTYPE(None, char_p, char_p, int_p, int_p, int_p, double_p, double_p,
+                                 int_p, double_p, int_p, double_p, double_p, int_p)
     return prototype(address)
 
 
@@ -130,23 +156,34 @@ def solve_lower_rows(L: np.ndarray, KT: np.ndarray, block: int = SOLVE_BLOCK) ->
         raise ValueError("solve_lower_rows needs a writeable C-ordered float64 block")
     if m == 0 or c == 0:
         return KT
-    trsm = gil_free_trsm()
-    if max(c, m) > _INT_MAX:
-        trsm = None
+    trsm, gemm = gil_free_trsm(), gil_free_dgemm()
+    if max(c, m) > _INT_MAX:  # BLAS's dimensions are 32-bit here
+        trsm = gemm = None
+    L = np.ascontiguousarray(L, dtype=np.float64)
     double_p = ctypes.POINTER(ctypes.c_double)
     byref = ctypes.byref
     side, uplo, trans, diag = (ctypes.c_char(b) for b in (b"R", b"L", b"T", b"N"))
-    rows, alpha = ctypes.c_int(c), ctypes.c_double(1.0)
+    rows, alpha, minus = ctypes.c_int(c), ctypes.c_double(1.0), ctypes.c_double(-1.0)
+    ld_l = ctypes.c_int(m)
+    item = KT.itemsize
     for a in range(0, m, block):
         e = min(a + block, m)
         Ke = KT[a:e]
-        if a:
+        cols = ctypes.c_int(e - a)
+        if a and gemm is not None:
+            # In Fortran terms KT is K (c x m, leading dimension c) and L is L' (leading
+            # dimension m): K[:, a:e] -= K[:, :a] (L[a:e, :a])', where (L[a:e, :a])' is the
+            # a x (e - a) block of L' from column a on. No temporary, the GIL released.
+            gemm(byref(ctypes.c_char(b"N")), byref(ctypes.c_char(b"N")), byref(rows), byref(cols),
+                 byref(ctypes.c_int(a)), byref(minus), KT.ctypes.data_as(double_p), byref(rows),
+                 ctypes.cast(L.ctypes.data + a * m * item, double_p), byref(ld_l), byref(alpha),
+                 Ke.ctypes.data_as(double_p), byref(rows))
+        elif a:
             Ke -= L[a:e, :a] @ KT[:a]
-        A = np.asfortranarray(L[a:e, a:e], dtype=np.float64)
+        A = np.asfortranarray(L[a:e, a:e])
         if trsm is None:
             Ke[...] = solve_triangular(A, Ke, lower=True, check_finite=False)
             continue
-        cols = ctypes.c_int(e - a)
         trsm(byref(side), byref(uplo), byref(trans), byref(diag), byref(rows), byref(cols),
              byref(alpha), A.ctypes.data_as(double_p), byref(cols), Ke.ctypes.data_as(double_p),
              byref(rows))

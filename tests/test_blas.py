@@ -18,7 +18,9 @@ def _factor(m, seed=0, jitter=1e-10):
 
 
 def test_the_capsule_is_found_on_this_scipy():
-    assert gil_free_trsm() is not None
+    from ooc_spectral._blas import gil_free_dgemm
+
+    assert gil_free_trsm() is not None and gil_free_dgemm() is not None
 
 
 @pytest.mark.parametrize("c, m", [(1, 1), (1, 7), (5, 1), (257, 64), (2000, 301)])
@@ -98,13 +100,14 @@ def test_the_blocked_row_solve_refuses_another_layout_and_handles_empty_blocks()
     assert solve_lower_rows(L, np.empty((10, 0))).shape == (10, 0)
 
 
-def test_the_blocked_row_solve_without_the_capsule_gives_the_same_result(monkeypatch):
+def test_the_blocked_row_solve_without_the_capsules_gives_the_same_result(monkeypatch):
     import ooc_spectral._blas as blas
 
     L, rng = _factor(150)
     K = np.ascontiguousarray(rng.standard_normal((400, 150)).T)
     fast = blas.solve_lower_rows(L, K.copy())
     monkeypatch.setattr(blas, "gil_free_trsm", lambda: None)
+    monkeypatch.setattr(blas, "gil_free_dgemm", lambda: None)
     slow = blas.solve_lower_rows(L, K.copy())
     np.testing.assert_allclose(slow, fast, rtol=0, atol=1e-12 * np.abs(fast).max())
 
