@@ -81,6 +81,12 @@ class Kernel:
     def pairwise(self, X, Y, x_aux=None, y_aux=None) -> np.ndarray:  # pragma: no cover
         raise NotImplementedError
 
+    def pairwise_into(self, out, X, Y, x_aux=None, y_aux=None) -> np.ndarray:
+        """:meth:`pairwise` written into ``out`` (a C-ordered float64 array of its shape);
+        kernels that can fill it in place do so without a block of their own."""
+        out[...] = self.pairwise(X, Y, x_aux, y_aux)
+        return out
+
     def diag(self, X, x_aux=None) -> np.ndarray:  # pragma: no cover
         raise NotImplementedError
 
@@ -182,11 +188,14 @@ class _Stationary(Kernel):
         """The kernel block, :data:`PIECE_ELEMENTS` entries at a time: each piece's
         exponent and exponentials are computed while it is in the core's cache."""
         X, Y = _f64(X), _f64(Y)
+        return self.pairwise_into(np.empty((X.shape[0], Y.shape[0])), X, Y, x_aux, y_aux)
+
+    def pairwise_into(self, out, X, Y, x_aux=None, y_aux=None):
+        X, Y = _f64(X), _f64(Y)
         fill = self._exponent_of_rows(X, Y, x_aux, y_aux)
-        K = np.empty((X.shape[0], Y.shape[0]))
         for a, b in _pieces(X.shape[0], Y.shape[0]):
-            self.monotone_to_kernel(fill(a, b, K[a:b]))
-        return K
+            self.monotone_to_kernel(fill(a, b, out[a:b]))
+        return out
 
     def pairwise_dot(self, X, Y, G, x_aux=None, y_aux=None):
         """``k(X, Y) @ G`` in pieces (see :meth:`Kernel.pairwise_dot`), one piece

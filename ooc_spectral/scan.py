@@ -241,12 +241,13 @@ def _residuals(state: DictionaryState, dhat, alpha):
 def _row_coordinates(state: DictionaryState, X: np.ndarray, x_aux, kx: np.ndarray, out=None):
     """``(Z, dhat, alpha)`` of the rows of X against the dictionary: ``Z = k(X, D) L^-T``
     (c x m), ``dhat = k(x, x) - |z|^2`` and ``alpha = 1 - z.w``; written into ``out``
-    (three arrays) when given."""
-    Z = solve_lower_transposed(state.L, state.kernel.pairwise(X, state.points, x_aux, state.aux))
+    (three arrays, the first C-ordered) when given, the kernel block in place."""
     if out is None:
+        Z = solve_lower_transposed(state.L, state.kernel.pairwise(X, state.points, x_aux, state.aux))
         return Z, kx - np.einsum("ij,ij->i", Z, Z), 1.0 - Z @ state.w
-    Z0, dhat, alpha = out
-    Z0[...] = Z
+    Z, dhat, alpha = out
+    state.kernel.pairwise_into(Z, X, state.points, x_aux, state.aux)
+    solve_lower_transposed(state.L, Z)  # in place: a row range of a C-ordered block
     np.subtract(kx, np.einsum("ij,ij->i", Z, Z), out=dhat)
     np.subtract(1.0, Z @ state.w, out=alpha)
     return out
