@@ -201,24 +201,31 @@ class Executor:
         return self.client is not None
 
     def run(self, label: str, parts: Mapping[Hashable, Any],
-            on_result: Callable[[Hashable, Any], None] | None = None) -> dict:
+            on_result: Callable[[Hashable, Any], None] | None = None, *,
+            keep: bool = True) -> dict:
         """Compute every part; returns ``{name: result}``.
 
         ``on_result(name, result)`` is called in the client as each part
         finishes (in completion order); the returned dict is keyed by name, so
-        callers combine results in their own fixed order.
+        callers combine results in their own fixed order. With ``keep=False``
+        the results are only handed to ``on_result`` (the dict is empty): a
+        caller that folds them as they come holds none of them. On a cluster a
+        part's result is released from its worker as soon as it is gathered.
         """
         names = list(parts)
         results: dict = {}
         t0 = time.perf_counter()
         total = len(names)
+        finished = [0]
 
         def done(name, value):
-            results[name] = value
+            finished[0] += 1
+            if keep:
+                results[name] = value
             if on_result is not None:
                 on_result(name, value)
             if self.on_progress is not None:
-                self.on_progress(PartProgress(label, len(results), total, time.perf_counter() - t0))
+                self.on_progress(PartProgress(label, finished[0], total, time.perf_counter() - t0))
 
         if not names:
             return results
@@ -231,18 +238,19 @@ class Executor:
             try:
                 for fut in self._completed(label, futures):
                     done(by_key[fut.key], self._result(label, fut))
+                    fut.release()  # the worker may drop it now: results do not pile up there
             finally:
                 for f in futures:
                     f.release()
             return results
-        return self._run_local(names, parts, done)
+        return self._run_local(names, parts, done, keep)
 
     def values(self, label: str, *collections) -> tuple:
         """Each collection computed (one :meth:`run`), the results in the given order."""
         out = self.run(label, dict(enumerate(collections)))
         return tuple(out[i] for i in range(len(collections)))
 
-    def _run_local(self, names, parts, done) -> dict:
+    def _run_local(self, names, parts, done, keep: bool = True) -> dict:
         """Every part in one ``dask.compute``; each handed to ``done`` as it finishes."""
         import dask.threaded
         from dask.callbacks import Callback
@@ -270,7 +278,7 @@ class Executor:
             if n not in seen:
                 seen[n] = True
                 done(n, v)
-        return {n: v for n, v in zip(names, values)}
+        return {n: v for n, v in zip(names, values)} if keep else {}
 
     # -- liveness under a distributed client --------------------------------- #
     def _completed(self, label: str, futures):

@@ -110,3 +110,42 @@ def chunk_like_moments() -> dict:
     """The flat form an older checkpoint stored (no ``beyond`` keys)."""
     return {"kind": "moments", "n": 2, "mean": np.zeros(2), "m2": np.eye(2), "sq": 2.0,
             "sum_kx": 2.0, "max_kx": 1.0, "sum_dhat": 0.0, "max_delta": 0.0, "argmax": 0}
+
+
+def test_partials_folded_as_they_arrive_in_any_order_equal_the_fold_at_the_end(fitted):
+    """Pass 2 folds its segment partials in segment order as they arrive (holding only
+    the early ones), instead of holding all until the end: the same combine calls in
+    the same order, so the bits are the same."""
+    from ooc_spectral.accumulate import _combine_many, _InOrder
+
+    X, d = fitted
+    parts = [chunk_moments(X[a:a + 100], d, a) for a in range(0, len(X), 100)]
+    fold = _InOrder()
+    held = []
+    for i in (3, 0, 1, 5, 2, 4, *range(6, len(parts))):
+        fold.add(i, parts[i])
+        held.append(len(fold.early))
+    _assert_same(fold.result(len(parts)), _combine_many(parts))
+    assert max(held) == 2 and held[-1] == 0  # only the parts that came before their turn
+    with pytest.raises(RuntimeError, match="11 of 12"):
+        short = _InOrder()
+        for i in range(len(parts) - 1):
+            short.add(i, parts[i])
+        short.result(len(parts))
+
+
+@pytest.mark.parametrize("engine", ["threads", "cluster"])
+def test_the_executor_hands_every_result_over_and_keeps_none_when_asked(engine, tmp_path):
+    import dask
+
+    from ooc_spectral.cluster import ClusterOptions, compute_engine
+    from ooc_spectral.execution import Executor
+
+    parts = {i: dask.delayed(lambda i: i * i, pure=True)(i) for i in range(6)}
+    with compute_engine(ClusterOptions(workers=1, threads_per_worker=2, engine=engine,
+                                       quiet=True)) as eng:
+        ex = Executor(client=eng.client, local=eng.client is None, threads=eng.threads)
+        seen = {}
+        assert ex.run("test", parts, on_result=seen.__setitem__, keep=False) == {}
+        assert seen == {i: i * i for i in range(6)}
+        assert ex.run("test", parts) == {i: i * i for i in range(6)}
