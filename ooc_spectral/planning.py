@@ -29,6 +29,8 @@ __all__ = [
     "VISIT_WINDOW_ROWS",
     "SCAN_BLOCK_ROWS",
     "SCAN_ONE_BLAS_THREAD_BELOW",
+    "SCAN_SPLIT_ROWS",
+    "SCAN_READ_CACHE_BYTES",
     "scan_block_rows",
     "MAX_SEGMENTS",
     "DEFAULT_TASK_MEMORY",
