@@ -142,9 +142,9 @@ def solve_lower_rows(L: np.ndarray, KT: np.ndarray, block: int = SOLVE_BLOCK) ->
     memory (``dtrsm`` from the right on the Fortran view of ``KT[a:e]``, GIL
     released as in :func:`solve_lower_transposed`). The same backward-stable
     algorithm LAPACK's level-3 solves use; against one ``dtrsm`` on the
-    transposed block, measured on one thread: c = 2,621, m = 800 49 ms -> 37 ms;
-    c = 8,000, m = 300 40 ms -> 21 ms. Results agree with it to rounding (the
-    order of the sums differs).
+    transposed block, measured on one thread (``workflows/bench/solve_layouts.py``):
+    c = 2,621, m = 800 47.8 ms -> 30.2 ms; c = 6,990, m = 300 32.8 ms -> 15.3 ms.
+    Results agree with it to rounding (the order of the sums differs).
 
     Returns
     -------
