@@ -70,16 +70,22 @@ class Dictionary:
     def size(self) -> int:
         return int(self.points.shape[0])
 
-    def kernel_block(self, X: np.ndarray, x_aux=None) -> tuple[np.ndarray, np.ndarray]:
+    def kernel_block(self, X: np.ndarray, x_aux=None, out: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
         """``K = k(X, D)`` (c x m) and ``k(x, x)`` for the rows of X.
 
         K is Fortran-ordered: the transpose of the C-ordered ``k(D, X)`` (m x c),
         one row per dictionary point, the layout :meth:`solve` is fastest on.
+        ``out``, a C-ordered float64 (m x c) array, receives ``k(D, X)`` (a caller's
+        reused buffer; K is then its transpose).
         """
         X = np.ascontiguousarray(X, dtype=np.float64)
         if x_aux is None:
             x_aux = self.kernel.aux(X)
-        KT = self.kernel.pairwise(self.points, X, self.aux, x_aux)
+        if out is None:
+            KT = self.kernel.pairwise(self.points, X, self.aux, x_aux)
+        else:
+            KT = self.kernel.pairwise_into(out, self.points, X, self.aux, x_aux)
         return KT.T, self.kernel.diag(X, x_aux)
 
     def solve(self, K: np.ndarray, overwrite: bool = False) -> np.ndarray:

@@ -149,3 +149,18 @@ def test_the_executor_hands_every_result_over_and_keeps_none_when_asked(engine, 
         assert ex.run("test", parts, on_result=seen.__setitem__, keep=False) == {}
         assert seen == {i: i * i for i in range(6)}
         assert ex.run("test", parts) == {i: i * i for i in range(6)}
+
+
+def test_a_chunk_functions_results_do_not_share_its_reused_kernel_block(fitted):
+    """Pass 2's kernel block is a per-thread buffer reused by the next sub-block: what a
+    chunk function returns must not be a view of it (the same results after other
+    sub-blocks of other sizes ran in the same thread)."""
+    X, d = fitted
+    first = chunk_moments(X[:500], d, 0)
+    kept = first.to_flat()
+    snapshot = {k: np.array(v, copy=True) if isinstance(v, np.ndarray) else v for k, v in kept.items()}
+    for a, b in ((500, 1200), (0, 37), (100, 900)):
+        chunk_moments(X[a:b], d, a)
+        chunk_cross_moments(X[a:b], d, a, d.size - 4)
+    _assert_same(first, from_flat(snapshot))
+    _assert_same(chunk_moments(X[:500], d, 0), first)
