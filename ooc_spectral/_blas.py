@@ -63,37 +63,34 @@ def _capsule_address(name: str, signature: str) -> int | None:
     return address or None
 
 
+#: the Cython signature of ``scipy.linalg.cython_blas.dgemm``
+_DGEMM_SIGNATURE = ("void (char *, char *, int *, int *, int *, {d} *, {d} *, int *, {d} *, "
+                    "int *, {d} *, {d} *, int *)")
+_POINTERS = {"char *": ctypes.c_char, "int *": ctypes.c_int, "{d} *": ctypes.c_double}
+
+
+def _gil_free(name: str, signature: str):
+    """``scipy.linalg.cython_blas.<name>`` as a GIL-releasing ctypes function whose
+    prototype is read off ``signature`` (every argument by pointer), or None."""
+    address = _capsule_address(name, signature)
+    if address is None:
+        return None
+    args = signature[len("void ("):-1].split(", ")
+    return ctypes.CFUNCTYPE(None, *(ctypes.POINTER(_POINTERS[a]) for a in args))(address)
+
+
 @functools.lru_cache(maxsize=1)
 def gil_free_trsm():
     """The ``dtrsm`` of ``scipy.linalg.cython_blas`` as a GIL-releasing ctypes
     function, or None where its capsule is missing or has another signature."""
-    address = _capsule_address("dtrsm", _DTRSM_SIGNATURE)
-    if address is None:
-        return None
-    char_p, int_p, double_p = (ctypes.POINTER(t) for t in (ctypes.c_char, ctypes.c_int,
-                                                              ctypes.c_double))
-    prototype = ctypes.CFUNCTYPE(None, char_p, char_p, char_p, char_p, int_p, int_p, double_p,
-                                 double_p, int_p, double_p, int_p)
-    return prototype(address)
-
-
-#: the Cython signature of ``scipy.linalg.cython_blas.dgemm``
-_DGEMM_SIGNATURE = ("void (char *, char *, int *, int *, int *, {d} *, {d} *, int *, {d} *, "
-                    "int *, {d} *, {d} *, int *)")
+    return _gil_free("dtrsm", _DTRSM_SIGNATURE)
 
 
 @functools.lru_cache(maxsize=1)
 def gil_free_dgemm():
     """The ``dgemm`` of ``scipy.linalg.cython_blas`` as a GIL-releasing ctypes function
     (see :func:`gil_free_trsm`), or None."""
-    address = _capsule_address("dgemm", _DGEMM_SIGNATURE)
-    if address is None:
-        return None
-    char_p, int_p, double_p = (ctypes.POINTER(t) for t in (ctypes.c_char, ctypes.c_int,
-                                                              ctypes.c_double))
-    prototype = ctypes.CFUNCTYPE(None, char_p, char_p, int_p, int_p, int_p, double_p, double_p,
-                                 int_p, double_p, int_p, double_p, double_p, int_p)
-    return prototype(address)
+    return _gil_free("dgemm", _DGEMM_SIGNATURE)
 
 
 def solve_lower_transposed(L: np.ndarray, K: np.ndarray) -> np.ndarray:

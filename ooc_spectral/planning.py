@@ -32,6 +32,7 @@ __all__ = [
     "SCAN_SPLIT_ROWS",
     "SCAN_READ_CACHE_BYTES",
     "scan_block_rows",
+    "chunks_of_rows",
     "MAX_SEGMENTS",
     "DEFAULT_TASK_MEMORY",
     "VisitOrder",
@@ -100,6 +101,13 @@ MIN_BLOCK_ROWS = 256
 CACHE_BLOCK_BYTES = 16 * 2**20
 
 
+def chunks_of_rows(chunk_starts: np.ndarray, a: int, b: int) -> range:
+    """The storage chunks (``chunk_starts``: their first rows, then n) that rows
+    ``[a, b)`` overlap."""
+    first = int(np.searchsorted(chunk_starts, a, side="right")) - 1
+    return range(first, int(np.searchsorted(chunk_starts, b - 1, side="right")))
+
+
 @dataclass(frozen=True)
 class VisitOrder:
     """The seeded visiting order of the scan.
@@ -139,10 +147,7 @@ class VisitOrder:
         starts = np.asarray(chunk_starts, dtype=np.int64)
         visits: dict[int, list[int]] = {}
         for k, w in enumerate(self.windows[start_window:], start=start_window):
-            a, b = self.window_bounds(w)
-            first = int(np.searchsorted(starts, a, side="right")) - 1
-            last = int(np.searchsorted(starts, b - 1, side="right")) - 1
-            for j in range(first, last + 1):
+            for j in chunks_of_rows(starts, *self.window_bounds(w)):
                 visits.setdefault(j, []).append(k)
         return visits
 

@@ -61,7 +61,8 @@ from .local_certificate import (CERTIFY_THREADS, LOCAL_GROWTH, LOCAL_MIN_SIZE,  
 # the frozen result of the pass lives with the fitted model; importable from here too
 from .model import PIVOT_FLOOR, Dictionary  # noqa: F401
 from .planning import (SCAN_ONE_BLAS_THREAD_BELOW, SCAN_PANEL_POINTS, SCAN_PANEL_ROWS,
-                       SCAN_READ_CACHE_BYTES, SCAN_SPLIT_ROWS, VisitOrder, scan_block_rows)
+                       SCAN_READ_CACHE_BYTES, SCAN_SPLIT_ROWS, VisitOrder, chunks_of_rows,
+                       scan_block_rows)
 from .source import check_finite
 
 __all__ = [
@@ -548,9 +549,8 @@ class WindowReader:
         if not self.keeps:
             raw = self.source.read_raw(a, b)
         else:
-            first = int(np.searchsorted(self.starts, a, side="right")) - 1
             parts = []
-            for j in range(first, int(np.searchsorted(self.starts, b - 1, side="right"))):
+            for j in chunks_of_rows(self.starts, a, b):
                 c0 = int(self.starts[j])
                 parts.append(self._chunk(j, k)[max(a, c0) - c0: min(b, int(self.starts[j + 1])) - c0])
             raw = parts[0] if len(parts) == 1 else np.concatenate(parts)
