@@ -123,25 +123,34 @@ def solve_lower_transposed(L: np.ndarray, K: np.ndarray) -> np.ndarray:
     return K
 
 
-#: Rows of L per step of :func:`solve_lower_rows` (measured best of 32..192 on
-#: m = 300 and 800, one thread; ``workflows/bench/solve_layouts.py``).
-SOLVE_BLOCK = 64
+#: Rows of L solved by one small ``dtrsm`` at the leaves of :func:`solve_lower_rows`,
+#: and the alignment of its splits (measured on m = 300 and 800, one thread:
+#: ``workflows/bench/solve_layouts.py``).
+SOLVE_LEAF = 32
+SOLVE_ALIGN = 8
 
 
-def solve_lower_rows(L: np.ndarray, KT: np.ndarray, block: int = SOLVE_BLOCK) -> np.ndarray:
+def solve_lower_rows(L: np.ndarray, KT: np.ndarray, leaf: int = SOLVE_LEAF) -> np.ndarray:
     """``KT <- L^-1 KT`` in place, for a lower triangular ``L`` (m x m) and a C-ordered
     ``KT`` (m x c): the coordinates of c rows, one row of KT per dictionary point.
 
-    Blocked forward substitution, ``block`` rows of L at a time: the rows below
-    a diagonal block are updated by one matrix product with the rows solved
-    before it (``KT[a:e] -= L[a:e, :a] KT[:a]``, where most of the flops are, at
-    the gemm rate), and the diagonal block is one triangular solve on contiguous
-    memory (``dtrsm`` from the right on the Fortran view of ``KT[a:e]``, GIL
-    released as in :func:`solve_lower_transposed`). The same backward-stable
-    algorithm LAPACK's level-3 solves use; against one ``dtrsm`` on the
-    transposed block, measured on one thread (``workflows/bench/solve_layouts.py``):
-    c = 2,621, m = 800 47.8 ms -> 30.2 ms; c = 6,990, m = 300 32.8 ms -> 15.3 ms.
-    Results agree with it to rounding (the order of the sums differs).
+    Recursive forward substitution: the rows are split in two halves (at a multiple
+    of :data:`SOLVE_ALIGN`); the top half is solved, the bottom half updated by one
+    matrix product with it (``KT[h:] -= L[h:, :h] KT[:h]``, where most of the flops
+    are, at the gemm rate), and the bottom half solved, down to blocks of at most
+    ``leaf`` rows, each one triangular solve on contiguous memory (``dtrsm`` from the
+    right on the Fortran view of the block). Only triangular solves and products,
+    as in LAPACK's level-3 solves: backward stable, and the results agree with one
+    ``dtrsm`` to rounding (the order of the sums differs; ``tests/test_blas.py``).
+    The BLAS calls are SciPy's ``cython_blas`` routines through ctypes, which
+    release the GIL (see :func:`solve_lower_transposed`).
+
+    OpenBLAS's ``dtrsm`` runs at a fraction of the ``dgemm`` rate (about 20 GFLOP/s
+    against 80 on one thread of an AVX-512 core), and the recursion leaves it only
+    ``c m leaf`` of the ``c m^2`` flops in large products. Measured on one thread
+    (``workflows/bench/solve_layouts.py``), against one ``dtrsm`` on the transposed
+    block, then the left-looking solve with 64-row blocks that preceded this one:
+    c = 2,621, m = 800 47.8 -> 30.0 -> 24.1 ms; c = 6,990, m = 300 32.8 -> 14.2 -> 12.7 ms.
 
     Returns
     -------
@@ -154,36 +163,52 @@ def solve_lower_rows(L: np.ndarray, KT: np.ndarray, block: int = SOLVE_BLOCK) ->
     if m == 0 or c == 0:
         return KT
     trsm, gemm = gil_free_trsm(), gil_free_dgemm()
-    if max(c, m) > _INT_MAX:  # BLAS's dimensions are 32-bit here
+    if trsm is None or gemm is None or max(c, m) > _INT_MAX:  # BLAS's dimensions are 32-bit here
         trsm = gemm = None
     L = np.ascontiguousarray(L, dtype=np.float64)
+    leaf = max(int(leaf), 1)
     double_p = ctypes.POINTER(ctypes.c_double)
     byref = ctypes.byref
-    side, uplo, trans, diag = (ctypes.c_char(b) for b in (b"R", b"L", b"T", b"N"))
-    rows, alpha, minus = ctypes.c_int(c), ctypes.c_double(1.0), ctypes.c_double(-1.0)
-    ld_l = ctypes.c_int(m)
-    item = KT.itemsize
-    for a in range(0, m, block):
-        e = min(a + block, m)
-        Ke = KT[a:e]
-        cols = ctypes.c_int(e - a)
-        if a and gemm is not None:
-            # In Fortran terms KT is K (c x m, leading dimension c) and L is L' (leading
-            # dimension m): K[:, a:e] -= K[:, :a] (L[a:e, :a])', where (L[a:e, :a])' is the
-            # a x (e - a) block of L' from column a on. No temporary, the GIL released.
-            gemm(byref(ctypes.c_char(b"N")), byref(ctypes.c_char(b"N")), byref(rows), byref(cols),
-                 byref(ctypes.c_int(a)), byref(minus), KT.ctypes.data_as(double_p), byref(rows),
-                 ctypes.cast(L.ctypes.data + a * m * item, double_p), byref(ld_l), byref(alpha),
-                 Ke.ctypes.data_as(double_p), byref(rows))
-        elif a:
-            Ke -= L[a:e, :a] @ KT[:a]
+    chars = {b: ctypes.c_char(b) for b in (b"R", b"L", b"T", b"N")}
+    rows, ld_l = ctypes.c_int(c), ctypes.c_int(m)
+    one, minus = ctypes.c_double(1.0), ctypes.c_double(-1.0)
+    base, lbase, item = KT.ctypes.data, L.ctypes.data, KT.itemsize
+
+    def solve_leaf(a: int, e: int) -> None:
         A = np.asfortranarray(L[a:e, a:e])
         if trsm is None:
-            Ke[...] = solve_triangular(A, Ke, lower=True, check_finite=False)
-            continue
-        trsm(byref(side), byref(uplo), byref(trans), byref(diag), byref(rows), byref(cols),
-             byref(alpha), A.ctypes.data_as(double_p), byref(cols), Ke.ctypes.data_as(double_p),
-             byref(rows))
+            KT[a:e] = solve_triangular(A, KT[a:e], lower=True, check_finite=False)
+            return
+        cols = ctypes.c_int(e - a)
+        trsm(byref(chars[b"R"]), byref(chars[b"L"]), byref(chars[b"T"]), byref(chars[b"N"]),
+             byref(rows), byref(cols), byref(one), A.ctypes.data_as(double_p), byref(cols),
+             ctypes.cast(base + a * c * item, double_p), byref(rows))
+
+    def update(a: int, h: int, e: int) -> None:
+        """``KT[h:e] -= L[h:e, a:h] KT[a:h]``, in place."""
+        if gemm is None:
+            KT[h:e] -= L[h:e, a:h] @ KT[a:h]
+            return
+        # In Fortran terms KT is K (c x m, leading dimension c) and L is L' (leading
+        # dimension m): K[:, h:e] -= K[:, a:h] (L[h:e, a:h])', the latter the block of
+        # L' at row a, column h. No temporary, the GIL released.
+        gemm(byref(chars[b"N"]), byref(chars[b"N"]), byref(rows), byref(ctypes.c_int(e - h)),
+             byref(ctypes.c_int(h - a)), byref(minus), ctypes.cast(base + a * c * item, double_p),
+             byref(rows), ctypes.cast(lbase + (h * m + a) * item, double_p), byref(ld_l),
+             byref(one), ctypes.cast(base + h * c * item, double_p), byref(rows))
+
+    def solve(a: int, e: int) -> None:
+        if e - a <= leaf:
+            solve_leaf(a, e)
+            return
+        h = a + -(-((e - a) // 2) // SOLVE_ALIGN) * SOLVE_ALIGN
+        if h >= e:
+            h = a + (e - a) // 2
+        solve(a, h)
+        update(a, h, e)
+        solve(h, e)
+
+    solve(0, m)
     return KT
 
 

@@ -71,18 +71,20 @@ def test_another_thread_runs_during_the_solve():
 
 
 # ------------------------------------------------------------------ the blocked row solve
+@pytest.mark.parametrize("leaf", [1, 5, 32])
 @pytest.mark.parametrize("c, m", [(1, 1), (3, 7), (5, 64), (257, 65), (2000, 301), (700, 130)])
-def test_the_blocked_row_solve_solves_in_place_to_the_accuracy_of_one_trsm(c, m):
+def test_the_blocked_row_solve_solves_in_place_to_the_accuracy_of_one_trsm(c, m, leaf):
     """``solve_lower_rows`` (products for the off-diagonal blocks, small solves on the
-    diagonal) on ill-conditioned Gaussian factors: in place, and as close to the exact
-    solution as one ``dtrsm`` is (the residual ``L Z - K`` at the same level)."""
+    diagonal, down to ``leaf`` rows) on ill-conditioned Gaussian factors: in place, and
+    as close to the exact solution as one ``dtrsm`` is (the residual ``L Z - K`` at the
+    same level)."""
     from ooc_spectral._blas import solve_lower_rows
 
     L, rng = _factor(m)
     K = rng.standard_normal((c, m))
     ref = solve_triangular(L, K.T, lower=True, check_finite=False)  # m x c
     work = np.ascontiguousarray(K.T)
-    got = solve_lower_rows(L, work)
+    got = solve_lower_rows(L, work, leaf)
     assert got is work
     scale = np.abs(ref).max()
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6 * scale)  # cond(L) up to ~1e5
