@@ -91,7 +91,7 @@ class Dictionary:
     def solve(self, K: np.ndarray, overwrite: bool = False) -> np.ndarray:
         """``Z = K L^-T`` for a kernel block K (c x m), in place if ``overwrite``.
 
-        For a Fortran-ordered K (:meth:`kernel_block`'s), a blocked forward
+        For a Fortran-ordered K (:meth:`kernel_block`'s), a recursive forward
         substitution on its C-ordered transpose
         (:func:`~ooc_spectral._blas.solve_lower_rows`: matrix products and small
         triangular solves on contiguous rows), Z Fortran-ordered too; for a
