@@ -24,7 +24,7 @@ import threading
 from typing import Sequence
 
 from .config import parameter_fields
-from .exceptions import InterruptedRun, UsageError
+from .exceptions import InterruptedRun, UsageError, clear_interrupt, note_interrupt
 
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
 
@@ -503,6 +503,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         return _fail(EXIT_USAGE, _one_line(exc), args.json)
     except KeyboardInterrupt as exc:
+        clear_interrupt()
         name = signal.Signals(getattr(exc, "signum", signal.SIGINT)).name
         return _fail(EXIT_FAILURE, f"interrupted by {name}; the run is marked interrupted and "
                      "the same command resumes it", args.json, status="interrupted")
@@ -540,6 +541,7 @@ def _interrupt_on_signals() -> dict:
             os.kill(os.getpid(), signum)
             return
         fired.append(signum)
+        note_interrupt(signum)  # raised again where the run moves on, if this one is dropped
         raise InterruptedRun(signum)
 
     return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}

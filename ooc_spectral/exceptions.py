@@ -189,6 +189,35 @@ class InterruptedRun(KeyboardInterrupt):
         self.signum = signum
 
 
+#: The signal whose :class:`InterruptedRun` has not reached the command line yet.
+_PENDING_INTERRUPT: list[int] = []
+
+
+def note_interrupt(signum: int) -> None:
+    """Record a signal whose handler is about to raise :class:`InterruptedRun`.
+
+    A signal handler runs between two bytecodes of the main thread, wherever they
+    are: inside a weakref callback or a ``__del__`` the interpreter prints the
+    exception and drops it ("Exception ignored in ..."), and the run would go on to
+    the end as if no signal had come. :func:`raise_if_interrupted`, called where a
+    run moves on (each finished part of a pass, each window of the scan), raises it
+    again there.
+    """
+    _PENDING_INTERRUPT[:] = [int(signum)]
+
+
+def raise_if_interrupted() -> None:
+    """Raise the :class:`InterruptedRun` of a noted signal that was dropped (once)."""
+    if _PENDING_INTERRUPT:
+        signum = _PENDING_INTERRUPT.pop()
+        raise InterruptedRun(signum)
+
+
+def clear_interrupt() -> None:
+    """The :class:`InterruptedRun` reached its handler: nothing left to raise."""
+    _PENDING_INTERRUPT.clear()
+
+
 class IncompleteInputError(InvalidInputError):
     """The input's writer marked it incomplete (``make-data``'s ``complete: false``)."""
 

@@ -33,7 +33,7 @@ import dask
 import dask.base
 from threadpoolctl import threadpool_limits
 
-from .exceptions import WorkerMemoryError, WorkersLostError
+from .exceptions import WorkerMemoryError, WorkersLostError, raise_if_interrupted
 
 __all__ = ["Executor", "PartProgress", "shared", "active_client", "compute", "task_blas_threads",
            "task_threads", "task_memory_budget", "cache_block_bytes"]
@@ -212,6 +212,7 @@ class Executor:
         caller that folds them as they come holds none of them. On a cluster a
         part's result is released from its worker as soon as it is gathered.
         """
+        raise_if_interrupted()
         names = list(parts)
         results: dict = {}
         t0 = time.perf_counter()
@@ -219,6 +220,7 @@ class Executor:
         finished = [0]
 
         def done(name, value):
+            raise_if_interrupted()
             finished[0] += 1
             if keep:
                 results[name] = value

@@ -52,7 +52,7 @@ import numpy as np
 from scipy.linalg import solve_triangular
 
 from ._blas import one_blas_thread, solve_lower_transposed
-from .exceptions import DictionaryError, DictionarySizeError
+from .exceptions import DictionaryError, DictionarySizeError, raise_if_interrupted
 from .kernels import Kernel, RBFKernel, LaplacianKernel, SubsetNormalizedKernel, PolynomialKernel
 # still importable from here, where they lived before they had their own module
 from .local_certificate import (CERTIFY_THREADS, LOCAL_GROWTH, LOCAL_MIN_SIZE,  # noqa: F401
@@ -608,6 +608,7 @@ def scan_source(
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ooc-scan-read") as pool:
         nxt = pool.submit(read, start_window) if start_window < n_windows else None
         for k in range(start_window, n_windows):
+            raise_if_interrupted()
             Xw, rw = nxt.result()
             nxt = pool.submit(read, k + 1) if k + 1 < n_windows else None
             before = state.size
