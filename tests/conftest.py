@@ -80,6 +80,24 @@ LONGEST_FIRST = ("test_batch_safety.py", "test_cli.py", "test_resume.py", "test_
                  "test_scan.py", "test_prefix_scan.py")
 
 
+@pytest.fixture
+def restore_logging():
+    """An in-process ``main()`` configures the ``ooc_spectral`` logger (its own stderr
+    handler, no propagation) and dask's levels; put them back, so that later tests'
+    ``caplog`` sees the records and no handler writes to a closed capture."""
+    import logging
+
+    names = ("ooc_spectral", "distributed", "tornado", "asyncio", "bokeh")
+    saved = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level,
+                 logging.getLogger(n).propagate) for n in names}
+    try:
+        yield
+    finally:
+        for n, (handlers, level, propagate) in saved.items():
+            logger = logging.getLogger(n)
+            logger.handlers[:], logger.level, logger.propagate = handlers, level, propagate
+
+
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept

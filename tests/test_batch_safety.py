@@ -109,8 +109,8 @@ def test_sigterm_in_pass2_marks_interrupted_releases_the_lock_and_the_rerun_resu
     assert run_attrs(out)["status"] == "complete"
 
 
-def test_a_signal_whose_exception_python_dropped_still_interrupts_the_run(small, tmp_path,
-                                                                          monkeypatch, capsys):
+def test_a_signal_whose_exception_python_dropped_still_interrupts_the_run(
+        small, tmp_path, monkeypatch, capsys, restore_logging):
     """A signal handler runs wherever the main thread is: inside a weakref callback
     (as in a CI run, 2026-11-25) its InterruptedRun is printed as "Exception ignored"
     and dropped, and the fit ran to the end with exit 0. The signal is noted and

@@ -253,24 +253,6 @@ def test_float32_output_is_the_float64_embedding_rounded(tmp_path, fitted):
         GreedySpectralEmbedding(output_dtype="float16").fit(X)
 
 
-@pytest.fixture
-def restore_logging():
-    """An in-process ``main()`` configures the ``ooc_spectral`` logger (its own stderr
-    handler, no propagation); put it back so later tests' caplog sees its records."""
-    import logging
-
-    logger = logging.getLogger("ooc_spectral")
-    saved = (list(logger.handlers), logger.level, logger.propagate)
-    others = {name: logging.getLogger(name).level
-              for name in ("distributed", "tornado", "asyncio", "bokeh")}
-    try:
-        yield
-    finally:
-        logger.handlers[:], logger.level, logger.propagate = saved[0], saved[1], saved[2]
-        for name, level in others.items():
-            logging.getLogger(name).setLevel(level)
-
-
 def test_cli_float32_auto_engine_and_tasks_in_the_report(tmp_path, swiss_roll, restore_logging):
     """``fit --output-dtype float32`` (in process: the command line's parsing and job),
     on the auto engine (threads here), then ``transform`` with that model."""

@@ -27,20 +27,7 @@ def frame():
                          "z": rng.uniform(-1e6, 1e6, n)})
 
 
-@pytest.fixture(autouse=True)
-def restore_logging():
-    """main() run in-process configures ooc_spectral's logger (own handler, no propagation);
-    put it back so later tests' caplog sees its records."""
-    import logging
-
-    logger = logging.getLogger("ooc_spectral")
-    saved = (list(logger.handlers), logger.level, logger.propagate)
-    others = {name: logging.getLogger(name).level
-              for name in ("distributed", "tornado", "asyncio", "bokeh")}
-    yield
-    logger.handlers[:], logger.level, logger.propagate = saved
-    for name, level in others.items():
-        logging.getLogger(name).setLevel(level)
+pytestmark = pytest.mark.usefixtures("restore_logging")  # tests run main() in-process
 
 
 def _data(path):

@@ -53,21 +53,7 @@ class _Throttle:
         return self.app(environ, start_response)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def restore_logging():
-    """An in-process ``main()`` configures the ``ooc_spectral`` logger (its own stderr
-    handler, no propagation) and dask's levels; put them back for later tests' caplog."""
-    import logging
-
-    names = ("ooc_spectral", "distributed", "tornado", "asyncio", "bokeh")
-    saved = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level,
-                 logging.getLogger(n).propagate) for n in names}
-    try:
-        yield
-    finally:
-        for n, (handlers, level, propagate) in saved.items():
-            logger = logging.getLogger(n)
-            logger.handlers[:], logger.level, logger.propagate = handlers, level, propagate
+pytestmark = pytest.mark.usefixtures("restore_logging")  # tests run main() in-process
 
 
 @pytest.fixture(scope="module")
