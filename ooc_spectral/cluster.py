@@ -87,9 +87,9 @@ WORKER_START_METHOD = "forkserver"
 #: 128 KiB, so that every array of a sub-block (the float64 rows, the augmented
 #: rows, the m x m product, the decoded chunk) is a fresh ``mmap`` faulted in page
 #: by page and unmapped at its end. Measured on 10^7 x 32 rows at m = 300
-#: (``workflows/bench/worker_malloc.py``): system time per worker 4.7-4.8 s
-#: -> 1.4 s, pass 2 32.3-32.4 s -> 30.0-31.5 s, pass 3 7.6-7.9 s -> 6.1-6.4 s, peak RSS
-#: 1,067-1,110 -> 1,231-1,254 MiB. The dask config
+#: (``workflows/bench/worker_malloc.py``, three alternating runs each): system time
+#: per worker 4.1-5.0 s -> 1.1-1.6 s, pass 2 28.4-33.0 s -> 26.9-27.7 s, pass 3
+#: 6.9-7.8 s -> 5.8-6.1 s, peak RSS 1,076-1,086 -> 1,241-1,259 MiB. The dask config
 #: ``ooc-spectral.worker-malloc-trim-threshold`` (bytes) restores a threshold.
 WORKER_MALLOC_TRIM_THRESHOLD = None
 #: Modules the forkserver imports once for all the workers it forks.
