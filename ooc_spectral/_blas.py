@@ -160,6 +160,9 @@ def solve_lower_rows(L: np.ndarray, KT: np.ndarray, leaf: int = SOLVE_LEAF) -> n
     m, c = KT.shape
     if not (KT.dtype == np.float64 and KT.flags.c_contiguous and KT.flags.writeable):
         raise ValueError("solve_lower_rows needs a writeable C-ordered float64 block")
+    if np.shape(L) != (m, m):
+        raise ValueError(f"solve_lower_rows needs an {m} x {m} factor for a block of {m} rows, "
+                         f"got {np.shape(L)}")
     if m == 0 or c == 0:
         return KT
     trsm, gemm = gil_free_trsm(), gil_free_dgemm()

@@ -24,7 +24,8 @@ import threading
 from typing import Sequence
 
 from .config import parameter_fields
-from .exceptions import InterruptedRun, UsageError, clear_interrupt, note_interrupt
+from .exceptions import (InterruptedRun, UsageError, clear_interrupt, note_interrupt,
+                         raise_if_interrupted)
 
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
 
@@ -497,9 +498,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         return _fail(EXIT_USAGE, _one_line(exc), want_json)
     configure_logging(args.quiet, args.verbose)
+    clear_interrupt()
     previous = _interrupt_on_signals()
     try:
         summary = run_command(args)
+        _note_a_late_signal()
     except UsageError as exc:
         return _fail(EXIT_USAGE, _one_line(exc), args.json)
     except KeyboardInterrupt as exc:
@@ -512,6 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(EXIT_FAILURE, _runtime_failure(exc), args.json)
     finally:
         _restore_signals(previous)
+        clear_interrupt()  # nothing noted here reaches a later run of this process
     if args.json:
         print(json.dumps({"exit_code": EXIT_OK, **(summary or {})}, default=str), flush=True)
     return EXIT_OK
@@ -522,6 +526,16 @@ def _fail(code: int, message: str, want_json: bool, status: str = "error") -> in
     if want_json:
         print(json.dumps({"status": status, "exit_code": code, "error": message}), flush=True)
     return code
+
+
+def _note_a_late_signal() -> None:
+    """A signal whose exception Python dropped after the run's last step: the run is
+    complete (every stage finished and OUTDIR says so); say so rather than hide it."""
+    try:
+        raise_if_interrupted()
+    except InterruptedRun as exc:
+        log.warning("%s arrived as the run ended, after its last step; the run is complete",
+                    signal.Signals(exc.signum).name)
 
 
 def _interrupt_on_signals() -> dict:

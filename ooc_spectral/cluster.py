@@ -304,6 +304,10 @@ def worker_pre_spawn_environ() -> dict:
 
     With the forkserver, the server's allocator is set up when it starts (the
     first embedded cluster of the process) and every worker forked from it keeps it.
+    distributed's own ``distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_``
+    is not used by the embedded cluster (this key is), and a ``MALLOC_TRIM_THRESHOLD_``
+    already in this process's environment (set in the shell, or written there by
+    the nanny of a plain ``LocalCluster`` started earlier) still reaches the workers.
     """
     import dask
     import distributed  # noqa: F401 (its configuration defaults)

@@ -143,23 +143,26 @@ class Kernel:
 PIECE_ELEMENTS = 2**16
 
 
-#: Entries of a kernel block written at a time into a caller's block
-#: (:meth:`Kernel.pairwise_into`, 8 MiB of float64). The block is the result
-#: there, so a piece need not stay in L2; what matters is that each piece's
-#: product has enough rows for the gemm's rate. Pass 2 writes ``k(D, X)``, m rows
-#: by thousands of columns: in pieces of PIECE_ELEMENTS (16 rows) the block took
-#: 7.4 ms, in two pieces 4.8 ms (m = 300, c = 6,990, one thread; 3.9 and 3.7 ms
-#: at m = 800, c = 2,621).
-INTO_PIECE_ELEMENTS = 2**20
+#: Fewest rows of a piece of :meth:`Kernel.pairwise_into` (and so of
+#: :meth:`Kernel.pairwise`): each piece is one product, and a product of a few rows
+#: runs far below the gemm rate. Pass 2 writes ``k(D, X)``, m rows by thousands of
+#: columns, where pieces of PIECE_ELEMENTS entries had 16 rows. Measured on one
+#: thread (ms per block; pieces of 2^16 entries with at least 16 / 64 rows):
+#: pass 2, m = 300, c = 6,990: 7.8 / 5.5; m = 800, c = 2,621: 4.6 / 4.3; m = 93,
+#: c = 22,550: 13.2 / 9.4; the scan's ``k(X, D)``, c = 8,192, m = 848: 14.7 / 13.4;
+#: m = 1,557: 27.6 / 28.3. Pieces of 2^20 entries instead: pass 2 5.1, 4.0 and 10.2,
+#: the scan 17.3 and 34.7 (the clip and exponentials then leave the L2 cache).
+PIECE_MIN_ROWS = 64
 
 
-def _pieces(rows: int, cols: int, elements: int = PIECE_ELEMENTS):
-    """``(a, b)`` row ranges of a ``rows x cols`` block, of equal sizes of about
-    ``elements`` entries each (at least 16 rows)."""
+def _pieces(rows: int, cols: int, min_rows: int = 16):
+    """``(a, b)`` row ranges of a ``rows x cols`` block: as many as pieces of
+    ``max(min_rows, PIECE_ELEMENTS // cols)`` rows would make, of equal sizes (within
+    one row), so that no piece is a small remainder."""
     rows = int(rows)
     if rows <= 0:
         return []
-    step = max(16, elements // max(int(cols), 1))
+    step = max(int(min_rows), PIECE_ELEMENTS // max(int(cols), 1))
     count = -(-rows // step)
     bounds = [rows * i // count for i in range(count + 1)]
     return list(zip(bounds[:-1], bounds[1:]))
@@ -201,15 +204,16 @@ class _Stationary(Kernel):
         return fill
 
     def pairwise(self, X, Y, x_aux=None, y_aux=None):
-        """The kernel block, :data:`PIECE_ELEMENTS` entries at a time: each piece's
-        exponent and exponentials are computed while it is in the core's cache."""
+        """The kernel block, :data:`PIECE_ELEMENTS` entries (at least
+        :data:`PIECE_MIN_ROWS` rows) at a time: each piece's exponent and
+        exponentials are computed while it is in the core's cache."""
         X, Y = _f64(X), _f64(Y)
         return self.pairwise_into(np.empty((X.shape[0], Y.shape[0])), X, Y, x_aux, y_aux)
 
     def pairwise_into(self, out, X, Y, x_aux=None, y_aux=None):
         X, Y = _f64(X), _f64(Y)
         fill = self._exponent_of_rows(X, Y, x_aux, y_aux)
-        for a, b in _pieces(X.shape[0], Y.shape[0], INTO_PIECE_ELEMENTS):
+        for a, b in _pieces(X.shape[0], Y.shape[0], PIECE_MIN_ROWS):
             self.monotone_to_kernel(fill(a, b, out[a:b]))
         return out
 

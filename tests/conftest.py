@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import zarr
@@ -80,8 +82,8 @@ LONGEST_FIRST = ("test_batch_safety.py", "test_cli.py", "test_resume.py", "test_
                  "test_scan.py", "test_prefix_scan.py")
 
 
-@pytest.fixture
-def restore_logging():
+@contextlib.contextmanager
+def _logging_restored():
     """An in-process ``main()`` configures the ``ooc_spectral`` logger (its own stderr
     handler, no propagation) and dask's levels; put them back, so that later tests'
     ``caplog`` sees the records and no handler writes to a closed capture."""
@@ -96,6 +98,21 @@ def restore_logging():
         for n, (handlers, level, propagate) in saved.items():
             logger = logging.getLogger(n)
             logger.handlers[:], logger.level, logger.propagate = handlers, level, propagate
+
+
+@pytest.fixture
+def restore_logging():
+    """For a test that runs ``main()`` in-process (see :func:`_logging_restored`)."""
+    with _logging_restored():
+        yield
+
+
+@pytest.fixture(scope="module")
+def restore_logging_module():
+    """For a module whose module-scoped fixtures run ``main()`` in-process: request it
+    from an autouse module fixture, so that it saves the state before they run."""
+    with _logging_restored():
+        yield
 
 
 def pytest_collection_modifyitems(config, items):

@@ -155,6 +155,30 @@ def test_a_signal_whose_exception_python_dropped_still_interrupts_the_run(
     assert not (out / ".lock").exists() and not (out / "report.json").exists()
 
 
+def test_a_signal_dropped_after_the_last_step_is_logged_and_never_reaches_a_later_run(
+        small, tmp_path, monkeypatch, capsys, restore_logging):
+    """Dropped after the run's last check (writing the report): the run is complete, exit 0
+    with a warning, and nothing is left pending for the next run in this process."""
+    from ooc_spectral import exceptions
+    from ooc_spectral.cli import main
+
+    original = RunDirectory.write_report
+    seen = []
+
+    def note_late(self, report):
+        exceptions.note_interrupt(signal.SIGTERM)  # as the handler does before its raise
+        seen.append(True)
+        return original(self, report)
+
+    monkeypatch.setattr(RunDirectory, "write_report", note_late)
+    out = tmp_path / "out"
+    code = main(["fit", str(small), "--out", str(out), *ARGS[:-1], "--engine", "threads"])
+    assert seen and code == 0
+    assert "SIGTERM arrived as the run ended" in capsys.readouterr().err
+    assert run_attrs(out)["status"] == "complete"
+    exceptions.raise_if_interrupted()  # nothing pending: a library fit here is not interrupted
+
+
 # --------------------------------------------------------------------------- liveness
 def _scheduler(tmp_path):
     sched_file = tmp_path / "scheduler.json"

@@ -99,6 +99,8 @@ def test_the_blocked_row_solve_refuses_another_layout_and_handles_empty_blocks()
     L, rng = _factor(10)
     with pytest.raises(ValueError, match="C-ordered"):
         solve_lower_rows(L, np.asfortranarray(rng.standard_normal((10, 30))))
+    with pytest.raises(ValueError, match="10 x 10 factor"):  # BLAS would read past it
+        solve_lower_rows(np.eye(13), rng.standard_normal((10, 30)))
     assert solve_lower_rows(L, np.empty((10, 0))).shape == (10, 0)
 
 

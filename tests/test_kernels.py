@@ -89,13 +89,13 @@ def test_pieces_and_pairwise_dot_equal_the_whole_block_for_every_kernel(name):
     """Kernel blocks are computed in cache-sized row pieces and pass 3 multiplies each
     piece by the folded map: for every kernel at its defaults, a block of many pieces
     equals the block computed at once, and ``pairwise_dot`` equals ``pairwise @ G``."""
-    from ooc_spectral.kernels import INTO_PIECE_ELEMENTS, PIECE_ELEMENTS
+    from ooc_spectral.kernels import PIECE_ELEMENTS, PIECE_MIN_ROWS
 
     rng = np.random.default_rng(5)
     m, d = 300, 6
     P = rng.standard_normal((m, d))
-    # several pieces of either size (pairwise's and pairwise_dot's) and a partial one
-    rows = 5 * (max(INTO_PIECE_ELEMENTS, PIECE_ELEMENTS) // m) + 7
+    rows = 5 * (PIECE_ELEMENTS // m) + 7  # several pieces and a partial one
+    assert PIECE_ELEMENTS // m > PIECE_MIN_ROWS
     X = rng.standard_normal((rows, d))
     if name == "subset-normalized":
         k = SubsetNormalizedKernel(make_kernel("rbf", gamma=0.3), P[:50])

@@ -53,7 +53,10 @@ class _Throttle:
         return self.app(environ, start_response)
 
 
-pytestmark = pytest.mark.usefixtures("restore_logging")  # tests run main() in-process
+@pytest.fixture(scope="module", autouse=True)
+def _logging_of_the_module(restore_logging_module):
+    """Module fixtures (``data``, ``local_fit``) and tests run main() in-process."""
+    yield
 
 
 @pytest.fixture(scope="module")
