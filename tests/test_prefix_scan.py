@@ -37,8 +37,13 @@ def test_prefix_scan_selects_the_full_scans_dictionary(small_windows, roll, norm
     assert delta.max() <= 1e-4
     if normalization == "additive":
         # the moments were extended to the new points, not recomputed: the certificate
-        # is then the bound from pass 2's residuals, which only shrink as the span grows
-        assert full.max_residual_ <= pre.max_residual_ <= 1e-4
+        # is then the bound from pass 2's residuals, which only shrink as the span grows.
+        # Up to rounding: the two runs compute the row attaining the maximum against
+        # dictionaries of different sizes, whose kernel blocks and recursive solves group
+        # the sums differently (2026-11-25, AVX-512: equal maxima 1 ulp apart, 9.4778648873
+        # 22252e-05 against ...251e-05).
+        assert full.max_residual_ <= pre.max_residual_ * (1 + 4 * np.finfo(float).eps)
+        assert pre.max_residual_ <= 1e-4
     else:
         assert pre.max_residual_ == pytest.approx(full.max_residual_, rel=1e-9)
 
