@@ -1,0 +1,112 @@
+"""Where one sub-block of pass 2 spends its time, part by part (issue 18, item 1).
+
+Runs the steps of :func:`ooc_spectral.accumulate.chunk_moments` one after the
+other, as the chunk function does, on one BLAS thread (what each task of a pass
+has), and times each: the float64 copy and finiteness check, the kernel block
+``k(D, X)`` (product and exponentials), the triangular solve, the residuals, the
+mean and centring, and the m x m accumulation (``syrk``). Beside them, the time
+the counted flops would take at this thread's gemm rate (the solve: ``c m^2``; the
+accumulation: ``c m^2``; the kernel product: ``2 c m d``). Shapes: the sub-blocks of
+``cli_floors.py`` (c = 6,990 at m = 300, d = 32; c = 2,621 at m = 800, d = 16), on
+a Gaussian dictionary (``solve_layouts.dictionary``).
+
+    python workflows/bench/pass2_parts.py [--repeats 30] [--out DIR]
+
+Writes ``pass2_parts.json`` and ``pass2_parts.md`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from ooc_spectral.accumulate import _kernel_scratch
+from ooc_spectral.source import check_finite
+from ooc_spectral.statistics import RowSums
+
+sys.path.insert(0, str(Path(__file__).parent))
+from solve_layouts import best_ms, dictionary  # noqa: E402
+
+SHAPES = ((300, 32, 6990), (800, 16, 2621))
+
+
+def parts_once(X32: np.ndarray, D) -> dict:
+    """One sub-block, step by step as ``chunk_moments`` does it: seconds per step."""
+    t, out = time.perf_counter(), {}
+
+    def tick(name):
+        nonlocal t
+        now = time.perf_counter()
+        out[name] = now - t
+        t = now
+
+    X = np.ascontiguousarray(X32, dtype=np.float64)
+    check_finite(X, 0)
+    tick("float64 copy + check")
+    K, kx = D.kernel_block(X, out=_kernel_scratch(D.size, X.shape[0]))
+    tick("kernel block")
+    Z = D.solve(K, overwrite=True)
+    tick("triangular solve")
+    dhat = D.unconstrained_residuals(Z, kx)
+    D.residuals(Z, kx, dhat)
+    RowSums.of(Z, kx, dhat)
+    tick("residuals + sums")
+    mean = Z.mean(axis=0)
+    Z -= mean
+    tick("mean + centring")
+    m2 = Z.T @ Z
+    float(np.trace(m2))
+    tick("m x m accumulation (syrk)")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    rows = []
+    with threadpool_limits(1, user_api="blas"):
+        a, b = rng.random((2048, 1024)), rng.random((1024, 1024))
+        gemm = 2.0 * 2048 * 1024 * 1024 / (best_ms(lambda: a @ b) / 1e3)
+        for m, d, c in SHAPES:
+            D = dictionary(m, d, rng)
+            X32 = rng.standard_normal((c, d)).astype(np.float32)
+            runs = [parts_once(X32, D) for _ in range(args.repeats)]
+            median = {k: 1e3 * float(np.median([r[k] for r in runs])) for k in runs[0]}
+            floors = {"kernel block": 1e3 * 2 * c * m * d / gemm,
+                      "triangular solve": 1e3 * c * m * m / gemm,
+                      "m x m accumulation (syrk)": 1e3 * c * m * m / gemm}
+            rows.append({"m": m, "d": d, "c": c, "median_ms": median, "gemm_rate_ms": floors,
+                         "total_ms": sum(median.values())})
+            print(rows[-1], flush=True)
+    result = {"command": "python workflows/bench/pass2_parts.py", "one_thread_gemm_flops": gemm,
+              "rows": rows}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "pass2_parts.json").write_text(json.dumps(result, indent=2) + "\n")
+    lines = ["# Pass 2, one sub-block part by part (one BLAS thread)", "",
+             f"Command: `{result['command']}`; one-thread gemm {gemm / 1e9:.0f} GFLOP/s; medians of "
+             f"{args.repeats} sub-blocks, ms. `at gemm rate`: the part's counted flops at that rate "
+             "(its exponentials not included).", ""]
+    for r in rows:
+        lines += [f"## m = {r['m']}, d = {r['d']}, c = {r['c']}: {r['total_ms']:.1f} ms in all", "",
+                  "| part | ms | at gemm rate, ms |", "|---|---:|---:|"]
+        for k, v in r["median_ms"].items():
+            f = r["gemm_rate_ms"].get(k)
+            lines.append(f"| {k} | {v:.2f} | {'' if f is None else f'{f:.2f}'} |")
+        lines.append("")
+    (out / "pass2_parts.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
