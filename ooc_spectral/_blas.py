@@ -79,6 +79,28 @@ def _gil_free(name: str, signature: str):
     return ctypes.CFUNCTYPE(None, *(ctypes.POINTER(_POINTERS[a]) for a in args))(address)
 
 
+_DOUBLE_P = ctypes.POINTER(ctypes.c_double)
+
+
+def _blas_call(routine, *args) -> None:
+    """Call a :func:`_gil_free` routine with Fortran's arguments by reference: a
+    ``bytes`` letter, an ``int`` dimension or a ``float`` scalar each by pointer to
+    its value, a ``(array, offset)`` pair as a pointer to the array's element
+    ``offset`` (counted in float64s from its start)."""
+    refs = []
+    for a in args:
+        if isinstance(a, bytes):
+            refs.append(ctypes.byref(ctypes.c_char(a)))
+        elif isinstance(a, tuple):
+            array, offset = a
+            refs.append(ctypes.cast(array.ctypes.data + 8 * int(offset), _DOUBLE_P))
+        elif isinstance(a, float):
+            refs.append(ctypes.byref(ctypes.c_double(a)))
+        else:
+            refs.append(ctypes.byref(ctypes.c_int(int(a))))
+    routine(*refs)
+
+
 @functools.lru_cache(maxsize=1)
 def gil_free_trsm():
     """The ``dtrsm`` of ``scipy.linalg.cython_blas`` as a GIL-releasing ctypes
@@ -113,13 +135,8 @@ def solve_lower_transposed(L: np.ndarray, K: np.ndarray) -> np.ndarray:
             or not K.flags.writeable or max(c, m) > _INT_MAX or c == 0 or m == 0):
         return solve_triangular(L, K.T, lower=True, overwrite_b=True, check_finite=False).T
     A = np.asfortranarray(L, dtype=np.float64)
-    byref = ctypes.byref
-    side, uplo, trans, diag = (ctypes.c_char(b) for b in (b"L", b"L", b"N", b"N"))
-    rows, cols, alpha = ctypes.c_int(m), ctypes.c_int(c), ctypes.c_double(1.0)
-    double_p = ctypes.POINTER(ctypes.c_double)
-    trsm(byref(side), byref(uplo), byref(trans), byref(diag), byref(rows), byref(cols),
-         byref(alpha), A.ctypes.data_as(double_p), byref(rows), K.ctypes.data_as(double_p),
-         byref(rows))
+    # K's buffer is K' (m x c) in column-major order: L Z' = K' from the left
+    _blas_call(trsm, b"L", b"L", b"N", b"N", m, c, 1.0, (A, 0), m, (K, 0), m)
     return K
 
 
@@ -170,22 +187,14 @@ def solve_lower_rows(L: np.ndarray, KT: np.ndarray, leaf: int = SOLVE_LEAF) -> n
         trsm = gemm = None
     L = np.ascontiguousarray(L, dtype=np.float64)
     leaf = max(int(leaf), 1)
-    double_p = ctypes.POINTER(ctypes.c_double)
-    byref = ctypes.byref
-    chars = {b: ctypes.c_char(b) for b in (b"R", b"L", b"T", b"N")}
-    rows, ld_l = ctypes.c_int(c), ctypes.c_int(m)
-    one, minus = ctypes.c_double(1.0), ctypes.c_double(-1.0)
-    base, lbase, item = KT.ctypes.data, L.ctypes.data, KT.itemsize
 
     def solve_leaf(a: int, e: int) -> None:
         A = np.asfortranarray(L[a:e, a:e])
         if trsm is None:
             KT[a:e] = solve_triangular(A, KT[a:e], lower=True, check_finite=False)
             return
-        cols = ctypes.c_int(e - a)
-        trsm(byref(chars[b"R"]), byref(chars[b"L"]), byref(chars[b"T"]), byref(chars[b"N"]),
-             byref(rows), byref(cols), byref(one), A.ctypes.data_as(double_p), byref(cols),
-             ctypes.cast(base + a * c * item, double_p), byref(rows))
+        # KT[a:e] is, in Fortran terms, K[:, a:e] (c x (e - a), leading dimension c)
+        _blas_call(trsm, b"R", b"L", b"T", b"N", c, e - a, 1.0, (A, 0), e - a, (KT, a * c), c)
 
     def update(a: int, h: int, e: int) -> None:
         """``KT[h:e] -= L[h:e, a:h] KT[a:h]``, in place."""
@@ -195,10 +204,8 @@ def solve_lower_rows(L: np.ndarray, KT: np.ndarray, leaf: int = SOLVE_LEAF) -> n
         # In Fortran terms KT is K (c x m, leading dimension c) and L is L' (leading
         # dimension m): K[:, h:e] -= K[:, a:h] (L[h:e, a:h])', the latter the block of
         # L' at row a, column h. No temporary, the GIL released.
-        gemm(byref(chars[b"N"]), byref(chars[b"N"]), byref(rows), byref(ctypes.c_int(e - h)),
-             byref(ctypes.c_int(h - a)), byref(minus), ctypes.cast(base + a * c * item, double_p),
-             byref(rows), ctypes.cast(lbase + (h * m + a) * item, double_p), byref(ld_l),
-             byref(one), ctypes.cast(base + h * c * item, double_p), byref(rows))
+        _blas_call(gemm, b"N", b"N", c, e - h, h - a, -1.0, (KT, a * c), c, (L, h * m + a), m,
+                   1.0, (KT, h * c), c)
 
     def solve(a: int, e: int) -> None:
         if e - a <= leaf:

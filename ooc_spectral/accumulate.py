@@ -108,8 +108,10 @@ def _kernel_scratch(m: int, c: int) -> np.ndarray:
     """An m x c float64 block reused by this thread's sub-blocks.
 
     A block allocated afresh for each sub-block is mapped and faulted in by the
-    allocator, and freed back at its end: under dask's ``MALLOC_TRIM_THRESHOLD_=65536``
-    (set in every worker) every such block is a fresh ``mmap``. Measured, 10^7 x 32
+    allocator, and freed back at its end: under ``MALLOC_TRIM_THRESHOLD_=65536``
+    (which distributed sets in the workers it starts; the embedded cluster no longer
+    does, see :data:`~ooc_spectral.cluster.WORKER_MALLOC_TRIM_THRESHOLD`) every such
+    block is a fresh ``mmap``. Measured, 10^7 x 32
     rows at m = 300 on the threads engine: pass 2 took 36.2 s with that setting
     and 30.9-32.0 s without it. The coordinates that live in this buffer never
     leave the chunk function (it returns new, small statistics).
@@ -173,8 +175,9 @@ def chunk_cross_moments(block, dictionary: Dictionary, offset: int, old_size: in
     """
     _, Z, mean, delta, sums = _centred_coordinates(block, dictionary, offset, chunk_starts)
     old, new = Z[:, :old_size], Z[:, old_size:]
-    return CrossMoments(Z.shape[0], mean[:old_size], mean[old_size:], old.T @ new, new.T @ new,
-                        float(np.einsum("ij,ij->", new, new)), sums, Certificate.of(delta, offset))
+    nn = new.T @ new
+    return CrossMoments(Z.shape[0], mean[:old_size], mean[old_size:], old.T @ new, nn,
+                        float(np.trace(nn)), sums, Certificate.of(delta, offset))
 
 
 @in_sub_blocks
@@ -192,8 +195,9 @@ def chunk_kernel_cross(block, dictionary: Dictionary, offset: int, old_size: int
     mean = K.mean(axis=0)
     K -= mean
     old, new = K[:, :old_size], K[:, old_size:]
-    return CrossMoments(K.shape[0], mean[:old_size], mean[old_size:], old.T @ new, new.T @ new,
-                        float(np.einsum("ij,ij->", new, new)))
+    nn = new.T @ new
+    return CrossMoments(K.shape[0], mean[:old_size], mean[old_size:], old.T @ new, nn,
+                        float(np.trace(nn)))
 
 
 @in_sub_blocks

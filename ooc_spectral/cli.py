@@ -25,7 +25,7 @@ from typing import Sequence
 
 from .config import parameter_fields
 from .exceptions import (InterruptedRun, UsageError, clear_interrupt, note_interrupt,
-                         raise_if_interrupted)
+                         take_interrupt)
 
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
 
@@ -531,11 +531,10 @@ def _fail(code: int, message: str, want_json: bool, status: str = "error") -> in
 def _note_a_late_signal() -> None:
     """A signal whose exception Python dropped after the run's last step: the run is
     complete (every stage finished and OUTDIR says so); say so rather than hide it."""
-    try:
-        raise_if_interrupted()
-    except InterruptedRun as exc:
+    signum = take_interrupt()
+    if signum is not None:
         log.warning("%s arrived as the run ended, after its last step; the run is complete",
-                    signal.Signals(exc.signum).name)
+                    signal.Signals(signum).name)
 
 
 def _interrupt_on_signals() -> dict:

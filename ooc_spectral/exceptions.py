@@ -206,10 +206,15 @@ def note_interrupt(signum: int) -> None:
     _PENDING_INTERRUPT[:] = [int(signum)]
 
 
+def take_interrupt() -> int | None:
+    """The noted signal whose :class:`InterruptedRun` was dropped, now taken (or None)."""
+    return _PENDING_INTERRUPT.pop() if _PENDING_INTERRUPT else None
+
+
 def raise_if_interrupted() -> None:
     """Raise the :class:`InterruptedRun` of a noted signal that was dropped (once)."""
-    if _PENDING_INTERRUPT:
-        signum = _PENDING_INTERRUPT.pop()
+    signum = take_interrupt()
+    if signum is not None:
         raise InterruptedRun(signum)
 
 

@@ -244,8 +244,7 @@ def _row_coordinates(state: DictionaryState, X: np.ndarray, x_aux, kx: np.ndarra
     (c x m), ``dhat = k(x, x) - |z|^2`` and ``alpha = 1 - z.w``; written into ``out``
     (three arrays, the first C-ordered) when given, the kernel block in place."""
     if out is None:
-        Z = solve_lower_transposed(state.L, state.kernel.pairwise(X, state.points, x_aux, state.aux))
-        return Z, kx - np.einsum("ij,ij->i", Z, Z), 1.0 - Z @ state.w
+        out = np.empty((X.shape[0], state.size)), np.empty(X.shape[0]), np.empty(X.shape[0])
     Z, dhat, alpha = out
     state.kernel.pairwise_into(Z, X, state.points, x_aux, state.aux)
     solve_lower_transposed(state.L, Z)  # in place: a row range of a C-ordered block

@@ -31,9 +31,7 @@ from ooc_spectral.source import check_finite
 from ooc_spectral.statistics import RowSums
 
 sys.path.insert(0, str(Path(__file__).parent))
-from solve_layouts import best_ms, dictionary  # noqa: E402
-
-SHAPES = ((300, 32, 6990), (800, 16, 2621))
+from solve_layouts import SHAPES, dictionary, one_thread_gemm_flops  # noqa: E402
 
 
 def parts_once(X32: np.ndarray, D) -> dict:
@@ -75,8 +73,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     rows = []
     with threadpool_limits(1, user_api="blas"):
-        a, b = rng.random((2048, 1024)), rng.random((1024, 1024))
-        gemm = 2.0 * 2048 * 1024 * 1024 / (best_ms(lambda: a @ b) / 1e3)
+        gemm = one_thread_gemm_flops(rng)
         for m, d, c in SHAPES:
             D = dictionary(m, d, rng)
             X32 = rng.standard_normal((c, d)).astype(np.float32)
