@@ -32,8 +32,8 @@ import time
 import numpy as np
 from scipy.linalg import solve_triangular
 
-__all__ = ["solve_lower_transposed", "solve_lower_rows", "gil_free_trsm", "longest_gil_stall", "one_blas_thread",
-           "blas_thread_counts"]
+__all__ = ["solve_lower_transposed", "solve_lower_rows", "add_gram_lower", "symmetric_from_lower",
+           "gil_free_trsm", "gil_free_syrk", "longest_gil_stall", "one_blas_thread", "blas_thread_counts"]
 
 _INT_MAX = 2**31 - 1
 #: the Cython signature of ``scipy.linalg.cython_blas.dtrsm`` this module calls
@@ -106,6 +106,54 @@ def gil_free_trsm():
     """The ``dtrsm`` of ``scipy.linalg.cython_blas`` as a GIL-releasing ctypes
     function, or None where its capsule is missing or has another signature."""
     return _gil_free("dtrsm", _DTRSM_SIGNATURE)
+
+
+#: the Cython signature of ``scipy.linalg.cython_blas.dsyrk``
+_DSYRK_SIGNATURE = "void (char *, char *, int *, int *, {d} *, {d} *, int *, {d} *, {d} *, int *)"
+
+
+@functools.lru_cache(maxsize=1)
+def gil_free_syrk():
+    """The ``dsyrk`` of ``scipy.linalg.cython_blas`` as a GIL-releasing ctypes function
+    (see :func:`gil_free_trsm`), or None."""
+    return _gil_free("dsyrk", _DSYRK_SIGNATURE)
+
+
+def add_gram_lower(acc: np.ndarray, Z: np.ndarray) -> np.ndarray:
+    """``acc += Z' Z`` on the lower triangle of ``acc``, in place: one rank-c ``dsyrk``
+    with ``beta = 1`` for a Fortran-ordered float64 ``Z`` (c x m) and ``acc`` (m x m).
+
+    A task's sub-blocks add their products into one accumulator this way, with no
+    m x m temporary per sub-block and without the copy of the triangle that
+    ``Z.T @ Z`` makes (NumPy calls the same ``dsyrk``, then mirrors it). The strict
+    upper triangle of ``acc`` is left as it was on this path; on the fallback
+    (other layouts, no capsule) the whole product is added. Read the result with
+    :func:`symmetric_from_lower`.
+
+    Returns
+    -------
+    ndarray of shape (m, m)
+        ``acc`` itself.
+    """
+    c, m = Z.shape
+    if acc.shape != (m, m):
+        raise ValueError(f"add_gram_lower: the accumulator is {acc.shape}, expected ({m}, {m})")
+    syrk = gil_free_syrk()
+    if (syrk is None or c == 0 or Z.dtype != np.float64 or not Z.flags.f_contiguous
+            or acc.dtype != np.float64 or not acc.flags.f_contiguous or not acc.flags.writeable
+            or max(c, m) > _INT_MAX):
+        acc += Z.T @ Z
+        return acc
+    # Fortran terms: Z is c x m (leading dimension c); C = Z' Z, lower triangle
+    _blas_call(syrk, b"L", b"T", m, c, 1.0, (Z, 0), c, 1.0, (acc, 0), m)
+    return acc
+
+
+def symmetric_from_lower(acc: np.ndarray) -> np.ndarray:
+    """The symmetric matrix whose lower triangle is ``acc``'s (a new array)."""
+    out = np.tril(acc)
+    out += np.tril(acc, -1).T
+    return out
 
 
 @functools.lru_cache(maxsize=1)

@@ -151,3 +151,51 @@ def test_the_dictionarys_coordinates_equal_one_trsm_whatever_the_kernel_blocks_l
     Yc = Zc + np.outer(D.residuals(Zc, kx)[1] / D.beta, D.w)
     np.testing.assert_allclose(Y, Yc, rtol=0, atol=1e-10)
     assert delta.max() <= 1e-4 * (1 + 1e-6)  # the scan's guarantee, through the new layout
+
+
+# --------------------------------------------------------------------------- the m x m accumulation
+@pytest.mark.parametrize("c, m", [(1, 1), (7, 3), (500, 64), (1000, 301)])
+def test_the_gram_accumulates_in_place_on_the_lower_triangle(c, m):
+    from ooc_spectral._blas import add_gram_lower, gil_free_syrk, symmetric_from_lower
+
+    assert gil_free_syrk() is not None
+    rng = np.random.default_rng(c + m)
+    acc = np.asfortranarray(rng.standard_normal((m, m)))
+    start = acc.copy()
+    Zs = [np.asfortranarray(rng.standard_normal((c, m))) for _ in range(3)]
+    for Z in Zs:
+        assert add_gram_lower(acc, Z) is acc
+    want = start + sum(Z.T @ Z for Z in Zs)
+    scale = np.abs(want).max()
+    np.testing.assert_allclose(np.tril(acc), np.tril(want), rtol=0, atol=1e-13 * scale)
+    np.testing.assert_array_equal(np.triu(acc, 1), np.triu(start, 1))  # left as it was
+    sym = symmetric_from_lower(acc)
+    np.testing.assert_array_equal(sym, sym.T)
+    np.testing.assert_array_equal(np.tril(sym), np.tril(acc))
+
+
+def test_the_gram_of_other_layouts_takes_numpys_product(monkeypatch):
+    import ooc_spectral._blas as blas
+
+    rng = np.random.default_rng(0)
+    Z = rng.standard_normal((200, 30))  # C-ordered: the whole product is added
+    acc = np.zeros((30, 30), order="F")
+    blas.add_gram_lower(acc, Z)
+    np.testing.assert_allclose(acc, Z.T @ Z, rtol=1e-14, atol=1e-12)
+    monkeypatch.setattr(blas, "gil_free_syrk", lambda: None)
+    acc2 = np.zeros((30, 30), order="F")
+    blas.add_gram_lower(acc2, np.asfortranarray(Z))
+    np.testing.assert_allclose(np.tril(acc2), np.tril(acc), rtol=1e-14, atol=1e-12)
+    with pytest.raises(ValueError, match=r"accumulator is \(3, 3\), expected \(30, 30\)"):
+        blas.add_gram_lower(np.zeros((3, 3), order="F"), Z)
+
+
+def test_another_thread_runs_during_the_gram_accumulation():
+    from ooc_spectral._blas import add_gram_lower
+
+    rng = np.random.default_rng(0)
+    Z = np.asfortranarray(rng.standard_normal((40_000, 400)))
+    acc = np.zeros((400, 400), order="F")
+    duration, stall = longest_gil_stall(lambda: add_gram_lower(acc, Z))
+    assert duration > 0.02
+    assert stall < 0.5 * duration, (stall, duration)

@@ -202,10 +202,17 @@ def test_sub_blocks_give_the_moments_and_embedding_of_the_whole_block(fitted):
         assert split.certificate.max_delta == whole.certificate.max_delta
         np.testing.assert_allclose(_embed_block(X, est.spectral_map_, block_rows=rows),
                                    _embed_block(X, est.spectral_map_), rtol=0, atol=1e-13)
-    # the partial of a split block is its sub-blocks' partials combined in row order
+    # the partial of a split block is its sub-blocks' partials combined in row order: the
+    # same sums, with the pairwise updates added once at the end (to rounding)
     parts = combine(combine(chunk_moments(X[:1000], d, 0), chunk_moments(X[1000:2000], d, 1000)),
                     chunk_moments(X[2000:], d, 2000))
-    np.testing.assert_array_equal(chunk_moments(X, d, 0, block_rows=1000).m2, parts.m2)
+    folded = chunk_moments(X, d, 0, block_rows=1000)
+    assert folded.n == parts.n and folded.certificate == parts.certificate
+    assert folded.sums == parts.sums
+    np.testing.assert_array_equal(folded.mean, parts.mean)
+    np.testing.assert_allclose(folded.m2, parts.m2, rtol=0, atol=1e-14 * np.abs(parts.m2).max())
+    np.testing.assert_array_equal(folded.m2, folded.m2.T)
+    assert folded.sq == pytest.approx(parts.sq, rel=1e-14)
 
 
 def test_a_storage_chunk_layout_change_changes_nothing(tmp_path, swiss_roll):

@@ -4,7 +4,8 @@ Runs the steps of :func:`ooc_spectral.accumulate.chunk_moments` one after the
 other, as the chunk function does, on one BLAS thread (what each task of a pass
 has), and times each: the float64 copy and finiteness check, the kernel block
 ``k(D, X)`` (product and exponentials), the triangular solve, the residuals, the
-mean and centring, and the m x m accumulation (``syrk``). Beside them, the time
+mean and centring, and the m x m accumulation (``syrk`` into the task's accumulator);
+then ``chunk_moments`` itself per sub-block. Beside them, the time
 the counted flops would take at this thread's gemm rate (the solve: ``c m^2``; the
 accumulation: ``c m^2``; the kernel product: ``2 c m d``). Shapes: the sub-blocks of
 ``cli_floors.py`` (c = 6,990 at m = 300, d = 32; c = 2,621 at m = 800, d = 16), on
@@ -26,7 +27,8 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from ooc_spectral.accumulate import _kernel_scratch
+from ooc_spectral._blas import add_gram_lower
+from ooc_spectral.accumulate import _kernel_scratch, chunk_moments
 from ooc_spectral.source import check_finite
 from ooc_spectral.statistics import RowSums
 
@@ -58,10 +60,22 @@ def parts_once(X32: np.ndarray, D) -> dict:
     mean = Z.mean(axis=0)
     Z -= mean
     tick("mean + centring")
-    m2 = Z.T @ Z
-    float(np.trace(m2))
+    add_gram_lower(np.zeros((D.size, D.size), order="F"), Z)
     tick("m x m accumulation (syrk)")
     return out
+
+
+def whole_chunk_ms(X32: np.ndarray, D, c: int, repeats: int) -> float:
+    """``chunk_moments`` itself on 16 sub-blocks of c rows (parts, fold and all):
+    the median ms per sub-block."""
+    X = np.concatenate([X32] * 16)
+    chunk_moments(X, D, 0, block_rows=c)
+    times = []
+    for _ in range(max(3, repeats // 6)):
+        t = time.perf_counter()
+        chunk_moments(X, D, 0, block_rows=c)
+        times.append(time.perf_counter() - t)
+    return 1e3 * float(np.median(times)) / 16
 
 
 def main() -> None:
@@ -83,7 +97,8 @@ def main() -> None:
                       "triangular solve": 1e3 * c * m * m / gemm,
                       "m x m accumulation (syrk)": 1e3 * c * m * m / gemm}
             rows.append({"m": m, "d": d, "c": c, "median_ms": median, "gemm_rate_ms": floors,
-                         "total_ms": sum(median.values())})
+                         "total_ms": sum(median.values()),
+                         "chunk_moments_ms": whole_chunk_ms(X32, D, c, args.repeats)})
             print(rows[-1], flush=True)
     result = {"command": "python workflows/bench/pass2_parts.py", "one_thread_gemm_flops": gemm,
               "rows": rows}
@@ -96,6 +111,8 @@ def main() -> None:
              "(its exponentials not included).", ""]
     for r in rows:
         lines += [f"## m = {r['m']}, d = {r['d']}, c = {r['c']}: {r['total_ms']:.1f} ms in all", "",
+                  f"`chunk_moments` itself (16 sub-blocks, their fold included): "
+                  f"{r['chunk_moments_ms']:.1f} ms per sub-block.", "",
                   "| part | ms | at gemm rate, ms |", "|---|---:|---:|"]
         for k, v in r["median_ms"].items():
             f = r["gemm_rate_ms"].get(k)
