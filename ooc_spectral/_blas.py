@@ -29,11 +29,13 @@ import functools
 import threading
 import time
 
+import dask
 import numpy as np
 from scipy.linalg import solve_triangular
 
 __all__ = ["solve_lower_transposed", "solve_lower_rows", "add_gram_lower", "symmetric_from_lower",
-           "gil_free_trsm", "gil_free_syrk", "longest_gil_stall", "one_blas_thread", "blas_thread_counts"]
+           "gil_free_trsm", "gil_free_syrk", "mkl", "mkl_version", "blas_backend", "longest_gil_stall",
+           "one_blas_thread", "blas_thread_counts"]
 
 _INT_MAX = 2**31 - 1
 #: the Cython signature of ``scipy.linalg.cython_blas.dtrsm`` this module calls
@@ -101,6 +103,122 @@ def _blas_call(routine, *args) -> None:
     routine(*refs)
 
 
+# --------------------------------------------------------------------------- MKL
+#: ``MKL_THREADING_SEQUENTIAL`` of ``mkl_set_threading_layer``
+_MKL_SEQUENTIAL = 1
+#: The MKL routines pass 2 calls (their ILP64 entry points: 64-bit integers whatever
+#: the library's interface layer), and the thread-count call it needs.
+_MKL_SYMBOLS = ("dtrsm_64", "dsyrk_64", "MKL_Set_Num_Threads_Local", "mkl_get_version_string")
+
+
+#: Paths of the MKL libraries this module loaded first (and made sequential): not one of
+#: the BLAS libraries whose threads the passes pin (:func:`blas_thread_counts`).
+_OWN_MKL: set[str] = set()
+
+
+def _mkl_candidates() -> list[str]:
+    """Where ``libmkl_rt`` may be: the ``mkl`` wheel's ``<prefix>/lib``, then the loader's path."""
+    import ctypes.util
+    import glob
+    import os
+    import sys
+
+    found = sorted(glob.glob(os.path.join(sys.prefix, "lib", "libmkl_rt.so*")), reverse=True)
+    name = ctypes.util.find_library("mkl_rt")
+    return found + ([name] if name else [])
+
+
+@functools.lru_cache(maxsize=1)
+def mkl():
+    """Intel MKL's ``libmkl_rt`` as a ctypes library, or None.
+
+    Installed (``pip install "ooc-spectral[mkl]"``, x86-64) and not turned off by the
+    dask config ``ooc-spectral.mkl`` (env ``DASK_OOC_SPECTRAL__MKL=False``), pass 2
+    solves its kernel blocks with MKL's ``dtrsm`` and accumulates them with its
+    ``dsyrk`` (:func:`solve_lower_rows`, :func:`add_gram_lower`): OpenBLAS's
+    ``dtrsm`` runs at a quarter of its ``dgemm`` rate, MKL's near it. Measured on
+    one thread of an AVX-512 core (``workflows/bench/blas_backends.py``): m = 300,
+    c = 6,990 solve 8.1-9.1 ms against 12.0 for the recursive OpenBLAS solve.
+    Both are backward-stable triangular solves; results agree to rounding.
+
+    Each call runs on the calling thread alone (``mkl_set_num_threads_local(1)``,
+    restored after): the tasks are the parallelism. When this module is the first
+    to load the library, its threading layer is set to sequential (no OpenMP
+    runtime is started); a library some other package loaded first keeps its own.
+    """
+    if not dask.config.get("ooc-spectral.mkl", True):
+        return None
+    import os
+
+    for path in _mkl_candidates():
+        try:
+            already = _loaded(path)
+            lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+            if not all(hasattr(lib, s) for s in _MKL_SYMBOLS):
+                continue
+        except OSError:
+            continue
+        if not already:
+            lib.MKL_Set_Threading_Layer(ctypes.c_int(_MKL_SEQUENTIAL))
+            _OWN_MKL.add(os.path.realpath(path))
+        lib.MKL_Set_Num_Threads_Local.restype = ctypes.c_int
+        lib.MKL_Set_Num_Threads_Local.argtypes = [ctypes.c_int]
+        lib.ooc_path = os.path.realpath(path)
+        return lib
+    return None
+
+
+def _loaded(path: str) -> bool:
+    """Whether a library of ``path``'s file name is mapped in this process already."""
+    import os
+
+    name = os.path.basename(path).split(".so")[0]
+    try:
+        with open("/proc/self/maps") as f:
+            return any(name in line for line in f)
+    except OSError:
+        return False
+
+
+def mkl_version() -> str | None:
+    """MKL's version string when :func:`mkl` is in use, else None."""
+    lib = mkl()
+    if lib is None:
+        return None
+    buf = ctypes.create_string_buffer(256)
+    lib.mkl_get_version_string(buf, ctypes.c_int(len(buf)))
+    return buf.value.decode(errors="replace").strip()
+
+
+def _mkl_call(name: str, *args) -> None:
+    """``name`` of :func:`mkl` with Fortran's arguments by reference (as
+    :func:`_blas_call`, integers as 64-bit), on the calling thread alone."""
+    lib = mkl()
+    refs = []
+    for a in args:
+        if isinstance(a, bytes):
+            refs.append(ctypes.byref(ctypes.c_char(a)))
+        elif isinstance(a, tuple):
+            array, offset = a
+            refs.append(ctypes.c_void_p(array.ctypes.data + 8 * int(offset)))
+        elif isinstance(a, float):
+            refs.append(ctypes.byref(ctypes.c_double(a)))
+        else:
+            refs.append(ctypes.byref(ctypes.c_int64(int(a))))
+    previous = lib.MKL_Set_Num_Threads_Local(1)
+    try:
+        getattr(lib, name)(*refs)
+    finally:
+        lib.MKL_Set_Num_Threads_Local(previous)
+
+
+def blas_backend() -> str:
+    """What pass 2's solve and accumulation run on: ``"mkl <version>"`` or
+    ``"openblas (scipy)"`` (for the run's report)."""
+    version = mkl_version()
+    return f"mkl {version}" if version else "openblas (scipy)"
+
+
 @functools.lru_cache(maxsize=1)
 def gil_free_trsm():
     """The ``dtrsm`` of ``scipy.linalg.cython_blas`` as a GIL-releasing ctypes
@@ -139,13 +257,16 @@ def add_gram_lower(acc: np.ndarray, Z: np.ndarray) -> np.ndarray:
     if acc.shape != (m, m):
         raise ValueError(f"add_gram_lower: the accumulator is {acc.shape}, expected ({m}, {m})")
     syrk = gil_free_syrk()
-    if (syrk is None or c == 0 or Z.dtype != np.float64 or not Z.flags.f_contiguous
+    if (c == 0 or Z.dtype != np.float64 or not Z.flags.f_contiguous
             or acc.dtype != np.float64 or not acc.flags.f_contiguous or not acc.flags.writeable
-            or max(c, m) > _INT_MAX):
+            or (syrk is None and mkl() is None) or max(c, m) > _INT_MAX):
         acc += Z.T @ Z
         return acc
     # Fortran terms: Z is c x m (leading dimension c); C = Z' Z, lower triangle
-    _blas_call(syrk, b"L", b"T", m, c, 1.0, (Z, 0), c, 1.0, (acc, 0), m)
+    if mkl() is not None:
+        _mkl_call("dsyrk_64", b"L", b"T", m, c, 1.0, (Z, 0), c, 1.0, (acc, 0), m)
+    else:
+        _blas_call(syrk, b"L", b"T", m, c, 1.0, (Z, 0), c, 1.0, (acc, 0), m)
     return acc
 
 
@@ -216,6 +337,7 @@ def solve_lower_rows(L: np.ndarray, KT: np.ndarray, leaf: int = SOLVE_LEAF) -> n
     (``workflows/bench/solve_layouts.py``), against one ``dtrsm`` on the transposed
     block, then the left-looking solve with 64-row blocks that preceded this one:
     c = 2,621, m = 800 47.8 -> 30.0 -> 24.1 ms; c = 6,990, m = 300 32.8 -> 14.2 -> 12.7 ms.
+    Where :func:`mkl` is in use, the block is solved by one MKL ``dtrsm`` instead.
 
     Returns
     -------
@@ -229,6 +351,11 @@ def solve_lower_rows(L: np.ndarray, KT: np.ndarray, leaf: int = SOLVE_LEAF) -> n
         raise ValueError(f"solve_lower_rows needs an {m} x {m} factor for a block of {m} rows, "
                          f"got {np.shape(L)}")
     if m == 0 or c == 0:
+        return KT
+    if mkl() is not None:  # one dtrsm: MKL's runs near its gemm rate
+        A = np.asfortranarray(L, dtype=np.float64)
+        # KT is, in Fortran terms, K (c x m, leading dimension c): K <- K L^-T
+        _mkl_call("dtrsm_64", b"R", b"L", b"T", b"N", c, m, 1.0, (A, 0), m, (KT, 0), c)
         return KT
     trsm, gemm = gil_free_trsm(), gil_free_dgemm()
     if trsm is None or gemm is None or max(c, m) > _INT_MAX:  # BLAS's dimensions are 32-bit here
@@ -316,8 +443,12 @@ def one_blas_thread():
 
 
 def blas_thread_counts() -> set[int]:
-    """The thread counts of the BLAS libraries loaded in this process."""
+    """The thread counts of the BLAS libraries loaded in this process (MKL loaded by
+    :func:`mkl` excluded: sequential, each call on its own thread)."""
+    import os
+
     from threadpoolctl import threadpool_info
 
-    return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+    return {i["num_threads"] for i in threadpool_info()
+            if i["user_api"] == "blas" and os.path.realpath(i["filepath"]) not in _OWN_MKL}
 

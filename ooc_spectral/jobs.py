@@ -24,6 +24,7 @@ from .execution import Executor
 from .monitor import MemorySampler, ProgressLog
 from .persistence import load_model, package_versions
 from .pipeline import FitRun
+from ._blas import blas_backend
 from .planning import plan_block_rows, plan_tasks
 from .source import DataSource, open_source
 from .writeback import EmbeddingOutput
@@ -215,6 +216,7 @@ def run_fit_job(job: FitJob) -> dict:
                 "config": resolved,
                 "config_hash": config_hash(resolved),
                 "versions": package_versions(),
+                "blas": blas_backend(),
                 "finished": _now(),
             }
             rundir.write_report(report)

@@ -24,6 +24,39 @@ def one_blas_thread():
 
 
 @pytest.fixture(scope="session", autouse=True)
+def openblas_by_default():
+    """The suite runs pass 2 on SciPy's OpenBLAS, what every installation has; the
+    tests that want Intel MKL (the ``mkl`` extra, installed with the test extra on
+    x86-64) ask for it with :func:`mkl_backend`."""
+    import dask
+
+    from ooc_spectral import _blas
+
+    with dask.config.set({"ooc-spectral.mkl": False}):
+        _blas.mkl.cache_clear()
+        yield
+    _blas.mkl.cache_clear()
+
+
+@contextlib.contextmanager
+def mkl_backend(on: bool = True):
+    """Pass 2's solve and accumulation on MKL (``on``) or OpenBLAS within the block;
+    skips the test where MKL is not installed."""
+    import dask
+
+    from ooc_spectral import _blas
+
+    with dask.config.set({"ooc-spectral.mkl": on}):
+        _blas.mkl.cache_clear()
+        try:
+            if on and _blas.mkl() is None:
+                pytest.skip("Intel MKL is not installed (pip install -e '.[mkl]')")
+            yield
+        finally:
+            _blas.mkl.cache_clear()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def workers_by_forkserver():
     """The tests' own LocalClusters start workers as the embedded one does: forked from
     one server that imported the pass modules once (:func:`ooc_spectral.cluster.

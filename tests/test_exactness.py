@@ -52,6 +52,19 @@ def oracle(request):
 
 @pytest.mark.parametrize("tol", TOLS)
 def test_spectrum_within_weyl_interval_down_to_tol_1e_12(oracle, tol, request):
+    check_weyl_interval(oracle, tol, request)
+
+
+@pytest.mark.parametrize("tol", [1e-9, 1e-12])
+def test_pass_2_on_intel_mkl_down_to_tol_1e_12(oracle, tol, request):
+    """Pass 2's solve and accumulation on MKL (the ``mkl`` extra): the same guarantees."""
+    from conftest import mkl_backend
+
+    with mkl_backend(True):
+        check_weyl_interval(oracle, tol, request)
+
+
+def check_weyl_interval(oracle, tol, request):
     X, gamma, ref, R = oracle
     try:
         est = GreedySpectralEmbedding(n_components=P, gamma=gamma, tol=tol, random_state=0).fit(X)
