@@ -291,7 +291,8 @@ def solve_lower_transposed(L: np.ndarray, K: np.ndarray) -> np.ndarray:
     with the GIL released when ``K`` is a C-contiguous, writeable float64 array
     (its buffer is then ``K'`` in column-major order, solved in place) and
     :func:`gil_free_trsm` is available; otherwise by ``solve_triangular`` on
-    ``K.T`` with the same result.
+    ``K.T`` with the same result. Where :func:`mkl` is in use, MKL's ``dtrsm`` (the
+    same solve to rounding; OpenBLAS's runs at 8 GFLOP/s in this layout).
 
     Returns
     -------
@@ -305,7 +306,10 @@ def solve_lower_transposed(L: np.ndarray, K: np.ndarray) -> np.ndarray:
         return solve_triangular(L, K.T, lower=True, overwrite_b=True, check_finite=False).T
     A = np.asfortranarray(L, dtype=np.float64)
     # K's buffer is K' (m x c) in column-major order: L Z' = K' from the left
-    _blas_call(trsm, b"L", b"L", b"N", b"N", m, c, 1.0, (A, 0), m, (K, 0), m)
+    if mkl() is not None:
+        _mkl_call("dtrsm_64", b"L", b"L", b"N", b"N", m, c, 1.0, (A, 0), m, (K, 0), m)
+    else:
+        _blas_call(trsm, b"L", b"L", b"N", b"N", m, c, 1.0, (A, 0), m, (K, 0), m)
     return K
 
 

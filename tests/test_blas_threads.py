@@ -88,3 +88,19 @@ def test_the_scan_runs_blas_on_one_thread_while_the_dictionary_is_small(monkeypa
     assert state.size > 60
     assert all(t == {1} for size, t in seen if size < 40) and any(size < 40 for size, _ in seen)
     assert all(t == {2} for size, t in seen if size >= 40) and any(size >= 40 for size, _ in seen)
+
+
+def test_the_scan_on_mkl_selects_the_rows_it_selects_on_openblas():
+    """The scan's block solves (``solve_lower_transposed``) on MKL where it is in use:
+    the same rows in the same order, the factor equal to rounding."""
+    from conftest import mkl_backend
+
+    X = make_swiss_roll(10_000, random_state=0)[0]
+    ref = _scan(X, 1, "rbf")
+    with mkl_backend(True):
+        got = _scan(X, 1, "rbf")
+    np.testing.assert_array_equal(got.indices, ref.indices)
+    # the new rows of L come from solves with L itself: equal up to its condition
+    # number times the rounding (|L| <= 1: k(x, x) = 1)
+    cond = np.linalg.cond(ref.L)
+    assert np.abs(got.L - ref.L).max() <= 10 * cond * np.finfo(np.float64).eps, cond
