@@ -84,11 +84,11 @@ def _gil_free(name: str, signature: str):
 _DOUBLE_P = ctypes.POINTER(ctypes.c_double)
 
 
-def _blas_call(routine, *args) -> None:
-    """Call a :func:`_gil_free` routine with Fortran's arguments by reference: a
-    ``bytes`` letter, an ``int`` dimension or a ``float`` scalar each by pointer to
-    its value, a ``(array, offset)`` pair as a pointer to the array's element
-    ``offset`` (counted in float64s from its start)."""
+def _fortran_refs(args, integer=ctypes.c_int) -> list:
+    """Fortran's arguments by reference: a ``bytes`` letter, an ``int`` dimension (as
+    ``integer``) or a ``float`` scalar each by pointer to its value, a ``(array,
+    offset)`` pair as a pointer to the array's element ``offset`` (counted in
+    float64s from its start)."""
     refs = []
     for a in args:
         if isinstance(a, bytes):
@@ -99,8 +99,13 @@ def _blas_call(routine, *args) -> None:
         elif isinstance(a, float):
             refs.append(ctypes.byref(ctypes.c_double(a)))
         else:
-            refs.append(ctypes.byref(ctypes.c_int(int(a))))
-    routine(*refs)
+            refs.append(ctypes.byref(integer(int(a))))
+    return refs
+
+
+def _blas_call(routine, *args) -> None:
+    """Call a :func:`_gil_free` routine with Fortran's arguments (:func:`_fortran_refs`)."""
+    routine(*_fortran_refs(args))
 
 
 # --------------------------------------------------------------------------- MKL
@@ -137,9 +142,11 @@ def mkl():
     solves its kernel blocks with MKL's ``dtrsm`` and accumulates them with its
     ``dsyrk`` (:func:`solve_lower_rows`, :func:`add_gram_lower`): OpenBLAS's
     ``dtrsm`` runs at a quarter of its ``dgemm`` rate, MKL's near it. Measured on
-    one thread of an AVX-512 core (``workflows/bench/blas_backends.py``): m = 300,
-    c = 6,990 solve 8.1-9.1 ms against 12.0 for the recursive OpenBLAS solve.
-    Both are backward-stable triangular solves; results agree to rounding.
+    one thread of an AVX-512 core (``workflows/bench/pass2_parts.py``, with
+    ``DASK_OOC_SPECTRAL__MKL=False`` for OpenBLAS): m = 300, c = 6,990, the solve
+    7.2 ms against 11.0 for the recursive OpenBLAS solve, the whole sub-block 25.4
+    against 30.6 ms. The scan's block solves (:func:`solve_lower_transposed`) use it
+    too. Both libraries' solves are backward stable; results agree to rounding.
 
     Each call runs on the calling thread alone (``mkl_set_num_threads_local(1)``,
     restored after): the tasks are the parallelism. When this module is the first
@@ -163,7 +170,6 @@ def mkl():
             _OWN_MKL.add(os.path.realpath(path))
         lib.MKL_Set_Num_Threads_Local.restype = ctypes.c_int
         lib.MKL_Set_Num_Threads_Local.argtypes = [ctypes.c_int]
-        lib.ooc_path = os.path.realpath(path)
         return lib
     return None
 
@@ -191,20 +197,10 @@ def mkl_version() -> str | None:
 
 
 def _mkl_call(name: str, *args) -> None:
-    """``name`` of :func:`mkl` with Fortran's arguments by reference (as
-    :func:`_blas_call`, integers as 64-bit), on the calling thread alone."""
+    """``name`` of :func:`mkl` with Fortran's arguments (:func:`_fortran_refs`, integers
+    64-bit), on the calling thread alone (ctypes releases the GIL for the call)."""
     lib = mkl()
-    refs = []
-    for a in args:
-        if isinstance(a, bytes):
-            refs.append(ctypes.byref(ctypes.c_char(a)))
-        elif isinstance(a, tuple):
-            array, offset = a
-            refs.append(ctypes.c_void_p(array.ctypes.data + 8 * int(offset)))
-        elif isinstance(a, float):
-            refs.append(ctypes.byref(ctypes.c_double(a)))
-        else:
-            refs.append(ctypes.byref(ctypes.c_int64(int(a))))
+    refs = _fortran_refs(args, ctypes.c_int64)
     previous = lib.MKL_Set_Num_Threads_Local(1)
     try:
         getattr(lib, name)(*refs)

@@ -17,6 +17,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from ._blas import blas_backend
 from .checkpoint import RunDirectory, _now, config_hash
 from .cluster import ClusterOptions, compute_engine, dask_client
 from .config import FitConfig
@@ -24,7 +25,6 @@ from .execution import Executor
 from .monitor import MemorySampler, ProgressLog
 from .persistence import load_model, package_versions
 from .pipeline import FitRun
-from ._blas import blas_backend
 from .planning import plan_block_rows, plan_tasks
 from .source import DataSource, open_source
 from .writeback import EmbeddingOutput
