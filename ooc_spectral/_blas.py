@@ -133,16 +133,16 @@ def _mkl_candidates() -> list[str]:
     return found + ([name] if name else [])
 
 
-@functools.lru_cache(maxsize=1)
 def mkl():
     """Intel MKL's ``libmkl_rt`` as a ctypes library, or None.
 
     Installed (``pip install "ooc-spectral[mkl]"``, x86-64) and not turned off by the
-    dask config ``ooc-spectral.mkl`` (env ``DASK_OOC_SPECTRAL__MKL=False``), pass 2
-    solves its kernel blocks with MKL's ``dtrsm`` and accumulates them with its
-    ``dsyrk`` (:func:`solve_lower_rows`, :func:`add_gram_lower`): OpenBLAS's
-    ``dtrsm`` runs at a quarter of its ``dgemm`` rate, MKL's near it. Measured on
-    one thread of an AVX-512 core (``workflows/bench/pass2_parts.py``, with
+    dask config ``ooc-spectral.mkl`` (env ``DASK_OOC_SPECTRAL__MKL=False``; read at
+    every call, so that a change takes effect at the next pass), pass 2 solves its
+    kernel blocks with MKL's ``dtrsm`` and accumulates them with its ``dsyrk``
+    (:func:`solve_lower_rows`, :func:`add_gram_lower`): OpenBLAS's ``dtrsm`` runs
+    at a quarter of its ``dgemm`` rate, MKL's near it. Measured on one thread of an
+    AVX-512 core (``workflows/bench/pass2_parts.py``, with
     ``DASK_OOC_SPECTRAL__MKL=False`` for OpenBLAS): m = 300, c = 6,990, the solve
     7.2 ms against 11.0 for the recursive OpenBLAS solve, the whole sub-block 25.4
     against 30.6 ms. The scan's block solves (:func:`solve_lower_transposed`) use it
@@ -150,16 +150,42 @@ def mkl():
 
     Each call runs on the calling thread alone (``mkl_set_num_threads_local(1)``,
     restored after): the tasks are the parallelism. When this module is the first
-    to load the library, its threading layer is set to sequential (no OpenMP
-    runtime is started); a library some other package loaded first keeps its own.
+    to load the library (once per process, under a lock), its threading layer is
+    set to sequential before any call (no OpenMP runtime is started); a library
+    some other package loaded first keeps its own.
     """
-    if not dask.config.get("ooc-spectral.mkl", True):
-        return None
+    return _load_mkl() if _mkl_wanted() else None
+
+
+def _mkl_wanted() -> bool:
+    """The dask config ``ooc-spectral.mkl`` (default True; the strings ``0``, ``false``,
+    ``no`` and ``off`` of an environment variable are False)."""
+    value = dask.config.get("ooc-spectral.mkl", True)
+    if isinstance(value, str):
+        return value.strip().lower() not in ("", "0", "false", "no", "off")
+    return bool(value)
+
+
+_MKL_LOCK = threading.Lock()
+_MKL_LOADED: list = []  # [the library or None] once loaded
+
+
+def _load_mkl():
+    if not _MKL_LOADED:
+        with _MKL_LOCK:
+            if not _MKL_LOADED:
+                _MKL_LOADED.append(_open_mkl())
+    return _MKL_LOADED[0]
+
+
+def _open_mkl():
+    """Load the first candidate that has :data:`_MKL_SYMBOLS`; sequential if it is ours."""
     import os
 
     for path in _mkl_candidates():
+        name = os.path.basename(path).split(".so")[0]
         try:
-            already = _loaded(path)
+            already = _mapped_path(name) is not None
             lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
             if not all(hasattr(lib, s) for s in _MKL_SYMBOLS):
                 continue
@@ -167,23 +193,25 @@ def mkl():
             continue
         if not already:
             lib.MKL_Set_Threading_Layer(ctypes.c_int(_MKL_SEQUENTIAL))
-            _OWN_MKL.add(os.path.realpath(path))
+            _OWN_MKL.add(os.path.realpath(_mapped_path(name) or path))
         lib.MKL_Set_Num_Threads_Local.restype = ctypes.c_int
         lib.MKL_Set_Num_Threads_Local.argtypes = [ctypes.c_int]
         return lib
     return None
 
 
-def _loaded(path: str) -> bool:
-    """Whether a library of ``path``'s file name is mapped in this process already."""
-    import os
-
-    name = os.path.basename(path).split(".so")[0]
+def _mapped_path(name: str) -> str | None:
+    """The path of a library whose file name contains ``name`` mapped in this process
+    (``/proc/self/maps``), or None."""
     try:
         with open("/proc/self/maps") as f:
-            return any(name in line for line in f)
+            for line in f:
+                fields = line.split(None, 5)
+                if len(fields) == 6 and name in fields[5].rsplit("/", 1)[-1]:
+                    return fields[5].strip()
     except OSError:
-        return False
+        pass
+    return None
 
 
 def mkl_version() -> str | None:
@@ -209,8 +237,10 @@ def _mkl_call(name: str, *args) -> None:
 
 
 def blas_backend() -> str:
-    """What pass 2's solve and accumulation run on: ``"mkl <version>"`` or
-    ``"openblas (scipy)"`` (for the run's report)."""
+    """What pass 2's solve and accumulation run on in this process: ``"mkl <version>"``
+    or ``"openblas (scipy)"`` (the run's report). The embedded engines' workers share
+    this process's installation and dask config; the workers of an external cluster
+    decide by their own."""
     version = mkl_version()
     return f"mkl {version}" if version else "openblas (scipy)"
 
@@ -253,7 +283,7 @@ def add_gram_lower(acc: np.ndarray, Z: np.ndarray) -> np.ndarray:
     if acc.shape != (m, m):
         raise ValueError(f"add_gram_lower: the accumulator is {acc.shape}, expected ({m}, {m})")
     syrk = gil_free_syrk()
-    if (c == 0 or Z.dtype != np.float64 or not Z.flags.f_contiguous
+    if (c == 0 or m == 0 or Z.dtype != np.float64 or not Z.flags.f_contiguous
             or acc.dtype != np.float64 or not acc.flags.f_contiguous or not acc.flags.writeable
             or (syrk is None and mkl() is None) or max(c, m) > _INT_MAX):
         acc += Z.T @ Z

@@ -25,35 +25,46 @@ def one_blas_thread():
 
 @pytest.fixture(scope="session", autouse=True)
 def openblas_by_default():
-    """The suite runs pass 2 on SciPy's OpenBLAS, what every installation has; the
-    tests that want Intel MKL (the ``mkl`` extra, installed with the test extra on
-    x86-64) ask for it with :func:`mkl_backend`."""
+    """The suite runs pass 2 on SciPy's OpenBLAS, what every installation has, in this
+    process and in the commands and workers it starts (the dask config and its
+    environment variable); the tests that want Intel MKL (the ``mkl`` extra,
+    installed with the test extra on x86-64) ask for it with :func:`mkl_backend`."""
+    with _mkl_setting(False):
+        yield
+
+
+@contextlib.contextmanager
+def _mkl_setting(on: bool):
+    import os
+
     import dask
 
-    from ooc_spectral import _blas
+    before = os.environ.get(MKL_ENV)
+    os.environ[MKL_ENV] = str(bool(on))
+    try:
+        with dask.config.set({"ooc-spectral.mkl": bool(on)}):
+            yield
+    finally:
+        if before is None:
+            os.environ.pop(MKL_ENV, None)
+        else:
+            os.environ[MKL_ENV] = before
 
-    with dask.config.set({"ooc-spectral.mkl": False}):
-        _blas.mkl.cache_clear()
-        yield
-    _blas.mkl.cache_clear()
+
+#: the environment variable of the dask config ``ooc-spectral.mkl``
+MKL_ENV = "DASK_OOC_SPECTRAL__MKL"
 
 
 @contextlib.contextmanager
 def mkl_backend(on: bool = True):
     """Pass 2's solve and accumulation on MKL (``on``) or OpenBLAS within the block;
     skips the test where MKL is not installed."""
-    import dask
-
     from ooc_spectral import _blas
 
-    with dask.config.set({"ooc-spectral.mkl": on}):
-        _blas.mkl.cache_clear()
-        try:
-            if on and _blas.mkl() is None:
-                pytest.skip("Intel MKL is not installed (pip install -e '.[mkl]')")
-            yield
-        finally:
-            _blas.mkl.cache_clear()
+    with _mkl_setting(on):
+        if on and _blas.mkl() is None:
+            pytest.skip("Intel MKL is not installed (pip install -e '.[mkl]')")
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)

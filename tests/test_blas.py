@@ -154,8 +154,23 @@ def test_the_dictionarys_coordinates_equal_one_trsm_whatever_the_kernel_blocks_l
 
 
 # --------------------------------------------------------------------------- the m x m accumulation
+@pytest.mark.parametrize("backend", ["openblas", "mkl"])
 @pytest.mark.parametrize("c, m", [(1, 1), (7, 3), (500, 64), (1000, 301)])
-def test_the_gram_accumulates_in_place_on_the_lower_triangle(c, m):
+def test_the_gram_accumulates_in_place_on_the_lower_triangle(c, m, backend):
+    from conftest import mkl_backend
+
+    with mkl_backend(backend == "mkl"):
+        _check_gram_in_place(c, m)
+
+
+def test_the_gram_of_no_columns_adds_nothing():
+    from ooc_spectral._blas import add_gram_lower
+
+    acc = np.zeros((0, 0), order="F")
+    assert add_gram_lower(acc, np.zeros((5, 0), order="F")).shape == (0, 0)  # no illegal ldc = 0
+
+
+def _check_gram_in_place(c, m):
     from ooc_spectral._blas import add_gram_lower, gil_free_syrk, symmetric_from_lower
 
     assert gil_free_syrk() is not None
@@ -190,13 +205,17 @@ def test_the_gram_of_other_layouts_takes_numpys_product(monkeypatch):
         blas.add_gram_lower(np.zeros((3, 3), order="F"), Z)
 
 
-def test_another_thread_runs_during_the_gram_accumulation():
+@pytest.mark.parametrize("backend", ["openblas", "mkl"])
+def test_another_thread_runs_during_the_gram_accumulation(backend):
+    from conftest import mkl_backend
+
     from ooc_spectral._blas import add_gram_lower
 
     rng = np.random.default_rng(0)
     Z = np.asfortranarray(rng.standard_normal((40_000, 400)))
     acc = np.zeros((400, 400), order="F")
-    duration, stall = longest_gil_stall(lambda: add_gram_lower(acc, Z))
+    with mkl_backend(backend == "mkl"):
+        duration, stall = longest_gil_stall(lambda: add_gram_lower(acc, Z))
     assert duration > 0.02
     assert stall < 0.5 * duration, (stall, duration)
 
@@ -239,12 +258,37 @@ def test_another_thread_runs_during_the_mkl_solve():
     assert stall < 0.5 * duration, (stall, duration)
 
 
-def test_mkl_is_off_when_the_config_says_so():
+@pytest.mark.parametrize("value, on", [(False, False), ("False", False), ("no", False), ("off", False),
+                                       ("0", False), (True, True), ("True", True)])
+def test_mkl_is_off_when_the_config_says_so_at_every_call(value, on):
     import dask
+
+    from conftest import mkl_backend
 
     from ooc_spectral import _blas
 
-    with dask.config.set({"ooc-spectral.mkl": False}):
-        _blas.mkl.cache_clear()
-        assert _blas.mkl() is None and _blas.mkl_version() is None
-    _blas.mkl.cache_clear()
+    with mkl_backend(True):  # loaded once; the config decides at each call
+        with dask.config.set({"ooc-spectral.mkl": value}):
+            assert (_blas.mkl() is not None) is on
+            assert (_blas.mkl_version() is not None) is on
+            assert _blas.blas_backend().startswith("mkl ") is on
+
+
+def test_mkl_is_loaded_once_and_sequential_under_concurrent_first_calls():
+    import threading
+
+    from conftest import mkl_backend
+
+    from ooc_spectral import _blas
+
+    with mkl_backend(True):
+        got = []
+        threads = [threading.Thread(target=lambda: got.append(_blas.mkl())) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len({id(g) for g in got}) == 1 and got[0] is not None
+        _blas.solve_lower_rows(np.eye(3), np.ones((3, 4)))  # a call: the layer's library is loaded
+        assert _blas._mapped_path("libmkl_sequential") is not None or not _blas._OWN_MKL
+        assert _blas._mapped_path("libiomp5") is None or not _blas._OWN_MKL  # no OpenMP runtime started
