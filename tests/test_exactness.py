@@ -291,8 +291,16 @@ def test_cli_report_names_the_eigenvalue_bound_and_a_breakdown_exits_2(tmp_path)
     assert emb["complete"] is False
 
 
+@pytest.mark.parametrize("backend", ["openblas", "mkl"])
 @pytest.mark.parametrize("kernel", ["rbf", "laplacian", "linear", "polynomial"])
-def test_every_kernel_with_its_defaults_lies_in_the_weyl_interval(kernel):
+def test_every_kernel_with_its_defaults_lies_in_the_weyl_interval(kernel, backend):
+    from conftest import mkl_backend
+
+    with mkl_backend(backend == "mkl"):
+        check_kernel_defaults(kernel)
+
+
+def check_kernel_defaults(kernel):
     # the defaults (tol=1e-3, gamma by the median heuristic, n_components=2) are not
     # exact, but the reported bound must hold: each exact eigenvalue of the centred Gram
     # matrix lies in [eigenvalues_[i], eigenvalues_[i] + eigenvalue_error_bound_]
