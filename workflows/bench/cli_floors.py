@@ -118,7 +118,8 @@ def floors(data: Path, threads: int) -> dict:
             "read_seconds": round(read_seconds(data, threads), 2)}
 
 
-def run_size(n: int, d: int, m: int, work: Path, keep: bool, cores: int) -> dict:
+def run_size(n: int, d: int, m: int, work: Path, keep: bool, cores: int,
+             engine: str = "auto") -> dict:
     data = work / f"roll-{n}-{d}.zarr"
     t = time.perf_counter()
     if not (keep and data.exists()):
@@ -129,7 +130,7 @@ def run_size(n: int, d: int, m: int, work: Path, keep: bool, cores: int) -> dict
     out = work / f"fit-{n}-{d}-{m}"
     shutil.rmtree(out, ignore_errors=True)
     cmd = ["ooc-spectral", "fit", str(data), "--out", str(out), "--dictionary-size", str(m),
-           "--n-components", "2", "-q"]
+           "--n-components", "2", "-q"] + ([] if engine == "auto" else ["--engine", engine])
     t = time.perf_counter()
     subprocess.run(cmd, check=True)
     process_seconds = time.perf_counter() - t
@@ -204,6 +205,8 @@ def main() -> None:
                     help="n:d:m triples")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--keep", action="store_true", help="reuse inputs in --workdir")
+    ap.add_argument("--engine", choices=("auto", "threads", "cluster"), default="auto",
+                    help="the fit's --engine (default: the embedded default, as users run it)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = ap.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="ooc-floors-"))
@@ -217,7 +220,7 @@ def main() -> None:
         for spec in args.sizes:
             n, d, m = spec.split(":")
             result["sizes"].append(run_size(int(float(n)), int(d), int(m), work, args.keep,
-                                            cores))
+                                            cores, args.engine))
             (out / "cli_floors.json").write_text(json.dumps(result, indent=1) + "\n")
             (out / "cli_floors.md").write_text(markdown(result))
             print(markdown(result), flush=True)
