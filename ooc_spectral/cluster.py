@@ -375,7 +375,9 @@ def choose_engine(options: ClusterOptions, input_bytes: int | None = None, *,
     the threads win at every size measured: 14.0 s against 21.7 s at 10^6 rows,
     92.5 s against 109.4 s at 10^7 (320 MB; pass 2 on 1.87 cores on both). The
     threshold is kept until a measurement above 320 MB decides how far to raise
-    it. The cluster's workers are also held to a memory limit. A given
+    it; at 10^8 x 32 rows (12.8 GB, m = 300), an hour apart, pass 2 reached 65%
+    of its floors on either engine (``workflows/bench/cli_floors.py --engine``),
+    which does not. The cluster's workers are also held to a memory limit. A given
     ``--memory-limit`` or ``needs_cluster`` (dask's performance report) also
     takes the cluster.
     """
