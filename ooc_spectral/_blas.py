@@ -236,6 +236,16 @@ def _mkl_call(name: str, *args) -> None:
         lib.MKL_Set_Num_Threads_Local(previous)
 
 
+def _level3(name: str, scipy_routine, *args) -> None:
+    """BLAS routine ``name`` (``"dtrsm"``, ``"dsyrk"``) on MKL where :func:`mkl` is in
+    use, else ``scipy_routine`` (its :func:`_gil_free` ctypes function); the same
+    Fortran arguments either way."""
+    if mkl() is not None:
+        _mkl_call(f"{name}_64", *args)
+    else:
+        _blas_call(scipy_routine, *args)
+
+
 def blas_backend() -> str:
     """What pass 2's solve and accumulation run on in this process: ``"mkl <version>"``
     or ``"openblas (scipy)"`` (the run's report). The embedded engines' workers share
@@ -289,10 +299,7 @@ def add_gram_lower(acc: np.ndarray, Z: np.ndarray) -> np.ndarray:
         acc += Z.T @ Z
         return acc
     # Fortran terms: Z is c x m (leading dimension c); C = Z' Z, lower triangle
-    if mkl() is not None:
-        _mkl_call("dsyrk_64", b"L", b"T", m, c, 1.0, (Z, 0), c, 1.0, (acc, 0), m)
-    else:
-        _blas_call(syrk, b"L", b"T", m, c, 1.0, (Z, 0), c, 1.0, (acc, 0), m)
+    _level3("dsyrk", syrk, b"L", b"T", m, c, 1.0, (Z, 0), c, 1.0, (acc, 0), m)
     return acc
 
 
@@ -332,10 +339,7 @@ def solve_lower_transposed(L: np.ndarray, K: np.ndarray) -> np.ndarray:
         return solve_triangular(L, K.T, lower=True, overwrite_b=True, check_finite=False).T
     A = np.asfortranarray(L, dtype=np.float64)
     # K's buffer is K' (m x c) in column-major order: L Z' = K' from the left
-    if mkl() is not None:
-        _mkl_call("dtrsm_64", b"L", b"L", b"N", b"N", m, c, 1.0, (A, 0), m, (K, 0), m)
-    else:
-        _blas_call(trsm, b"L", b"L", b"N", b"N", m, c, 1.0, (A, 0), m, (K, 0), m)
+    _level3("dtrsm", trsm, b"L", b"L", b"N", b"N", m, c, 1.0, (A, 0), m, (K, 0), m)
     return K
 
 

@@ -23,6 +23,10 @@ def one_blas_thread():
         yield
 
 
+#: the environment variable of the dask config ``ooc-spectral.mkl``
+MKL_ENV = "DASK_OOC_SPECTRAL__MKL"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def openblas_by_default():
     """The suite runs pass 2 on SciPy's OpenBLAS, what every installation has, in this
@@ -49,10 +53,6 @@ def _mkl_setting(on: bool):
             os.environ.pop(MKL_ENV, None)
         else:
             os.environ[MKL_ENV] = before
-
-
-#: the environment variable of the dask config ``ooc-spectral.mkl``
-MKL_ENV = "DASK_OOC_SPECTRAL__MKL"
 
 
 @contextlib.contextmanager
