@@ -33,10 +33,10 @@ from typing import Protocol
 import dask
 import numpy as np
 
-from ._blas import add_gram_lower, symmetric_from_lower
+from ._blas import add_gram_lower, fast_solve_order, symmetric_from_lower
 from .exceptions import DictionaryError
 from .execution import Executor, shared
-from .planning import MAX_SEGMENTS, segments
+from .planning import MAX_SEGMENTS, segments, solve_block_rows
 from .preimage import chunk_preimage
 from .model import Dictionary
 from .source import check_finite
@@ -106,8 +106,9 @@ def _beyond(delta, offset, X, tol_check) -> BeyondTol | None:
 _SCRATCH = threading.local()
 
 
-def _kernel_scratch(m: int, c: int) -> np.ndarray:
-    """An m x c float64 block reused by this thread's sub-blocks.
+def _kernel_scratch(m: int, c: int, order: str = "F") -> np.ndarray:
+    """An m x c (``order="F"``) or c x m (``"C"``) C-ordered float64 block reused by
+    this thread's sub-blocks.
 
     A block allocated afresh for each sub-block is mapped and faulted in by the
     allocator, and freed back at its end: under ``MALLOC_TRIM_THRESHOLD_=65536``
@@ -121,19 +122,22 @@ def _kernel_scratch(m: int, c: int) -> np.ndarray:
     buf = getattr(_SCRATCH, "kernel", None)
     if buf is None or buf.size < m * c:
         buf = _SCRATCH.kernel = np.empty(m * c)
-    return buf[: m * c].reshape(m, c)
+    return buf[: m * c].reshape((m, c) if order == "F" else (c, m))
 
 
-def _centred_coordinates(block, dictionary: Dictionary, offset: int, chunk_starts):
+def _centred_coordinates(block, dictionary: Dictionary, offset: int, chunk_starts,
+                         order: str = "F"):
     """The rows as float64 (checked finite), their coordinates ``z = L^-1 k(D, x)``
     centred in place, the mean that was subtracted, the residuals ``delta`` and the
     :class:`~ooc_spectral.statistics.RowSums` (of the uncentred coordinates).
 
-    The coordinates are a view of this thread's scratch block
-    (:func:`_kernel_scratch`): valid until the thread's next call."""
+    The coordinates (c x m, Fortran- or C-ordered as ``order`` says, see
+    :func:`~ooc_spectral._blas.fast_solve_order`) are a view of this thread's
+    scratch block (:func:`_kernel_scratch`): valid until the thread's next call."""
     X = np.ascontiguousarray(block, dtype=np.float64)
     check_finite(X, offset, chunk_starts=chunk_starts)
-    K, kx = dictionary.kernel_block(X, out=_kernel_scratch(dictionary.size, X.shape[0]))
+    K, kx = dictionary.kernel_block(X, out=_kernel_scratch(dictionary.size, X.shape[0], order),
+                                    order=order)
     Z = dictionary.solve(K, overwrite=True)
     dhat = dictionary.unconstrained_residuals(Z, kx)
     delta, _ = dictionary.residuals(Z, kx, dhat)
@@ -204,11 +208,14 @@ def chunk_moments(block, dictionary: Dictionary, offset: int, chunk_starts=None,
     order (:class:`_MomentsFold`).
     """
     n = len(block)
-    step = max(1, n if block_rows is None else min(n, int(block_rows)))
+    order = fast_solve_order()
+    step = solve_block_rows(n if block_rows is None else min(n, int(block_rows)),
+                            dictionary.size, order)
     fold = _MomentsFold(dictionary.size)
     for a in range(0, max(n, 1), step):
         at = int(offset) + a
-        X, Z, mean, delta, sums = _centred_coordinates(block[a:a + step], dictionary, at, chunk_starts)
+        X, Z, mean, delta, sums = _centred_coordinates(block[a:a + step], dictionary, at,
+                                                       chunk_starts, order)
         fold.add(Z, mean, sums, Certificate.of(delta, at), _beyond(delta, at, X, tol_check))
     return fold.result()
 

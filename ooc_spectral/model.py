@@ -70,23 +70,34 @@ class Dictionary:
     def size(self) -> int:
         return int(self.points.shape[0])
 
-    def kernel_block(self, X: np.ndarray, x_aux=None, out: np.ndarray | None = None
-                     ) -> tuple[np.ndarray, np.ndarray]:
+    def kernel_block(self, X: np.ndarray, x_aux=None, out: np.ndarray | None = None,
+                     order: str = "F") -> tuple[np.ndarray, np.ndarray]:
         """``K = k(X, D)`` (c x m) and ``k(x, x)`` for the rows of X.
 
-        K is Fortran-ordered: the transpose of the C-ordered ``k(D, X)`` (m x c),
-        one row per dictionary point, the layout :meth:`solve` is fastest on.
-        ``out``, a C-ordered float64 (m x c) array, receives ``k(D, X)`` (a caller's
-        reused buffer; K is then its transpose).
+        ``order="F"``: K is Fortran-ordered, the transpose of the C-ordered
+        ``k(D, X)`` (m x c), one row per dictionary point, the layout OpenBLAS
+        solves fastest (:meth:`solve`); ``out``, a C-ordered float64 (m x c) array,
+        receives ``k(D, X)`` (a caller's reused buffer; K is then its transpose).
+        ``order="C"``: K is C-ordered, one row per row of X, the layout MKL solves
+        fastest (:func:`~ooc_spectral._blas.fast_solve_order`); ``out`` is then a
+        C-ordered float64 (c x m) array and K is ``out`` itself. The same values
+        either way (the kernel is symmetric in its arguments, to rounding).
         """
         X = np.ascontiguousarray(X, dtype=np.float64)
+        if order not in ("C", "F"):
+            raise ValueError(f"kernel_block: order must be 'C' or 'F', got {order!r}")
         if x_aux is None:
             x_aux = self.kernel.aux(X)
+        kx = self.kernel.diag(X, x_aux)
+        if order == "C":
+            if out is None:
+                return self.kernel.pairwise(X, self.points, x_aux, self.aux), kx
+            return self.kernel.pairwise_into(out, X, self.points, x_aux, self.aux), kx
         if out is None:
             KT = self.kernel.pairwise(self.points, X, self.aux, x_aux)
         else:
             KT = self.kernel.pairwise_into(out, self.points, X, self.aux, x_aux)
-        return KT.T, self.kernel.diag(X, x_aux)
+        return KT.T, kx
 
     def solve(self, K: np.ndarray, overwrite: bool = False) -> np.ndarray:
         """``Z = K L^-T`` for a kernel block K (c x m), in place if ``overwrite``.

@@ -39,6 +39,7 @@ __all__ = [
     "plan_task_rows",
     "plan_tasks",
     "plan_block_rows",
+    "solve_block_rows",
     "TaskPlan",
     "TARGET_TASK_ROWS",
     "MIN_TASK_ROWS",
@@ -99,6 +100,11 @@ MIN_BLOCK_ROWS = 256
 #: project's 2-core machines, so that two tasks' blocks stay in it
 #: (``workflows/bench/cli_floors.py``).
 CACHE_BLOCK_BYTES = 16 * 2**20
+#: Largest kernel block of a sub-block of pass 2 when its rows are solved in C order
+#: (:func:`~ooc_spectral._blas.fast_solve_order`, Intel MKL): a block of a few MiB
+#: is computed, solved and centred within the core's cache (see
+#: :func:`solve_block_rows`).
+ROW_BLOCK_BYTES = 4 * 2**20
 
 
 def chunks_of_rows(chunk_starts: np.ndarray, a: int, b: int) -> range:
@@ -352,6 +358,22 @@ def plan_block_rows(task_rows: int, n_features: int, dictionary_size: int, *,
     # after the triangular solve (residuals, mean, centring) run from the cache
     cache = CACHE_BLOCK_BYTES if cache is None else int(cache)
     return int(min(task_rows, budget, max(MIN_BLOCK_ROWS, cache // (8 * m))))
+
+
+def solve_block_rows(block_rows: int, dictionary_size: int, order: str) -> int:
+    """Rows per sub-block of pass 2 for a kernel block in ``order`` (``"C"`` or ``"F"``).
+
+    ``block_rows`` (:func:`plan_block_rows`) in the F order; in the C order at most
+    :data:`ROW_BLOCK_BYTES` of kernel block (and at least :data:`MIN_BLOCK_ROWS`
+    rows), whose rows MKL solves in one ``dtrsm`` from the cache. Measured on one
+    thread, MKL, per 6,990 rows (``workflows/bench/pass2_parts.py``): m = 300,
+    sub-blocks of 512 to 2,330 rows 26.5-27.2 ms against 30.9 ms for the F order's
+    6,990; m = 800, 512 to 1,024 rows 50.0-50.2 ms, 2,621 rows 51.5, against 54.9.
+    """
+    rows = max(1, int(block_rows))
+    if order != "C":
+        return rows
+    return min(rows, max(MIN_BLOCK_ROWS, ROW_BLOCK_BYTES // (8 * max(int(dictionary_size), 1))))
 
 
 def segments(n_tasks: int, max_segments: int = MAX_SEGMENTS) -> list[range]:

@@ -159,12 +159,13 @@ def test_the_dictionarys_coordinates_equal_one_trsm_whatever_the_kernel_blocks_l
 
 # --------------------------------------------------------------------------- the m x m accumulation
 @pytest.mark.parametrize("backend", ["openblas", "mkl"])
+@pytest.mark.parametrize("order", ["F", "C"])
 @pytest.mark.parametrize("c, m", [(1, 1), (7, 3), (500, 64), (1000, 301)])
-def test_the_gram_accumulates_in_place_on_the_lower_triangle(c, m, backend):
+def test_the_gram_accumulates_in_place_on_the_lower_triangle(c, m, order, backend):
     from conftest import mkl_backend
 
     with mkl_backend(backend == "mkl"):
-        _check_gram_in_place(c, m)
+        _check_gram_in_place(c, m, order)
 
 
 def test_the_gram_of_no_columns_adds_nothing():
@@ -174,14 +175,14 @@ def test_the_gram_of_no_columns_adds_nothing():
     assert add_gram_lower(acc, np.zeros((5, 0), order="F")).shape == (0, 0)  # no illegal ldc = 0
 
 
-def _check_gram_in_place(c, m):
+def _check_gram_in_place(c, m, order="F"):
     from ooc_spectral._blas import add_gram_lower, gil_free_syrk, symmetric_from_lower
 
     assert gil_free_syrk() is not None
     rng = np.random.default_rng(c + m)
     acc = np.asfortranarray(rng.standard_normal((m, m)))
     start = acc.copy()
-    Zs = [np.asfortranarray(rng.standard_normal((c, m))) for _ in range(3)]
+    Zs = [np.array(rng.standard_normal((c, m)), order=order) for _ in range(3)]
     for Z in Zs:
         assert add_gram_lower(acc, Z) is acc
     want = start + sum(Z.T @ Z for Z in Zs)
@@ -197,7 +198,7 @@ def test_the_gram_of_other_layouts_takes_numpys_product(monkeypatch):
     import ooc_spectral._blas as blas
 
     rng = np.random.default_rng(0)
-    Z = rng.standard_normal((200, 30))  # C-ordered: the whole product is added
+    Z = rng.standard_normal((400, 30))[::2]  # neither C nor F contiguous: the whole product is added
     acc = np.zeros((30, 30), order="F")
     blas.add_gram_lower(acc, Z)
     np.testing.assert_allclose(acc, Z.T @ Z, rtol=1e-14, atol=1e-12)
@@ -283,3 +284,84 @@ def test_mkl_is_loaded_once_and_sequential_under_concurrent_first_calls():
         _blas.solve_lower_rows(np.eye(3), np.ones((3, 4)))  # a call: the layer's library is loaded
         assert _blas._mapped_path("libmkl_sequential") is not None or not _blas._OWN_MKL
         assert _blas._mapped_path("libiomp5") is None or not _blas._OWN_MKL  # no OpenMP runtime started
+
+
+# --------------------------------------------------------------------------- the C-ordered pass 2
+@pytest.mark.parametrize("backend", ["openblas", "mkl"])
+@pytest.mark.parametrize("r, s, k", [(1, 1, 1), (7, 3, 34), (218, 300, 34), (5, 2000, 18), (0, 4, 3)])
+def test_matmul_nt_is_the_product_with_the_transpose(r, s, k, backend):
+    from conftest import mkl_backend
+
+    from ooc_spectral._blas import matmul_nt
+
+    rng = np.random.default_rng(r + s + k)
+    A, B = rng.standard_normal((r, k)), rng.standard_normal((s, k))
+    out = np.full((r, s), np.nan)
+    with mkl_backend(backend == "mkl"):
+        got = matmul_nt(A, B, out)
+    assert got is out
+    want = A @ B.T
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-13 * max(1.0, np.abs(want).max(initial=0)))
+    # pieces of rows (offset views) land where they belong
+    out2 = np.full((r, s), np.nan)
+    with mkl_backend(backend == "mkl"):
+        for a in range(0, r, 3):
+            matmul_nt(A[a:a + 3], B, out2[a:a + 3])
+    np.testing.assert_allclose(out2, want, rtol=0, atol=1e-13 * max(1.0, np.abs(want).max(initial=0)))
+
+
+@pytest.mark.parametrize("backend", ["openblas", "mkl"])
+def test_matmul_nt_of_other_layouts_takes_numpys_product(backend):
+    from conftest import mkl_backend
+
+    from ooc_spectral._blas import matmul_nt
+
+    rng = np.random.default_rng(0)
+    A = np.asfortranarray(rng.standard_normal((40, 6)))
+    B = rng.standard_normal((60, 6))[::2]
+    out = np.empty((40, 30), order="F")
+    with mkl_backend(backend == "mkl"):
+        np.testing.assert_allclose(matmul_nt(A, B, out), A @ B.T, rtol=1e-14, atol=1e-13)
+        with pytest.raises(ValueError):
+            matmul_nt(A, B, np.empty((3, 3)))
+
+
+def test_another_thread_runs_during_mkls_product():
+    from conftest import mkl_backend
+
+    from ooc_spectral._blas import matmul_nt
+
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((4000, 500)), rng.standard_normal((3000, 500))
+    out = np.empty((4000, 3000))
+    with mkl_backend(True):
+        duration, stall = longest_gil_stall(lambda: matmul_nt(A, B, out))
+    assert duration > 0.02
+    assert stall < 0.5 * duration, (stall, duration)
+
+
+@pytest.mark.parametrize("backend", ["openblas", "mkl"])
+def test_the_row_solve_reads_a_c_ordered_factor_as_it_is(backend):
+    """A C-ordered L is solved with as the transpose of its column-major buffer (no copy):
+    the same coordinates as from its Fortran-ordered copy, and only its lower triangle read."""
+    from conftest import mkl_backend
+
+    L, rng = _factor(301)
+    K = rng.standard_normal((1500, 301))
+    Lc = L + np.triu(rng.standard_normal((301, 301)), 1)  # garbage above the diagonal
+    with mkl_backend(backend == "mkl"):
+        from_c = solve_lower_transposed(Lc, K.copy())
+        from_f = solve_lower_transposed(np.asfortranarray(Lc), K.copy())
+    np.testing.assert_array_equal(from_c, from_f)
+    np.testing.assert_allclose(from_c @ L.T, K, rtol=0, atol=1e-9 * np.abs(K).max())
+
+
+def test_the_c_ordered_sub_blocks_hold_a_few_mib_of_kernel_block():
+    from ooc_spectral.planning import MIN_BLOCK_ROWS, ROW_BLOCK_BYTES, solve_block_rows
+
+    assert solve_block_rows(6990, 300, "F") == 6990  # the F order keeps the planned size
+    assert solve_block_rows(6990, 300, "C") == ROW_BLOCK_BYTES // (8 * 300) == 1747
+    assert solve_block_rows(2621, 800, "C") == 655
+    assert solve_block_rows(1000, 300, "C") == 1000  # never above the planned size
+    assert solve_block_rows(100_000, 20_000, "C") == MIN_BLOCK_ROWS
+    assert solve_block_rows(0, 300, "C") == 1

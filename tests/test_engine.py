@@ -126,6 +126,36 @@ def test_a_variable_set_after_the_fork_server_started_reaches_later_workers(monk
     assert seen == ["set-late"]
 
 
+def _worker_diagnostics():
+    import dask
+
+    return (dask.config.get("distributed.worker.profile.enabled"),
+            str(dask.config.get("distributed.admin.tick.interval")))
+
+
+@pytest.mark.parametrize("diagnostics", [None, True])
+def test_the_embedded_workers_run_without_the_dashboards_diagnostics_unless_asked(diagnostics):
+    """The workers' profiler, the event loops' 20 ms tick and the system monitor take a few
+    percent of the cores from the passes (``cluster.EMBEDDED_DIAGNOSTICS_OFF``): the
+    embedded cluster's workers run without them, and with them when the config says so;
+    the client process's config is as it was afterwards."""
+    import dask
+
+    from ooc_spectral.cluster import dask_client
+
+    before = _worker_diagnostics()
+    setting = {} if diagnostics is None else {"ooc-spectral.cluster-diagnostics": diagnostics}
+    with dask.config.set(setting), dask_client(ClusterOptions(workers=1, quiet=True)) as client:
+        seen = list(client.run(_worker_diagnostics).values())
+        scheduler_tick = client.run_on_scheduler(
+            lambda: str(__import__("dask").config.get("distributed.admin.tick.interval")))
+    if diagnostics:
+        assert seen == [before]
+    else:
+        assert seen == [(False, "500ms")] and scheduler_tick == "500ms"
+    assert _worker_diagnostics() == before
+
+
 def test_worker_start_method_fork_is_refused():
     import dask
 

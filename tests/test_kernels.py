@@ -117,3 +117,33 @@ def test_pieces_and_pairwise_dot_equal_the_whole_block_for_every_kernel(name):
     got = k.pairwise_dot(X, P, G)
     np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
     assert k.pairwise_dot(X[:0], P, G).shape == (0, 3)
+
+
+@pytest.mark.parametrize("backend", ["openblas", "mkl"])
+@pytest.mark.parametrize("name", ["rbf", "laplacian", "linear", "polynomial", "cosine",
+                                  "subset-normalized"])
+def test_the_dictionarys_kernel_block_is_the_same_in_either_order(name, backend):
+    """``kernel_block(order="C")`` (k(X, D) by rows of X, MKL's pass 2) and the default
+    Fortran-ordered transpose of k(D, X): the same values to rounding, for every kernel."""
+    from conftest import mkl_backend
+
+    from ooc_spectral.model import Dictionary
+
+    rng = np.random.default_rng(7)
+    m, d = 300, 6
+    P = rng.standard_normal((m, d))
+    Xb = rng.standard_normal((1000, d))
+    k = (SubsetNormalizedKernel(make_kernel("rbf", gamma=0.3), P[:50]) if name == "subset-normalized"
+         else make_kernel(name, gamma=1.0 / d))
+    D = Dictionary(k, P, np.arange(m), k.aux(P), np.eye(m), np.ones(m), float(m), True)
+    with mkl_backend(backend == "mkl"):
+        KF, kxF = D.kernel_block(Xb)
+        KC, kxC = D.kernel_block(Xb, out=np.empty((1000, m)), order="C")
+    assert KF.flags.f_contiguous and KC.flags.c_contiguous and KC.shape == KF.shape == (1000, m)
+    np.testing.assert_array_equal(kxF, kxC)
+    ref = k.pairwise(Xb, P)
+    scale = np.abs(ref).max()
+    np.testing.assert_allclose(KC, ref, rtol=0, atol=32 * np.finfo(float).eps * scale)
+    np.testing.assert_allclose(KF, ref, rtol=0, atol=32 * np.finfo(float).eps * scale)
+    with pytest.raises(ValueError, match="order must be 'C' or 'F'"):
+        D.kernel_block(Xb, order="K")

@@ -164,3 +164,36 @@ def test_a_chunk_functions_results_do_not_share_its_reused_kernel_block(fitted):
         chunk_cross_moments(X[a:b], d, a, d.size - 4)
     _assert_same(first, from_flat(snapshot))
     _assert_same(chunk_moments(X[:500], d, 0), first)
+
+
+@pytest.mark.parametrize("block_rows", [None, 300, 257])
+def test_moments_on_mkl_by_rows_equal_openblas_by_columns(fitted, block_rows):
+    """Where MKL is in use pass 2 computes k(X, D) by rows (C order) in sub-blocks of a
+    few MiB and solves it by one dtrsm; on OpenBLAS the Fortran-ordered block by the
+    recursive row solve: the same statistic to rounding, whatever the sub-blocks."""
+    from conftest import mkl_backend
+
+    from ooc_spectral._blas import fast_solve_order
+
+    X, d = fitted
+    with mkl_backend(False):
+        assert fast_solve_order() == "F"
+        ref = chunk_moments(X, d, 0, tol_check=1e-4, block_rows=block_rows)
+    with mkl_backend(True):
+        assert fast_solve_order() == "C"
+        got = chunk_moments(X, d, 0, tol_check=1e-4, block_rows=block_rows)
+    assert got.n == ref.n == len(X)
+    # the coordinates of two backward-stable solves differ by up to eps cond(L) |z|; the
+    # residuals (1 - |z|^2, k(x, x) = 1 here) by as much in absolute terms
+    atol = 64 * np.finfo(float).eps * np.linalg.cond(d.L)
+    fa, fb = got.to_flat(), ref.to_flat()
+    for key in fa:
+        a, b = fa[key], fb[key]
+        if isinstance(a, np.ndarray) and a.dtype.kind == "f":
+            np.testing.assert_allclose(a, b, rtol=0, atol=atol * max(1.0, np.abs(b).max(initial=0)))
+        elif isinstance(a, float):
+            scale = len(X) if key.startswith("sum") else 1.0
+            assert abs(a - b) <= atol * max(scale, abs(b)), (key, a, b)
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=key)
+    np.testing.assert_array_equal(got.m2, got.m2.T)

@@ -27,8 +27,9 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from ooc_spectral._blas import add_gram_lower
+from ooc_spectral._blas import add_gram_lower, blas_backend, fast_solve_order
 from ooc_spectral.accumulate import _kernel_scratch, chunk_moments
+from ooc_spectral.planning import solve_block_rows
 from ooc_spectral.source import check_finite
 from ooc_spectral.statistics import RowSums
 
@@ -37,31 +38,37 @@ from solve_layouts import SHAPES, dictionary, one_thread_gemm_flops  # noqa: E40
 
 
 def parts_once(X32: np.ndarray, D) -> dict:
-    """One sub-block, step by step as ``chunk_moments`` does it: seconds per step."""
+    """c rows, step by step as ``chunk_moments`` does them (in sub-blocks of
+    :func:`~ooc_spectral.planning.solve_block_rows` rows in the order this BLAS solves
+    fastest): seconds per step, summed over the sub-blocks."""
     t, out = time.perf_counter(), {}
 
     def tick(name):
         nonlocal t
         now = time.perf_counter()
-        out[name] = now - t
+        out[name] = out.get(name, 0.0) + now - t
         t = now
 
-    X = np.ascontiguousarray(X32, dtype=np.float64)
-    check_finite(X, 0)
-    tick("float64 copy + check")
-    K, kx = D.kernel_block(X, out=_kernel_scratch(D.size, X.shape[0]))
-    tick("kernel block")
-    Z = D.solve(K, overwrite=True)
-    tick("triangular solve")
-    dhat = D.unconstrained_residuals(Z, kx)
-    D.residuals(Z, kx, dhat)
-    RowSums.of(Z, kx, dhat)
-    tick("residuals + sums")
-    mean = Z.mean(axis=0)
-    Z -= mean
-    tick("mean + centring")
-    add_gram_lower(np.zeros((D.size, D.size), order="F"), Z)
-    tick("m x m accumulation (syrk)")
+    order = fast_solve_order()
+    step = solve_block_rows(len(X32), D.size, order)
+    acc = np.zeros((D.size, D.size), order="F")
+    for a in range(0, len(X32), step):
+        X = np.ascontiguousarray(X32[a:a + step], dtype=np.float64)
+        check_finite(X, 0)
+        tick("float64 copy + check")
+        K, kx = D.kernel_block(X, out=_kernel_scratch(D.size, X.shape[0], order), order=order)
+        tick("kernel block")
+        Z = D.solve(K, overwrite=True)
+        tick("triangular solve")
+        dhat = D.unconstrained_residuals(Z, kx)
+        D.residuals(Z, kx, dhat)
+        RowSums.of(Z, kx, dhat)
+        tick("residuals + sums")
+        mean = Z.mean(axis=0)
+        Z -= mean
+        tick("mean + centring")
+        add_gram_lower(acc, Z)
+        tick("m x m accumulation (syrk)")
     return out
 
 
@@ -96,21 +103,25 @@ def main() -> None:
             floors = {"kernel block": 1e3 * 2 * c * m * d / gemm,
                       "triangular solve": 1e3 * c * m * m / gemm,
                       "m x m accumulation (syrk)": 1e3 * c * m * m / gemm}
-            rows.append({"m": m, "d": d, "c": c, "median_ms": median, "gemm_rate_ms": floors,
+            rows.append({"m": m, "d": d, "c": c, "order": fast_solve_order(),
+                         "sub_block_rows": solve_block_rows(c, m, fast_solve_order()),
+                         "median_ms": median, "gemm_rate_ms": floors,
                          "total_ms": sum(median.values()),
                          "chunk_moments_ms": whole_chunk_ms(X32, D, c, args.repeats)})
             print(rows[-1], flush=True)
     result = {"command": "python workflows/bench/pass2_parts.py", "one_thread_gemm_flops": gemm,
-              "rows": rows}
+              "blas": blas_backend(), "rows": rows}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "pass2_parts.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = ["# Pass 2, one sub-block part by part (one BLAS thread)", "",
-             f"Command: `{result['command']}`; one-thread gemm {gemm / 1e9:.0f} GFLOP/s; medians of "
+             f"Command: `{result['command']}`; {result['blas']}; one-thread gemm "
+             f"{gemm / 1e9:.0f} GFLOP/s; medians of "
              f"{args.repeats} sub-blocks, ms. `at gemm rate`: the part's counted flops at that rate "
              "(its exponentials not included).", ""]
     for r in rows:
         lines += [f"## m = {r['m']}, d = {r['d']}, c = {r['c']}: {r['total_ms']:.1f} ms in all", "",
+                  f"Kernel block in {r['order']} order, sub-blocks of {r['sub_block_rows']:,} rows.", "",
                   f"`chunk_moments` itself (16 sub-blocks, their fold included): "
                   f"{r['chunk_moments_ms']:.1f} ms per sub-block.", "",
                   "| part | ms | at gemm rate, ms |", "|---|---:|---:|"]
