@@ -34,7 +34,7 @@ import numpy as np
 from scipy.linalg import solve_triangular
 
 __all__ = ["solve_lower_transposed", "solve_lower_rows", "add_gram_lower", "symmetric_from_lower",
-           "matmul_nt", "fast_solve_order", "gil_free_trsm", "gil_free_syrk", "mkl", "mkl_version", "blas_backend", "longest_gil_stall",
+           "fast_solve_order", "gil_free_trsm", "gil_free_syrk", "mkl", "mkl_version", "blas_backend", "longest_gil_stall",
            "one_blas_thread", "blas_thread_counts"]
 
 _INT_MAX = 2**31 - 1
@@ -92,15 +92,21 @@ def _fortran_refs(args, integer=ctypes.c_int) -> list:
     refs = []
     for a in args:
         if isinstance(a, bytes):
-            refs.append(ctypes.byref(ctypes.c_char(a)))
+            refs.append(_CONSTANTS.get(a) or ctypes.byref(ctypes.c_char(a)))
         elif isinstance(a, tuple):
             array, offset = a
-            refs.append(ctypes.cast(array.ctypes.data + 8 * int(offset), _DOUBLE_P))
+            refs.append(_DOUBLE_P(ctypes.c_double.from_address(array.ctypes.data + 8 * int(offset))))
         elif isinstance(a, float):
-            refs.append(ctypes.byref(ctypes.c_double(a)))
+            refs.append(_CONSTANTS.get(a) or ctypes.byref(ctypes.c_double(a)))
         else:
             refs.append(ctypes.byref(integer(int(a))))
     return refs
+
+
+#: The letters and scalars BLAS calls pass, by reference to one shared object each
+#: (BLAS only reads them): marshalling a call is most of its cost for small products.
+_CONSTANTS = {**{c: ctypes.byref(ctypes.c_char(c)) for c in (b"L", b"U", b"N", b"T", b"R")},
+              **{x: ctypes.byref(ctypes.c_double(x)) for x in (0.0, 1.0, -1.0)}}
 
 
 def _blas_call(routine, *args) -> None:
@@ -113,12 +119,16 @@ def _blas_call(routine, *args) -> None:
 _MKL_SEQUENTIAL = 1
 #: The MKL routines pass 2 calls (their ILP64 entry points: 64-bit integers whatever
 #: the library's interface layer), and the thread-count call it needs.
-_MKL_SYMBOLS = ("dgemm_64", "dtrsm_64", "dsyrk_64", "MKL_Set_Num_Threads_Local", "mkl_get_version_string")
+_MKL_SYMBOLS = ("dtrsm_64", "dsyrk_64", "MKL_Set_Num_Threads_Local", "mkl_get_version_string")
 
 
 #: Paths of the MKL libraries this module loaded first (and made sequential): not one of
 #: the BLAS libraries whose threads the passes pin (:func:`blas_thread_counts`).
 _OWN_MKL: set[str] = set()
+#: ``_handle`` of the MKL libraries this module made sequential: their calls need no
+#: ``mkl_set_num_threads_local`` (which costs about 10 us a call, and on two threads
+#: calling at once made a 218 x 300 x 34 product 48% slower, against 9% without it).
+_SEQUENTIAL_MKL: set[int] = set()
 
 
 def _mkl_candidates() -> list[str]:
@@ -194,6 +204,7 @@ def _open_mkl():
         if not already:
             lib.MKL_Set_Threading_Layer(ctypes.c_int(_MKL_SEQUENTIAL))
             _OWN_MKL.add(os.path.realpath(_mapped_path(name) or path))
+            _SEQUENTIAL_MKL.add(lib._handle)
         lib.MKL_Set_Num_Threads_Local.restype = ctypes.c_int
         lib.MKL_Set_Num_Threads_Local.argtypes = [ctypes.c_int]
         return lib
@@ -229,6 +240,9 @@ def _mkl_call(name: str, *args) -> None:
     64-bit), on the calling thread alone (ctypes releases the GIL for the call)."""
     lib = mkl()
     refs = _fortran_refs(args, ctypes.c_int64)
+    if lib._handle in _SEQUENTIAL_MKL:  # no threads to hold back
+        getattr(lib, name)(*refs)
+        return
     previous = lib.MKL_Set_Num_Threads_Local(1)
     try:
         getattr(lib, name)(*refs)
@@ -305,27 +319,6 @@ def add_gram_lower(acc: np.ndarray, Z: np.ndarray) -> np.ndarray:
     else:  # Z's buffer is Z' (m x c, leading dimension m); C = Z' (Z')'
         _level3("dsyrk", syrk, b"L", b"N", m, c, 1.0, (Z, 0), m, 1.0, (acc, 0), m)
     return acc
-
-
-def matmul_nt(A: np.ndarray, B: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """``out = A B'`` for C-ordered float64 ``A`` (r x k), ``B`` (s x k) and ``out`` (r x s).
-
-    The product of the Gaussian kernel's exponent (:mod:`ooc_spectral.kernels`): a
-    small inner dimension k (the features plus two), where OpenBLAS's ``dgemm`` runs
-    at half its rate. Where :func:`mkl` is in use, MKL's ``dgemm`` (on the calling
-    thread alone, GIL released), else ``np.matmul``; the same product to rounding.
-    Measured on one thread, k = 34, 6,990 x 300 in pieces of 256 rows: 2.1 ms
-    (MKL) against 2.6 ms (OpenBLAS); as one product, 1.9 against 3.1 ms.
-    """
-    r, k = A.shape
-    s = B.shape[0]
-    if (mkl() is None or r == 0 or s == 0 or k == 0 or B.shape[1] != k
-            or out.shape != (r, s) or not out.flags.writeable
-            or any(x.dtype != np.float64 or not x.flags.c_contiguous for x in (A, B, out))):
-        return np.matmul(A, B.T, out=out)
-    # Fortran terms: out' (s x r) = B (B' is k x s, leading dimension k) times A' (k x r)
-    _mkl_call("dgemm_64", b"T", b"N", s, r, k, 1.0, (B, 0), k, (A, 0), k, 0.0, (out, 0), s)
-    return out
 
 
 def fast_solve_order() -> str:

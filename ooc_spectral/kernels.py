@@ -33,7 +33,6 @@ from typing import Mapping
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from ._blas import matmul_nt
 from .exceptions import InvalidInputError, InvalidParameterError
 from .planning import SAMPLE_PURPOSE, plan_sample
 
@@ -256,9 +255,7 @@ class RBFKernel(_Stationary):
     def pairwise_monotone(self, X, Y, x_aux=None, y_aux=None, out=None):
         """The exponent ``-gamma ||x - y||^2`` (before the clip at 0)."""
         A, B = self._augmented(_f64(X), _f64(Y), x_aux, y_aux)
-        if out is None:
-            out = np.empty((A.shape[0], B.shape[0]))
-        return matmul_nt(A, B, out)
+        return np.matmul(A, B.T, out=out)
 
     def _augmented(self, X, Y, x_aux=None, y_aux=None):
         """The exponent -gamma (|x|^2 + |y|^2 - 2 x.y) is ``A B'``: the rows augmented
@@ -281,7 +278,8 @@ class RBFKernel(_Stationary):
     def _exponent_of_rows(self, X, Y, x_aux, y_aux):
         """The augmented rows built once; each piece is one product of them."""
         A, B = self._augmented(X, Y, x_aux, y_aux)
-        return lambda a, b, out: matmul_nt(A[a:b], B, out)
+        Bt = B.T
+        return lambda a, b, out: np.matmul(A[a:b], Bt, out=out)
 
 
 @dataclass(frozen=True)

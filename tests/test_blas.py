@@ -288,59 +288,6 @@ def test_mkl_is_loaded_once_and_sequential_under_concurrent_first_calls():
 
 # --------------------------------------------------------------------------- the C-ordered pass 2
 @pytest.mark.parametrize("backend", ["openblas", "mkl"])
-@pytest.mark.parametrize("r, s, k", [(1, 1, 1), (7, 3, 34), (218, 300, 34), (5, 2000, 18), (0, 4, 3)])
-def test_matmul_nt_is_the_product_with_the_transpose(r, s, k, backend):
-    from conftest import mkl_backend
-
-    from ooc_spectral._blas import matmul_nt
-
-    rng = np.random.default_rng(r + s + k)
-    A, B = rng.standard_normal((r, k)), rng.standard_normal((s, k))
-    out = np.full((r, s), np.nan)
-    with mkl_backend(backend == "mkl"):
-        got = matmul_nt(A, B, out)
-    assert got is out
-    want = A @ B.T
-    np.testing.assert_allclose(got, want, rtol=0, atol=1e-13 * max(1.0, np.abs(want).max(initial=0)))
-    # pieces of rows (offset views) land where they belong
-    out2 = np.full((r, s), np.nan)
-    with mkl_backend(backend == "mkl"):
-        for a in range(0, r, 3):
-            matmul_nt(A[a:a + 3], B, out2[a:a + 3])
-    np.testing.assert_allclose(out2, want, rtol=0, atol=1e-13 * max(1.0, np.abs(want).max(initial=0)))
-
-
-@pytest.mark.parametrize("backend", ["openblas", "mkl"])
-def test_matmul_nt_of_other_layouts_takes_numpys_product(backend):
-    from conftest import mkl_backend
-
-    from ooc_spectral._blas import matmul_nt
-
-    rng = np.random.default_rng(0)
-    A = np.asfortranarray(rng.standard_normal((40, 6)))
-    B = rng.standard_normal((60, 6))[::2]
-    out = np.empty((40, 30), order="F")
-    with mkl_backend(backend == "mkl"):
-        np.testing.assert_allclose(matmul_nt(A, B, out), A @ B.T, rtol=1e-14, atol=1e-13)
-        with pytest.raises(ValueError):
-            matmul_nt(A, B, np.empty((3, 3)))
-
-
-def test_another_thread_runs_during_mkls_product():
-    from conftest import mkl_backend
-
-    from ooc_spectral._blas import matmul_nt
-
-    rng = np.random.default_rng(0)
-    A, B = rng.standard_normal((4000, 500)), rng.standard_normal((3000, 500))
-    out = np.empty((4000, 3000))
-    with mkl_backend(True):
-        duration, stall = longest_gil_stall(lambda: matmul_nt(A, B, out))
-    assert duration > 0.02
-    assert stall < 0.5 * duration, (stall, duration)
-
-
-@pytest.mark.parametrize("backend", ["openblas", "mkl"])
 def test_the_row_solve_reads_a_c_ordered_factor_as_it_is(backend):
     """A C-ordered L is solved with as the transpose of its column-major buffer (no copy):
     the same coordinates as from its Fortran-ordered copy, and only its lower triangle read."""

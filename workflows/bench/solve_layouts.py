@@ -52,14 +52,15 @@ def best_ms(f, repeat: int = 9) -> float:
 def one_thread_gemm_flops(rng) -> float:
     """float64 gemm FLOP/s of the calling thread (a 2048 x 1024 by 1024 x 1024 product,
     best of 9), for callers that hold BLAS to one thread: NumPy's, or MKL's where it is
-    in use and faster (:func:`ooc_spectral._blas.matmul_nt`, one thread)."""
-    from ooc_spectral._blas import matmul_nt, mkl
+    in use and faster (its ``dgemm``, sequential)."""
+    from ooc_spectral._blas import _mkl_call, mkl
 
     a, b = rng.random((2048, 1024)), rng.random((1024, 1024))
     best = best_ms(lambda: a @ b)
     if mkl() is not None:
-        out = np.empty((2048, 1024))
-        best = min(best, best_ms(lambda: matmul_nt(a, b, out)))
+        out = np.empty((2048, 1024))  # out' = b' a' in column-major terms
+        best = min(best, best_ms(lambda: _mkl_call("dgemm_64", b"N", b"N", 1024, 2048, 1024, 1.0,
+                                                   (b, 0), 1024, (a, 0), 1024, 0.0, (out, 0), 1024)))
     return 2.0 * 2048 * 1024 * 1024 / (best / 1e3)
 
 
