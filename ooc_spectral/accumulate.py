@@ -142,9 +142,23 @@ def _centred_coordinates(block, dictionary: Dictionary, offset: int, chunk_start
     dhat = dictionary.unconstrained_residuals(Z, kx)
     delta, _ = dictionary.residuals(Z, kx, dhat)
     sums = RowSums.of(Z, kx, dhat)
-    mean = Z.mean(axis=0)
+    mean = _column_means(Z)
     Z -= mean
     return X, Z, mean, delta, sums
+
+
+def _column_means(Z: np.ndarray) -> np.ndarray:
+    """The mean of the rows of Z (c x m): one matrix-vector product, ``1' Z / c``.
+
+    BLAS reads the block once at the memory's rate, where ``Z.mean(axis=0)`` on a
+    C-ordered block adds it up row by row: 0.23-0.25 against 0.69-0.86 ms per 6,990
+    rows at m = 300, either order. Both sum the c values of a column in one pass
+    (NumPy's pairwise summation applies along a contiguous axis only), so the
+    rounding is of the same order, c eps at worst."""
+    c = Z.shape[0]
+    if c == 0:
+        return np.full(Z.shape[1], np.nan)
+    return np.matmul(np.ones(c), Z) / c
 
 
 class _MomentsFold:
