@@ -133,18 +133,51 @@ def _centred_coordinates(block, dictionary: Dictionary, offset: int, chunk_start
 
     The coordinates (c x m, Fortran- or C-ordered as ``order`` says, see
     :func:`~ooc_spectral._blas.fast_solve_order`) are a view of this thread's
-    scratch block (:func:`_kernel_scratch`): valid until the thread's next call."""
+    scratch block (:func:`_kernel_scratch`): valid until the thread's next call.
+    In the C order their mean is ``L^-1 kbar``, from the kernel block's column sums
+    added piece by piece in the cache (the same mean to rounding, ``eps cond(L)``,
+    without a pass over the block; in the F order, :func:`_column_means`)."""
     X = np.ascontiguousarray(block, dtype=np.float64)
     check_finite(X, offset, chunk_starts=chunk_starts)
-    K, kx = dictionary.kernel_block(X, out=_kernel_scratch(dictionary.size, X.shape[0], order),
-                                    order=order)
+    c, m = X.shape[0], dictionary.size
+    ksum = np.empty(m) if order == "C" and c else None
+    K, kx = dictionary.kernel_block(X, out=_kernel_scratch(m, c, order), order=order,
+                                    col_sums=ksum)
     Z = dictionary.solve(K, overwrite=True)
-    dhat = dictionary.unconstrained_residuals(Z, kx)
-    delta, _ = dictionary.residuals(Z, kx, dhat)
-    sums = RowSums.of(Z, kx, dhat)
-    mean = _column_means(Z)
-    Z -= mean
+    if ksum is None:
+        dhat = dictionary.unconstrained_residuals(Z, kx)
+        delta, _ = dictionary.residuals(Z, kx, dhat)
+        mean = _column_means(Z)
+        Z -= mean
+    else:  # L^-1 kbar: the kernel's column sums were added up in the cache
+        mean = dictionary.solve((ksum / c).reshape(1, m), overwrite=True)[0]
+        dhat, zw = _centre_rows(Z, mean, dictionary.w if dictionary.affine else None)
+        np.subtract(kx, dhat, out=dhat)
+        delta, _ = dictionary.residuals(None, kx, dhat, zw)
+    sums = RowSums.of(None, kx, dhat)
     return X, Z, mean, delta, sums
+
+
+#: Rows of a C-ordered block that :func:`_centre_rows` takes at a time (a piece of
+#: some hundreds of KiB, read once into the core's cache for its three uses).
+CENTRE_PIECE_ELEMENTS = 2**16
+
+
+def _centre_rows(Z: np.ndarray, mean: np.ndarray, w: np.ndarray | None):
+    """For a C-ordered Z (c x m): the squared norms ``|z_t|^2`` and the products
+    ``z_t . w`` (None without ``w``) of its rows, then ``Z -= mean`` in place, piece
+    by piece, so that each piece is read from memory once for the three."""
+    c, m = Z.shape
+    sq = np.empty(c)
+    zw = None if w is None else np.empty(c)
+    step = max(1, CENTRE_PIECE_ELEMENTS // max(m, 1))
+    for a in range(0, c, step):
+        P = Z[a:a + step]
+        np.einsum("ij,ij->i", P, P, out=sq[a:a + step])
+        if zw is not None:
+            np.matmul(P, w, out=zw[a:a + step])
+        P -= mean
+    return sq, zw
 
 
 def _column_means(Z: np.ndarray) -> np.ndarray:

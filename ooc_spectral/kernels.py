@@ -81,10 +81,15 @@ class Kernel:
     def pairwise(self, X, Y, x_aux=None, y_aux=None) -> np.ndarray:  # pragma: no cover
         raise NotImplementedError
 
-    def pairwise_into(self, out, X, Y, x_aux=None, y_aux=None) -> np.ndarray:
+    def pairwise_into(self, out, X, Y, x_aux=None, y_aux=None, col_sums=None) -> np.ndarray:
         """:meth:`pairwise` written into ``out`` (a C-ordered float64 array of its shape);
-        kernels that can fill it in place do so without a block of their own."""
+        kernels that can fill it in place do so without a block of their own. With
+        ``col_sums`` (float64, one per column of ``out``), also the block's column sums
+        ``1' out``, written there (kernels computed in pieces add each piece's while it
+        is in the cache)."""
         out[...] = self.pairwise(X, Y, x_aux, y_aux)
+        if col_sums is not None:
+            np.matmul(np.ones(out.shape[0]), out, out=col_sums)
         return out
 
     def diag(self, X, x_aux=None) -> np.ndarray:  # pragma: no cover
@@ -210,11 +215,17 @@ class _Stationary(Kernel):
         X, Y = _f64(X), _f64(Y)
         return self.pairwise_into(np.empty((X.shape[0], Y.shape[0])), X, Y, x_aux, y_aux)
 
-    def pairwise_into(self, out, X, Y, x_aux=None, y_aux=None):
+    def pairwise_into(self, out, X, Y, x_aux=None, y_aux=None, col_sums=None):
         X, Y = _f64(X), _f64(Y)
         fill = self._exponent_of_rows(X, Y, x_aux, y_aux)
-        for a, b in _pieces(X.shape[0], Y.shape[0], PIECE_MIN_ROWS):
-            self.monotone_to_kernel(fill(a, b, out[a:b]))
+        pieces = _pieces(X.shape[0], Y.shape[0], PIECE_MIN_ROWS)
+        if col_sums is not None:
+            col_sums[...] = 0.0
+            ones = np.ones(max((b - a for a, b in pieces), default=0))
+        for a, b in pieces:
+            piece = self.monotone_to_kernel(fill(a, b, out[a:b]))
+            if col_sums is not None:
+                col_sums += ones[:b - a] @ piece
         return out
 
     def pairwise_dot(self, X, Y, G, x_aux=None, y_aux=None):

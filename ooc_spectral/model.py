@@ -71,7 +71,8 @@ class Dictionary:
         return int(self.points.shape[0])
 
     def kernel_block(self, X: np.ndarray, x_aux=None, out: np.ndarray | None = None,
-                     order: str = "F") -> tuple[np.ndarray, np.ndarray]:
+                     order: str = "F", col_sums: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
         """``K = k(X, D)`` (c x m) and ``k(x, x)`` for the rows of X.
 
         ``order="F"``: K is Fortran-ordered, the transpose of the C-ordered
@@ -82,6 +83,8 @@ class Dictionary:
         fastest (:func:`~ooc_spectral._blas.fast_solve_order`); ``out`` is then a
         C-ordered float64 (c x m) array and K is ``out`` itself. The same values
         either way (the kernel is symmetric in its arguments, to rounding).
+        ``col_sums`` (C order only; m values) receives the sums of K's rows,
+        ``K' 1``, added piece by piece while each is in the cache.
         """
         X = np.ascontiguousarray(X, dtype=np.float64)
         if order not in ("C", "F"):
@@ -91,8 +94,10 @@ class Dictionary:
         kx = self.kernel.diag(X, x_aux)
         if order == "C":
             if out is None:
-                return self.kernel.pairwise(X, self.points, x_aux, self.aux), kx
-            return self.kernel.pairwise_into(out, X, self.points, x_aux, self.aux), kx
+                out = np.empty((X.shape[0], self.size))
+            return self.kernel.pairwise_into(out, X, self.points, x_aux, self.aux, col_sums), kx
+        if col_sums is not None:
+            raise ValueError("kernel_block: col_sums is given in the C order only")
         if out is None:
             KT = self.kernel.pairwise(self.points, X, self.aux, x_aux)
         else:
@@ -123,12 +128,13 @@ class Dictionary:
         K, kx = self.kernel_block(X, x_aux)
         return self.solve(K, overwrite=True), kx
 
-    def residuals(self, Z: np.ndarray, kx: np.ndarray, dhat: np.ndarray | None = None
-                  ) -> tuple[np.ndarray, np.ndarray | None]:
+    def residuals(self, Z: np.ndarray | None, kx: np.ndarray, dhat: np.ndarray | None = None,
+                  zw: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
         """``delta_t`` (eq. 8) from the coordinates, and ``alpha_t`` (None if not affine).
 
         ``dhat``, the unconstrained residuals ``k(x, x) - |z|^2`` when the caller has
-        them (:meth:`unconstrained_residuals`), saves a pass over Z.
+        them (:meth:`unconstrained_residuals`), and ``zw``, the products ``z_t . w``,
+        each save a pass over Z (which is not read when both are given).
 
         A row whose unconstrained residual is below the pivot floor is in the
         span (the scan cannot add it: a finite-dimensional feature space, such
@@ -140,7 +146,7 @@ class Dictionary:
             dhat = self.unconstrained_residuals(Z, kx)
         if not self.affine:
             return dhat, None
-        alpha = 1.0 - Z @ self.w
+        alpha = 1.0 - (Z @ self.w if zw is None else zw)
         delta = dhat + alpha * alpha / self.beta
         inspan = dhat <= PIVOT_FLOOR * np.maximum(np.abs(kx), np.finfo(np.float64).tiny)
         if inspan.any():

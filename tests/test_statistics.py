@@ -166,16 +166,23 @@ def test_a_chunk_functions_results_do_not_share_its_reused_kernel_block(fitted):
     _assert_same(chunk_moments(X[:500], d, 0), first)
 
 
+@pytest.mark.parametrize("affine", [True, False])
 @pytest.mark.parametrize("block_rows", [None, 300, 257])
-def test_moments_on_mkl_by_rows_equal_openblas_by_columns(fitted, block_rows):
+def test_moments_on_mkl_by_rows_equal_openblas_by_columns(fitted, block_rows, affine):
     """Where MKL is in use pass 2 computes k(X, D) by rows (C order) in sub-blocks of a
-    few MiB and solves it by one dtrsm; on OpenBLAS the Fortran-ordered block by the
-    recursive row solve: the same statistic to rounding, whatever the sub-blocks."""
+    few MiB, solves it by one dtrsm, takes the mean from the kernel's column sums and
+    the residuals and centring piece by piece; on OpenBLAS the Fortran-ordered block by
+    the recursive row solve: the same statistic to rounding, whatever the sub-blocks,
+    with and without the affine constraint."""
+    import dataclasses
+
     from conftest import mkl_backend
 
     from ooc_spectral._blas import fast_solve_order
 
     X, d = fitted
+    assert d.affine
+    d = d if affine else dataclasses.replace(d, affine=False)
     with mkl_backend(False):
         assert fast_solve_order() == "F"
         ref = chunk_moments(X, d, 0, tol_check=1e-4, block_rows=block_rows)
