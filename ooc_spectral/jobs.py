@@ -17,7 +17,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from ._blas import blas_backend
+from ._blas import blas_backend, fast_solve_order
 from .checkpoint import RunDirectory, _now, config_hash
 from .cluster import ClusterOptions, compute_engine, dask_client
 from .config import FitConfig
@@ -25,7 +25,7 @@ from .execution import Executor
 from .monitor import MemorySampler, ProgressLog
 from .persistence import load_model, package_versions
 from .pipeline import FitRun
-from .planning import plan_block_rows, plan_tasks
+from .planning import plan_block_rows, plan_tasks, solve_block_rows
 from .source import DataSource, open_source
 from .writeback import EmbeddingOutput
 
@@ -205,6 +205,9 @@ def run_fit_job(job: FitJob) -> dict:
                 "task_rows": result.task_rows,
                 "tasks": result.tasks,
                 "block_rows": result.block_rows,
+                # pass 2's sub-blocks as this process's BLAS solves them (the C order on MKL)
+                "pass2_block_rows": None if result.block_rows is None else solve_block_rows(
+                    result.block_rows, result.dictionary.size, fast_solve_order()),
                 "output_dtype": config.output_dtype,
                 "stages": {name: {"seconds": round(sec, 4),
                                   "peak_memory_bytes": run.peak_memory.get(name)}

@@ -156,6 +156,7 @@ def run_size(n: int, d: int, m: int, work: Path, keep: bool, cores: int,
             "blas": report.get("blas"),
             "threads": report["threads"], "tasks": report["tasks"],
             "task_rows": report["task_rows"], "block_rows": report["block_rows"],
+            "pass2_block_rows": report.get("pass2_block_rows", report["block_rows"]),
             "make_data_seconds": round(make_seconds, 1),
             "process_seconds": round(process_seconds, 1),
             "wall_seconds": report["wall_seconds"],
@@ -191,7 +192,8 @@ def markdown(result: dict) -> str:
         stages = ", ".join(f"{k} {v:.1f} s" for k, v in r["stages"].items())
         lines.append(f"- n = {r['n']:,}: `{r['command']}`; wall {r['wall_seconds']:.1f} s "
                      f"(process {r['process_seconds']:.1f} s); stages: {stages}; sub-blocks of "
-                     f"{r['block_rows']:,} rows; pass 2 on {r.get('blas') or 'openblas (scipy)'}; "
+                     f"{r['block_rows']:,} rows (pass 2: {r['pass2_block_rows']:,}); pass 2 on "
+                     f"{r.get('blas') or 'openblas (scipy)'}; "
                      f"gemm GFLOP/s NumPy {r['floors_before']['numpy_gemm_gflops']} / "
                      f"{r['floors_after']['numpy_gemm_gflops']}, MKL "
                      f"{r['floors_before']['mkl_gemm_gflops']} / {r['floors_after']['mkl_gemm_gflops']}.")
