@@ -365,10 +365,13 @@ def solve_block_rows(block_rows: int, dictionary_size: int, order: str) -> int:
 
     ``block_rows`` (:func:`plan_block_rows`) in the F order; in the C order at most
     :data:`ROW_BLOCK_BYTES` of kernel block (and at least :data:`MIN_BLOCK_ROWS`
-    rows), whose rows MKL solves in one ``dtrsm`` from the cache. Measured on one
-    thread, MKL, per 6,990 rows (``workflows/bench/pass2_parts.py``): m = 300,
-    sub-blocks of 512 to 2,330 rows 26.5-27.2 ms against 30.9 ms for the F order's
-    6,990; m = 800, 512 to 1,024 rows 50.0-50.2 ms, 2,621 rows 51.5, against 54.9.
+    rows), whose rows MKL solves in one ``dtrsm``. Measured with ``chunk_moments`` on
+    one thread, MKL (and the kernel's product on MKL's ``dgemm``, since dropped), per
+    6,990 rows at m = 300, alternating the sizes in one process:
+    sub-blocks of 1, 2, 4 and 8 MiB 28.7-29.1, 27.1-27.6, 26.7-27.1 and 26.8-26.9 ms;
+    at m = 800 per 2,621 rows 52.9-54.4, 53.0-53.3, 52.3 and 51.1-52.0 ms (each
+    sub-block costs about 0.3 ms whatever its size: the factor and the m x m
+    accumulator are read and written once per call).
     """
     rows = max(1, int(block_rows))
     if order != "C":
