@@ -284,9 +284,10 @@ def worker_start_method() -> str:
 #: (every 10 ms it walks the stacks of the task threads, under the GIL), the event
 #: loops' tick (every 20 ms; a blocked loop is still reported after 3 s) and the
 #: system monitor (every 0.5 s), which feed the dashboard. Measured, 10^7 x 32 rows at
-#: m = 300, per-thread CPU in 8 s of pass 2 (``workflows/bench/cli_floors.py``): the
-#: task threads 170-172% of the 2 cores with them, 176% without; the workers' event
-#: loops 8.5 -> 3.0%, the client's 5.6 -> 3.0%.
+#: m = 300, CPU over 8 s of pass 2, alternating (``workflows/bench/cluster_threads.py``,
+#: ``results/cluster_threads.md``): the two task threads 173.0-174.8% of a core with
+#: them, 177.5-180.0% without; the workers' other threads 15.6-16.7 -> 11.0-13.7%, the
+#: client process 6.2-6.4 -> 4.9-5.6%; pass 2 22.7-23.2 -> 22.0-22.2 s.
 EMBEDDED_DIAGNOSTICS_OFF = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.tick.interval": "500ms",

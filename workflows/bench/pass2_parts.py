@@ -28,7 +28,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ooc_spectral._blas import add_gram_lower, blas_backend, fast_solve_order
-from ooc_spectral.accumulate import _kernel_scratch, chunk_moments
+from ooc_spectral.accumulate import _centre_rows, _column_means, _kernel_scratch, chunk_moments
 from ooc_spectral.planning import solve_block_rows
 from ooc_spectral.source import check_finite
 from ooc_spectral.statistics import RowSums
@@ -56,17 +56,27 @@ def parts_once(X32: np.ndarray, D) -> dict:
         X = np.ascontiguousarray(X32[a:a + step], dtype=np.float64)
         check_finite(X, 0)
         tick("float64 copy + check")
-        K, kx = D.kernel_block(X, out=_kernel_scratch(D.size, X.shape[0], order), order=order)
+        c, m = X.shape[0], D.size
+        ksum = np.empty(m) if order == "C" else None
+        K, kx = D.kernel_block(X, out=_kernel_scratch(m, c, order), order=order, col_sums=ksum)
         tick("kernel block")
         Z = D.solve(K, overwrite=True)
         tick("triangular solve")
-        dhat = D.unconstrained_residuals(Z, kx)
-        D.residuals(Z, kx, dhat)
-        RowSums.of(Z, kx, dhat)
-        tick("residuals + sums")
-        mean = Z.mean(axis=0)
-        Z -= mean
-        tick("mean + centring")
+        if ksum is None:  # as _centred_coordinates does it in each order
+            dhat = D.unconstrained_residuals(Z, kx)
+            D.residuals(Z, kx, dhat)
+            RowSums.of(Z, kx, dhat)
+            tick("residuals + sums")
+            Z -= _column_means(Z)
+            tick("mean + centring")
+        else:
+            mean = D.solve((ksum / c).reshape(1, m), overwrite=True)[0]
+            sq, zw = _centre_rows(Z, mean, D.w if D.affine else None)
+            tick("mean + centring (with the norms and z.w, piece by piece)")
+            dhat = kx - sq
+            D.residuals(None, kx, dhat, zw)
+            RowSums.of(None, kx, dhat)
+            tick("residuals + sums")
         add_gram_lower(acc, Z)
         tick("m x m accumulation (syrk)")
     return out
