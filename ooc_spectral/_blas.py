@@ -202,9 +202,11 @@ def _open_mkl():
         except OSError:
             continue
         if not already:
-            lib.MKL_Set_Threading_Layer(ctypes.c_int(_MKL_SEQUENTIAL))
+            lib.MKL_Set_Threading_Layer.restype = ctypes.c_int
+            layer = lib.MKL_Set_Threading_Layer(ctypes.c_int(_MKL_SEQUENTIAL))
             _OWN_MKL.add(os.path.realpath(_mapped_path(name) or path))
-            _SEQUENTIAL_MKL.add(lib._handle)
+            if layer == _MKL_SEQUENTIAL:  # the layer in effect, as the call returns it
+                _SEQUENTIAL_MKL.add(lib._handle)
         lib.MKL_Set_Num_Threads_Local.restype = ctypes.c_int
         lib.MKL_Set_Num_Threads_Local.argtypes = [ctypes.c_int]
         return lib
@@ -330,8 +332,10 @@ def fast_solve_order() -> str:
     then keeps the kernel's exponentials, the solve and the passes after it within
     the core's cache. ``"F"`` otherwise: OpenBLAS solves the C order at about
     8 GFLOP/s, and the transposed block ``k(D, X)`` by :func:`solve_lower_rows`.
+    (Also ``"F"`` where SciPy's BLAS capsules are missing: the C order's solve would
+    then fall back to ``solve_triangular`` on OpenBLAS, holding the GIL.)
     """
-    return "C" if mkl() is not None else "F"
+    return "C" if mkl() is not None and gil_free_trsm() is not None else "F"
 
 
 def symmetric_from_lower(acc: np.ndarray) -> np.ndarray:

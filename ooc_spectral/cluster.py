@@ -298,7 +298,10 @@ EMBEDDED_DIAGNOSTICS_OFF = {
 def embedded_cluster_config() -> dict:
     """The dask config the embedded cluster runs under (its nannies pass it to the
     workers): :data:`EMBEDDED_DIAGNOSTICS_OFF` unless ``ooc-spectral.cluster-diagnostics``
-    is True (env ``DASK_OOC_SPECTRAL__CLUSTER_DIAGNOSTICS=True``)."""
+    is True (env ``DASK_OOC_SPECTRAL__CLUSTER_DIAGNOSTICS=True``). It is set in this
+    process too while the cluster runs (its scheduler and nannies live here), and
+    restored when the cluster stops; an external cluster and the threads engine are
+    not touched."""
     import dask
 
     on = dask.config.get("ooc-spectral.cluster-diagnostics", False)

@@ -205,7 +205,9 @@ def run_fit_job(job: FitJob) -> dict:
                 "task_rows": result.task_rows,
                 "tasks": result.tasks,
                 "block_rows": result.block_rows,
-                # pass 2's sub-blocks as this process's BLAS solves them (the C order on MKL)
+                # pass 2's sub-blocks as this process's BLAS solves them (the C order on MKL;
+                # as "blas", the view of this process: an external cluster's workers decide
+                # by their own installation and config)
                 "pass2_block_rows": None if result.block_rows is None else solve_block_rows(
                     result.block_rows, result.dictionary.size, fast_solve_order()),
                 "output_dtype": config.output_dtype,

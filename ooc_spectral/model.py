@@ -142,6 +142,9 @@ class Dictionary:
         residual, since every use of the coordinates (the orthogonal projection)
         is exact for it, though it may lie outside the affine hull.
         """
+        if Z is None and (dhat is None or (self.affine and zw is None)):
+            raise ValueError("Dictionary.residuals: without Z, give dhat (and zw for an affine "
+                             "dictionary)")
         if dhat is None:
             dhat = self.unconstrained_residuals(Z, kx)
         if not self.affine:

@@ -284,6 +284,28 @@ def test_mkl_is_loaded_once_and_sequential_under_concurrent_first_calls():
         _blas.solve_lower_rows(np.eye(3), np.ones((3, 4)))  # a call: the layer's library is loaded
         assert _blas._mapped_path("libmkl_sequential") is not None or not _blas._OWN_MKL
         assert _blas._mapped_path("libiomp5") is None or not _blas._OWN_MKL  # no OpenMP runtime started
+        # calls skip the per-call thread pinning only on a library this module made sequential
+        assert (got[0]._handle in _blas._SEQUENTIAL_MKL) == bool(_blas._OWN_MKL)
+
+
+def test_mkl_calls_pin_their_thread_on_a_library_someone_else_loaded(monkeypatch):
+    """Where MKL was loaded first by another package (its threading layer not ours to
+    set), each call runs under mkl_set_num_threads_local(1), restored after."""
+    from conftest import mkl_backend
+
+    from ooc_spectral import _blas
+
+    with mkl_backend(True):
+        lib = _blas.mkl()
+        monkeypatch.setattr(_blas, "_SEQUENTIAL_MKL", set())
+        calls = []
+        real = lib.MKL_Set_Num_Threads_Local
+        monkeypatch.setattr(lib, "MKL_Set_Num_Threads_Local", lambda n: calls.append(n) or real(n))
+        L, rng = _factor(50)
+        K = rng.standard_normal((20, 50))
+        got = solve_lower_transposed(L, K.copy())
+    assert calls[0] == 1 and len(calls) == 2  # pinned to one thread, then restored
+    np.testing.assert_allclose(got @ L.T, K, rtol=0, atol=1e-9 * np.abs(K).max())
 
 
 # --------------------------------------------------------------------------- the C-ordered pass 2

@@ -130,7 +130,8 @@ def _worker_diagnostics():
     import dask
 
     return (dask.config.get("distributed.worker.profile.enabled"),
-            str(dask.config.get("distributed.admin.tick.interval")))
+            str(dask.config.get("distributed.admin.tick.interval")),
+            str(dask.config.get("distributed.admin.system-monitor.interval")))
 
 
 @pytest.mark.parametrize("diagnostics", [None, True])
@@ -152,7 +153,7 @@ def test_the_embedded_workers_run_without_the_dashboards_diagnostics_unless_aske
     if diagnostics:
         assert seen == [before]
     else:
-        assert seen == [(False, "500ms")] and scheduler_tick == "500ms"
+        assert seen == [(False, "500ms", "2s")] and scheduler_tick == "500ms"
     assert _worker_diagnostics() == before
 
 

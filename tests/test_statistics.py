@@ -204,3 +204,69 @@ def test_moments_on_mkl_by_rows_equal_openblas_by_columns(fitted, block_rows, af
         else:
             np.testing.assert_array_equal(a, b, err_msg=key)
     np.testing.assert_array_equal(got.m2, got.m2.T)
+
+
+def _moments_both_ways(X, d, block_rows):
+    from conftest import mkl_backend
+
+    with mkl_backend(False):
+        ref = chunk_moments(X, d, 0, tol_check=1e-4, block_rows=block_rows)
+    with mkl_backend(True):
+        got = chunk_moments(X, d, 0, tol_check=1e-4, block_rows=block_rows)
+    return got, ref
+
+
+@pytest.mark.parametrize("block_rows", [None, 257])
+def test_moments_by_rows_at_tol_1e_9_stay_within_eps_cond_l(block_rows):
+    """The C order's mean is L^-1 kbar, the F order's the mean of the solved rows: at a
+    small tol (cond(L) near 10^7) both stay within 64 eps cond(L) of each other."""
+    X = make_swiss_roll(2000, random_state=4)[0]
+    est = GreedySpectralEmbedding(n_components=3, gamma=0.01, tol=1e-9, random_state=0).fit(X)
+    d = est.spectral_map_.dictionary
+    cond = np.linalg.cond(d.L)
+    assert cond > 1e6  # an ill-conditioned factor, as at small tol
+    got, ref = _moments_both_ways(X, d, block_rows)
+    atol = 64 * np.finfo(float).eps * cond
+    np.testing.assert_allclose(got.mean, ref.mean, rtol=0, atol=atol * np.abs(ref.mean).max())
+    np.testing.assert_allclose(got.m2, ref.m2, rtol=0, atol=atol * np.abs(ref.m2).max())
+    # the spectrum the eigensolve reads off m2 agrees far more closely than that bound
+    top = np.linalg.eigvalsh(ref.m2)[-5:]
+    np.testing.assert_allclose(np.linalg.eigvalsh(got.m2)[-5:], top, rtol=1e-10)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 513])
+@pytest.mark.parametrize("kernel", ["rbf", "callable", "exact"])
+def test_moments_by_rows_of_few_rows_other_kernels_and_the_exact_path(rows, kernel):
+    """The C order on a single row, a partial piece, a callable kernel (the generic
+    pairwise_into and its column sums) and the exact path (no factor: the
+    coordinates are the kernel rows)."""
+    import dataclasses
+
+    from ooc_spectral.kernels import make_kernel
+    from ooc_spectral.model import Dictionary
+
+    rng = np.random.default_rng(rows)
+    P, X = rng.standard_normal((40, 3)), rng.standard_normal((rows, 3))
+    # a callable Laplacian kernel: full rank, so that the factor stays well conditioned
+    k = (make_kernel(lambda x, y: np.exp(-0.5 * np.abs(x - y).sum()))
+         if kernel == "callable" else make_kernel("rbf", gamma=0.3))
+    M = k(P) + 1e-10 * np.eye(40)
+    L = np.linalg.cholesky(M)
+    w = np.linalg.solve(L, np.ones(40))
+    d = Dictionary(k, P, np.arange(40), k.aux(P), L, w, float(w @ w), True)
+    if kernel == "exact":
+        d = dataclasses.replace(d, L=None, affine=False)
+    got, ref = _moments_both_ways(X, d, 256)
+    Z = k(X, P) if kernel == "exact" else np.linalg.solve(L, k(P, X)).T
+    np.testing.assert_allclose(got.mean, Z.mean(axis=0), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(got.m2, (Z - Z.mean(axis=0)).T @ (Z - Z.mean(axis=0)),
+                               rtol=1e-9, atol=1e-9 * max(1.0, np.abs(got.m2).max()))
+    np.testing.assert_allclose(got.m2, ref.m2, rtol=1e-9, atol=1e-9 * max(1.0, np.abs(ref.m2).max()))
+    assert got.n == ref.n == rows
+
+
+def test_residuals_without_coordinates_need_what_they_replace(fitted):
+    X, d = fitted
+    kx = np.ones(3)
+    with pytest.raises(ValueError, match="give dhat"):
+        d.residuals(None, kx, np.zeros(3))
