@@ -150,7 +150,8 @@ def mkl():
     dask config ``ooc-spectral.mkl`` (env ``DASK_OOC_SPECTRAL__MKL=False``; read at
     every call, so that a change takes effect at the next pass), pass 2 solves its
     kernel blocks with MKL's ``dtrsm`` and accumulates them with its ``dsyrk``
-    (:func:`solve_lower_rows`, :func:`add_gram_lower`): OpenBLAS's ``dtrsm`` runs
+    (:func:`solve_lower_transposed` on blocks in the C order, :func:`fast_solve_order`;
+    :func:`solve_lower_rows`; :func:`add_gram_lower`): OpenBLAS's ``dtrsm`` runs
     at a quarter of its ``dgemm`` rate, MKL's near it. Measured on one thread of an
     AVX-512 core (``workflows/bench/pass2_parts.py``, with
     ``DASK_OOC_SPECTRAL__MKL=False`` for OpenBLAS): m = 300, c = 6,990, the solve
