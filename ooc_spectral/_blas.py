@@ -29,9 +29,10 @@ import functools
 import threading
 import time
 
-import dask
 import numpy as np
 from scipy.linalg import solve_triangular
+
+from ._validation import config_flag
 
 __all__ = ["solve_lower_transposed", "solve_lower_rows", "add_gram_lower", "symmetric_from_lower",
            "fast_solve_order", "gil_free_trsm", "gil_free_syrk", "mkl", "mkl_version", "blas_backend", "longest_gil_stall",
@@ -159,22 +160,13 @@ def mkl():
     against 30.6 ms. The scan's block solves (:func:`solve_lower_transposed`) use it
     too. Both libraries' solves are backward stable; results agree to rounding.
 
-    Each call runs on the calling thread alone (``mkl_set_num_threads_local(1)``,
-    restored after): the tasks are the parallelism. When this module is the first
-    to load the library (once per process, under a lock), its threading layer is
-    set to sequential before any call (no OpenMP runtime is started); a library
-    some other package loaded first keeps its own.
+    Each call runs on the calling thread alone: the tasks are the parallelism. When
+    this module is the first to load the library (once per process, under a lock),
+    its threading layer is set to sequential before any call (no OpenMP runtime is
+    started); a library some other package loaded first keeps its own, and each call
+    on it runs under ``mkl_set_num_threads_local(1)``, restored after.
     """
-    return _load_mkl() if _mkl_wanted() else None
-
-
-def _mkl_wanted() -> bool:
-    """The dask config ``ooc-spectral.mkl`` (default True; the strings ``0``, ``false``,
-    ``no`` and ``off`` of an environment variable are False)."""
-    value = dask.config.get("ooc-spectral.mkl", True)
-    if isinstance(value, str):
-        return value.strip().lower() not in ("", "0", "false", "no", "off")
-    return bool(value)
+    return _load_mkl() if config_flag("ooc-spectral.mkl", True) else None
 
 
 _MKL_LOCK = threading.Lock()
@@ -241,7 +233,11 @@ def mkl_version() -> str | None:
 def _mkl_call(name: str, *args) -> None:
     """``name`` of :func:`mkl` with Fortran's arguments (:func:`_fortran_refs`, integers
     64-bit), on the calling thread alone (ctypes releases the GIL for the call)."""
-    lib = mkl()
+    _call_mkl(mkl(), name, args)
+
+
+def _call_mkl(lib, name: str, args) -> None:
+    """:func:`_mkl_call` on the library ``lib`` already looked up."""
     refs = _fortran_refs(args, ctypes.c_int64)
     if lib._handle in _SEQUENTIAL_MKL:  # no threads to hold back
         getattr(lib, name)(*refs)
@@ -257,8 +253,9 @@ def _level3(name: str, scipy_routine, *args) -> None:
     """BLAS routine ``name`` (``"dtrsm"``, ``"dsyrk"``) on MKL where :func:`mkl` is in
     use, else ``scipy_routine`` (its :func:`_gil_free` ctypes function); the same
     Fortran arguments either way."""
-    if mkl() is not None:
-        _mkl_call(f"{name}_64", *args)
+    lib = mkl()  # the config is read once per call
+    if lib is not None:
+        _call_mkl(lib, f"{name}_64", args)
     else:
         _blas_call(scipy_routine, *args)
 

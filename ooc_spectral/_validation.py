@@ -18,7 +18,7 @@ from . import exceptions
 from .exceptions import InvalidInputError, InvalidParameterError
 
 __all__ = ["check_int", "check_float", "check_choice", "check_bool", "check_str", "check_fitted",
-           "check_n_features"]
+           "check_n_features", "config_flag"]
 
 
 def _is_int(value) -> bool:
@@ -79,6 +79,18 @@ def check_bool(owner: str | None, name: str, value) -> bool:
     """``value`` if it is a bool."""
     if not isinstance(value, (bool, np.bool_)):
         raise _fail(owner, f"{name}={value!r} has type {type(value).__name__}: expected True or False")
+    return bool(value)
+
+
+def config_flag(key: str, default: bool) -> bool:
+    """The dask config ``key`` as a bool: the strings ``""``, ``0``, ``false``, ``no`` and
+    ``off`` (any case, as an environment variable gives them) are False, other strings
+    True, anything else by its truth value."""
+    import dask
+
+    value = dask.config.get(key, default)
+    if isinstance(value, str):
+        return value.strip().lower() not in ("", "0", "false", "no", "off")
     return bool(value)
 
 

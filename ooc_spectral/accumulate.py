@@ -211,7 +211,7 @@ class _MomentsFold:
     def __init__(self, m: int):
         self.gram = np.zeros((m, m), order="F")
         self.updates: list[np.ndarray] = []
-        self.n, self.mean, self.sq = 0, None, 0.0
+        self.n, self.mean = 0, None
         self.sums = self.certificate = self.beyond = None
 
     def add(self, Z, mean, sums: RowSums, certificate: Certificate, beyond) -> None:
@@ -224,7 +224,6 @@ class _MomentsFold:
             return
         self.n, self.mean, diff, f = _pooled(self.n, c, self.mean, mean)
         self.updates.append(diff * np.sqrt(f))
-        self.sq += float(diff @ diff) * f
         self.sums = self.sums.combine(sums)
         self.certificate = self.certificate.combine(certificate)
         self.beyond = _combine_optional(self.beyond, beyond)
@@ -235,8 +234,8 @@ class _MomentsFold:
         if self.updates:
             U = np.array(self.updates)
             m2 += U.T @ U
-        return Moments(self.n, self.mean, m2, trace + self.sq, self.sums, self.certificate,
-                       self.beyond)
+            trace += float(np.einsum("ij,ij->", U, U))  # the updates' share: sum f |diff|^2
+        return Moments(self.n, self.mean, m2, trace, self.sums, self.certificate, self.beyond)
 
 
 def chunk_moments(block, dictionary: Dictionary, offset: int, chunk_starts=None,

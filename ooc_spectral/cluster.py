@@ -302,12 +302,9 @@ def embedded_cluster_config() -> dict:
     process too while the cluster runs (its scheduler and nannies live here), and
     restored when the cluster stops; an external cluster and the threads engine are
     not touched."""
-    import dask
+    from ._validation import config_flag
 
-    on = dask.config.get("ooc-spectral.cluster-diagnostics", False)
-    if isinstance(on, str):
-        on = on.strip().lower() not in ("", "0", "false", "no", "off")
-    return {} if on else dict(EMBEDDED_DIAGNOSTICS_OFF)
+    return {} if config_flag("ooc-spectral.cluster-diagnostics", False) else dict(EMBEDDED_DIAGNOSTICS_OFF)
 
 
 def worker_environment() -> dict[str, str]:
