@@ -176,19 +176,11 @@ def test_moments_on_mkl_by_rows_equal_openblas_by_columns(fitted, block_rows, af
     with and without the affine constraint."""
     import dataclasses
 
-    from conftest import mkl_backend
-
-    from ooc_spectral._blas import fast_solve_order
-
     X, d = fitted
     assert d.affine
     d = d if affine else dataclasses.replace(d, affine=False)
-    with mkl_backend(False):
-        assert fast_solve_order() == "F"
-        ref = chunk_moments(X, d, 0, tol_check=1e-4, block_rows=block_rows)
-    with mkl_backend(True):
-        assert fast_solve_order() == "C"
-        got = chunk_moments(X, d, 0, tol_check=1e-4, block_rows=block_rows)
+    got, ref, orders = _moments_both_ways(X, d, block_rows)
+    assert orders == ("C", "F")
     assert got.n == ref.n == len(X)
     # the coordinates of two backward-stable solves differ by up to eps cond(L) |z|; the
     # residuals (1 - |z|^2, k(x, x) = 1 here) by as much in absolute terms
@@ -207,13 +199,16 @@ def test_moments_on_mkl_by_rows_equal_openblas_by_columns(fitted, block_rows, af
 
 
 def _moments_both_ways(X, d, block_rows):
+    """``chunk_moments`` on MKL and on OpenBLAS, and the block order each used."""
     from conftest import mkl_backend
 
+    from ooc_spectral._blas import fast_solve_order
+
     with mkl_backend(False):
-        ref = chunk_moments(X, d, 0, tol_check=1e-4, block_rows=block_rows)
+        ref, ref_order = chunk_moments(X, d, 0, tol_check=1e-4, block_rows=block_rows), fast_solve_order()
     with mkl_backend(True):
-        got = chunk_moments(X, d, 0, tol_check=1e-4, block_rows=block_rows)
-    return got, ref
+        got, got_order = chunk_moments(X, d, 0, tol_check=1e-4, block_rows=block_rows), fast_solve_order()
+    return got, ref, (got_order, ref_order)
 
 
 @pytest.mark.parametrize("block_rows", [None, 257])
@@ -225,7 +220,7 @@ def test_moments_by_rows_at_tol_1e_9_stay_within_eps_cond_l(block_rows):
     d = est.spectral_map_.dictionary
     cond = np.linalg.cond(d.L)
     assert cond > 1e6  # an ill-conditioned factor, as at small tol
-    got, ref = _moments_both_ways(X, d, block_rows)
+    got, ref, _ = _moments_both_ways(X, d, block_rows)
     atol = 64 * np.finfo(float).eps * cond
     np.testing.assert_allclose(got.mean, ref.mean, rtol=0, atol=atol * np.abs(ref.mean).max())
     np.testing.assert_allclose(got.m2, ref.m2, rtol=0, atol=atol * np.abs(ref.m2).max())
@@ -256,7 +251,7 @@ def test_moments_by_rows_of_few_rows_other_kernels_and_the_exact_path(rows, kern
     d = Dictionary(k, P, np.arange(40), k.aux(P), L, w, float(w @ w), True)
     if kernel == "exact":
         d = dataclasses.replace(d, L=None, affine=False)
-    got, ref = _moments_both_ways(X, d, 256)
+    got, ref, _ = _moments_both_ways(X, d, 256)
     Z = k(X, P) if kernel == "exact" else np.linalg.solve(L, k(P, X)).T
     np.testing.assert_allclose(got.mean, Z.mean(axis=0), rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(got.m2, (Z - Z.mean(axis=0)).T @ (Z - Z.mean(axis=0)),

@@ -64,17 +64,18 @@ def gemm_gflops(threads: int) -> float:
 def mkl_gemm_gflops(threads: int) -> float | None:
     """MKL's float64 gemm rate, one sequential product per thread side by side (as pass 2
     runs it), or None where pass 2 does not use MKL (``ooc_spectral._blas.mkl``)."""
-    from ooc_spectral._blas import _mkl_call, mkl
+    from ooc_spectral._blas import mkl
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from solve_layouts import mkl_matmul
 
     if mkl() is None:
         return None
     n = 3000
-    mats = [(np.asfortranarray(np.random.rand(n, n)), np.asfortranarray(np.random.rand(n, n)),
-             np.zeros((n, n), order="F")) for _ in range(threads)]
+    mats = [(np.random.rand(n, n), np.random.rand(n, n), np.zeros((n, n))) for _ in range(threads)]
 
     def one(i):
-        a, b, c = mats[i]
-        _mkl_call("dgemm_64", b"N", b"N", n, n, n, 1.0, (a, 0), n, (b, 0), n, 0.0, (c, 0), n)
+        mkl_matmul(*mats[i])
 
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(one, range(threads)))

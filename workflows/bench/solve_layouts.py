@@ -53,15 +53,26 @@ def one_thread_gemm_flops(rng) -> float:
     """float64 gemm FLOP/s of the calling thread (a 2048 x 1024 by 1024 x 1024 product,
     best of 9), for callers that hold BLAS to one thread: NumPy's, or MKL's where it is
     in use and faster (its ``dgemm``, sequential)."""
-    from ooc_spectral._blas import _mkl_call, mkl
+    from ooc_spectral._blas import mkl
 
     a, b = rng.random((2048, 1024)), rng.random((1024, 1024))
     best = best_ms(lambda: a @ b)
     if mkl() is not None:
-        out = np.empty((2048, 1024))  # out' = b' a' in column-major terms
-        best = min(best, best_ms(lambda: _mkl_call("dgemm_64", b"N", b"N", 1024, 2048, 1024, 1.0,
-                                                   (b, 0), 1024, (a, 0), 1024, 0.0, (out, 0), 1024)))
+        out = np.empty((2048, 1024))
+        best = min(best, best_ms(lambda: mkl_matmul(a, b, out)))
     return 2.0 * 2048 * 1024 * 1024 / (best / 1e3)
+
+
+def mkl_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out = a @ b`` by MKL's sequential ``dgemm`` on the calling thread, for C-ordered
+    float64 ``a`` (r x k), ``b`` (k x s) and ``out`` (r x s): the gemm rate of the library
+    pass 2 runs on where it is in use (``ooc_spectral._blas.mkl``)."""
+    from ooc_spectral._blas import _mkl_call
+
+    (r, k), s = a.shape, b.shape[1]
+    # column-major terms: out' (s x r) = b' (s x k) a' (k x r)
+    _mkl_call("dgemm_64", b"N", b"N", s, r, k, 1.0, (b, 0), s, (a, 0), k, 0.0, (out, 0), s)
+    return out
 
 
 def dictionary(m: int, d: int, rng) -> Dictionary:
