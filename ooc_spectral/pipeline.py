@@ -40,7 +40,8 @@ from .eigensolve import (check_n_components, eigenvalue_error_bound, solve_addit
                          solve_divisive, solve_exact, spent_directions)
 from .execution import Executor, compute
 from .kernels import Kernel, SubsetNormalizedKernel, make_kernel, resolve_gamma
-from .planning import SAMPLE_PURPOSE, VisitOrder, plan_block_rows, plan_sample, plan_tasks
+from .planning import (SAMPLE_PURPOSE, VisitOrder, plan_block_rows, plan_sample, plan_tasks,
+                       tasks_tag)
 from .exceptions import (DictionaryError, DictionarySizeError, DictionaryWarning, InvalidInputError,
                          NumericalBreakdownError)
 from .model import PIVOT_FLOOR, Dictionary, SpectralMap
@@ -152,8 +153,10 @@ class FitResult:
     max_residual: float
     max_residual_row: int
     task_rows: int
-    #: tasks of each parallel pass, and rows per sub-block inside a task
+    #: tasks of pass 3 (equal, whole output chunks each), and rows per sub-block inside a task
     tasks: int = 0
+    #: tasks of pass 2 (its last ones re-split to balance the threads, TaskPlan.tail)
+    reduce_tasks: int = 0
     block_rows: int | None = None
     eigenvalue_error_bound: float | None = None
     exact: bool = False
@@ -386,6 +389,17 @@ class FitRun:
         """Rows per task of the parallel passes (:attr:`plan`; not a function of m)."""
         return self.plan.rows
 
+    def reduce_view(self):
+        """The input as the reduction passes' tasks: the plan's equal tasks, the last ones
+        re-split so that the threads finish together (:attr:`TaskPlan.tail`)."""
+        return self.source.to_dask(self.plan.reduce_chunks(self.source.n_rows))
+
+    def write_view(self, out: EmbeddingOutput | None):
+        """The input as pass 3's tasks: equal tasks of whole output chunks (a resumed
+        output keeps its chunks)."""
+        rows = self.plan.rows if out is None else out.task_rows(self.plan.rows)
+        return self.source.to_dask(rows)
+
     def block_rows(self, dictionary_size: int) -> int:
         """Rows per sub-block of a task with a dictionary of ``dictionary_size`` points."""
         s = self.source
@@ -407,8 +421,8 @@ class FitRun:
 
     def _accumulate(self, dictionary: Dictionary, X, tol_check: float | None):
         c = self.config
-        rows = X.chunks[0][0]  # partials are only valid for the same tasks and dictionary
-        tag = f"r{rows}-m{dictionary.size}" + ("-check" if tol_check is not None else "")
+        # partials are only valid for the same tasks and dictionary
+        tag = f"{tasks_tag(X.chunks[0])}-m{dictionary.size}" + ("-check" if tol_check is not None else "")
 
         def run(kind, check=tol_check, **extra):
             return accumulate(X, dictionary, kind, executor=self.executor,
@@ -458,14 +472,14 @@ class FitRun:
                 grown, fresh = extension_pass(
                     X, dictionary, stats, old_size, executor=self.executor,
                     chunk_starts=s.chunk_starts, store=self.checkpoint,
-                    stage=f"r{X.chunks[0][0]}-m{old_size}to{dictionary.size}",
+                    stage=f"{tasks_tag(X.chunks[0])}-m{old_size}to{dictionary.size}",
                     block_rows=self.block_rows(dictionary.size))
                 # the solved extension measures the grown dictionary's certificate; the
                 # kernel-space one keeps the rescan's upper bound
                 if not fresh:
                     grown = dataclasses.replace(grown, certificate=rescan.certificate)
                 return dictionary, X, grown, total
-            X = s.to_dask(self.task_rows(dictionary.size))
+            X = self.reduce_view()
             stats, total = self.accumulate(dictionary, X)
         return dictionary, X, stats, total
 
@@ -510,14 +524,14 @@ class FitRun:
                 E = smap.components * smap.eigenvalues
                 preimage = exact_preimage(kernel, E, Xall, c.alpha)
         del Xall
-        X = s.to_dask(self.task_rows(s.n_rows))
+        X = self.write_view(out)
         with self.stage("pass3"):
             embedding = self.write_embedding(X, smap, out)
         return FitResult(
             config=c, n_samples=s.n_rows, n_features=s.n_features, kernel=kernel, gamma=gamma,
             tol=c.tol, dictionary=smap.dictionary, spectral_map=smap, max_residual=0.0,
             max_residual_row=0, task_rows=int(X.chunks[0][0]), embedding=embedding,
-            tasks=len(X.chunks[0]), block_rows=self.block_rows(s.n_rows),
+            tasks=len(X.chunks[0]), reduce_tasks=0, block_rows=self.block_rows(s.n_rows),
             eigenvalue_error_bound=eigenvalue_error_bound(sums, s.n_rows),
             timings=dict(self.timings), peak_memory=dict(self.peak_memory),
             resumed=list(self.resumed), exact=True, preimage=preimage,
@@ -535,7 +549,7 @@ class FitRun:
         problem = PreimageProblem(smap, d.kernel, smap.embed(d.points))
         stats = accumulate(X, problem, "preimage", executor=self.executor,
                            chunk_starts=self.source.chunk_starts, store=self.checkpoint,
-                           stage=f"preimage-r{X.chunks[0][0]}-m{d.size}-p{smap.n_components}",
+                           stage=f"preimage-{tasks_tag(X.chunks[0])}-m{d.size}-p{smap.n_components}",
                            block_rows=self.block_rows(d.size))
         return solve_preimage(stats, problem, self.config.alpha)
 
@@ -553,7 +567,7 @@ class FitRun:
                 (embedding,) = compute(embedding)
             return embedding
         rows = out.task_rows(X.chunks[0][0])  # a resumed output keeps its chunks
-        if rows != X.chunks[0][0]:
+        if any(r != rows for r in X.chunks[0][:-1]) or X.chunks[0][-1] > rows:
             X = self.source.to_dask(rows)
         written = out.write(X, smap, self.executor, block_rows=block)
         if self.resume and written < self.source.n_rows:
@@ -592,8 +606,7 @@ class FitRun:
         log.info("dictionary: %d points", dictionary.size)
         self.check_dictionary(dictionary, kernel, gamma, tol)
         check_conditioning(dictionary, tol)
-        task_rows = self.task_rows(dictionary.size)
-        X = s.to_dask(task_rows)
+        X = self.reduce_view()
         with self.stage("pass2"):
             stats, total = self.accumulate(dictionary, X, tol_check=None if complete else tol)
         if not complete:
@@ -611,6 +624,8 @@ class FitRun:
         if c.fit_inverse_transform:
             with self.stage("preimage"):
                 preimage = self.fit_preimage(X, smap)
+        reduce_tasks = len(X.chunks[0])
+        X = self.write_view(out)
         with self.stage("pass3"):
             embedding = self.write_embedding(X, smap, out)
         return FitResult(
@@ -618,7 +633,8 @@ class FitRun:
             tol=tol, dictionary=dictionary, spectral_map=smap,
             max_residual=max(float(cert.max_delta), 0.0),
             max_residual_row=int(cert.argmax), task_rows=int(X.chunks[0][0]), embedding=embedding,
-            tasks=len(X.chunks[0]), block_rows=self.block_rows(dictionary.size),
+            tasks=len(X.chunks[0]), reduce_tasks=reduce_tasks,
+            block_rows=self.block_rows(dictionary.size),
             eigenvalue_error_bound=(eigenvalue_error_bound(sums, dictionary.size)
                                     if sums is not None else None),
             timings=dict(self.timings), peak_memory=dict(self.peak_memory),

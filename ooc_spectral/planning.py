@@ -18,6 +18,7 @@ Both are plain values, recorded in checkpoints and reports.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -41,6 +42,10 @@ __all__ = [
     "plan_block_rows",
     "solve_block_rows",
     "TaskPlan",
+    "balanced_tail",
+    "tasks_tag",
+    "makespan_loss",
+    "BALANCE_TOLERANCE",
     "TARGET_TASK_ROWS",
     "MIN_TASK_ROWS",
     "MIN_BLOCK_ROWS",
@@ -94,6 +99,10 @@ DEFAULT_TASK_MEMORY = 256 * 2**20
 TARGET_TASK_ROWS = 1 << 18
 #: Fewest rows per task when a small input is split so that every thread has work.
 MIN_TASK_ROWS = 4096
+#: The reduction passes re-split their last tasks when equal tasks would leave the
+#: busiest thread this much (a fraction of the ideal) after the others
+#: (:func:`balanced_tail`).
+BALANCE_TOLERANCE = 0.01
 #: Fewest rows per sub-block (below this the kernel block's gemm loses its rate).
 MIN_BLOCK_ROWS = 256
 #: Largest kernel block of a sub-block, bytes: half the 32 MiB L3 cache of this
@@ -271,12 +280,97 @@ class TaskPlan:
         chunk is written by exactly one task).
     note : str or None
         Why a requested ``chunk_rows`` was not used as given (printed), or None.
+    tail : tuple of int
+        The passes that only reduce (pass 2 and its kind) replace the tasks after the
+        first ``n_tasks - len(tail)`` by tasks of these many rows, so that every thread
+        finishes at about the same time (:func:`balanced_tail`); empty when the
+        equal tasks are balanced already. Pass 3 keeps the equal tasks: each of
+        its tasks writes whole output chunks.
     """
 
     rows: int
     n_tasks: int
     output_chunk_rows: int
     note: str | None = None
+    tail: tuple[int, ...] = ()
+
+    def reduce_chunks(self, n_rows: int) -> tuple[int, ...]:
+        """Rows of each task of the reduction passes, in row order (sums to ``n_rows``)."""
+        rest = int(n_rows) - sum(self.tail)
+        head = (self.rows,) * (rest // self.rows)
+        last = rest - sum(head)
+        return head + ((last,) if last else ()) + self.tail
+
+
+def makespan_loss(n_rows: int, rows: int, threads: int) -> float:
+    """How much longer than ``n_rows / threads`` rows the busiest of ``threads`` threads
+    works when tasks of ``rows`` rows (the last one shorter) go to whichever thread is
+    free: a fraction of that ideal.
+
+    The full tasks go round the threads; the short one goes to a thread with one full
+    task fewer if there is one, else adds to a full load.
+
+    >>> round(makespan_loss(2_000_000, 262_144, 2), 3)   # 7 full tasks and 0.63 of one
+    0.049
+    >>> makespan_loss(4 * 262_144, 262_144, 2)
+    0.0
+    """
+    n_rows, rows, threads = int(n_rows), max(int(rows), 1), max(int(threads), 1)
+    if n_rows <= 0:
+        return 0.0
+    full, short = divmod(n_rows, rows)
+    if full % threads:
+        busiest = -(-full // threads) * rows
+    else:
+        busiest = (full // threads) * rows + short
+    return busiest * threads / n_rows - 1.0
+
+
+def balanced_tail(n_rows: int, rows: int, threads: int,
+                  tolerance: float = BALANCE_TOLERANCE) -> tuple[int, ...]:
+    """The last tasks of a reduction pass re-split so that ``threads`` threads finish
+    together: rows of each, or ``()`` when tasks of ``rows`` rows are within
+    ``tolerance`` of balanced (:func:`makespan_loss`).
+
+    The first tasks stay whole (a multiple of ``threads`` of them, ``rows`` rows
+    each: whole storage chunks when ``rows`` is a multiple of the storage chunk);
+    the rows after them, fewer than ``threads + 1`` tasks' worth, become ``k *
+    threads`` tasks of equal rows (within one), none longer than ``rows``. Only the
+    storage chunks these cross are read by two tasks (at most ``k * threads - 1``
+    more chunk reads). No task is made shorter than :data:`MIN_TASK_ROWS` rows. Measured, 2·10^6 x 16 rows in 262,144-row chunks, m = 800, two
+    threads: 7.6 tasks' worth of rows, where one thread did 4 whole tasks while the
+    other did 3.6.
+
+    >>> balanced_tail(2_000_000, 262_144, 2)
+    (213568, 213568)
+    >>> balanced_tail(10 * 262_144, 262_144, 2)
+    ()
+    """
+    n_rows, rows, threads = int(n_rows), max(int(rows), 1), max(int(threads), 1)
+    if makespan_loss(n_rows, rows, threads) <= tolerance:
+        return ()
+    bulk = threads * ((n_rows // rows) // threads)
+    rest = n_rows - bulk * rows
+    count = threads * -(-rest // (threads * rows))
+    if rest // count < min(MIN_TASK_ROWS, rows):  # tasks too small to pay for themselves
+        return ()
+    bounds = [rest * i // count for i in range(count + 1)]
+    return tuple(b - a for a, b in zip(bounds[:-1], bounds[1:]))
+
+
+def tasks_tag(chunks) -> str:
+    """A short name of a pass's tasks (their rows, in order) for its checkpoint partials:
+    ``r<rows>`` for equal tasks (the last one shorter), with a digest of every size
+    appended otherwise, so that partials of other tasks are never taken for them.
+
+    >>> tasks_tag((4, 4, 3)), tasks_tag((4, 3, 3))
+    ('r4', 'r4-f4923f83')
+    """
+    sizes = [int(c) for c in chunks]
+    head = f"r{sizes[0] if sizes else 0}"
+    if all(c == sizes[0] for c in sizes[:-1]) and (not sizes or sizes[-1] <= sizes[0]):
+        return head
+    return head + "-" + hashlib.sha256(",".join(map(str, sizes)).encode()).hexdigest()[:8]
 
 
 def plan_tasks(n_rows: int, n_features: int, storage_rows: int, *, threads: int = 1,
@@ -326,8 +420,9 @@ def plan_tasks(n_rows: int, n_features: int, storage_rows: int, *, threads: int 
         rows = min(rows, n_rows)
     # interior task boundaries must fall on output chunk boundaries
     out_rows = storage_rows if (rows % storage_rows == 0 or rows >= n_rows) else rows
+    tail = () if requested is not None else balanced_tail(n_rows, rows, threads)
     return TaskPlan(rows=int(rows), n_tasks=int(-(-n_rows // rows)),
-                    output_chunk_rows=int(min(out_rows, n_rows)), note=note)
+                    output_chunk_rows=int(min(out_rows, n_rows)), note=note, tail=tail)
 
 
 def plan_block_rows(task_rows: int, n_features: int, dictionary_size: int, *,

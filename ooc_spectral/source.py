@@ -102,7 +102,7 @@ class DataSource:
 
         return input_fingerprint(self._zarr, self.url)
 
-    def _token(self, rows: int) -> str:
+    def _token(self, rows) -> str:
         from dask.base import tokenize
 
         return tokenize(self.url, self.shape, str(self.dtype), self.storage_chunk_rows, rows)
@@ -139,29 +139,36 @@ class DataSource:
             self.read_rows(int(rows[a]), int(rows[b - 1]) + 1) for a, b in zip(starts, stops)
         ])
 
-    def to_dask(self, task_rows: int | None = None) -> da.Array:
-        """A dask view with regular row chunks of ``task_rows`` rows, all columns in one.
+    def to_dask(self, task_rows: int | tuple[int, ...] | None = None) -> da.Array:
+        """A dask view with row chunks of ``task_rows`` rows, all columns in one.
 
         ``task_rows`` (default: :attr:`storage_chunk_rows`) should be a multiple
         of :attr:`storage_chunk_rows`, so that every task reads whole storage
-        chunks and writes whole output chunks.
+        chunks and writes whole output chunks. A tuple gives each chunk's rows (in
+        row order, summing to the number of rows): the reduction passes' tasks
+        (:meth:`~ooc_spectral.planning.TaskPlan.reduce_chunks`).
         """
         n, d = self.shape
-        rows = self.storage_chunk_rows if task_rows is None else int(task_rows)
+        if isinstance(task_rows, tuple):
+            if sum(task_rows) != n or min(task_rows, default=1) <= 0:
+                raise ValueError(f"to_dask: row chunks {task_rows[:4]}... do not split {n} rows")
+            sizes = tuple(int(r) for r in task_rows)
+        else:
+            rows = self.storage_chunk_rows if task_rows is None else int(task_rows)
+            sizes = tuple(np.diff(np.append(np.arange(0, n, rows), n)).tolist())
         if self.kind == "numpy":
-            return da.from_array(self._numpy, chunks=(rows, d), name=False)
+            return da.from_array(self._numpy, chunks=(sizes, d), name=False)
         if self.kind == "zarr":
             # Our own reader rather than da.from_zarr: a chunk that cannot be read or
             # decoded is reported with its chunk numbers, from any worker.
-            starts = np.append(np.arange(0, n, rows), n)
             return da.map_blocks(
                 _read_zarr_block, _ZarrRef(self._zarr, self.url, self.storage_chunk_rows, ReadRetry.from_env()),
-                chunks=(tuple(np.diff(starts).tolist()), (d,)), dtype=self.dtype,
-                meta=np.empty((0, d), dtype=self.dtype), name=f"read-{self._token(rows)}")
+                chunks=(sizes, (d,)), dtype=self.dtype,
+                meta=np.empty((0, d), dtype=self.dtype), name=f"read-{self._token(sizes)}")
         arr = self._dask
-        if arr.chunks[1] == (d,) and all(c == rows for c in arr.chunks[0][:-1]) and arr.chunks[0][-1] <= rows:
+        if arr.chunks == (sizes, (d,)):
             return arr
-        return arr.rechunk((rows, d))
+        return arr.rechunk((sizes, d))
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,9 @@ from ooc_spectral import GreedySpectralEmbedding
 from ooc_spectral.accumulate import chunk_moments, combine
 from ooc_spectral.cluster import ClusterOptions, choose_engine
 from ooc_spectral.exceptions import InvalidParameterError
-from ooc_spectral.planning import (DEFAULT_TASK_MEMORY, MIN_TASK_ROWS, plan_block_rows,
-                                   plan_tasks)
+from ooc_spectral.planning import (BALANCE_TOLERANCE, DEFAULT_TASK_MEMORY, MIN_TASK_ROWS,
+                                   balanced_tail, makespan_loss, plan_block_rows, plan_tasks,
+                                   tasks_tag)
 from ooc_spectral.writeback import EmbeddingOutput, _embed_block
 
 PARAMS = dict(n_components=3, gamma=0.05, tol=1e-3, random_state=0)
@@ -182,6 +183,90 @@ def test_every_thread_gets_two_tasks_when_the_input_allows(n, storage, threads):
     assert plan.output_chunk_rows == storage or plan.output_chunk_rows == plan.rows
     if plan.rows >= storage:
         assert plan.rows % storage == 0
+
+
+def _greedy_makespan(sizes, threads):
+    """Each task, in the given order, to the thread that is free first."""
+    free = [0] * threads
+    for r in sizes:
+        free[free.index(min(free))] += r
+    return max(free)
+
+
+@pytest.mark.parametrize("n, storage, threads", [
+    (2_000_000, 262_144, 2), (5 * 262_144, 262_144, 2), (5 * 262_144 + 7, 262_144, 2),
+    (10**8, 262_144, 2), (10**7, 262_144, 2), (40 * 65_536 + 1000, 65_536, 32),
+    (3 * 262_144 + 200_000, 262_144, 4), (200_000, 700_000, 2), (50_000, 1000, 4)])
+def test_the_reduction_passes_end_with_every_thread_busy(n, storage, threads):
+    """Pass 2's tasks: the plan's equal tasks (whole storage chunks), the last ones
+    re-split when a thread would otherwise finish more than BALANCE_TOLERANCE after
+    the ideal; whichever order the threads take them in."""
+    plan = plan_tasks(n, 8, storage, threads=threads, itemsize=4)
+    sizes = plan.reduce_chunks(n)
+    assert sum(sizes) == n and max(sizes) <= plan.rows and min(sizes) > 0
+    ideal = n / threads
+    before = _greedy_makespan([plan.rows] * (n // plan.rows) + [n % plan.rows] * (n % plan.rows > 0),
+                              threads)
+    assert before / ideal - 1 == pytest.approx(makespan_loss(n, plan.rows, threads))
+    if plan.tail:
+        assert before / ideal - 1 > BALANCE_TOLERANCE
+        head = sizes[:len(sizes) - len(plan.tail)]
+        # the first tasks are unchanged, whole storage chunks, as many for every thread
+        assert set(head) == {plan.rows} and len(head) % threads == 0
+        assert plan.rows % storage == 0 or plan.rows < storage
+        assert len(plan.tail) % threads == 0 and max(plan.tail) - min(plan.tail) <= 1
+        assert min(plan.tail) >= min(MIN_TASK_ROWS, plan.rows)
+        for order in (sizes, sizes[::-1], sizes[-len(plan.tail):] + sizes[:-len(plan.tail)]):
+            assert _greedy_makespan(order, threads) <= ideal + 1
+    else:
+        assert sizes == (plan.rows,) * (n // plan.rows) + ((n % plan.rows,) if n % plan.rows else ())
+        # balanced already, or the re-split tasks would be too short to pay for themselves
+        assert before / ideal - 1 <= BALANCE_TOLERANCE or (
+            (n - threads * ((n // plan.rows) // threads) * plan.rows) // threads < MIN_TASK_ROWS)
+
+
+def test_balanced_tail_and_its_checkpoint_tag():
+    # 2 * 10^6 rows in 262,144-row chunks on two threads: 7.63 chunks, one thread did 4
+    assert makespan_loss(2_000_000, 262_144, 2) == pytest.approx(4 * 262_144 / 10**6 - 1)
+    assert balanced_tail(2_000_000, 262_144, 2) == (213_568, 213_568)
+    assert balanced_tail(8 * 262_144, 262_144, 2) == ()  # four whole chunks each
+    assert balanced_tail(5 * 262_144, 262_144, 1) == ()  # one thread is never unbalanced
+    # a requested task size is used as given
+    assert plan_tasks(2_000_000, 16, 262_144, threads=2, requested=262_144).tail == ()
+    # partials of one task layout are never taken for another's
+    plan = plan_tasks(2_000_000, 16, 262_144, threads=2, itemsize=4)
+    regular = (262_144,) * 7 + (2_000_000 - 7 * 262_144,)
+    assert tasks_tag(regular) == "r262144"
+    assert tasks_tag(plan.reduce_chunks(2_000_000)).startswith("r262144-")
+    assert tasks_tag(plan.reduce_chunks(2_000_000)) != tasks_tag(
+        plan_tasks(2_000_000, 16, 262_144, threads=4, itemsize=4).reduce_chunks(2_000_000))
+
+
+def test_a_fit_with_a_balanced_tail_equals_one_without(tmp_path, restore_logging):
+    """Five 8,192-row chunks on two threads: pass 2 re-splits the fifth chunk in two
+    (six tasks), pass 3 writes the five whole chunks; the embedding equals that of the
+    plain five tasks (``--chunk-rows 8192``) to rounding."""
+    from ooc_spectral.cli import main
+
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((5 * 8192, 3))
+    write_zarr(tmp_path / "x.zarr", X, 8192)
+    common = ["--gamma", "0.3", "--tol", "1e-4", "--n-components", "3", "-q", "--engine",
+              "threads"]
+    assert main(["fit", str(tmp_path / "x.zarr"), "--out", str(tmp_path / "a"), *common]) == 0
+    assert main(["fit", str(tmp_path / "x.zarr"), "--out", str(tmp_path / "b"), *common,
+                 "--chunk-rows", "8192"]) == 0
+    a, b = (json.loads((tmp_path / k / "report.json").read_text()) for k in "ab")
+    plan = plan_tasks(len(X), 3, 8192, threads=a["threads"], itemsize=8)
+    assert a["tasks"] == b["tasks"] == b["pass2_tasks"] == 5
+    assert a["pass2_tasks"] == len(plan.reduce_chunks(len(X)))
+    if a["threads"] == 2:
+        assert a["pass2_tasks"] == 6
+    ea, eb = (zarr.open_array(str(tmp_path / k / "embedding"), mode="r") for k in "ab")
+    assert ea.chunks[0] == eb.chunks[0] == 8192
+    assert a["dictionary_size"] == b["dictionary_size"]
+    np.testing.assert_allclose(a["eigenvalues"], b["eigenvalues"], rtol=1e-11)
+    np.testing.assert_allclose(ea[...], eb[...], rtol=0, atol=1e-9 * np.abs(eb[...]).max())
 
 
 def test_many_storage_chunks_give_whole_chunk_tasks():
