@@ -156,6 +156,7 @@ def run_size(n: int, d: int, m: int, work: Path, keep: bool, cores: int,
     return {"n": n, "d": d, "m": m, "command": " ".join(cmd), "engine": report["engine"],
             "blas": report.get("blas"),
             "threads": report["threads"], "tasks": report["tasks"],
+            "pass2_tasks": report.get("pass2_tasks", report["tasks"]),
             "task_rows": report["task_rows"], "block_rows": report["block_rows"],
             "pass2_block_rows": report.get("pass2_block_rows", report["block_rows"]),
             "make_data_seconds": round(make_seconds, 1),
@@ -181,9 +182,12 @@ def markdown(result: dict) -> str:
     for r in result["sizes"]:
         fb, fa = r["floors_before"], r["floors_after"]
         for name, p in r["passes"].items():
+            tasks = r.get("pass2_tasks", r["tasks"]) if name == "pass2" else r["tasks"]
+            rows = (f"{r['task_rows']:,}" if tasks == r["tasks"] else
+                    f"{r['task_rows']:,} (the last ones re-split: `pass2_tasks`)")
             lines.append(
-                f"| {r['n']:,} | {r['d']} | {r['m']} | {r['engine']} | {r['tasks']} x "
-                f"{r['task_rows']:,} | {name} | {p['seconds']:.1f} | {p['flops_seconds']:.1f} | "
+                f"| {r['n']:,} | {r['d']} | {r['m']} | {r['engine']} | {tasks} x "
+                f"{rows} | {name} | {p['seconds']:.1f} | {p['flops_seconds']:.1f} | "
                 f"{p['exp_seconds']:.1f} | {p['read_seconds']:.1f} | {p['floor_seconds']:.1f} | "
                 f"**{100 * p['of_floor']:.0f}%** | {100 * p['of_floor_without_read']:.0f}% | "
                 f"{fb['gemm_gflops']} / {fa['gemm_gflops']} | {fb['exp_per_s']:.3g} / "
