@@ -473,7 +473,7 @@ def _complete(run, state: DictionaryState, beyond: BeyondTol, tol: float) -> Res
             break
         recheck = True
         dictionary = state.freeze(c.solver)
-        X = run.source.to_dask(run.task_rows(dictionary.size))
+        X = run.reduce_view()
         check, _ = run.accumulate(dictionary, X, tol_check=tol)
         rows, Xv = check.beyond.rows, check.beyond.X
     log.info("selection=rpcholesky: %d points added for the rows beyond tol", state.size - before)
