@@ -140,17 +140,21 @@ def _centred_coordinates(block, dictionary: Dictionary, offset: int, chunk_start
     X = np.ascontiguousarray(block, dtype=np.float64)
     check_finite(X, offset, chunk_starts=chunk_starts)
     c, m = X.shape[0], dictionary.size
-    ksum = np.empty(m) if order == "C" and c else None
-    K, kx = dictionary.kernel_block(X, out=_kernel_scratch(m, c, order), order=order,
-                                    col_sums=ksum)
-    Z = dictionary.solve(K, overwrite=True)
-    if ksum is None:
+    if order != "C" or c == 0:
+        K, kx = dictionary.kernel_block(X, out=_kernel_scratch(m, c, order), order=order)
+        Z = dictionary.solve(K, overwrite=True)
         dhat = dictionary.unconstrained_residuals(Z, kx)
         delta, _ = dictionary.residuals(Z, kx, dhat)
         mean = _column_means(Z)
         Z -= mean
-    else:  # L^-1 kbar: the kernel's column sums were added up in the cache
-        mean = dictionary.solve((ksum / c).reshape(1, m), overwrite=True)[0]
+    else:  # the mean L^-1 kbar from the kernel's column sums, added up in the cache, and
+        # solved as one more row of the block (the m x m factor is read once for both)
+        ksum = np.empty(m)
+        S = _kernel_scratch(m, c + 1, order)
+        _, kx = dictionary.kernel_block(X, out=S[:c], order=order, col_sums=ksum)
+        np.divide(ksum, c, out=S[c])
+        S = dictionary.solve(S, overwrite=True)
+        Z, mean = S[:c], S[c].copy()  # the mean outlives this thread's scratch block
         dhat, zw = _centre_rows(Z, mean, dictionary.w if dictionary.affine else None)
         np.subtract(kx, dhat, out=dhat)
         delta, _ = dictionary.residuals(None, kx, dhat, zw)

@@ -58,7 +58,12 @@ def parts_once(X32: np.ndarray, D) -> dict:
         tick("float64 copy + check")
         c, m = X.shape[0], D.size
         ksum = np.empty(m) if order == "C" else None
-        K, kx = D.kernel_block(X, out=_kernel_scratch(m, c, order), order=order, col_sums=ksum)
+        if ksum is None:
+            K, kx = D.kernel_block(X, out=_kernel_scratch(m, c, order), order=order)
+        else:  # the kernel rows and, as one more row, their mean kbar
+            K = _kernel_scratch(m, c + 1, order)
+            _, kx = D.kernel_block(X, out=K[:c], order=order, col_sums=ksum)
+            np.divide(ksum, c, out=K[c])
         tick("kernel block")
         Z = D.solve(K, overwrite=True)
         tick("triangular solve")
@@ -70,7 +75,7 @@ def parts_once(X32: np.ndarray, D) -> dict:
             Z -= _column_means(Z)
             tick("mean + centring")
         else:
-            mean = D.solve((ksum / c).reshape(1, m), overwrite=True)[0]
+            Z, mean = Z[:c], Z[c].copy()  # the mean L^-1 kbar, solved with the rows
             sq, zw = _centre_rows(Z, mean, D.w if D.affine else None)
             tick("mean + centring (with the norms and z.w, piece by piece)")
             dhat = kx - sq
