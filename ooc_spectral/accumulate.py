@@ -419,7 +419,8 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
                chunk_starts=None, total: np.ndarray | None = None,
                store: PartialStore | None = None, stage: str | None = None,
                max_segments: int = MAX_SEGMENTS, tol_check: float | None = None,
-               old_size: int | None = None, block_rows: int | None = None) -> Statistic:
+               old_size: int | None = None, block_rows: int | None = None,
+               tail: int = 0) -> Statistic:
     """Run one parallel pass over the row chunks of the dask array ``X``.
 
     Parameters
@@ -444,6 +445,12 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
         For ``kind="cross"``: the dictionary size the ``moments`` were made with.
     block_rows : int, optional
         Each task walks its rows in sub-blocks of this many rows (memory bound).
+    tail : int, optional
+        The last ``tail`` row chunks are a re-split tail, one task per thread
+        (:attr:`~ooc_spectral.planning.TaskPlan.tail`): they form the last segment and
+        start once every other task is done, so that no thread takes two of them
+        while another still has whole tasks to do (the order a scheduler picks
+        otherwise does not follow the rows).
 
     Returns
     -------
@@ -457,7 +464,8 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
     starts_key = shared(chunk_starts) if chunk_starts is not None else None
     extra = ((shared(total),) if kind == "degrees"
              else (int(old_size),) if kind in ("cross", "kernel_cross") else ())
-    segs = segments(len(blocks), max_segments)
+    bulk = len(blocks) - int(tail)
+    segs = segments(bulk, max_segments) + ([range(bulk, len(blocks))] if tail else [])
     stage = stage or kind
 
     fold = _InOrder()
@@ -480,7 +488,12 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
             store.save_partial(stage, s, partial.to_flat())
         fold.add(s, partial)
 
-    executor.run(f"pass 2 ({kind})", todo, on_result=keep, keep=False)
+    label = f"pass 2 ({kind})"
+    first = {s: t for s, t in todo.items() if segs[s].start < bulk}
+    executor.run(label, first, on_result=keep, keep=False)
+    if len(first) < len(todo):  # the tail, once the threads are free
+        executor.run(f"{label}, last {tail} tasks", {s: t for s, t in todo.items() if s not in first},
+                     on_result=keep, keep=False)
     return fold.result(len(segs))
 
 
@@ -552,20 +565,21 @@ def extend_moments_kernel(moments: Moments, kcross: CrossMoments, dictionary: Di
 
 def extension_pass(X, dictionary: Dictionary, moments: Moments, old_size: int, *,
                    executor: Executor, chunk_starts=None, store: PartialStore | None = None,
-                   stage: str | None = None, block_rows: int | None = None) -> tuple[Moments, bool]:
+                   stage: str | None = None, block_rows: int | None = None,
+                   tail: int = 0) -> tuple[Moments, bool]:
     """Bring ``moments`` (on the first ``old_size`` points) to the grown ``dictionary``.
 
     One pass over X: the fast kernel-space one when the grown factor is well
     conditioned (:func:`kernel_cross_is_accurate`), else the solved one.
     Returns the extended moments and whether their certificate (``max_delta``,
     ``sum_dhat``) was measured with the grown dictionary (the solved pass) or is
-    the old one, an upper bound (the fast pass).
+    the old one, an upper bound (the fast pass). ``tail``: as for :func:`accumulate`.
     """
     fast = kernel_cross_is_accurate(dictionary)
     kind = "kernel_cross" if fast else "cross"
     part = accumulate(X, dictionary, kind, old_size=old_size, executor=executor,
                       chunk_starts=chunk_starts, store=store, block_rows=block_rows,
-                      stage=None if stage is None else f"{kind}-{stage}")
+                      stage=None if stage is None else f"{kind}-{stage}", tail=tail)
     if fast:
         return extend_moments_kernel(moments, part, dictionary, old_size), False
     return extend_moments(moments, part), True

@@ -205,7 +205,8 @@ def run_fit_job(job: FitJob) -> dict:
                 "task_rows": result.task_rows,
                 "tasks": result.tasks,
                 # pass 2's tasks: pass 3's, the last ones re-split to balance the threads
-                "pass2_tasks": result.reduce_tasks or result.tasks,
+                # (none on the exact path)
+                "pass2_tasks": None if result.exact else (result.reduce_tasks or result.tasks),
                 "block_rows": result.block_rows,
                 # pass 2's sub-blocks as this process's BLAS solves them (the C order on MKL;
                 # as "blas", the view of this process: an external cluster's workers decide

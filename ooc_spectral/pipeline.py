@@ -394,6 +394,11 @@ class FitRun:
         re-split so that the threads finish together (:attr:`TaskPlan.tail`)."""
         return self.source.to_dask(self.plan.reduce_chunks(self.source.n_rows))
 
+    def tail_of(self, X) -> int:
+        """How many of X's last row chunks are :meth:`reduce_view`'s re-split tail."""
+        tail = self.plan.tail
+        return len(tail) if tail and tuple(X.chunks[0][-len(tail):]) == tail else 0
+
     def write_view(self, out: EmbeddingOutput | None):
         """The input as pass 3's tasks: equal tasks of whole output chunks (a resumed
         output keeps its chunks)."""
@@ -428,7 +433,8 @@ class FitRun:
             return accumulate(X, dictionary, kind, executor=self.executor,
                               chunk_starts=self.source.chunk_starts, store=self.checkpoint,
                               stage=f"{kind}-{tag}", tol_check=check,
-                              block_rows=self.block_rows(dictionary.size), **extra)
+                              block_rows=self.block_rows(dictionary.size),
+                              tail=self.tail_of(X), **extra)
 
         if c.normalization == "additive":
             return run("moments"), None
@@ -473,7 +479,7 @@ class FitRun:
                     X, dictionary, stats, old_size, executor=self.executor,
                     chunk_starts=s.chunk_starts, store=self.checkpoint,
                     stage=f"{tasks_tag(X.chunks[0])}-m{old_size}to{dictionary.size}",
-                    block_rows=self.block_rows(dictionary.size))
+                    block_rows=self.block_rows(dictionary.size), tail=self.tail_of(X))
                 # the solved extension measures the grown dictionary's certificate; the
                 # kernel-space one keeps the rescan's upper bound
                 if not fresh:
@@ -550,7 +556,7 @@ class FitRun:
         stats = accumulate(X, problem, "preimage", executor=self.executor,
                            chunk_starts=self.source.chunk_starts, store=self.checkpoint,
                            stage=f"preimage-{tasks_tag(X.chunks[0])}-m{d.size}-p{smap.n_components}",
-                           block_rows=self.block_rows(d.size))
+                           block_rows=self.block_rows(d.size), tail=self.tail_of(X))
         return solve_preimage(stats, problem, self.config.alpha)
 
     def write_embedding(self, X, smap: SpectralMap, out: EmbeddingOutput | None):

@@ -282,10 +282,11 @@ class TaskPlan:
         Why a requested ``chunk_rows`` was not used as given (printed), or None.
     tail : tuple of int
         The passes that only reduce (pass 2 and its kind) replace the tasks after the
-        first ``n_tasks - len(tail)`` by tasks of these many rows, so that every thread
-        finishes at about the same time (:func:`balanced_tail`); empty when the
-        equal tasks are balanced already. Pass 3 keeps the equal tasks: each of
-        its tasks writes whole output chunks.
+        first whole ones (a multiple of the threads) by one task of these many rows
+        per thread, run once the whole ones are done, so that every thread finishes
+        at about the same time (:func:`balanced_tail`); empty when the equal tasks
+        are balanced already. Pass 3 keeps the equal tasks: each of its tasks writes
+        whole output chunks.
     """
 
     rows: int
@@ -334,10 +335,13 @@ def balanced_tail(n_rows: int, rows: int, threads: int,
 
     The first tasks stay whole (a multiple of ``threads`` of them, ``rows`` rows
     each: whole storage chunks when ``rows`` is a multiple of the storage chunk);
-    the rows after them, fewer than ``threads + 1`` tasks' worth, become ``k *
-    threads`` tasks of equal rows (within one), none longer than ``rows``. Only the
-    storage chunks these cross are read by two tasks (at most ``k * threads - 1``
-    more chunk reads). No task is made shorter than :data:`MIN_TASK_ROWS` rows. Measured, 2·10^6 x 16 rows in 262,144-row chunks, m = 800, two
+    the rows after them, fewer than ``threads`` tasks' worth, become ``threads``
+    tasks of equal rows (within one). Only the storage chunks these cross are read
+    by two tasks (at most ``threads - 1`` more chunk reads). No task is made shorter
+    than :data:`MIN_TASK_ROWS` rows. The threads finish together only if the
+    re-split tasks start after the whole ones (a scheduler left to itself may give
+    two of them to one thread): :func:`~ooc_spectral.accumulate.accumulate` runs
+    them after the others (its ``tail``). Measured, 2·10^6 x 16 rows in 262,144-row chunks, m = 800, two
     threads: 7.6 tasks' worth of rows, where one thread did 4 whole tasks while the
     other did 3.6.
 
@@ -350,8 +354,8 @@ def balanced_tail(n_rows: int, rows: int, threads: int,
     if makespan_loss(n_rows, rows, threads) <= tolerance:
         return ()
     bulk = threads * ((n_rows // rows) // threads)
-    rest = n_rows - bulk * rows
-    count = threads * -(-rest // (threads * rows))
+    rest = n_rows - bulk * rows  # (full tasks mod threads) * rows + the short one's rows
+    count = threads
     if rest // count < min(MIN_TASK_ROWS, rows):  # tasks too small to pay for themselves
         return ()
     bounds = [rest * i // count for i in range(count + 1)]

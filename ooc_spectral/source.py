@@ -144,12 +144,12 @@ class DataSource:
 
         ``task_rows`` (default: :attr:`storage_chunk_rows`) should be a multiple
         of :attr:`storage_chunk_rows`, so that every task reads whole storage
-        chunks and writes whole output chunks. A tuple gives each chunk's rows (in
+        chunks and writes whole output chunks. A tuple (or list) gives each chunk's rows (in
         row order, summing to the number of rows): the reduction passes' tasks
         (:meth:`~ooc_spectral.planning.TaskPlan.reduce_chunks`).
         """
         n, d = self.shape
-        if isinstance(task_rows, tuple):
+        if isinstance(task_rows, (tuple, list)):
             if sum(task_rows) != n or min(task_rows, default=1) <= 0:
                 raise ValueError(f"to_dask: row chunks {task_rows[:4]}... do not split {n} rows")
             sizes = tuple(int(r) for r in task_rows)
