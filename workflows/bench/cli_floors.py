@@ -151,7 +151,7 @@ def run_size(n: int, d: int, m: int, work: Path, keep: bool, cores: int,
         floor = parts["flops"] + parts["exp"] + read
         passes[name] = {"seconds": seconds, "flops_seconds": round(parts["flops"], 2),
                         "exp_seconds": round(parts["exp"], 2), "read_seconds": round(read, 2),
-                        "floor_seconds": round(floor, 2), "of_floor": round(floor / seconds, 3),
+                        "floor_seconds": round(floor, 2), "of_floor": round(floor / seconds, 4),
                         "of_floor_without_read": round((floor - read) / seconds, 3)}
     return {"n": n, "d": d, "m": m, "command": " ".join(cmd), "engine": report["engine"],
             "blas": report.get("blas"),
@@ -189,7 +189,7 @@ def markdown(result: dict) -> str:
                 f"| {r['n']:,} | {r['d']} | {r['m']} | {r['engine']} | {tasks} x "
                 f"{rows} | {name} | {p['seconds']:.1f} | {p['flops_seconds']:.1f} | "
                 f"{p['exp_seconds']:.1f} | {p['read_seconds']:.1f} | {p['floor_seconds']:.1f} | "
-                f"**{100 * p['of_floor']:.0f}%** | {100 * p['of_floor_without_read']:.0f}% | "
+                f"**{100 * p['of_floor']:.1f}%** | {100 * p['of_floor_without_read']:.0f}% | "
                 f"{fb['gemm_gflops']} / {fa['gemm_gflops']} | {fb['exp_per_s']:.3g} / "
                 f"{fa['exp_per_s']:.3g} | {r['load_before']} / {r['load_after_fit']} |")
     lines.append("")
