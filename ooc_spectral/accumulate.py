@@ -162,9 +162,10 @@ def _centred_coordinates(block, dictionary: Dictionary, offset: int, chunk_start
     return X, Z, mean, delta, sums
 
 
-#: Rows of a C-ordered block that :func:`_centre_rows` takes at a time (a piece of
-#: some hundreds of KiB, read once into the core's cache for its three uses).
-CENTRE_PIECE_ELEMENTS = 2**16
+#: Entries of a C-ordered block that :func:`_centre_rows` takes at a time (a piece of
+#: 1 MiB, read once into the core's cache for its three uses; as the kernel's pieces,
+#: :data:`~ooc_spectral.kernels.PIECE_ELEMENTS`).
+CENTRE_PIECE_ELEMENTS = 2**17
 
 
 def _centre_rows(Z: np.ndarray, mean: np.ndarray, w: np.ndarray | None):

@@ -141,11 +141,18 @@ class Kernel:
         return {}
 
 
-#: Entries of a kernel block computed at a time (512 KiB of float64): the piece's
-#: product, clip and exponentials then stay in a core's L2 cache instead of
+#: Entries of a kernel block computed at a time (1 MiB of float64): the piece's
+#: product, clip and exponentials then stay in a core's 2 MiB L2 cache instead of
 #: streaming a block of tens of MB through memory three times
-#: (``workflows/bench/cli_floors.py``).
-PIECE_ELEMENTS = 2**16
+#: (``workflows/bench/cli_floors.py``). Each piece costs some NumPy calls under the
+#: GIL, which two task threads of one process (the threads engine) contend for:
+#: 2^17 entries rather than 2^16, measured in one process on 2 cores, ms per 6,990
+#: rows at m = 300 (eight runs each, alternating): pass 2 on two threads 28.4 against
+#: 29.7 (on one thread 25.6 against 25.8), pass 3 on two threads 6.42 against 7.01
+#: (one thread 5.09 against 5.04; 2^18: 5.60); fits of 2 x 10^6 x 16 rows from zarr,
+#: three each: m = 300, pass 2 3.84-3.95 s against 3.94-4.16 s, the scan 1.52-1.65 s
+#: against 1.62-1.72 s; m = 800, pass 2 18.6-19.6 s against 19.0-20.3 s, pass 3 the same.
+PIECE_ELEMENTS = 2**17
 
 
 #: Fewest rows of a piece of :meth:`Kernel.pairwise_into` (and so of
