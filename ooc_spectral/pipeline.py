@@ -572,9 +572,7 @@ class FitRun:
             if self.source.kind == "numpy":
                 (embedding,) = compute(embedding)
             return embedding
-        rows = out.task_rows(X.chunks[0][0])  # a resumed output keeps its chunks
-        if any(r != rows for r in X.chunks[0][:-1]) or X.chunks[0][-1] > rows:
-            X = self.source.to_dask(rows)
+        # X is write_view(out): whole output chunks per task (out.write raises otherwise)
         written = out.write(X, smap, self.executor, block_rows=block)
         if self.resume and written < self.source.n_rows:
             self.resumed.append("pass3")

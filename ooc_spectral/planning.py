@@ -44,6 +44,8 @@ __all__ = [
     "TaskPlan",
     "balanced_tail",
     "tasks_tag",
+    "row_chunks",
+    "equal_rows",
     "makespan_loss",
     "BALANCE_TOLERANCE",
     "TARGET_TASK_ROWS",
@@ -297,10 +299,31 @@ class TaskPlan:
 
     def reduce_chunks(self, n_rows: int) -> tuple[int, ...]:
         """Rows of each task of the reduction passes, in row order (sums to ``n_rows``)."""
-        rest = int(n_rows) - sum(self.tail)
-        head = (self.rows,) * (rest // self.rows)
-        last = rest - sum(head)
-        return head + ((last,) if last else ()) + self.tail
+        return row_chunks(int(n_rows) - sum(self.tail), self.rows) + self.tail
+
+
+def row_chunks(n_rows: int, rows: int) -> tuple[int, ...]:
+    """Equal tasks of ``rows`` rows over ``n_rows`` rows, the last one shorter.
+
+    >>> row_chunks(10, 4), row_chunks(8, 4), row_chunks(0, 4)
+    ((4, 4, 2), (4, 4), ())
+    """
+    n_rows, rows = int(n_rows), max(int(rows), 1)
+    last = n_rows % rows
+    return (rows,) * (n_rows // rows) + ((last,) if last else ())
+
+
+def equal_rows(chunks) -> int | None:
+    """The task rows of a layout of equal tasks (the last one possibly shorter,
+    :func:`row_chunks`), or None for any other layout.
+
+    >>> equal_rows((4, 4, 2)), equal_rows((4, 2, 2)), equal_rows((3,))
+    (4, None, 3)
+    """
+    sizes = tuple(int(c) for c in chunks)
+    if not sizes:
+        return None
+    return sizes[0] if sizes == row_chunks(sum(sizes), sizes[0]) else None
 
 
 def makespan_loss(n_rows: int, rows: int, threads: int) -> float:
@@ -372,7 +395,7 @@ def tasks_tag(chunks) -> str:
     """
     sizes = [int(c) for c in chunks]
     head = f"r{sizes[0] if sizes else 0}"
-    if all(c == sizes[0] for c in sizes[:-1]) and (not sizes or sizes[-1] <= sizes[0]):
+    if not sizes or equal_rows(sizes) is not None:
         return head
     return head + "-" + hashlib.sha256(",".join(map(str, sizes)).encode()).hexdigest()[:8]
 

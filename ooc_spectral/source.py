@@ -25,6 +25,7 @@ import numpy as np
 import zarr
 import zarr.errors
 
+from .planning import row_chunks
 from .exceptions import (
     InvalidInputError,
     NonFiniteInputError,
@@ -154,8 +155,7 @@ class DataSource:
                 raise ValueError(f"to_dask: row chunks {task_rows[:4]}... do not split {n} rows")
             sizes = tuple(int(r) for r in task_rows)
         else:
-            rows = self.storage_chunk_rows if task_rows is None else int(task_rows)
-            sizes = tuple(np.diff(np.append(np.arange(0, n, rows), n)).tolist())
+            sizes = row_chunks(n, self.storage_chunk_rows if task_rows is None else task_rows)
         if self.kind == "numpy":
             return da.from_array(self._numpy, chunks=(sizes, d), name=False)
         if self.kind == "zarr":
