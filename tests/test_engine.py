@@ -26,7 +26,7 @@ from ooc_spectral.cluster import ClusterOptions, choose_engine
 from ooc_spectral.exceptions import InvalidParameterError
 from ooc_spectral.planning import (BALANCE_TOLERANCE, DEFAULT_TASK_MEMORY, MIN_TASK_ROWS,
                                    balanced_tail, makespan_loss, plan_block_rows, plan_tasks,
-                                   tasks_tag)
+                                   row_chunks, tasks_tag)
 from ooc_spectral.writeback import EmbeddingOutput, _embed_block
 
 PARAMS = dict(n_components=3, gamma=0.05, tol=1e-3, random_state=0)
@@ -281,17 +281,67 @@ def test_accumulate_runs_the_re_split_tasks_after_the_whole_ones(fitted):
     np.testing.assert_allclose(got.m2, ref.m2, rtol=0, atol=1e-11 * np.abs(ref.m2).max())
 
 
-def test_a_fit_with_a_balanced_tail_equals_one_without(tmp_path, restore_logging):
+def test_partials_of_a_re_split_tail_resume_only_the_same_tasks(fitted):
+    """Resume: a pass whose segments were all saved recomputes nothing with the same
+    tasks (tail included) and gives the same moments; with other tasks its stage name
+    (tasks_tag) differs and every segment is computed afresh."""
+    import dask.array as da
+
+    from ooc_spectral.accumulate import accumulate
+    from ooc_spectral.execution import Executor
+
+    class Store:
+        def __init__(self):
+            self.parts = {}
+
+        def load_partial(self, stage, segment):
+            return self.parts.get((stage, segment))
+
+        def save_partial(self, stage, segment, partial):
+            self.parts[(stage, segment)] = partial
+
+    class Counting(Executor):
+        def run(self, label, parts, on_result=None, *, keep=True):
+            ran.extend(parts)
+            return super().run(label, parts, on_result, keep=keep)
+
+    X, est = fitted
+    d = est.spectral_map_.dictionary
+    rows = len(X) // 5
+    rest = len(X) - 4 * rows
+    tailed = (rows,) * 4 + (rest - rest // 2, rest // 2)
+    store, ran = Store(), []
+
+    def run(sizes, tail):
+        return accumulate(da.from_array(X, chunks=(sizes, X.shape[1])), d, "moments",
+                          executor=Counting(local=True, threads=2), store=store, max_segments=3,
+                          stage=f"moments-{tasks_tag(sizes)}", tail=tail)
+
+    first = run(tailed, 2)
+    assert len(ran) == len(store.parts) == 3  # two segments of whole tasks and the tail
+    ran.clear()
+    again = run(tailed, 2)
+    assert ran == []
+    np.testing.assert_array_equal(again.m2, first.m2)
+    np.testing.assert_array_equal(again.mean, first.mean)
+    other = run(tuple(row_chunks(len(X), rows)), 0)
+    assert len(ran) == 3 and len(store.parts) == 6
+    np.testing.assert_allclose(other.m2, first.m2, rtol=0, atol=1e-11 * np.abs(first.m2).max())
+
+
+@pytest.mark.parametrize("normalization", ["additive", "divisive"])
+def test_a_fit_with_a_balanced_tail_equals_one_without(tmp_path, restore_logging, normalization):
     """Five 8,192-row chunks on two threads: pass 2 re-splits the fifth chunk in two
     (six tasks), pass 3 writes the five whole chunks; the embedding equals that of the
-    plain five tasks (``--chunk-rows 8192``) to rounding."""
+    plain five tasks (``--chunk-rows 8192``) to rounding. Kernel PCA, and spectral
+    embedding (its two reductions, the kernel sums and the degrees)."""
     from ooc_spectral.cli import main
 
     rng = np.random.default_rng(5)
     X = rng.standard_normal((5 * 8192, 3))
     write_zarr(tmp_path / "x.zarr", X, 8192)
     common = ["--gamma", "0.3", "--tol", "1e-4", "--n-components", "3", "-q", "--engine",
-              "threads"]
+              "threads", "--normalization", normalization]
     assert main(["fit", str(tmp_path / "x.zarr"), "--out", str(tmp_path / "a"), *common]) == 0
     assert main(["fit", str(tmp_path / "x.zarr"), "--out", str(tmp_path / "b"), *common,
                  "--chunk-rows", "8192"]) == 0
