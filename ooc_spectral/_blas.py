@@ -36,7 +36,7 @@ from ._validation import config_flag
 
 __all__ = ["solve_lower_transposed", "solve_lower_rows", "add_gram_lower", "symmetric_from_lower",
            "fast_solve_order", "gil_free_trsm", "gil_free_syrk", "mkl", "mkl_version", "blas_backend", "longest_gil_stall",
-           "one_blas_thread", "blas_thread_counts"]
+           "one_blas_thread", "blas_thread_counts", "exp_inplace", "matmul_nt_into"]
 
 _INT_MAX = 2**31 - 1
 #: the Cython signature of ``scipy.linalg.cython_blas.dtrsm`` this module calls
@@ -319,6 +319,59 @@ def add_gram_lower(acc: np.ndarray, Z: np.ndarray) -> np.ndarray:
     else:  # Z's buffer is Z' (m x c, leading dimension m); C = Z' (Z')'
         _level3("dsyrk", syrk, b"L", b"N", m, c, 1.0, (Z, 0), m, 1.0, (acc, 0), m)
     return acc
+
+
+#: ``vmdExp``'s mode: high accuracy (``VML_HA``, within 1 ulp, as NumPy's ``exp``) and no
+#: error handling (``VML_ERRMODE_IGNORE``: an underflow to 0 is the value, not an event).
+_VML_HA_IGNORE = 0x2 | 0x100
+
+
+def exp_inplace(S: np.ndarray) -> np.ndarray:
+    """``S = exp(S)`` in place; returns ``S``.
+
+    Where :func:`mkl` is in use, by MKL's vector ``exp`` (``vmdExp``, high-accuracy mode,
+    sequential on the calling thread) on a C-contiguous float64 block, else NumPy's.
+    Both are within 1 ulp; on this machine they give the same bits (``tests/test_blas.py``).
+    Measured on one AVX-512 core, in-cache pieces of 2^16 values: 0.36 against
+    0.58 ns a value (``exp`` is 6% of pass 2 at m = 300).
+    """
+    lib = mkl()
+    vexp = None if lib is None else getattr(lib, "vmdExp_64", None)  # MKL 2023 and later
+    if (vexp is None or S.dtype != np.float64 or not S.flags.c_contiguous
+            or not S.flags.writeable or S.size == 0):
+        return np.exp(S, out=S)
+    ptr = ctypes.c_void_p(S.ctypes.data)
+    args = (ctypes.c_int64(S.size), ptr, ptr, ctypes.c_int64(_VML_HA_IGNORE))
+    if lib._handle in _SEQUENTIAL_MKL:
+        vexp(*args)
+        return S
+    previous = lib.MKL_Set_Num_Threads_Local(1)
+    try:
+        vexp(*args)
+    finally:
+        lib.MKL_Set_Num_Threads_Local(previous)
+    return S
+
+
+def matmul_nt_into(A: np.ndarray, B: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out = A @ B.T`` for C-ordered float64 ``A`` (r x k), ``B`` (s x k) and ``out``
+    (r x s); returns ``out``.
+
+    Where :func:`mkl` is in use, by MKL's sequential ``dgemm`` on the calling thread, else
+    NumPy's ``matmul``. The kernel block's product has k = d + 2 (the augmented rows of
+    :class:`~ooc_spectral.kernels.RBFKernel`), a thin shape on which MKL runs at
+    53-67 GFLOP/s and OpenBLAS at 44 on one AVX-512 core.
+    """
+    (r, k), s = A.shape, B.shape[0]
+    lib = mkl()
+    if (lib is None or r == 0 or s == 0 or k == 0 or max(r, s, k) > _INT_MAX
+            or not (A.dtype == B.dtype == out.dtype == np.float64)
+            or not (A.flags.c_contiguous and B.flags.c_contiguous and out.flags.c_contiguous)
+            or out.shape != (r, s) or B.shape[1] != k):
+        return np.matmul(A, B.T, out=out)
+    # column-major terms: out' (s x r) = B (s x k, stored as k x s: transposed) times A' (k x r)
+    _call_mkl(lib, "dgemm_64", (b"T", b"N", s, r, k, 1.0, (B, 0), k, (A, 0), k, 0.0, (out, 0), s))
+    return out
 
 
 def fast_solve_order() -> str:

@@ -34,6 +34,7 @@ import dask
 import numpy as np
 
 from ._blas import add_gram_lower, fast_solve_order, symmetric_from_lower
+from ._fused import centre_rows
 from .exceptions import DictionaryError
 from .execution import Executor, shared
 from .planning import MAX_SEGMENTS, segments, solve_block_rows
@@ -155,34 +156,11 @@ def _centred_coordinates(block, dictionary: Dictionary, offset: int, chunk_start
         np.divide(ksum, c, out=S[c])
         S = dictionary.solve(S, overwrite=True)
         Z, mean = S[:c], S[c].copy()  # the mean outlives this thread's scratch block
-        dhat, zw = _centre_rows(Z, mean, dictionary.w if dictionary.affine else None)
+        dhat, zw = centre_rows(Z, mean, dictionary.w if dictionary.affine else None)
         np.subtract(kx, dhat, out=dhat)
         delta, _ = dictionary.residuals(None, kx, dhat, zw)
     sums = RowSums.of(None, kx, dhat)
     return X, Z, mean, delta, sums
-
-
-#: Entries of a C-ordered block that :func:`_centre_rows` takes at a time (a piece of
-#: 1 MiB, read once into the core's cache for its three uses; as the kernel's pieces,
-#: :data:`~ooc_spectral.kernels.PIECE_ELEMENTS`).
-CENTRE_PIECE_ELEMENTS = 2**17
-
-
-def _centre_rows(Z: np.ndarray, mean: np.ndarray, w: np.ndarray | None):
-    """For a C-ordered Z (c x m): the squared norms ``|z_t|^2`` and the products
-    ``z_t . w`` (None without ``w``) of its rows, then ``Z -= mean`` in place, piece
-    by piece, so that each piece is read from memory once for the three."""
-    c, m = Z.shape
-    sq = np.empty(c)
-    zw = None if w is None else np.empty(c)
-    step = max(1, CENTRE_PIECE_ELEMENTS // max(m, 1))
-    for a in range(0, c, step):
-        P = Z[a:a + step]
-        np.einsum("ij,ij->i", P, P, out=sq[a:a + step])
-        if zw is not None:
-            np.matmul(P, w, out=zw[a:a + step])
-        P -= mean
-    return sq, zw
 
 
 def _column_means(Z: np.ndarray) -> np.ndarray:

@@ -33,6 +33,8 @@ from typing import Mapping
 import numpy as np
 from scipy.spatial.distance import cdist
 
+from ._blas import exp_inplace, matmul_nt_into
+from ._fused import clip_unit_col_sums
 from .exceptions import InvalidInputError, InvalidParameterError
 from .planning import SAMPLE_PURPOSE, plan_sample
 
@@ -228,12 +230,19 @@ class _Stationary(Kernel):
         pieces = _pieces(X.shape[0], Y.shape[0], PIECE_MIN_ROWS)
         if col_sums is not None:
             col_sums[...] = 0.0
-            ones = np.ones(max((b - a for a, b in pieces), default=0))
         for a, b in pieces:
-            piece = self.monotone_to_kernel(fill(a, b, out[a:b]))
-            if col_sums is not None:
-                col_sums += ones[:b - a] @ piece
+            if col_sums is None:
+                self.monotone_to_kernel(fill(a, b, out[a:b]))
+            else:
+                self.kernel_adding_col_sums(fill(a, b, out[a:b]), col_sums)
         return out
+
+    def kernel_adding_col_sums(self, S, col_sums):
+        """``monotone_to_kernel(S)`` (in place), its column sums added to ``col_sums``:
+        one piece of :meth:`pairwise_into`."""
+        S = self.monotone_to_kernel(S)
+        col_sums += np.ones(S.shape[0]) @ S
+        return S
 
     def pairwise_dot(self, X, Y, G, x_aux=None, y_aux=None):
         """``k(X, Y) @ G`` in pieces (see :meth:`Kernel.pairwise_dot`), one piece
@@ -268,7 +277,13 @@ class RBFKernel(_Stationary):
 
     def monotone_to_kernel(self, S):
         np.minimum(S, 0.0, out=S)  # a distance is never negative
-        return np.exp(S, out=S)
+        return exp_inplace(S)
+
+    def kernel_adding_col_sums(self, S, col_sums):
+        """The exponentials first, then the clip at 1 and the column sums in one pass
+        (:func:`~ooc_spectral._fused.clip_unit_col_sums`): the same values as
+        :meth:`monotone_to_kernel`'s clip of the exponent at 0."""
+        return clip_unit_col_sums(exp_inplace(S), col_sums)
 
     def pairwise_monotone(self, X, Y, x_aux=None, y_aux=None, out=None):
         """The exponent ``-gamma ||x - y||^2`` (before the clip at 0)."""
@@ -296,8 +311,7 @@ class RBFKernel(_Stationary):
     def _exponent_of_rows(self, X, Y, x_aux, y_aux):
         """The augmented rows built once; each piece is one product of them."""
         A, B = self._augmented(X, Y, x_aux, y_aux)
-        Bt = B.T
-        return lambda a, b, out: np.matmul(A[a:b], Bt, out=out)
+        return lambda a, b, out: matmul_nt_into(A[a:b], B, out)
 
 
 @dataclass(frozen=True)
@@ -317,7 +331,7 @@ class LaplacianKernel(_Stationary):
         return K
 
     def monotone_to_kernel(self, S):
-        return np.exp(S, out=S)
+        return exp_inplace(S)
 
 
 @dataclass(frozen=True)

@@ -295,17 +295,24 @@ def test_mkl_calls_pin_their_thread_on_a_library_someone_else_loaded(monkeypatch
 
     from ooc_spectral import _blas
 
+    L, rng = _factor(50)
+    K = rng.standard_normal((20, 50))
+    x = -rng.random((30, 40))
     with mkl_backend(True):
         lib = _blas.mkl()
         monkeypatch.setattr(_blas, "_SEQUENTIAL_MKL", set())
         calls = []
         real = lib.MKL_Set_Num_Threads_Local
         monkeypatch.setattr(lib, "MKL_Set_Num_Threads_Local", lambda n: calls.append(n) or real(n))
-        L, rng = _factor(50)
-        K = rng.standard_normal((20, 50))
         got = solve_lower_transposed(L, K.copy())
-    assert calls[0] == 1 and len(calls) == 2  # pinned to one thread, then restored
+        assert calls[0] == 1 and len(calls) == 2  # pinned to one thread, then restored
+        e = _blas.exp_inplace(x.copy())  # the vector exp and the kernel product too
+        assert calls[2] == 1 and calls[3] == calls[1] and len(calls) == 4
+        prod = _blas.matmul_nt_into(K, K, np.empty((20, 20)))
+        assert calls[4] == 1 and calls[5] == calls[1] and len(calls) == 6
     np.testing.assert_allclose(got @ L.T, K, rtol=0, atol=1e-9 * np.abs(K).max())
+    assert np.all(np.abs(e - np.exp(x)) <= np.spacing(np.exp(x)))
+    np.testing.assert_allclose(prod, K @ K.T, rtol=0, atol=1e-13 * np.abs(K).max() ** 2 * 50)
 
 
 # --------------------------------------------------------------------------- the C-ordered pass 2

@@ -28,7 +28,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ooc_spectral._blas import add_gram_lower, blas_backend, fast_solve_order
-from ooc_spectral.accumulate import _centre_rows, _column_means, _kernel_scratch, chunk_moments
+from ooc_spectral._fused import centre_rows
+from ooc_spectral.accumulate import _column_means, _kernel_scratch, chunk_moments
 from ooc_spectral.planning import solve_block_rows
 from ooc_spectral.source import check_finite
 from ooc_spectral.statistics import RowSums
@@ -76,7 +77,7 @@ def parts_once(X32: np.ndarray, D) -> dict:
             tick("mean + centring")
         else:
             Z, mean = Z[:c], Z[c].copy()  # the mean L^-1 kbar, solved with the rows
-            sq, zw = _centre_rows(Z, mean, D.w if D.affine else None)
+            sq, zw = centre_rows(Z, mean, D.w if D.affine else None)
             tick("mean + centring (with the norms and z.w, piece by piece)")
             dhat = kx - sq
             D.residuals(None, kx, dhat, zw)

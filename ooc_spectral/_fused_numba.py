@@ -1,0 +1,56 @@
+"""The compiled loops of :mod:`ooc_spectral._fused` (imported by it on first use, never
+directly: importing this module imports numba and compiles or loads the loops).
+
+Each loop is compiled once per process for C-contiguous float64 arrays (explicit
+signatures), cached on disk by numba (``cache=True``), and releases the GIL
+(``nogil=True``) so that the task threads of one process run them side by side.
+``fastmath`` allows only reassociation (the row sums are vectorized, summed in
+another order than NumPy's: the same to rounding) and fused multiply-adds.
+"""
+
+from __future__ import annotations
+
+import numba
+
+_FLAGS = {"fastmath": {"reassoc", "contract"}, "cache": True, "nogil": True,
+          "boundscheck": False, "error_model": "numpy"}
+
+
+@numba.njit("void(float64[:, ::1], float64[::1], float64[::1], float64[::1], float64[::1])",
+            **_FLAGS)
+def centre_rows_w(Z, mean, w, sq, zw):  # pragma: no cover - compiled
+    c, m = Z.shape
+    for t in range(c):
+        s = 0.0
+        p = 0.0
+        for j in range(m):
+            v = Z[t, j]
+            s += v * v
+            p += v * w[j]
+            Z[t, j] = v - mean[j]
+        sq[t] = s
+        zw[t] = p
+
+
+@numba.njit("void(float64[:, ::1], float64[::1], float64[::1])", **_FLAGS)
+def centre_rows(Z, mean, sq):  # pragma: no cover - compiled
+    c, m = Z.shape
+    for t in range(c):
+        s = 0.0
+        for j in range(m):
+            v = Z[t, j]
+            s += v * v
+            Z[t, j] = v - mean[j]
+        sq[t] = s
+
+
+@numba.njit("void(float64[:, ::1], float64[::1])", **_FLAGS)
+def clip_unit_col_sums(S, col_sums):  # pragma: no cover - compiled
+    r, m = S.shape
+    for t in range(r):
+        for j in range(m):
+            v = S[t, j]
+            if v > 1.0:
+                v = 1.0
+            S[t, j] = v
+            col_sums[j] += v

@@ -1,0 +1,179 @@
+"""The one-pass loops of pass 2 (``ooc_spectral._fused``, compiled by numba) and MKL's
+vector ``exp`` and kernel product (``ooc_spectral._blas``) against the NumPy calls they
+replace: the same values to rounding, the same moments, and the fallbacks where they
+do not apply."""
+
+from __future__ import annotations
+
+import dask
+import numpy as np
+import pytest
+
+from conftest import mkl_backend
+from ooc_spectral import _blas, _fused
+from ooc_spectral.accumulate import chunk_moments
+from ooc_spectral.kernels import RBFKernel
+from ooc_spectral.model import Dictionary
+
+numba = pytest.importorskip("numba")
+
+
+def numba_off():
+    return dask.config.set({"ooc-spectral.numba": False})
+
+
+def test_the_compiled_loops_are_used_where_numba_is_installed_and_not_turned_off():
+    assert _fused.numba_loops() is not None
+    with numba_off():
+        assert _fused.numba_loops() is None
+    with dask.config.set({"ooc-spectral.numba": "false"}):  # as the environment gives it
+        assert _fused.numba_loops() is None
+
+
+@pytest.mark.parametrize("with_w", [True, False])
+@pytest.mark.parametrize("shape", [(1747, 300), (3, 1), (1, 7), (513, 93)])
+def test_centre_rows_compiled_equals_numpy(shape, with_w):
+    rng = np.random.default_rng(shape[0] + 7 * shape[1])
+    Z0 = rng.standard_normal(shape) * 10.0 + 3.0
+    mean, w = rng.standard_normal(shape[1]), rng.standard_normal(shape[1])
+    Z1, Z2 = Z0.copy(), Z0.copy()
+    sq1, zw1 = _fused.centre_rows(Z1, mean, w if with_w else None)
+    with numba_off():
+        sq2, zw2 = _fused.centre_rows(Z2, mean, w if with_w else None)
+    np.testing.assert_array_equal(Z1, Z0 - mean)  # the centring is the same subtraction
+    np.testing.assert_array_equal(Z2, Z0 - mean)
+    np.testing.assert_allclose(sq1, np.sum(Z0 * Z0, axis=1), rtol=1e-13)
+    np.testing.assert_allclose(sq1, sq2, rtol=1e-13)
+    if with_w:
+        scale = np.abs(Z0) @ np.abs(w)  # the products' rounding is relative to this
+        assert np.all(np.abs(zw1 - Z0 @ w) <= 1e-14 * scale)
+        assert np.all(np.abs(zw1 - zw2) <= 1e-14 * scale)
+    else:
+        assert zw1 is None and zw2 is None
+
+
+def test_centre_rows_of_a_block_it_cannot_compile_for_falls_back_to_numpy():
+    rng = np.random.default_rng(3)
+    Z0 = rng.standard_normal((40, 12))
+    mean, w = rng.standard_normal(12), rng.standard_normal(12)
+    F = np.asfortranarray(Z0)  # not C-contiguous: NumPy's calls
+    sq, zw = _fused.centre_rows(F, mean, w)
+    np.testing.assert_array_equal(F, Z0 - mean)
+    np.testing.assert_allclose(sq, np.sum(Z0 * Z0, axis=1), rtol=1e-14)
+    np.testing.assert_allclose(zw, Z0 @ w, rtol=1e-12, atol=1e-13)
+    Z = Z0.copy()
+    sq, _ = _fused.centre_rows(Z, mean[::1].astype(np.float32), None)  # a float32 mean
+    np.testing.assert_allclose(Z, Z0 - mean.astype(np.float32), rtol=0, atol=0)
+
+
+def test_clip_unit_col_sums_compiled_equals_numpy():
+    rng = np.random.default_rng(5)
+    S0 = np.exp(rng.standard_normal((700, 300)) * 0.1 - 0.05)  # about half above 1
+    S0[3, :] = 1.0 + 2**-52  # the rounding the clip is for
+    assert (S0 > 1).mean() > 0.3
+    S1, S2 = S0.copy(), S0.copy()
+    c1, c2 = np.full(300, 2.5), np.full(300, 2.5)  # the sums are added to what is there
+    _fused.clip_unit_col_sums(S1, c1)
+    with numba_off():
+        _fused.clip_unit_col_sums(S2, c2)
+    np.testing.assert_array_equal(S1, np.minimum(S0, 1.0))
+    np.testing.assert_array_equal(S2, np.minimum(S0, 1.0))
+    assert S1.max() == 1.0
+    np.testing.assert_allclose(c1, 2.5 + np.minimum(S0, 1.0).sum(axis=0), rtol=1e-14)
+    np.testing.assert_allclose(c1, c2, rtol=1e-14)
+
+
+@pytest.mark.parametrize("mkl", [True, False])
+def test_the_rbf_block_and_its_column_sums_equal_the_clipped_exponentials(mkl):
+    """The exponentials first and the clip at 1 after them (the pass 2 form) give the
+    block that the clip of the exponent at 0 gives, bit for bit; identical rows give
+    exactly 1 however the exponent rounds."""
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((1000, 7)) * 3.0 + 100.0  # large norms: the exponent rounds above 0
+    Y = np.vstack([X[:5], rng.standard_normal((295, 7)) * 3.0 + 100.0])
+    k = RBFKernel(gamma=0.05)
+    with mkl_backend(mkl):
+        want = k.pairwise(X, Y)  # exp(min(s, 0)), piece by piece
+        out, sums = np.empty((1000, 300)), np.empty(300)
+        k.pairwise_into(out, X, Y, k.aux(X), k.aux(Y), col_sums=sums)
+    np.testing.assert_array_equal(out, want)
+    assert np.all(out[np.arange(5), np.arange(5)] == 1.0)
+    assert out.max() == 1.0
+    np.testing.assert_allclose(sums, want.sum(axis=0), rtol=1e-13)
+    d2 = ((X[:, None, :] - Y[None, :, :]) ** 2).sum(-1)  # the definition, directly
+    np.testing.assert_allclose(out, np.exp(-0.05 * d2), rtol=1e-9, atol=1e-12)
+
+
+def test_mkl_vector_exp_is_within_one_ulp_of_numpys_and_silent_on_underflow(capfd):
+    with mkl_backend():
+        rng = np.random.default_rng(2)
+        x = np.concatenate([-rng.random(100_000) * 50, [0.0, -0.0, -1e-300, -708.4, -745.2,
+                                                        -800.0, -1e10]])
+        y = x.copy()
+        out = _blas.exp_inplace(y)
+        assert out is y
+    ref = np.exp(x)
+    assert np.all(np.abs(y - ref) <= np.spacing(ref))
+    assert y[-7] == 1.0 and y[-6] == 1.0 and y[-5] == 1.0
+    assert y[-2] == 0.0 and y[-1] == 0.0
+    captured = capfd.readouterr()
+    assert captured.out == "" and captured.err == ""
+
+
+def test_exp_inplace_falls_back_to_numpy_off_mkl_and_for_other_blocks():
+    x = -np.random.default_rng(0).random((50, 8))
+    for on in (True, False):
+        with mkl_backend(on) if on else mkl_backend(False):
+            F = np.asfortranarray(x)
+            np.testing.assert_array_equal(_blas.exp_inplace(F), np.exp(x))
+            f32 = x.astype(np.float32)
+            np.testing.assert_array_equal(_blas.exp_inplace(f32), np.exp(x.astype(np.float32)))
+            e = np.empty((0, 3))
+            assert _blas.exp_inplace(e).shape == (0, 3)
+
+
+@pytest.mark.parametrize("shape", [(437, 34, 300), (1, 3, 1), (64, 18, 800), (5, 1, 2)])
+def test_mkl_kernel_product_equals_numpys(shape):
+    r, k, s = shape
+    rng = np.random.default_rng(r + k + s)
+    A, B = rng.standard_normal((r, k)), rng.standard_normal((s, k))
+    with mkl_backend():
+        out = np.full((r, s), np.nan)
+        got = _blas.matmul_nt_into(A, B, out)
+    assert got is out
+    scale = np.abs(A) @ np.abs(B).T
+    assert np.all(np.abs(out - A @ B.T) <= 1e-14 * scale)
+    with mkl_backend():  # a transposed B, as a caller might pass: NumPy's matmul
+        out2 = np.empty((r, s))
+        _blas.matmul_nt_into(A, np.asfortranarray(B), out2)
+    assert np.all(np.abs(out2 - A @ B.T) <= 1e-14 * scale)
+
+
+def _dictionary(m, d, gamma, affine, seed=0):
+    """m Gaussian points with their Cholesky factor (and ``w = L^-1 1`` when affine)."""
+    P = np.random.default_rng(seed).standard_normal((m, d))
+    k = RBFKernel(gamma=gamma)
+    L = np.linalg.cholesky(k(P) + 1e-10 * np.eye(m))
+    w = np.linalg.solve(L, np.ones(m))
+    return Dictionary(kernel=k, points=P, indices=np.arange(m), aux=k.aux(P), L=L, w=w,
+                      beta=float(w @ w), affine=affine)
+
+
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("mkl", [True, False])
+def test_chunk_moments_with_the_compiled_loops_equal_numpys(mkl, affine):
+    """Pass 2's statistic of a chunk in sub-blocks: the compiled loops (and on MKL its
+    exp and kernel product) against NumPy's calls, to rounding."""
+    rng = np.random.default_rng(4)
+    D = _dictionary(120, 9, 0.08, affine)
+    X = (rng.standard_normal((9000, 9)) * 1.5).astype(np.float32)
+    with mkl_backend(mkl):
+        a = chunk_moments(X, D, 100, block_rows=2000)
+        with numba_off():
+            b = chunk_moments(X, D, 100, block_rows=2000)
+    assert a.n == b.n == 9000
+    np.testing.assert_allclose(a.mean, b.mean, rtol=0, atol=1e-14 * np.abs(b.mean).max())
+    np.testing.assert_allclose(a.m2, b.m2, rtol=0, atol=1e-12 * np.abs(b.m2).max())
+    assert a.certificate.argmax == b.certificate.argmax
+    assert a.certificate.max_delta == pytest.approx(b.certificate.max_delta, rel=1e-12)
+    assert a.sq == pytest.approx(b.sq, rel=1e-12)
