@@ -30,7 +30,7 @@ import numpy as np
 
 from ._validation import config_flag
 
-__all__ = ["numba_loops", "centre_rows", "clip_unit_col_sums", "CENTRE_PIECE_ELEMENTS"]
+__all__ = ["numba_loops", "loops_backend", "centre_rows", "clip_unit_col_sums", "CENTRE_PIECE_ELEMENTS"]
 
 #: Entries of a C-ordered block that the NumPy form of :func:`centre_rows` takes at a
 #: time (a piece of 1 MiB, read once into the core's cache for its three uses; as the
@@ -55,6 +55,16 @@ def numba_loops():
                     _fused_numba = None
                 _LOADED.append(_fused_numba)
     return _LOADED[0]
+
+
+def loops_backend() -> str | None:
+    """``"numba <version>"`` where pass 2's loops are compiled in this process, else None
+    (the report's ``compiled_loops``)."""
+    if numba_loops() is None:
+        return None
+    import numba
+
+    return f"numba {numba.__version__}"
 
 
 def _contiguous64(*arrays) -> bool:

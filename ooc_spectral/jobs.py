@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from ._blas import blas_backend, fast_solve_order
+from ._fused import loops_backend
 from .checkpoint import RunDirectory, _now, config_hash
 from .cluster import ClusterOptions, compute_engine, dask_client
 from .config import FitConfig
@@ -225,6 +226,7 @@ def run_fit_job(job: FitJob) -> dict:
                 "config_hash": config_hash(resolved),
                 "versions": package_versions(),
                 "blas": blas_backend(),
+                "compiled_loops": loops_backend(),  # pass 2's elementwise loops (ooc_spectral._fused)
                 "finished": _now(),
             }
             rundir.write_report(report)

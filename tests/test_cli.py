@@ -76,6 +76,9 @@ def test_fit_writes_embedding_model_and_report(data, fitted):
         assert key in report
     assert report["n_samples"] == 6000 and report["n_features"] == 3
     assert report["blas"] == "openblas (scipy)"  # the suite's default reaches the command (conftest)
+    from ooc_spectral._fused import loops_backend
+
+    assert report["compiled_loops"] == loops_backend()  # numba's loops where installed
     assert report["pass2_block_rows"] == report["block_rows"]  # the F order keeps the planned size
     assert report["resumed_stages"] == []
     assert report["max_residual"] <= 1e-3

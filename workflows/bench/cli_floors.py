@@ -155,6 +155,7 @@ def run_size(n: int, d: int, m: int, work: Path, keep: bool, cores: int,
                         "of_floor_without_read": round((floor - read) / seconds, 3)}
     return {"n": n, "d": d, "m": m, "command": " ".join(cmd), "engine": report["engine"],
             "blas": report.get("blas"),
+            "compiled_loops": report.get("compiled_loops"),
             "threads": report["threads"], "tasks": report["tasks"],
             "pass2_tasks": report.get("pass2_tasks", report["tasks"]),
             "task_rows": report["task_rows"], "block_rows": report["block_rows"],
@@ -198,7 +199,7 @@ def markdown(result: dict) -> str:
         lines.append(f"- n = {r['n']:,}: `{r['command']}`; wall {r['wall_seconds']:.1f} s "
                      f"(process {r['process_seconds']:.1f} s); stages: {stages}; sub-blocks of "
                      f"{r['block_rows']:,} rows (pass 2: {r['pass2_block_rows']:,}); pass 2 on "
-                     f"{r.get('blas') or 'openblas (scipy)'}; "
+                     f"{r.get('blas') or 'openblas (scipy)'}, loops {r.get('compiled_loops') or 'NumPy'}; "
                      f"gemm GFLOP/s NumPy {r['floors_before']['numpy_gemm_gflops']} / "
                      f"{r['floors_after']['numpy_gemm_gflops']}, MKL "
                      f"{r['floors_before']['mkl_gemm_gflops']} / {r['floors_after']['mkl_gemm_gflops']}.")
