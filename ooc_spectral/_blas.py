@@ -36,7 +36,7 @@ from ._validation import config_flag
 
 __all__ = ["solve_lower_transposed", "solve_lower_rows", "add_gram_lower", "symmetric_from_lower",
            "fast_solve_order", "gil_free_trsm", "gil_free_syrk", "mkl", "mkl_version", "blas_backend", "longest_gil_stall",
-           "one_blas_thread", "blas_thread_counts", "exp_inplace", "matmul_nt_into"]
+           "one_blas_thread", "blas_thread_counts", "exp_inplace", "matmul_nt_into", "one_task_at_a_time"]
 
 _INT_MAX = 2**31 - 1
 #: the Cython signature of ``scipy.linalg.cython_blas.dtrsm`` this module calls
@@ -353,18 +353,39 @@ def exp_inplace(S: np.ndarray) -> np.ndarray:
     return S
 
 
-def matmul_nt_into(A: np.ndarray, B: np.ndarray, out: np.ndarray) -> np.ndarray:
+def one_task_at_a_time() -> bool:
+    """True in a dask worker process that runs one task at a time (the embedded cluster's
+    workers, ``threads_per_worker=1``); False elsewhere (the threads engine's tasks share
+    this process, as do a multi-threaded worker's)."""
+    try:
+        from distributed import get_worker
+
+        return get_worker().state.nthreads == 1
+    except (ImportError, ValueError, AttributeError):  # not inside a worker's task
+        return False
+
+
+def matmul_nt_into(A: np.ndarray, B: np.ndarray, out: np.ndarray,
+                   use_mkl: bool | None = None) -> np.ndarray:
     """``out = A @ B.T`` for C-ordered float64 ``A`` (r x k), ``B`` (s x k) and ``out``
     (r x s); returns ``out``.
 
-    Where :func:`mkl` is in use, by MKL's sequential ``dgemm`` on the calling thread, else
-    NumPy's ``matmul``. The kernel block's product has k = d + 2 (the augmented rows of
-    :class:`~ooc_spectral.kernels.RBFKernel`), a thin shape on which MKL runs at
-    53-67 GFLOP/s and OpenBLAS at 44 on one AVX-512 core.
+    By MKL's sequential ``dgemm`` on the calling thread where :func:`mkl` is in use and
+    ``use_mkl`` (default: :func:`one_task_at_a_time`), else by NumPy's ``matmul``. The
+    kernel block's product has k = d + 2 (the augmented rows of
+    :class:`~ooc_spectral.kernels.RBFKernel`), a thin shape on which MKL runs at 53-67
+    GFLOP/s and OpenBLAS at 44 on one AVX-512 core. Only in a process that runs one task
+    at a time: with two task threads in one process, MKL's product between NumPy's
+    elementwise calls on the pieces ran 1.8-2x slower than alone (pass 3's piece loop,
+    m = 800: 276 ms a chunk on one thread, 545-550 ms each on two, against 310 and 387-393
+    ms with NumPy's product), though two threads of products alone ran as fast as one
+    (72 and 77 us a piece); the cause was not found.
     """
     (r, k), s = A.shape, B.shape[0]
     lib = mkl()
-    if (lib is None or r == 0 or s == 0 or k == 0 or max(r, s, k) > _INT_MAX
+    if use_mkl is None:
+        use_mkl = lib is not None and one_task_at_a_time()
+    if (lib is None or not use_mkl or r == 0 or s == 0 or k == 0 or max(r, s, k) > _INT_MAX
             or not (A.dtype == B.dtype == out.dtype == np.float64)
             or not (A.flags.c_contiguous and B.flags.c_contiguous and out.flags.c_contiguous)
             or out.shape != (r, s) or B.shape[1] != k):

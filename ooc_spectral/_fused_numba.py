@@ -54,3 +54,20 @@ def clip_unit_col_sums(S, col_sums):  # pragma: no cover - compiled
                 v = 1.0
             S[t, j] = v
             col_sums[j] += v
+
+
+@numba.njit(["void(float64[:, ::1], float64[::1, :], float64[:, ::1])",
+             "void(float64[:, ::1], float64[:, ::1], float64[:, ::1])"],  # one column: C and F
+            **_FLAGS)
+def clip_unit_dot(S, G, out):  # pragma: no cover - compiled
+    r, m = S.shape
+    p = G.shape[1]
+    for t in range(r):
+        for q in range(p):
+            acc = 0.0
+            for j in range(m):
+                v = S[t, j]
+                if v > 1.0:
+                    v = 1.0
+                acc += v * G[j, q]
+            out[t, q] = acc

@@ -33,8 +33,8 @@ from typing import Mapping
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from ._blas import exp_inplace, matmul_nt_into
-from ._fused import clip_unit_col_sums
+from ._blas import exp_inplace, matmul_nt_into, one_task_at_a_time
+from ._fused import clip_unit_col_sums, clip_unit_dot
 from .exceptions import InvalidInputError, InvalidParameterError
 from .planning import SAMPLE_PURPOSE, plan_sample
 
@@ -252,9 +252,15 @@ class _Stationary(Kernel):
         out = np.empty((X.shape[0], G.shape[1]))
         pieces = _pieces(X.shape[0], Y.shape[0])
         buf = np.empty((max(b - a for a, b in pieces), Y.shape[0])) if pieces else None
+        G = np.asfortranarray(G, dtype=np.float64)
         for a, b in pieces:
-            np.matmul(self.monotone_to_kernel(fill(a, b, buf[:b - a])), G, out=out[a:b])
+            self.kernel_dot(fill(a, b, buf[:b - a]), G, out[a:b])
         return out
+
+    def kernel_dot(self, S, G, out):
+        """``monotone_to_kernel(S) @ G`` into ``out`` (S overwritten): one piece of
+        :meth:`pairwise_dot`."""
+        return np.matmul(self.monotone_to_kernel(S), G, out=out)
 
     def diag(self, X, x_aux=None):
         return np.ones(np.shape(X)[0])
@@ -285,6 +291,11 @@ class RBFKernel(_Stationary):
         :meth:`monotone_to_kernel`'s clip of the exponent at 0."""
         return clip_unit_col_sums(exp_inplace(S), col_sums)
 
+    def kernel_dot(self, S, G, out):
+        """The exponentials, then the clip at 1 and the product with G in one pass
+        (:func:`~ooc_spectral._fused.clip_unit_dot`)."""
+        return clip_unit_dot(exp_inplace(S), G, out)
+
     def pairwise_monotone(self, X, Y, x_aux=None, y_aux=None, out=None):
         """The exponent ``-gamma ||x - y||^2`` (before the clip at 0)."""
         A, B = self._augmented(_f64(X), _f64(Y), x_aux, y_aux)
@@ -311,7 +322,8 @@ class RBFKernel(_Stationary):
     def _exponent_of_rows(self, X, Y, x_aux, y_aux):
         """The augmented rows built once; each piece is one product of them."""
         A, B = self._augmented(X, Y, x_aux, y_aux)
-        return lambda a, b, out: matmul_nt_into(A[a:b], B, out)
+        on_mkl = one_task_at_a_time()  # decided once per block (see matmul_nt_into)
+        return lambda a, b, out: matmul_nt_into(A[a:b], B, out, on_mkl)
 
 
 @dataclass(frozen=True)

@@ -308,7 +308,7 @@ def test_mkl_calls_pin_their_thread_on_a_library_someone_else_loaded(monkeypatch
         assert calls[0] == 1 and len(calls) == 2  # pinned to one thread, then restored
         e = _blas.exp_inplace(x.copy())  # the vector exp and the kernel product too
         assert calls[2] == 1 and calls[3] == calls[1] and len(calls) == 4
-        prod = _blas.matmul_nt_into(K, K, np.empty((20, 20)))
+        prod = _blas.matmul_nt_into(K, K, np.empty((20, 20)), use_mkl=True)
         assert calls[4] == 1 and calls[5] == calls[1] and len(calls) == 6
     np.testing.assert_allclose(got @ L.T, K, rtol=0, atol=1e-9 * np.abs(K).max())
     assert np.all(np.abs(e - np.exp(x)) <= np.spacing(np.exp(x)))

@@ -139,14 +139,32 @@ def test_mkl_kernel_product_equals_numpys(shape):
     A, B = rng.standard_normal((r, k)), rng.standard_normal((s, k))
     with mkl_backend():
         out = np.full((r, s), np.nan)
-        got = _blas.matmul_nt_into(A, B, out)
+        got = _blas.matmul_nt_into(A, B, out, use_mkl=True)
     assert got is out
     scale = np.abs(A) @ np.abs(B).T
     assert np.all(np.abs(out - A @ B.T) <= 1e-14 * scale)
     with mkl_backend():  # a transposed B, as a caller might pass: NumPy's matmul
         out2 = np.empty((r, s))
-        _blas.matmul_nt_into(A, np.asfortranarray(B), out2)
+        _blas.matmul_nt_into(A, np.asfortranarray(B), out2, use_mkl=True)
     assert np.all(np.abs(out2 - A @ B.T) <= 1e-14 * scale)
+
+
+def _in_task():
+    from ooc_spectral import _blas
+
+    return _blas.one_task_at_a_time()
+
+
+def test_mkl_multiplies_the_kernel_block_only_in_processes_running_one_task_at_a_time(client):
+    """Two task threads of one process slowed MKL's product 1.8-2x (``matmul_nt_into``):
+    it is used in single-threaded worker processes only, as the embedded cluster's."""
+    from distributed import LocalCluster, Client
+
+    assert _blas.one_task_at_a_time() is False  # this process: the threads engine's tasks
+    assert client.submit(_in_task, pure=False).result() is True  # threads_per_worker=1
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True,
+                      dashboard_address=":0", memory_limit="1GiB") as two, Client(two) as c2:
+        assert c2.submit(_in_task, pure=False).result() is False
 
 
 def _dictionary(m, d, gamma, affine, seed=0):
@@ -177,3 +195,37 @@ def test_chunk_moments_with_the_compiled_loops_equal_numpys(mkl, affine):
     assert a.certificate.argmax == b.certificate.argmax
     assert a.certificate.max_delta == pytest.approx(b.certificate.max_delta, rel=1e-12)
     assert a.sq == pytest.approx(b.sq, rel=1e-12)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 8, 9])
+def test_clip_unit_dot_compiled_equals_numpy(p):
+    rng = np.random.default_rng(p)
+    S0 = np.exp(rng.standard_normal((333, 800)) * 0.1 - 0.05)  # about half above 1
+    G = np.asfortranarray(rng.standard_normal((800, p)))
+    want = np.minimum(S0, 1.0) @ G
+    scale = np.minimum(S0, 1.0) @ np.abs(G)
+    got = _fused.clip_unit_dot(S0.copy(), G, np.empty((333, p)))
+    with numba_off():
+        ref = _fused.clip_unit_dot(S0.copy(), G, np.empty((333, p)))
+    assert np.all(np.abs(got - want) <= 1e-14 * scale)
+    assert np.all(np.abs(ref - want) <= 1e-14 * scale)
+    # a C-ordered G (as a caller might pass) takes NumPy's product: the same values
+    got_c = _fused.clip_unit_dot(S0.copy(), np.ascontiguousarray(G), np.empty((333, p)))
+    assert np.all(np.abs(got_c - want) <= 1e-14 * scale)
+
+
+@pytest.mark.parametrize("mkl", [True, False])
+def test_the_rbf_kernel_times_g_in_pieces_equals_the_whole_block_times_g(mkl):
+    """Pass 3's ``k(X, D) @ G``, piece by piece through the compiled clip-and-product,
+    against the whole kernel block times G; identical rows still count exactly 1."""
+    rng = np.random.default_rng(8)
+    Y = rng.standard_normal((800, 5)) * 2.0 + 50.0
+    X = np.vstack([Y[:3], rng.standard_normal((5000, 5)) * 2.0 + 50.0])
+    G = rng.standard_normal((800, 2))
+    k = RBFKernel(gamma=0.2)
+    with mkl_backend(mkl):
+        got = k.pairwise_dot(X, Y, G, None, k.aux(Y))
+        K = k.pairwise(X, Y)
+    want = K @ G
+    assert np.all(np.abs(got - want) <= 1e-13 * (K @ np.abs(G)))
+    assert np.all(K[np.arange(3), np.arange(3)] == 1.0) and K.max() == 1.0
