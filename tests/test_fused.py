@@ -229,3 +229,15 @@ def test_the_rbf_kernel_times_g_in_pieces_equals_the_whole_block_times_g(mkl):
     want = K @ G
     assert np.all(np.abs(got - want) <= 1e-13 * (K @ np.abs(G)))
     assert np.all(K[np.arange(3), np.arange(3)] == 1.0) and K.max() == 1.0
+
+
+def test_the_report_names_the_loops_without_importing_numba():
+    import subprocess
+    import sys
+
+    code = ("import sys; from ooc_spectral._fused import loops_backend; "
+            "print(loops_backend(), 'numba' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["numba", numba.__version__, "False"]
+    with numba_off():
+        assert _fused.loops_backend() is None
