@@ -60,14 +60,40 @@ def clip_unit_col_sums(S, col_sums):  # pragma: no cover - compiled
              "void(float64[:, ::1], float64[:, ::1], float64[:, ::1])"],  # one column: C and F
             **_FLAGS)
 def clip_unit_dot(S, G, out):  # pragma: no cover - compiled
+    # four columns of G at a time (one pass over the row for four sums), then two, then one:
+    # per 163 x 800 piece and p = 2, 23 against 29 us for one pass per column
     r, m = S.shape
     p = G.shape[1]
     for t in range(r):
-        for q in range(p):
-            acc = 0.0
+        q = 0
+        while q + 3 < p:
+            a0 = 0.0
+            a1 = 0.0
+            a2 = 0.0
+            a3 = 0.0
             for j in range(m):
-                v = S[t, j]
-                if v > 1.0:
-                    v = 1.0
-                acc += v * G[j, q]
-            out[t, q] = acc
+                v = min(S[t, j], 1.0)
+                a0 += v * G[j, q]
+                a1 += v * G[j, q + 1]
+                a2 += v * G[j, q + 2]
+                a3 += v * G[j, q + 3]
+            out[t, q] = a0
+            out[t, q + 1] = a1
+            out[t, q + 2] = a2
+            out[t, q + 3] = a3
+            q += 4
+        while q + 1 < p:
+            a0 = 0.0
+            a1 = 0.0
+            for j in range(m):
+                v = min(S[t, j], 1.0)
+                a0 += v * G[j, q]
+                a1 += v * G[j, q + 1]
+            out[t, q] = a0
+            out[t, q + 1] = a1
+            q += 2
+        if q < p:
+            a0 = 0.0
+            for j in range(m):
+                a0 += min(S[t, j], 1.0) * G[j, q]
+            out[t, q] = a0
