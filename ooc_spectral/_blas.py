@@ -120,7 +120,8 @@ def _blas_call(routine, *args) -> None:
 _MKL_SEQUENTIAL = 1
 #: The MKL routines pass 2 calls (their ILP64 entry points: 64-bit integers whatever
 #: the library's interface layer), and the thread-count call it needs.
-_MKL_SYMBOLS = ("dtrsm_64", "dsyrk_64", "MKL_Set_Num_Threads_Local", "mkl_get_version_string")
+_MKL_SYMBOLS = ("dtrsm_64", "dsyrk_64", "dgemm_64", "MKL_Set_Num_Threads_Local",
+                "mkl_get_version_string")
 
 
 #: Paths of the MKL libraries this module loaded first (and made sequential): not one of
@@ -326,6 +327,12 @@ def add_gram_lower(acc: np.ndarray, Z: np.ndarray) -> np.ndarray:
 _VML_HA_IGNORE = 0x2 | 0x100
 
 
+@functools.lru_cache(maxsize=4)
+def _vector_exp(lib):
+    """MKL's ``vmdExp_64`` (64-bit integers; not in releases before 2023), or None."""
+    return getattr(lib, "vmdExp_64", None)
+
+
 def exp_inplace(S: np.ndarray) -> np.ndarray:
     """``S = exp(S)`` in place; returns ``S``.
 
@@ -336,10 +343,11 @@ def exp_inplace(S: np.ndarray) -> np.ndarray:
     0.58 ns a value (``exp`` is 6% of pass 2 at m = 300).
     """
     lib = mkl()
-    vexp = None if lib is None else getattr(lib, "vmdExp_64", None)  # MKL 2023 and later
+    vexp = None if lib is None else _vector_exp(lib)
     if (vexp is None or S.dtype != np.float64 or not S.flags.c_contiguous
             or not S.flags.writeable or S.size == 0):
-        return np.exp(S, out=S)
+        with np.errstate(over="ignore"):  # exponentials taken before a clip at 1 may overflow
+            return np.exp(S, out=S)
     ptr = ctypes.c_void_p(S.ctypes.data)
     args = (ctypes.c_int64(S.size), ptr, ptr, ctypes.c_int64(_VML_HA_IGNORE))
     if lib._handle in _SEQUENTIAL_MKL:
@@ -357,10 +365,15 @@ def one_task_at_a_time() -> bool:
     """True in a dask worker process that runs one task at a time (the embedded cluster's
     workers, ``threads_per_worker=1``); False elsewhere (the threads engine's tasks share
     this process, as do a multi-threaded worker's)."""
-    try:
-        from distributed import get_worker
+    import sys
 
-        return get_worker().state.nthreads == 1
+    if "distributed" not in sys.modules:  # no worker in this process (and no import: 0.24 s)
+        return False
+    try:
+        from distributed import Worker, get_worker
+
+        # one worker in the process: LocalCluster(processes=False) runs several side by side
+        return get_worker().state.nthreads == 1 and len(Worker._instances) == 1
     except (ImportError, ValueError, AttributeError):  # not inside a worker's task
         return False
 

@@ -24,6 +24,8 @@ the compiled loops, MKL's ``exp`` and MKL's kernel product
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 
 import numpy as np
@@ -46,29 +48,56 @@ DOT_MAX_COLUMNS = 8
 _LOCK = threading.Lock()
 _LOADED: list = []  # [the compiled module or None] once imported
 
+log = logging.getLogger(__name__)
+
+
+def _jit_disabled() -> bool:
+    """numba's ``NUMBA_DISABLE_JIT``: its loops would run as Python, thousands of times
+    slower than NumPy's calls. Read from the environment, without importing numba."""
+    return os.environ.get("NUMBA_DISABLE_JIT", "0").strip() not in ("", "0")
+
 
 def numba_loops():
-    """The compiled loops (:mod:`ooc_spectral._fused_numba`), or None where numba is not
-    installed or the dask config ``ooc-spectral.numba`` is False."""
-    if not config_flag("ooc-spectral.numba", True):
+    """The compiled loops (:mod:`ooc_spectral._fused_numba`), or None.
+
+    None where numba is not installed, where the dask config ``ooc-spectral.numba`` is
+    False, where ``NUMBA_DISABLE_JIT`` is set, or where the loops cannot be compiled or
+    loaded in this process (for instance no writable place for numba's disk cache: a
+    read-only installation without a writable ``~/.cache``). A failure is logged once,
+    as a warning naming it, and NumPy's calls are used from then on.
+    """
+    if not config_flag("ooc-spectral.numba", True) or _jit_disabled():
         return None
     if not _LOADED:
         with _LOCK:
             if not _LOADED:
-                try:
-                    from . import _fused_numba
-                except ImportError:
-                    _fused_numba = None
-                _LOADED.append(_fused_numba)
+                _LOADED.append(_import_loops())
     return _LOADED[0]
+
+
+def _import_loops():
+    try:
+        from . import _fused_numba
+    except ImportError:  # numba is not installed: the NumPy calls, silently
+        return None
+    except Exception as exc:  # installed but unusable here: say so, once
+        log.warning("numba's compiled loops are not available (%s: %s); pass 2 uses NumPy's "
+                    "calls, with the same values, more slowly. Set NUMBA_CACHE_DIR to a "
+                    "writable directory if numba cannot write its cache, or "
+                    "DASK_OOC_SPECTRAL__NUMBA=False to silence this", type(exc).__name__, exc)
+        return None
+    return _fused_numba
 
 
 def loops_backend() -> str | None:
     """``"numba <version>"`` where pass 2's loops are compiled in this installation and
-    configuration, else None (the report's ``compiled_loops``). Read from the installed
-    package's metadata where this process has not loaded the loops, so that reporting
-    them does not import numba (98 MiB, 0.26 s)."""
-    if not config_flag("ooc-spectral.numba", True):
+    configuration, else None (the report's ``compiled_loops``: the view of this process;
+    an external cluster's workers decide by their own installation).
+
+    Read from the installed package's metadata where this process has not loaded the
+    loops, so that reporting them does not import numba (98 MiB, 0.26 s).
+    """
+    if not config_flag("ooc-spectral.numba", True) or _jit_disabled():
         return None
     if _LOADED and _LOADED[0] is None:
         return None
@@ -80,24 +109,45 @@ def loops_backend() -> str | None:
         return None
 
 
-def _contiguous64(*arrays) -> bool:
-    return all(a.dtype == np.float64 and a.flags.c_contiguous for a in arrays)
+def _compilable(*arrays, orders="C") -> bool:
+    """True if each array is float64, writeable (the loops are compiled for writeable
+    arrays only) and contiguous in its order of ``orders`` (``"C"`` or ``"F"`` per array,
+    the last one repeated)."""
+    for i, a in enumerate(arrays):
+        order = orders[min(i, len(orders) - 1)]
+        contiguous = a.flags.c_contiguous if order == "C" else a.flags.f_contiguous
+        if a.dtype != np.float64 or not a.flags.writeable or not contiguous:
+            return False
+    return True
 
 
 def centre_rows(Z: np.ndarray, mean: np.ndarray, w: np.ndarray | None):
-    """For a C-ordered Z (c x m): the squared norms ``|z_t|^2`` and the products
-    ``z_t . w`` (None without ``w``) of its rows, then ``Z -= mean`` in place.
+    """The squared norms and products with ``w`` of the rows of Z, then ``Z -= mean``.
 
-    Returns ``(sq, zw)``, arrays of c values (``zw`` None without ``w``). Compiled, one
-    pass over Z; with NumPy, piece by piece (:data:`CENTRE_PIECE_ELEMENTS`), so that
-    each piece is read from memory once for the three.
+    Compiled, one pass over Z; with NumPy, piece by piece (:data:`CENTRE_PIECE_ELEMENTS`),
+    so that each piece is read from memory once for the three.
+
+    Parameters
+    ----------
+    Z : ndarray of shape (c, m)
+        The coordinates of a sub-block, C-ordered; centred in place.
+    mean : ndarray of shape (m,)
+    w : ndarray of shape (m,) or None
+
+    Returns
+    -------
+    sq : ndarray of shape (c,)
+        ``|z_t|^2`` of the rows before the centring.
+    zw : ndarray of shape (c,) or None
+        ``z_t . w`` of the rows before the centring; None without ``w``.
     """
     c, m = Z.shape
     sq = np.empty(c)
     zw = None if w is None else np.empty(c)
     loops = numba_loops()
-    if (loops is not None and c and m and Z.flags.writeable
-            and _contiguous64(Z, mean, *(() if w is None else (w,)))):
+    if (loops is not None and c and m and mean.shape == (m,)
+            and (w is None or w.shape == (m,))
+            and _compilable(Z, mean, *(() if w is None else (w,)))):
         if w is None:
             loops.centre_rows(Z, mean, sq)
         else:
@@ -114,16 +164,27 @@ def centre_rows(Z: np.ndarray, mean: np.ndarray, w: np.ndarray | None):
 
 
 def clip_unit_col_sums(S: np.ndarray, col_sums: np.ndarray) -> np.ndarray:
-    """``S = min(S, 1)`` in place and ``col_sums += S``'s column sums; returns ``S``.
+    """``S = min(S, 1)`` in place and ``col_sums += S``'s column sums.
 
     For kernel values ``exp(s)`` with ``s <= 0`` up to rounding:
     ``min(exp(s), 1) == exp(min(s, 0))`` for any ``exp`` that is monotone with
     ``exp(0) = 1``, so clipping after the exponentials gives the same block as
     clipping the exponent before them.
+
+    Parameters
+    ----------
+    S : ndarray of shape (r, m)
+        Kernel values of a piece, clipped in place.
+    col_sums : ndarray of shape (m,)
+        The sums of S's columns are added to it, in place.
+
+    Returns
+    -------
+    S : ndarray of shape (r, m)
     """
     loops = numba_loops()
-    if (loops is not None and S.ndim == 2 and S.flags.writeable and S.size
-            and _contiguous64(S, col_sums) and col_sums.shape == (S.shape[1],)):
+    if (loops is not None and S.ndim == 2 and S.size and col_sums.shape == (S.shape[1],)
+            and _compilable(S, col_sums)):
         loops.clip_unit_col_sums(S, col_sums)
         return S
     np.minimum(S, 1.0, out=S)
@@ -132,19 +193,29 @@ def clip_unit_col_sums(S: np.ndarray, col_sums: np.ndarray) -> np.ndarray:
 
 
 def clip_unit_dot(S: np.ndarray, G: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """``out = min(S, 1) @ G`` (S, r x m, may be clipped in place; G, m x p); returns
-    ``out`` (r x p).
+    """``out = min(S, 1) @ G``.
 
     Compiled for at most :data:`DOT_MAX_COLUMNS` columns (G Fortran-ordered, out
-    C-ordered): one pass over each row of S per column, where NumPy clips the block
-    in one pass and multiplies in another. Pass 3's pieces at m = 800, p = 2, two task
-    threads of one process: 337-340 against 401-404 ms a 262,144-row chunk.
+    C-ordered): one pass over each row of S for up to four columns, where NumPy clips
+    the block in one pass and multiplies in another. Pass 3's pieces at m = 800, p = 2,
+    two task threads of one process: 337-340 against 401-404 ms a 262,144-row chunk.
+
+    Parameters
+    ----------
+    S : ndarray of shape (r, m)
+        Kernel values of a piece; may be clipped in place.
+    G : ndarray of shape (m, p)
+    out : ndarray of shape (r, p)
+        Written in place.
+
+    Returns
+    -------
+    out : ndarray of shape (r, p)
     """
     loops = numba_loops()
     if (loops is not None and S.ndim == 2 and 0 < G.shape[1] <= DOT_MAX_COLUMNS and S.size
-            and S.dtype == G.dtype == out.dtype == np.float64 and S.flags.c_contiguous
-            and G.flags.f_contiguous and out.flags.c_contiguous
-            and out.shape == (S.shape[0], G.shape[1]) and G.shape[0] == S.shape[1]):
+            and out.shape == (S.shape[0], G.shape[1]) and G.shape[0] == S.shape[1]
+            and _compilable(S, G, out, orders="CFC")):
         loops.clip_unit_dot(S, G, out)
         return out
     np.minimum(S, 1.0, out=S)
