@@ -32,7 +32,7 @@ import time
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from ._validation import config_flag
+from ._validation import config_flag, contiguous_float64, once
 
 __all__ = ["solve_lower_transposed", "solve_lower_rows", "add_gram_lower", "symmetric_from_lower",
            "fast_solve_order", "gil_free_trsm", "gil_free_syrk", "mkl", "mkl_version", "blas_backend", "longest_gil_stall",
@@ -170,18 +170,6 @@ def mkl():
     return _load_mkl() if config_flag("ooc-spectral.mkl", True) else None
 
 
-_MKL_LOCK = threading.Lock()
-_MKL_LOADED: list = []  # [the library or None] once loaded
-
-
-def _load_mkl():
-    if not _MKL_LOADED:
-        with _MKL_LOCK:
-            if not _MKL_LOADED:
-                _MKL_LOADED.append(_open_mkl())
-    return _MKL_LOADED[0]
-
-
 def _open_mkl():
     """Load the first candidate that has :data:`_MKL_SYMBOLS`; sequential if it is ours."""
     import os
@@ -205,6 +193,10 @@ def _open_mkl():
         lib.MKL_Set_Num_Threads_Local.argtypes = [ctypes.c_int]
         return lib
     return None
+
+
+#: :func:`_open_mkl` once per process (the library or None)
+_load_mkl = once(_open_mkl)
 
 
 def _mapped_path(name: str) -> str | None:
@@ -344,8 +336,7 @@ def exp_inplace(S: np.ndarray) -> np.ndarray:
     """
     lib = mkl()
     vexp = None if lib is None else _vector_exp(lib)
-    if (vexp is None or S.dtype != np.float64 or not S.flags.c_contiguous
-            or not S.flags.writeable or S.size == 0):
+    if vexp is None or S.size == 0 or not contiguous_float64(S, writeable=True):
         with np.errstate(over="ignore"):  # exponentials taken before a clip at 1 may overflow
             return np.exp(S, out=S)
     ptr = ctypes.c_void_p(S.ctypes.data)
@@ -399,9 +390,8 @@ def matmul_nt_into(A: np.ndarray, B: np.ndarray, out: np.ndarray,
     if use_mkl is None:
         use_mkl = lib is not None and one_task_at_a_time()
     if (lib is None or not use_mkl or r == 0 or s == 0 or k == 0 or max(r, s, k) > _INT_MAX
-            or not (A.dtype == B.dtype == out.dtype == np.float64)
-            or not (A.flags.c_contiguous and B.flags.c_contiguous and out.flags.c_contiguous)
-            or out.shape != (r, s) or B.shape[1] != k):
+            or out.shape != (r, s) or B.shape[1] != k
+            or not (contiguous_float64(A, B) and contiguous_float64(out, writeable=True))):
         return np.matmul(A, B.T, out=out)
     # column-major terms: out' (s x r) = B (s x k, stored as k x s: transposed) times A' (k x r)
     _call_mkl(lib, "dgemm_64", (b"T", b"N", s, r, k, 1.0, (B, 0), k, (A, 0), k, 0.0, (out, 0), s))

@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 
 import numpy as np
 
-from ._validation import config_flag
+from ._validation import config_flag, contiguous_float64, once
 
 __all__ = ["numba_loops", "loops_backend", "centre_rows", "clip_unit_col_sums", "clip_unit_dot",
            "CENTRE_PIECE_ELEMENTS", "DOT_MAX_COLUMNS"]
@@ -44,9 +43,6 @@ CENTRE_PIECE_ELEMENTS = 2**17
 #: pass over a row per column, the row in the core's first-level cache); wider ``G`` go
 #: to BLAS.
 DOT_MAX_COLUMNS = 8
-
-_LOCK = threading.Lock()
-_LOADED: list = []  # [the compiled module or None] once imported
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +64,7 @@ def numba_loops():
     """
     if not config_flag("ooc-spectral.numba", True) or _jit_disabled():
         return None
-    if not _LOADED:
-        with _LOCK:
-            if not _LOADED:
-                _LOADED.append(_import_loops())
-    return _LOADED[0]
+    return _loops()
 
 
 def _import_loops():
@@ -89,6 +81,10 @@ def _import_loops():
     return _fused_numba
 
 
+#: :func:`_import_loops` once per process (the compiled module or None)
+_loops = once(_import_loops)
+
+
 def loops_backend() -> str | None:
     """``"numba <version>"`` where pass 2's loops are compiled in this installation and
     configuration, else None (the report's ``compiled_loops``: the view of this process;
@@ -99,7 +95,8 @@ def loops_backend() -> str | None:
     """
     if not config_flag("ooc-spectral.numba", True) or _jit_disabled():
         return None
-    if _LOADED and _LOADED[0] is None:
+    loaded, loops = _loops.peek()
+    if loaded and loops is None:
         return None
     from importlib import metadata
 
@@ -107,18 +104,6 @@ def loops_backend() -> str | None:
         return f"numba {metadata.version('numba')}"
     except metadata.PackageNotFoundError:
         return None
-
-
-def _compilable(*arrays, orders="C") -> bool:
-    """True if each array is float64, writeable (the loops are compiled for writeable
-    arrays only) and contiguous in its order of ``orders`` (``"C"`` or ``"F"`` per array,
-    the last one repeated)."""
-    for i, a in enumerate(arrays):
-        order = orders[min(i, len(orders) - 1)]
-        contiguous = a.flags.c_contiguous if order == "C" else a.flags.f_contiguous
-        if a.dtype != np.float64 or not a.flags.writeable or not contiguous:
-            return False
-    return True
 
 
 def centre_rows(Z: np.ndarray, mean: np.ndarray, w: np.ndarray | None):
@@ -147,7 +132,7 @@ def centre_rows(Z: np.ndarray, mean: np.ndarray, w: np.ndarray | None):
     loops = numba_loops()
     if (loops is not None and c and m and mean.shape == (m,)
             and (w is None or w.shape == (m,))
-            and _compilable(Z, mean, *(() if w is None else (w,)))):
+            and contiguous_float64(Z, mean, *(() if w is None else (w,)), writeable=True)):
         if w is None:
             loops.centre_rows(Z, mean, sq)
         else:
@@ -184,7 +169,7 @@ def clip_unit_col_sums(S: np.ndarray, col_sums: np.ndarray) -> np.ndarray:
     """
     loops = numba_loops()
     if (loops is not None and S.ndim == 2 and S.size and col_sums.shape == (S.shape[1],)
-            and _compilable(S, col_sums)):
+            and contiguous_float64(S, col_sums, writeable=True)):
         loops.clip_unit_col_sums(S, col_sums)
         return S
     np.minimum(S, 1.0, out=S)
@@ -215,7 +200,7 @@ def clip_unit_dot(S: np.ndarray, G: np.ndarray, out: np.ndarray) -> np.ndarray:
     loops = numba_loops()
     if (loops is not None and S.ndim == 2 and 0 < G.shape[1] <= DOT_MAX_COLUMNS and S.size
             and out.shape == (S.shape[0], G.shape[1]) and G.shape[0] == S.shape[1]
-            and _compilable(S, G, out, orders="CFC")):
+            and contiguous_float64(S, G, out, orders="CFC", writeable=True)):
         loops.clip_unit_dot(S, G, out)
         return out
     np.minimum(S, 1.0, out=S)

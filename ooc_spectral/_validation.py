@@ -11,6 +11,7 @@ its declared fields.
 from __future__ import annotations
 
 import numbers
+import threading
 
 import numpy as np
 
@@ -18,7 +19,7 @@ from . import exceptions
 from .exceptions import InvalidInputError, InvalidParameterError
 
 __all__ = ["check_int", "check_float", "check_choice", "check_bool", "check_str", "check_fitted",
-           "check_n_features", "config_flag"]
+           "check_n_features", "config_flag", "once", "contiguous_float64"]
 
 
 def _is_int(value) -> bool:
@@ -80,6 +81,42 @@ def check_bool(owner: str | None, name: str, value) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise _fail(owner, f"{name}={value!r} has type {type(value).__name__}: expected True or False")
     return bool(value)
+
+
+class once:
+    """A zero-argument ``loader`` run at most once per process, under a lock, its result
+    (None included) kept: the optional libraries the passes load (MKL, numba's loops).
+
+    Call it for the value; :meth:`peek` says whether it has run, without running it.
+    """
+
+    def __init__(self, loader):
+        self.loader = loader
+        self._lock = threading.Lock()
+        self._value: list = []  # [the result] once run
+
+    def __call__(self):
+        if not self._value:
+            with self._lock:
+                if not self._value:
+                    self._value.append(self.loader())
+        return self._value[0]
+
+    def peek(self) -> tuple[bool, object]:
+        """``(True, result)`` once the loader has run, else ``(False, None)``."""
+        return (True, self._value[0]) if self._value else (False, None)
+
+
+def contiguous_float64(*arrays, orders: str = "C", writeable: bool = False) -> bool:
+    """True if every array is float64 and contiguous in its order of ``orders`` (``"C"``
+    or ``"F"`` per array, the last one repeated), and writeable if asked: what compiled
+    code and the BLAS calls through ``ctypes`` take as they are."""
+    for i, a in enumerate(arrays):
+        order = orders[min(i, len(orders) - 1)]
+        contiguous = a.flags.c_contiguous if order == "C" else a.flags.f_contiguous
+        if a.dtype != np.float64 or not contiguous or (writeable and not a.flags.writeable):
+            return False
+    return True
 
 
 def config_flag(key: str, default: bool) -> bool:
