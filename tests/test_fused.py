@@ -11,6 +11,7 @@ import pytest
 
 from conftest import mkl_backend
 from ooc_spectral import _blas, _fused
+from ooc_spectral._validation import once
 from ooc_spectral.accumulate import chunk_moments
 from ooc_spectral.kernels import RBFKernel
 from ooc_spectral.model import Dictionary
@@ -323,7 +324,7 @@ def test_loops_that_cannot_be_loaded_fall_back_to_numpy_with_one_warning(monkeyp
     monkeypatch.delitem(sys.modules, "ooc_spectral._fused_numba", raising=False)
     monkeypatch.delattr(ooc_spectral, "_fused_numba", raising=False)
     monkeypatch.setattr(sys, "meta_path", [Refuse(), *sys.meta_path])
-    monkeypatch.setattr(_fused, "_LOADED", [])
+    monkeypatch.setattr(_fused, "_loops", once(_fused._import_loops))
     with caplog.at_level(logging.WARNING, logger="ooc_spectral._fused"):
         assert _fused.numba_loops() is None
         assert _fused.numba_loops() is None
@@ -360,3 +361,42 @@ def test_exponentials_before_the_clip_do_not_warn_or_raise_on_overflow():
             dotted = k.pairwise_dot(X, X, np.ones((3, 1)), None, k.aux(X))
         np.testing.assert_array_equal(out, k.pairwise(X, X))
         assert out.max() <= 1.0 and np.all(np.isfinite(out)) and np.all(np.isfinite(dotted))
+
+
+def _moments_in_worker(X, D):
+    from ooc_spectral import _blas, kernels
+    from ooc_spectral.accumulate import chunk_moments
+
+    used = []
+    real = kernels.matmul_nt_into
+
+    def spy(A, B, out, use_mkl=None):
+        used.append(bool(use_mkl) and _blas.mkl() is not None)
+        return real(A, B, out, use_mkl)
+
+    kernels.matmul_nt_into = spy
+    try:
+        return chunk_moments(X, D, 0, block_rows=1000), any(used)
+    finally:
+        kernels.matmul_nt_into = real
+
+
+def test_mkl_kernel_product_in_a_single_task_worker_gives_the_same_moments():
+    """The one path the test process never takes: MKL's product inside a worker process
+    that runs one task at a time (the embedded cluster's), for values, against this
+    process's NumPy product."""
+    from distributed import Client, LocalCluster
+
+    rng = np.random.default_rng(21)
+    D = _dictionary(80, 6, 0.2, affine=True)
+    X = (rng.standard_normal((4000, 6)) * 1.3).astype(np.float32)
+    with mkl_backend():
+        here = chunk_moments(X, D, 0, block_rows=1000)
+        with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                          dashboard_address=":0", memory_limit="1GiB") as cl, Client(cl) as c:
+            there, on_mkl = c.submit(_moments_in_worker, X, D, pure=False).result()
+    assert on_mkl  # the worker took MKL's product
+    np.testing.assert_allclose(there.mean, here.mean, rtol=0, atol=1e-14 * np.abs(here.mean).max())
+    np.testing.assert_allclose(there.m2, here.m2, rtol=0, atol=1e-12 * np.abs(here.m2).max())
+    assert there.certificate.argmax == here.certificate.argmax
+    assert there.certificate.max_delta == pytest.approx(here.certificate.max_delta, rel=1e-12)
