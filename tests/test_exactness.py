@@ -64,6 +64,30 @@ def test_pass_2_on_intel_mkl_down_to_tol_1e_12(oracle, tol, request):
         check_weyl_interval(oracle, tol, request)
 
 
+def test_pass_2_on_intel_mkl_in_single_task_workers_at_tol_1e_12(oracle, request):
+    """The embedded cluster's path on MKL: workers that run one task at a time also take
+    MKL's kernel product (``_blas.one_task_at_a_time``); the same guarantees at tol 1e-12."""
+    from conftest import mkl_backend
+    from distributed import Client, LocalCluster
+
+    with mkl_backend(True), LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                         dashboard_address=":0", memory_limit="1GiB") as cl, \
+            Client(cl) as client:
+        assert all(client.run(_single_task_mkl).values())
+        check_weyl_interval(oracle, 1e-12, request)
+        assert sum(client.run(_executed).values()) > 0  # pass 2 ran in those workers
+
+
+def _executed(dask_worker):
+    return dask_worker.state.executed_count
+
+
+def _single_task_mkl(dask_worker):
+    from ooc_spectral import _blas
+
+    return _blas.mkl() is not None and dask_worker.state.nthreads == 1
+
+
 def check_weyl_interval(oracle, tol, request):
     X, gamma, ref, R = oracle
     try:
