@@ -157,6 +157,10 @@ def load_workflow(path, overrides=(), allow=frozenset()) -> dict:
             "steps": steps, "ids": ids, "from_command_line": from_command_line, "allow": allow}
 
 
+#: argparse actions whose workflow value must be a TOML boolean.
+_BOOLEAN_KINDS = frozenset({"BooleanOptionalAction", "store_true", "store_false"})
+
+
 def _step_argv(wf: dict, i: int, step: dict, sub: argparse.ArgumentParser) -> tuple[list[str], dict]:
     """Command-line arguments equivalent to one step, with the paths resolved."""
     where = f"{wf['file']}: step {i} ({wf['ids'][i]})"
@@ -175,6 +179,14 @@ def _step_argv(wf: dict, i: int, step: dict, sub: argparse.ArgumentParser) -> tu
             continue
         if key not in known:
             raise WorkflowError(f"{where}: unknown key {key!r}; known keys: {', '.join(sorted(known))}")
+        if (key in options and sub.kinds.get(options[key].dest) in _BOOLEAN_KINDS
+                and not isinstance(value, bool)):
+            # a quoted "false" is a non-empty string, which Python reads as true
+            raise WorkflowError(
+                f"{where}: key {key!r} = {value!r} must be true or false (a TOML boolean), "
+                f"found {type(value).__name__}; write {key} = "
+                f"{str(value).strip().lower() if str(value).strip().lower() in ('true', 'false') else 'true'}"
+                " without quotes")
         trusted = (i, key) in wf.get("from_command_line", ())
         if key == "scheduler" and value and not trusted and "scheduler" not in wf.get("allow", ()):
             raise WorkflowError(

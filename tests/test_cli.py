@@ -275,6 +275,12 @@ def test_run_workflow_with_override(tmp_path):
     (WORKFLOW.replace('run = "plot"', 'run = "paint"'), "step 2: key 'run' is 'paint'"),
     (WORKFLOW.replace('input = "data.zarr"\n', ""), "step 1 (embed): missing required key 'input'"),
     ("[[step]\n", "not valid TOML"),
+    # a quoted "false" is a non-empty string: it was read as true (an outside audit)
+    (WORKFLOW.replace("workers = 1", 'workers = 1\naffine = "false"'),
+     "step 1 (embed): key 'affine' = 'false' must be true or false (a TOML boolean), found str; "
+     "write affine = false without quotes"),
+    (WORKFLOW.replace("workers = 1", 'workers = 1\noverwrite = "false"'),
+     "step 1 (embed): key 'overwrite' = 'false' must be true or false"),
 ])
 def test_workflow_errors_name_file_step_and_key(tmp_path, text, words):
     wf = tmp_path / "bad.toml"
