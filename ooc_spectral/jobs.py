@@ -24,7 +24,7 @@ from .cluster import ClusterOptions, compute_engine, dask_client
 from .config import FitConfig
 from .execution import Executor
 from .monitor import MemorySampler, ProgressLog
-from .persistence import load_model, package_versions
+from .persistence import load_model, package_versions, saved_model_digest
 from .pipeline import FitRun
 from .planning import plan_block_rows, plan_tasks, solve_block_rows
 from .source import DataSource, open_source
@@ -345,6 +345,7 @@ def run_transform_job(job: TransformJob) -> dict:
     from .estimator import GreedySpectralEmbedding
 
     est = load_model(GreedySpectralEmbedding, job.model)
+    model_digest = saved_model_digest(job.model)
     smap = est.spectral_map_
     source = open_source(job.input)
     if source.n_features != est.n_features_in_:
@@ -361,10 +362,16 @@ def run_transform_job(job: TransformJob) -> dict:
     rundir = RunDirectory(job.out)
     with rundir:
         rundir.acquire(description=f"transform {job.input}")
-        extra = {"input_fingerprint": fingerprint}
+        extra = {"input_fingerprint": fingerprint, "model_sha256": model_digest}
         resuming = rundir.begin(resolved, overwrite=job.overwrite, extra=extra)
         if resuming:
             resuming = _same_input_or_restart(rundir, resolved, fingerprint, extra)
+        if resuming and (rundir.run_attrs() or {}).get("model_sha256") != model_digest:
+            # the same model path holding a refitted model: last night's rows are not its rows
+            log.warning("the model %s changed since the transform in %s began: discarding "
+                        "that transform and starting over", resolved["model"], rundir.path)
+            rundir.begin(resolved, overwrite=True, extra=extra)
+            resuming = False
         if resuming and rundir.status() == "complete":
             return rundir.read_report() or {}
         t0 = time.perf_counter()

@@ -147,6 +147,14 @@ def _open_model_group(loc: str):
     return group
 
 
+def saved_model_digest(path) -> str | None:
+    """The ``arrays_sha256`` recorded with the model at ``path`` (a saved model or a fit
+    OUTDIR): its identity, which changes whenever a refit or an overwrite writes new
+    arrays there. None for a model saved without one."""
+    group = _open_model_group(os.fspath(path))
+    return group.attrs[MODEL_KEY].get("arrays_sha256")
+
+
 def load_model(cls, path):
     """Read a model written by :func:`save_model`; returns a fitted ``cls``."""
     loc = os.fspath(path)

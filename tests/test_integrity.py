@@ -142,6 +142,33 @@ def test_transform_of_a_replaced_input_is_never_the_old_result(roll, cluster, co
     assert not np.allclose(_emb(out), first)
 
 
+def test_transform_with_a_refitted_model_is_never_the_old_result(roll, cluster, tmp_path, caplog):
+    """The same transform command after the model at the same path was refitted: the
+    old rows are not reported (they were, with exit 0, before; an outside audit)."""
+    from ooc_spectral.jobs import TransformJob, run_transform_job
+
+    X1 = zarr.open_array(str(roll / "in.zarr" / "data"))[...]
+    X2 = zarr.open_array(str(roll / "in2.zarr" / "data"))[...]
+    model, out = tmp_path / "model", tmp_path / "t"
+    GreedySpectralEmbedding(n_components=2, gamma=0.05, random_state=0).fit(X1).save(model)
+    job = TransformJob(model=str(model), input=str(roll / "in.zarr"), out=str(out),
+                       cluster=ClusterOptions(scheduler=cluster.scheduler_address))
+    first = run_transform_job(job)
+    np.testing.assert_allclose(_emb(out), GreedySpectralEmbedding.load(model).transform(X1),
+                               rtol=0, atol=1e-12)
+    assert run_transform_job(job)["finished"] == first["finished"]  # unchanged: reused
+    GreedySpectralEmbedding(n_components=2, gamma=0.05, random_state=0).fit(X2).save(
+        model, overwrite=True)
+    with caplog.at_level(logging.WARNING, logger="ooc_spectral"):
+        second = run_transform_job(job)
+    assert second["finished"] != first["finished"]
+    assert "the model" in caplog.text and "changed" in caplog.text
+    expected = GreedySpectralEmbedding.load(model).transform(X1)
+    np.testing.assert_allclose(_emb(out), expected, rtol=0, atol=1e-12)
+    assert not np.allclose(expected, GreedySpectralEmbedding(n_components=2, gamma=0.05,
+                                                             random_state=0).fit(X1).transform(X1))
+
+
 def test_replaced_input_after_a_kill_is_never_mixed(roll, cluster, tmp_path):
     big = tmp_path / "big.zarr"
     # 40 tasks of 1000 rows: the kill lands in pass 2, between two partials
