@@ -459,7 +459,7 @@ def _storage_options(args) -> dict:
 def run_command(args) -> dict:
     """Run one parsed subcommand: its URLs checked first (an unknown scheme or a missing
     backend is exit 2, before anything is created), with its storage options in effect."""
-    from .storage import check_location, storage_options_scope
+    from .storage import check_location, protocol, storage_options_scope
 
     locations = [getattr(args, name, None) for name in LOCATION_ARGS]
     locations = [loc for loc in locations if isinstance(loc, (str, os.PathLike))]
@@ -474,6 +474,11 @@ def run_command(args) -> dict:
                 local_output_path(value)  # a PNG or tables: a local file, never s3:/...
             else:
                 check_location(value, what)
+            if name == "out" and protocol(value) == "memory":
+                raise CommandError(
+                    f"--out {value}: a memory:// store lives only as long as this command's "
+                    "process, so the result would be gone when it reports success; write to a "
+                    "local path or an object store (s3://bucket/key)")
     with storage_options_scope(_storage_options(args), locations):
         return args.func(args)
 

@@ -25,6 +25,7 @@ import datetime as _dt
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -69,8 +70,14 @@ def check_location(location, what: str = "path") -> str:
     if isinstance(text, bytes):
         text = os.fsdecode(text)
     if not is_url(text):
+        check_local_path(text, what)
         return text
     scheme = protocol(text)
+    given = text.partition("://")[0]
+    if given != scheme:
+        raise StorageBackendError(
+            f"{what} {text!r} has the scheme {given}://, and URL schemes are read in lower "
+            f"case only; write {scheme}://{text.partition('://')[2]}")
     try:
         import fsspec
     except ImportError:  # pragma: no cover - a dependency of dask[array] and zarr
@@ -97,6 +104,28 @@ def check_location(location, what: str = "path") -> str:
             "local path or a URL such as s3://bucket/key, gs://bucket/key, memory://name"
         ) from None
     return text
+
+
+#: ``scheme:/rest`` or ``scheme:rest`` without the two slashes (not a one-letter drive).
+_MALFORMED_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(?!//)")
+
+
+def check_local_path(text: str, what: str) -> None:
+    """Refuse local paths that are almost surely a mistyped URL or an unexpanded ``~``:
+    written as given they would make a local directory named ``s3:`` or ``~``, and the
+    run would report success with the result somewhere nobody looks."""
+    m = _MALFORMED_URL.match(text)
+    if m:
+        scheme, rest = m.group(1), text[m.end():].lstrip("/")
+        raise StorageBackendError(
+            f"{what} {text!r} looks like a {scheme.lower()}:// URL with its slashes missing, "
+            f"and as a local path it would make a directory named {m.group(0).rstrip('/')!r}; "
+            f"write {scheme.lower()}://{rest} (or ./{text} if you do mean a local directory)")
+    if text == "~" or text.startswith("~/") or text.startswith("~" + os.sep):
+        raise StorageBackendError(
+            f"{what} {text!r} starts with '~', which no shell expanded (quoted, or from a "
+            f"workflow file or a scheduler): it would be a directory named '~' here; write "
+            f"the full path, e.g. {os.path.expanduser(text)}")
 
 
 #: The package providing a scheme's file system, where its module name is not the package.

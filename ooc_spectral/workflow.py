@@ -66,6 +66,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from .exceptions import UsageError, WorkflowError
+from .storage import check_local_path
 
 __all__ = ["load_workflow", "run_workflow", "STEP_ACTIONS", "PATH_KEYS"]
 
@@ -208,6 +209,7 @@ def _step_argv(wf: dict, i: int, step: dict, sub: argparse.ArgumentParser) -> tu
             if not isinstance(value, str) or not value or "\x00" in value:
                 raise WorkflowError(f"{where}: key {key!r} must be a path (a non-empty string)")
             if "://" not in value:
+                check_local_path(value, f"{where}: key {key!r} =")  # s3:/x, ~/x: exit 2
                 value = _resolve_path(wf, where, key, value)
         resolved[key] = value
     argv = [step["run"]]

@@ -444,6 +444,37 @@ def test_an_unknown_scheme_is_exit_2_and_creates_nothing(data, tmp_path, monkeyp
     assert list(tmp_path.iterdir()) == []
 
 
+
+@pytest.mark.parametrize("out, says", [
+    ("s3:/bucket/run", "looks like a s3:// URL with its slashes missing"),
+    ("s3:bucket/run", "write s3://bucket/run"),
+    ("S3://bucket/run", "URL schemes are read in lower case only; write s3://bucket/run"),
+    ("~/run", "starts with '~', which no shell expanded"),
+    ("memory://run", "a memory:// store lives only as long as this command's process"),
+])
+@pytest.mark.parametrize("command", ["make-data", "fit", "transform"])
+def test_an_output_that_would_land_where_nobody_looks_is_exit_2(data, tmp_path, monkeypatch,
+                                                                 command, capsys, out, says):
+    """Each of these exited 0 before (an outside audit): a local directory named 's3:'
+    or '~', or a memory:// store gone when the command ended."""
+    monkeypatch.chdir(tmp_path)
+    args = {"make-data": ["make-data", "spiral", "--n", "10"],
+            "fit": ["fit", str(data[0])],
+            "transform": ["transform", str(tmp_path / "model"), str(data[0])]}[command]
+    assert run(*args, "--out", out, "-q") == 2
+    assert says in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_workflow_path_that_looks_like_a_mistyped_url_is_exit_2(data, tmp_path, capsys):
+    wf = tmp_path / "wf.toml"
+    for out, says in [("s3:/bucket/run", "key 'out' = 's3:/bucket/run' looks like a s3:// URL"),
+                      ("~/run", "key 'out' = '~/run' starts with '~'")]:
+        wf.write_text(f'[[step]]\nrun = "fit"\ninput = "{data[0]}"\nout = "{out}"\n')
+        assert run("run", str(wf), "-q") == 2
+        assert says in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["wf.toml"]
+
 # --------------------------------------------------------------------------- secrets
 def test_no_secret_in_the_report_the_outputs_or_the_logs(data, local_fit, s3, tmp_path):
     """Endpoint and credentials given only as storage options, in a workflow's
