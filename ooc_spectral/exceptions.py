@@ -238,6 +238,14 @@ class TransientReadError(OocSpectralError, OSError):
     """
 
 
+class InputChangedError(OocSpectralError, RuntimeError):
+    """The input changed while a run read it, so its result would mix two inputs.
+
+    A runtime failure (exit code 1): the run is left unfinished, and the same command
+    run again starts clean on the input as it then is.
+    """
+
+
 class DamagedDataError(UsageError, ValueError):
     """Saved data (a model's arrays, an output chunk) fails its checksum or digest."""
 

@@ -82,6 +82,23 @@ def _same_input_or_restart(rundir: RunDirectory, resolved: dict, fingerprint: di
     return False
 
 
+def _input_unchanged_since(source: DataSource, fingerprint: dict | None, where) -> None:
+    """Raise :class:`InputChangedError` when the input's fingerprint moved since the run
+    began: a late writer changed rows between the passes (or during one), and the
+    embedding would be new rows through a model fitted on the old ones."""
+    from .exceptions import InputChangedError
+    from .integrity import fingerprint_changes
+
+    if fingerprint is None:
+        return
+    changes = fingerprint_changes(fingerprint, source.fingerprint())
+    if changes:
+        raise InputChangedError(
+            f"the input {where} changed while this run read it ({'; '.join(changes)}), so its "
+            "result would mix two inputs and is not marked complete; let the writer finish, "
+            "then run the same command again: it starts clean on the input as it is then")
+
+
 def _check_workers_see_input(executor: Executor, source: DataSource) -> None:
     """Fail fast (exit 2) when a worker cannot open the input or its first chunk.
 
@@ -179,6 +196,7 @@ def run_fit_job(job: FitJob) -> dict:
                              memory_probe=sampler.take_peak, on_scan=progress.scan)
                 _check_workers_see_input(executor, source)
                 result = run.run(output=rundir.url)
+                _input_unchanged_since(source, fingerprint, job.input)
                 with run.stage("model"):
                     est = GreedySpectralEmbedding(**config.to_json())
                     est._set_fitted(result)

@@ -142,6 +142,37 @@ def test_transform_of_a_replaced_input_is_never_the_old_result(roll, cluster, co
     assert not np.allclose(_emb(out), first)
 
 
+def test_input_changed_while_the_fit_ran_is_never_marked_complete(roll, cluster, tmp_path,
+                                                                  monkeypatch):
+    """A late writer changes rows after pass 2: the result would be new rows through a
+    model of the old ones. It exited 0 with such a mix before (an outside audit); now
+    the run fails (exit 1), nothing is complete, and the rerun equals a fresh fit."""
+    from ooc_spectral.exceptions import InputChangedError
+    from ooc_spectral.pipeline import FitRun
+
+    inp, out = tmp_path / "in.zarr", tmp_path / "out"
+    shutil.copytree(roll / "in.zarr", inp)
+    original = FitRun.run
+
+    def run_then_a_late_write(self, *a, **kw):
+        result = original(self, *a, **kw)
+        arr = zarr.open_array(str(inp / "data"), mode="r+")
+        arr[4000:6000] = arr[4000:6000] + 0.5
+        return result
+
+    monkeypatch.setattr(FitRun, "run", run_then_a_late_write)
+    with pytest.raises(InputChangedError, match="changed while this run read it"):
+        _job(inp, out, cluster)
+    monkeypatch.setattr(FitRun, "run", original)
+    assert not (out / "report.json").exists()
+    assert zarr.open_group(str(out), mode="r").attrs["ooc_spectral_run"]["status"] != "complete"
+    report = _job(inp, out, cluster)
+    assert report["resumed_stages"] == []
+    fresh = tmp_path / "fresh"
+    _job(inp, fresh, cluster)
+    np.testing.assert_array_equal(_emb(out), _emb(fresh))
+
+
 def test_transform_with_a_refitted_model_is_never_the_old_result(roll, cluster, tmp_path, caplog):
     """The same transform command after the model at the same path was refitted: the
     old rows are not reported (they were, with exit 0, before; an outside audit)."""
