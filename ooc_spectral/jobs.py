@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -82,6 +83,23 @@ def _same_input_or_restart(rundir: RunDirectory, resolved: dict, fingerprint: di
     return False
 
 
+def _output_outside_input(out, inp) -> None:
+    """Refuse an OUTDIR equal to or inside the input store (exit 2): its own files would
+    change the input under the run, and an overwrite could delete the input."""
+    from .exceptions import OutputNotWritableError
+    from .storage import absolute, is_url
+
+    o, i = absolute(out), absolute(inp)
+    if not is_url(o) and not is_url(i):
+        o, i = os.path.realpath(o), os.path.realpath(i)
+    o, i = o.rstrip("/"), i.rstrip("/")
+    if o == i or o.startswith(i + "/"):
+        raise OutputNotWritableError(
+            f"the output {out} is {'the input' if o == i else 'inside the input'} {inp}: its "
+            "files would change the input while the run reads it; choose an --out outside "
+            "the input store")
+
+
 def _input_unchanged_since(source: DataSource, fingerprint: dict | None, where) -> None:
     """Raise :class:`InputChangedError` when the input's fingerprint moved since the run
     began: a late writer changed rows between the passes (or during one), and the
@@ -148,6 +166,8 @@ def run_fit_job(job: FitJob) -> dict:
     from .estimator import GreedySpectralEmbedding
 
     config = FitConfig.from_params(job.params)
+    if isinstance(job.input, (str, os.PathLike)):
+        _output_outside_input(job.outdir, job.input)
     source = open_source(job.input)
     fingerprint = source.fingerprint()  # also: a missing input chunk is an error, never zeros
     resolved = {"estimator": config.to_json(), "input": input_identity(source)}
@@ -364,6 +384,8 @@ def run_transform_job(job: TransformJob) -> dict:
 
     est = load_model(GreedySpectralEmbedding, job.model)
     model_digest = saved_model_digest(job.model)
+    if isinstance(job.input, (str, os.PathLike)):
+        _output_outside_input(job.out, job.input)
     smap = est.spectral_map_
     source = open_source(job.input)
     if source.n_features != est.n_features_in_:

@@ -173,6 +173,20 @@ def test_input_changed_while_the_fit_ran_is_never_marked_complete(roll, cluster,
     np.testing.assert_array_equal(_emb(out), _emb(fresh))
 
 
+@pytest.mark.parametrize("where", ["inside", "equal"])
+def test_an_output_inside_the_input_is_exit_2_and_leaves_the_input_alone(roll, tmp_path, where):
+    """--out in.zarr/run made every rerun see a changed input (its own files), and
+    --out in.zarr failed with zarr's error and exit 1 (an outside audit)."""
+    inp = tmp_path / "in.zarr"
+    shutil.copytree(roll / "in.zarr", inp)
+    before = sorted(p.relative_to(inp) for p in inp.rglob("*"))
+    out = inp / "run" if where == "inside" else inp
+    proc = cli("fit", inp, "--out", out, "-q", check=2)
+    assert ("inside the input" if where == "inside" else "is the input") in proc.stderr
+    assert "choose an --out outside the input store" in proc.stderr
+    assert sorted(p.relative_to(inp) for p in inp.rglob("*")) == before
+
+
 def test_transform_with_a_refitted_model_is_never_the_old_result(roll, cluster, tmp_path, caplog):
     """The same transform command after the model at the same path was refitted: the
     old rows are not reported (they were, with exit 0, before; an outside audit)."""
