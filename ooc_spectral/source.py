@@ -362,16 +362,25 @@ def open_zarr_array(location: str | os.PathLike, *, mode: str = "r",
                                            f"(complete: false): {what}")
         names = sorted(node.array_keys())
         if DATA_ARRAY_NAME in names:
-            return node[DATA_ARRAY_NAME]
+            return _open_member(loc, DATA_ARRAY_NAME, mode, extra)
         two_d = [k for k in names if node[k].ndim == 2]
         if len(two_d) == 1:
-            return node[two_d[0]]
+            return _open_member(loc, two_d[0], mode, extra)
         raise InvalidInputError(
             f"the zarr group at {loc!r} holds {len(two_d)} 2-D arrays ({', '.join(two_d) or 'none'}); "
             f"expected one, or one named {DATA_ARRAY_NAME!r}; pass the array's own path "
             f"(e.g. {loc.rstrip('/')}/NAME)"
         )
     return node
+
+
+def _open_member(loc: str, name: str, mode: str, extra: dict):
+    """The group's array ``name`` opened from its own metadata. ``node[name]`` would take
+    the group's consolidated metadata when it has some, and that may be stale: rows
+    appended without consolidating again were silently left out (an outside audit)."""
+    from .storage import join
+
+    return zarr.open_array(join(loc, name), mode=mode, **extra)
 
 
 def _refuse_table_file(loc: str) -> None:

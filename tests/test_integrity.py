@@ -539,3 +539,31 @@ def test_long_lived_workers_across_overwrite_with_another_shape_and_chunking(rol
     got = _emb(out)
     assert got.shape == (20_000, 2)
     np.testing.assert_array_equal(got, _emb(fresh))
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_stale_consolidated_metadata_never_hides_appended_rows(tmp_path, zarr_format):
+    """A group with consolidated metadata, rows appended to its array without consolidating
+    again: the input has the array's own row count (the stale count was fitted silently
+    before; an outside audit)."""
+    import warnings
+
+    from ooc_spectral.source import open_source
+
+    loc = tmp_path / "in.zarr"
+    g = zarr.open_group(str(loc), mode="w", zarr_format=zarr_format)
+    a = g.create_array("data", shape=(800, 3), chunks=(100, 3), dtype="f8")
+    a[:] = np.random.default_rng(1).standard_normal((800, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zarr: consolidated metadata is not in the v3 spec
+        zarr.consolidate_metadata(str(loc))
+    assert open_source(str(loc)).n_rows == 800
+    a = zarr.open_array(str(loc / "data"), mode="r+")
+    a.resize((1000, 3))
+    a[800:] = 5.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert zarr.open_group(str(loc), mode="r")["data"].shape[0] == 800  # zarr: stale
+    src = open_source(str(loc))
+    assert src.n_rows == 1000
+    np.testing.assert_array_equal(src.read_rows(900, 1000), np.full((100, 3), 5.0))
