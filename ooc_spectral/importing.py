@@ -16,6 +16,7 @@ is refused as input (:class:`~ooc_spectral.exceptions.IncompleteInputError`).
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Iterator, Sequence
 
@@ -23,6 +24,8 @@ import numpy as np
 
 from .exceptions import InvalidInputError, InvalidParameterError
 from .source import DATA_ARRAY_NAME
+
+log = logging.getLogger("ooc_spectral")
 
 __all__ = ["import_table", "IMPORT_KEY", "FORMATS", "table_format"]
 
@@ -110,6 +113,8 @@ def _csv(path, columns, batch_rows):
     exact = {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}
     head = pd.read_csv(path, sep=sep, nrows=256, **exact)
     numeric = [c for c in head.columns if pd.api.types.is_numeric_dtype(head[c])]
+    if columns is None:
+        _mostly_numeric_is_an_error(path, head, numeric, pd)
     columns = _table_columns(path, columns, list(head.columns), numeric)
 
     def batches():
@@ -118,6 +123,29 @@ def _csv(path, columns, batch_rows):
             yield frame[list(columns)].to_numpy()
 
     return list(columns), None, batches()
+
+
+def _mostly_numeric_is_an_error(path, head, numeric: list, pd) -> None:
+    """With no ``--columns``, the numeric columns are imported and text ones skipped. A
+    column of numbers with one bad value among its first rows (``1.2x``) is not a text
+    column: skipping it silently dropped a feature (an outside audit), so it is an
+    error naming the value; true text columns are named in the log."""
+    skipped = []
+    for c in head.columns:
+        if c in numeric:
+            continue
+        values = head[c].dropna()
+        parsed = pd.to_numeric(values, errors="coerce")
+        if len(values) and parsed.notna().mean() >= 0.5:
+            row = int(parsed.index[parsed.isna()][0])
+            raise InvalidInputError(
+                f"{path}: column {c!r} holds numbers, but row {row} holds {values[row]!r}, "
+                "which is not one; fix that value, or choose the columns to import with "
+                "--columns (leaving this one out)")
+        skipped.append(str(c))
+    if skipped:
+        log.warning("%s: skipping the non-numeric column(s) %s (choose columns with --columns)",
+                    path, ", ".join(skipped))
 
 
 def _indices(columns, d: int, path) -> list[int]:

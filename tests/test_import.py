@@ -68,6 +68,23 @@ def test_csv_import_equals_the_source(frame, tmp_path):
         import_table(src, tmp_path / "s.zarr", columns=["x", "label"], overwrite=True)
 
 
+def test_csv_a_bad_value_early_in_a_numeric_column_is_an_error_not_a_dropped_column(
+        frame, tmp_path, caplog):
+    """With no --columns, a typo among a column's first rows made it look like text, and
+    the column was dropped with exit 0 (an outside audit); text columns are still skipped,
+    and named in the log."""
+    bad = frame.astype({"z": object})
+    bad.loc[5, "z"] = "1.2x"
+    bad.to_csv(tmp_path / "bad.csv", index=False)
+    with pytest.raises(InvalidInputError, match="column 'z' holds numbers, but row 5 holds '1.2x'"):
+        import_table(tmp_path / "bad.csv", tmp_path / "bad.zarr")
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    with caplog.at_level("WARNING", logger="ooc_spectral"):
+        out = import_table(tmp_path / "t.csv", tmp_path / "t.zarr")
+    assert out["columns"] == ["x", "y", "k", "z"]
+    assert "skipping the non-numeric column(s) label" in caplog.text
+
+
 def test_npy_and_hdf5_import_by_column_index(tmp_path):
     h5py = pytest.importorskip("h5py")
     X = np.random.default_rng(1).normal(size=(3001, 5))
