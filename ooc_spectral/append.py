@@ -136,14 +136,13 @@ def update_supported(config: FitConfig) -> tuple[bool, str]:
 # the base an update starts from, in the checkpoint
 # --------------------------------------------------------------------------- #
 def save_base(checkpoint: RunCheckpoint, n_rows: int, state, moments: Moments, components,
-              gamma, anchor: dict, center=None) -> None:
+              gamma, anchor: dict) -> None:
     """Keep what the next update starts from: state, moments, eigenvectors, anchor."""
     checkpoint.save_partial(BASE_STATE, n_rows, {
         "points": np.asarray(state.points), "indices": np.asarray(state.indices),
         "L": np.asarray(state.L), "w": np.asarray(state.w),
         "components": np.asarray(components),
-        "gamma": None if gamma is None else float(gamma), "anchor": anchor,
-        **({} if center is None else {"kernel_center": np.asarray(center, dtype=np.float64)})})
+        "gamma": None if gamma is None else float(gamma), "anchor": anchor})
     checkpoint.save_partial(BASE_MOMENTS, n_rows,
                             dataclasses.replace(moments, beyond=None).to_flat())
 
@@ -264,8 +263,7 @@ def solve_update(config: FitConfig, source: DataSource, base: tuple[dict, dict],
 
     state_part, moments = base
     gamma = state_part.get("gamma")
-    kernel = make_kernel(config.kernel, gamma=gamma, degree=config.degree, coef0=config.coef0,
-                         center=state_part.get("kernel_center"))  # the base's kernel
+    kernel = make_kernel(config.kernel, gamma=gamma, degree=config.degree, coef0=config.coef0)
     m_old = int(state_part["points"].shape[0])
     inc = IncrementalFit(config, kernel, source.n_features, executor=executor)
     inc.state = DictionaryState.from_arrays(kernel, config.affine, state_part["points"],
@@ -341,8 +339,7 @@ def run_update(plan: AppendPlan, *, outdir: str, rundir, source: DataSource, con
             est.n_samples_fit_ = n_new
             est.save(model_path, overwrite=True)
             save_base(checkpoint, n_new, r.scan_state, r.stats, r.spectral_map.components, r.gamma,
-                      append_anchor(source),
-                      center=getattr(r.spectral_map.dictionary.kernel, "center", None))
+                      append_anchor(source))
         group = rundir.group()
         for name in (EMBEDDING, WRITTEN):
             if name in group:

@@ -283,7 +283,8 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         self
         """
         from .incremental import IncrementalFit
-        from .kernels import make_kernel, resolve_center, resolve_gamma
+        from .kernels import resolve_gamma
+        from .kernels import make_kernel
 
         source = open_source(X)
         inc = getattr(self, "_incremental", None)
@@ -291,8 +292,7 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
             c = self._config()
             gamma = resolve_gamma(c.kernel, c.gamma, source, c.random_state)
             kernel = make_kernel(c.kernel, gamma=gamma, degree=c.degree, coef0=c.coef0,
-                                 kernel_params=c.kernel_params,
-                                 center=resolve_center(c.kernel, source, c.random_state))
+                                 kernel_params=c.kernel_params)
             inc = IncrementalFit(c, kernel, source.n_features)
             self.gamma_ = gamma
         inc.add(source, keep=source.kind != "numpy")

@@ -286,8 +286,7 @@ def _keep_update_base(rundir: RunDirectory, job: FitJob, config: FitConfig, sour
             or not update_supported(config)[0]:
         return None
     save_base(rundir.checkpoint(job.checkpoint_every), source.n_rows, result.scan_state,
-              result.stats, result.spectral_map.components, result.gamma, anchor,
-              center=getattr(result.spectral_map.dictionary.kernel, "center", None))
+              result.stats, result.spectral_map.components, result.gamma, anchor)
     return source.n_rows
 
 

@@ -272,37 +272,14 @@ class _Stationary(Kernel):
 
 @dataclass(frozen=True)
 class RBFKernel(_Stationary):
-    """Gaussian kernel ``k(x, y) = exp(-gamma * ||x - y||^2)``.
-
-    ``center`` (a point, or None) is subtracted from every row before the exponent
-    is expanded as ``|x - c|^2 + |y - c|^2 - 2 (x - c).(y - c)``. The kernel depends only
-    on ``x - y``, so the values are the same mathematically, but the expansion loses
-    about ``eps gamma |x - c|^2`` to cancellation: with ``c`` the mean of a sample of the
-    rows that is ``eps gamma`` times the data's spread squared, where without it data
-    far from the origin (coordinates of 1000 with a spread of 1) had kernel values off
-    by 1e-9 and more, and at small tol a wrong spectrum passed every check. The fit sets
-    it (:func:`resolve_center`); it is part of the kernel, saved with the model, so
-    every block of a fit and of its ``transform`` uses the same one.
-    """
+    """Gaussian kernel ``k(x, y) = exp(-gamma * ||x - y||^2)``."""
 
     gamma: float
-    center: tuple | None = None
     name = "rbf"
     has_aux = True
 
-    @property
-    def params(self):
-        out = {"gamma": float(self.gamma)}
-        if self.center is not None:
-            out["center"] = [float(v) for v in self.center]
-        return out
-
-    def _moved(self, X):
-        return X if self.center is None else X - np.asarray(self.center)
-
     def aux(self, X):
-        """The rows' squared norms after the move by ``center``."""
-        return _sq_norms(self._moved(_f64(X)))
+        return _sq_norms(_f64(X))
 
     def monotone_to_kernel(self, S):
         np.minimum(S, 0.0, out=S)  # a distance is never negative
@@ -325,24 +302,30 @@ class RBFKernel(_Stationary):
         return np.matmul(A, B.T, out=out)
 
     def _augmented(self, X, Y, x_aux=None, y_aux=None):
-        """The exponent -gamma (|x|^2 + |y|^2 - 2 x.y) is ``A B'``: the rows (moved by
-        ``center``) augmented with their squared norms (``aux``),
-        ``[x, |x|^2, 1] . [2g y, -g, -g |y|^2]``. One BLAS call; monotone_to_kernel then
-        clips at 0 and exponentiates in place."""
+        """The exponent -gamma (|x - c|^2 + |y - c|^2 - 2 (x - c).(y - c)) is ``A B'``: the
+        rows, moved by ``c``, augmented with their squared norms,
+        ``[x - c, |x - c|^2, 1] . [2g (y - c), -g, -g |y - c|^2]``. One BLAS call;
+        monotone_to_kernel then clips at 0 and exponentiates in place.
+
+        ``c`` is the mean of Y (the dictionary side). The kernel depends only on
+        ``x - y``, so any common shift gives the same values mathematically, but the
+        expansion loses about ``eps gamma |x|^2`` to cancellation: for data centred far
+        from the origin (coordinates of 1000 with a spread of 1) the kernel values were
+        off by 1e-9 and more, and at small tol the spectrum came out wrong without any
+        check noticing. Moved by the mean of Y the error is ``eps gamma`` times the
+        data's spread squared. ``x_aux`` and ``y_aux`` (the unshifted squared norms) are
+        therefore not used here.
+        """
         g = self.gamma
         d = X.shape[1]
+        c = Y.mean(axis=0) if Y.shape[0] else np.zeros(d)
         A = np.empty((X.shape[0], d + 2))
-        B = np.empty((Y.shape[0], d + 2))
-        if self.center is None:
-            A[:, :d] = X
-            B[:, :d] = Y
-        else:  # x - c and y - c (see the class's docstring)
-            c = np.asarray(self.center)
-            np.subtract(X, c, out=A[:, :d])
-            np.subtract(Y, c, out=B[:, :d])
-        A[:, d] = _sq_norms(A[:, :d]) if x_aux is None else x_aux
+        np.subtract(X, c, out=A[:, :d])
+        A[:, d] = _sq_norms(A[:, :d])
         A[:, d + 1] = 1.0
-        yy = _sq_norms(B[:, :d]) if y_aux is None else y_aux
+        B = np.empty((Y.shape[0], d + 2))
+        np.subtract(Y, c, out=B[:, :d])
+        yy = _sq_norms(B[:, :d])
         B[:, :d] *= 2.0 * g
         B[:, d] = -g
         B[:, d + 1] = -g * yy
@@ -580,7 +563,7 @@ NO_GAMMA = ("linear", "cosine")
 
 
 def make_kernel(name, *, gamma: float | None = None, degree: int = 3, coef0: float = 1.0,
-                kernel_params=None, center=None) -> Kernel:
+                kernel_params=None) -> Kernel:
     """Build a base kernel by name (or from a callable); ``gamma`` must already be resolved.
 
     ``kernel_params`` are the keyword arguments of a callable kernel.
@@ -590,7 +573,7 @@ def make_kernel(name, *, gamma: float | None = None, degree: int = 3, coef0: flo
     if name == "cosine":
         return CosineKernel()
     if name == "rbf":
-        return RBFKernel(float(gamma), None if center is None else tuple(float(v) for v in center))
+        return RBFKernel(float(gamma))
     if name == "laplacian":
         return LaplacianKernel(float(gamma))
     if name == "linear":
@@ -639,18 +622,6 @@ def resolve_gamma(kernel: str, gamma: float | None, source, seed: int) -> float 
         gamma = median_heuristic_gamma(kernel, source.read_index(rows))
         log.info("gamma=None: median heuristic on %d rows gives gamma=%.6g", len(rows), gamma)
     return float(gamma)
-
-
-def resolve_center(kernel, source, seed: int) -> tuple | None:
-    """The point the Gaussian kernel moves its rows by (``RBFKernel.center``): the mean
-    of the same seeded sample of :data:`GAMMA_SAMPLE_SIZE` rows as the gamma heuristic.
-    None for the other kernels (and when the sample is not finite: the rows' own check
-    names that)."""
-    if kernel != "rbf":
-        return None
-    rows = plan_sample(source.n_rows, GAMMA_SAMPLE_SIZE, seed, SAMPLE_PURPOSE["gamma"])
-    c = np.mean(_f64(source.read_index(rows)), axis=0)
-    return tuple(float(v) for v in c) if np.all(np.isfinite(c)) else None
 
 
 def kernel_to_attrs(kernel: Kernel) -> tuple[dict, dict[str, np.ndarray]]:

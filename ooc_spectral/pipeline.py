@@ -39,7 +39,7 @@ from .config import FitConfig
 from .eigensolve import (check_n_components, eigenvalue_error_bound, solve_additive,
                          solve_divisive, solve_exact, spent_directions)
 from .execution import Executor, compute
-from .kernels import Kernel, SubsetNormalizedKernel, make_kernel, resolve_center, resolve_gamma
+from .kernels import Kernel, SubsetNormalizedKernel, make_kernel, resolve_gamma
 from .planning import (SAMPLE_PURPOSE, VisitOrder, plan_block_rows, plan_sample, plan_tasks,
                        tasks_tag)
 from .exceptions import (DictionaryError, DictionarySizeError, DictionaryWarning, InvalidInputError,
@@ -248,8 +248,7 @@ class FitRun:
         c = self.config
         gamma = resolve_gamma(c.kernel, c.gamma, self.source, c.random_state)
         kernel = make_kernel(c.kernel, gamma=gamma, degree=c.degree, coef0=c.coef0,
-                             kernel_params=c.kernel_params,
-                             center=resolve_center(c.kernel, self.source, c.random_state))
+                             kernel_params=c.kernel_params)
         if c.normalization == "divisive" and c.degree_estimate == "subset":
             _, subset = self._sample("degree_subset", c.degree_subset_size)
             kernel = SubsetNormalizedKernel(kernel, subset)
