@@ -302,31 +302,19 @@ class RBFKernel(_Stationary):
         return np.matmul(A, B.T, out=out)
 
     def _augmented(self, X, Y, x_aux=None, y_aux=None):
-        """The exponent -gamma (|x - c|^2 + |y - c|^2 - 2 (x - c).(y - c)) is ``A B'``: the
-        rows, moved by ``c``, augmented with their squared norms,
-        ``[x - c, |x - c|^2, 1] . [2g (y - c), -g, -g |y - c|^2]``. One BLAS call;
-        monotone_to_kernel then clips at 0 and exponentiates in place.
-
-        ``c`` is the mean of Y (the dictionary side). The kernel depends only on
-        ``x - y``, so any common shift gives the same values mathematically, but the
-        expansion loses about ``eps gamma |x|^2`` to cancellation: for data centred far
-        from the origin (coordinates of 1000 with a spread of 1) the kernel values were
-        off by 1e-9 and more, and at small tol the spectrum came out wrong without any
-        check noticing. Moved by the mean of Y the error is ``eps gamma`` times the
-        data's spread squared. ``x_aux`` and ``y_aux`` (the unshifted squared norms) are
-        therefore not used here.
-        """
+        """The exponent -gamma (|x|^2 + |y|^2 - 2 x.y) is ``A B'``: the rows augmented
+        with their squared norms, ``[x, |x|^2, 1] . [2g y, -g, -g |y|^2]``. One BLAS
+        call; monotone_to_kernel then clips at 0 and exponentiates in place."""
+        xx = _sq_norms(X) if x_aux is None else x_aux
+        yy = _sq_norms(Y) if y_aux is None else y_aux
         g = self.gamma
         d = X.shape[1]
-        c = Y.mean(axis=0) if Y.shape[0] else np.zeros(d)
         A = np.empty((X.shape[0], d + 2))
-        np.subtract(X, c, out=A[:, :d])
-        A[:, d] = _sq_norms(A[:, :d])
+        A[:, :d] = X
+        A[:, d] = xx
         A[:, d + 1] = 1.0
         B = np.empty((Y.shape[0], d + 2))
-        np.subtract(Y, c, out=B[:, :d])
-        yy = _sq_norms(B[:, :d])
-        B[:, :d] *= 2.0 * g
+        np.multiply(Y, 2.0 * g, out=B[:, :d])
         B[:, d] = -g
         B[:, d + 1] = -g * yy
         return A, B
