@@ -78,6 +78,21 @@ def test_pass_2_on_intel_mkl_in_single_task_workers_at_tol_1e_12(oracle, request
         assert sum(client.run(_executed).values()) > 0  # pass 2 ran in those workers
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "KNOWN SILENT WRONG ANSWER, open (outside audit, 2026-11-26): the Gaussian kernel's "
+    "exponent |x|^2 + |y|^2 - 2 x.y loses eps gamma |x|^2 to cancellation for data far from "
+    "the origin, and at small tol the spectrum is wrong with every check passing. Moving the "
+    "rows by a fixed center fixes this case but moved the tol 1e-12 cases outside the Weyl "
+    "interval's rounding allowance and broke the pre-image kernel; not landed"))
+def test_gaussian_kernel_far_from_the_origin_keeps_the_spectrum(oracle, request):
+    """The Gaussian kernel depends only on x - y: rows moved by 1000 in every coordinate
+    must have the unmoved rows' spectrum and embedding, inside the Weyl interval."""
+    if "circles" not in request.node.name:
+        pytest.skip("one dataset documents the defect")
+    X, gamma, ref, R = oracle
+    check_weyl_interval((X + 1e3, gamma, ref, R), 1e-8, request)
+
+
 def _executed(dask_worker):
     return dask_worker.state.executed_count
 

@@ -489,7 +489,10 @@ def test_a_missing_input_chunk_exits_2_naming_it(roll, cluster, tmp_path):
     proc = cli("fit", inp, "--out", tmp_path / "out", *CLI_ARGS,
                "--scheduler", cluster.scheduler_address)
     assert proc.returncode == 2, proc.stderr
-    assert "data/c/6/0" in proc.stderr and "rows 12000-13999" in proc.stderr
+    # the chunk's key within its array, and the array (the group's data array, opened
+    # from its own metadata since 56f97b9)
+    assert "chunk 'c/6/0' (rows 12000-13999)" in proc.stderr
+    assert f"of the input {inp}/data does not exist" in proc.stderr
     with pytest.raises(StoreReadError, match="c/6/0"):
         from ooc_spectral.source import open_source
 
