@@ -25,7 +25,7 @@ from .cluster import ClusterOptions, compute_engine, dask_client
 from .config import FitConfig
 from .execution import Executor
 from .monitor import MemorySampler, ProgressLog
-from .persistence import load_model, package_versions, saved_model_digest
+from .persistence import load_model, load_model_and_digest, package_versions
 from .pipeline import FitRun
 from .planning import plan_block_rows, plan_tasks, solve_block_rows
 from .source import DataSource, open_source
@@ -61,24 +61,35 @@ def _mark_stopped(rundir: RunDirectory, exc: BaseException) -> None:
         rundir.mark("failed", error=f"{type(exc).__name__}: {exc}")
 
 
-def _same_input_or_restart(rundir: RunDirectory, resolved: dict, fingerprint: dict | None,
-                           extra: dict) -> bool:
-    """True to resume; False after starting OUTDIR over because the input changed.
+def _same_input_or_restart(rundir: RunDirectory, resolved: dict, extra: dict) -> bool:
+    """True to resume; False after starting OUTDIR over because what the run reads changed.
 
-    The input at the same path with another content (tonight's file where
-    yesterday's was) is never answered with the old result nor mixed with the
-    old partial work: OUTDIR is started clean, and the log says why.
+    ``extra`` holds the identities of what the run reads, recorded when it began:
+    ``input_fingerprint`` (compared by :func:`~ooc_spectral.integrity.fingerprint_changes`)
+    and, for a transform, ``model_sha256`` (the saved model's digest). The input or the
+    model at the same path with another content (tonight's file where yesterday's was, a
+    refitted model) is never answered with the old result nor mixed with the old partial
+    work: OUTDIR is started clean, and the log says why.
     """
     from .integrity import fingerprint_changes
 
-    if fingerprint is None:
+    old = rundir.run_attrs() or {}
+    what, why = [], []
+    fingerprint = extra.get("input_fingerprint")
+    if fingerprint is not None:
+        recorded = old.get("input_fingerprint")
+        changes = fingerprint_changes(recorded, fingerprint) if recorded else [
+            "no fingerprint was recorded"]
+        if changes:
+            what.append(f"the input {resolved['input']['url']}")
+            why += changes
+    if "model_sha256" in extra and old.get("model_sha256") != extra["model_sha256"]:
+        what.append(f"the model {resolved['model']}")
+        why.append("the model's arrays' digest")
+    if not what:
         return True
-    old = (rundir.run_attrs() or {}).get("input_fingerprint")
-    changes = fingerprint_changes(old, fingerprint) if old else ["no fingerprint was recorded"]
-    if not changes:
-        return True
-    log.warning("the input %s changed since the run in %s began (%s): discarding that run "
-                "and starting over", resolved["input"]["url"], rundir.path, "; ".join(changes))
+    log.warning("%s changed since the run in %s began (%s): discarding that run and "
+                "starting over", " and ".join(what), rundir.path, "; ".join(why))
     rundir.begin(resolved, overwrite=True, extra=extra)
     return False
 
@@ -189,7 +200,7 @@ def run_fit_job(job: FitJob) -> dict:
                 overwrite = True
         resuming = rundir.begin(resolved, overwrite=overwrite, extra=extra)
         if resuming:
-            resuming = _same_input_or_restart(rundir, resolved, fingerprint, extra)
+            resuming = _same_input_or_restart(rundir, resolved, extra)
         if resuming and rundir.status() == "complete":
             from .integrity import damaged_run_outputs
 
@@ -382,8 +393,9 @@ def run_transform_job(job: TransformJob) -> dict:
     """Out-of-sample embedding of ``job.input`` with a saved model, into ``job.out``."""
     from .estimator import GreedySpectralEmbedding
 
-    est = load_model(GreedySpectralEmbedding, job.model)
-    model_digest = saved_model_digest(job.model)
+    # the digest read with the arrays it covers (a refit between two reads cannot pair
+    # the new digest with the old model's rows)
+    est, model_digest = load_model_and_digest(GreedySpectralEmbedding, job.model)
     if isinstance(job.input, (str, os.PathLike)):
         _output_outside_input(job.out, job.input)
     smap = est.spectral_map_
@@ -405,13 +417,7 @@ def run_transform_job(job: TransformJob) -> dict:
         extra = {"input_fingerprint": fingerprint, "model_sha256": model_digest}
         resuming = rundir.begin(resolved, overwrite=job.overwrite, extra=extra)
         if resuming:
-            resuming = _same_input_or_restart(rundir, resolved, fingerprint, extra)
-        if resuming and (rundir.run_attrs() or {}).get("model_sha256") != model_digest:
-            # the same model path holding a refitted model: last night's rows are not its rows
-            log.warning("the model %s changed since the transform in %s began: discarding "
-                        "that transform and starting over", resolved["model"], rundir.path)
-            rundir.begin(resolved, overwrite=True, extra=extra)
-            resuming = False
+            resuming = _same_input_or_restart(rundir, resolved, extra)
         if resuming and rundir.status() == "complete":
             return rundir.read_report() or {}
         t0 = time.perf_counter()

@@ -147,16 +147,15 @@ def _open_model_group(loc: str):
     return group
 
 
-def saved_model_digest(path) -> str | None:
-    """The ``arrays_sha256`` recorded with the model at ``path`` (a saved model or a fit
-    OUTDIR): its identity, which changes whenever a refit or an overwrite writes new
-    arrays there. None for a model saved without one."""
-    group = _open_model_group(os.fspath(path))
-    return group.attrs[MODEL_KEY].get("arrays_sha256")
-
-
 def load_model(cls, path):
     """Read a model written by :func:`save_model`; returns a fitted ``cls``."""
+    return load_model_and_digest(cls, path)[0]
+
+
+def load_model_and_digest(cls, path):
+    """:func:`load_model`, and the ``arrays_sha256`` recorded with those arrays (None for
+    a model saved without one): the model's identity, which changes whenever a refit or
+    an overwrite writes new arrays at ``path``."""
     loc = os.fspath(path)
     group = _open_model_group(loc)
     meta = group.attrs[MODEL_KEY]
@@ -214,4 +213,4 @@ def load_model(cls, path):
         preimage = PreimageMap(kernel, arr["preimage_centers"], arr["preimage_dual_coef"],
                                float(meta["preimage_alpha"]))
     est._set_preimage(preimage)
-    return est
+    return est, digest

@@ -422,6 +422,13 @@ def _gcsfs_missing() -> bool:
     return importlib.util.find_spec("gcsfs") is None
 
 
+def _writing_command(command: str, data, tmp_path) -> list[str]:
+    """The arguments of a command that writes to --out, before --out."""
+    return {"make-data": ["make-data", "spiral", "--n", "10"],
+            "fit": ["fit", str(data[0])],
+            "transform": ["transform", str(tmp_path / "model"), str(data[0])]}[command]
+
+
 @pytest.mark.parametrize("url, says", [
     ("nosuchscheme://bucket/run", "fsspec does not know"),
     pytest.param("gs://bucket/run", "pip install gcsfs", marks=pytest.mark.skipif(
@@ -434,9 +441,7 @@ def test_an_unknown_scheme_is_exit_2_and_creates_nothing(data, tmp_path, monkeyp
     from ooc_spectral.checkpoint import RunDirectory
 
     monkeypatch.chdir(tmp_path)
-    args = {"make-data": ["make-data", "spiral", "--n", "10"],
-            "fit": ["fit", str(data[0])],
-            "transform": ["transform", str(tmp_path / "model"), str(data[0])]}[command]
+    args = _writing_command(command, data, tmp_path)
     assert run(*args, "--out", url, "-q") == 2
     assert says in capsys.readouterr().err
     with pytest.raises(StorageBackendError, match=says):
@@ -458,9 +463,7 @@ def test_an_output_that_would_land_where_nobody_looks_is_exit_2(data, tmp_path, 
     """Each of these exited 0 before (an outside audit): a local directory named 's3:'
     or '~', or a memory:// store gone when the command ended."""
     monkeypatch.chdir(tmp_path)
-    args = {"make-data": ["make-data", "spiral", "--n", "10"],
-            "fit": ["fit", str(data[0])],
-            "transform": ["transform", str(tmp_path / "model"), str(data[0])]}[command]
+    args = _writing_command(command, data, tmp_path)
     assert run(*args, "--out", out, "-q") == 2
     assert says in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
