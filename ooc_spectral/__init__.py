@@ -50,7 +50,7 @@ from .exceptions import (
     WorkflowError,
 )
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "GreedySpectralEmbedding",
@@ -63,7 +63,8 @@ __all__ = [
 #: The estimators, imported on first use (``ooc_spectral.GreedySpectralEmbedding``):
 #: they bring scikit-learn and dask.array, which the command line's other commands
 #: and the worker processes need not import.
-_LAZY = {"GreedySpectralEmbedding": ".estimator", "GreedySpectralClustering": ".clustering"}
+_LAZY = {"GreedySpectralEmbedding": ".estimators.embedding",
+         "GreedySpectralClustering": ".estimators.clustering"}
 
 
 def __getattr__(name):

@@ -9,7 +9,7 @@ calls. Compiled by numba, each is one pass.
 
 Where numba is installed (the ``numba`` extra) and not turned off by the dask config
 ``ooc-spectral.numba`` (env ``DASK_OOC_SPECTRAL__NUMBA=False``; read at every call),
-the compiled loops of :mod:`ooc_spectral._fused_numba` are used: imported, and so
+the compiled loops of :mod:`ooc_spectral._accel.fused_numba` are used: imported, and so
 compiled or loaded from numba's disk cache, on first use in each process. Otherwise
 NumPy gives the same values to rounding (the sums are taken in another order;
 ``tests/test_fused.py``).
@@ -29,7 +29,7 @@ import os
 
 import numpy as np
 
-from ._validation import config_flag, contiguous_float64, once
+from .support import config_flag, contiguous_float64, once
 
 __all__ = ["numba_loops", "loops_backend", "centre_rows", "clip_unit_col_sums", "clip_unit_dot",
            "CENTRE_PIECE_ELEMENTS", "DOT_MAX_COLUMNS"]
@@ -54,7 +54,7 @@ def _jit_disabled() -> bool:
 
 
 def numba_loops():
-    """The compiled loops (:mod:`ooc_spectral._fused_numba`), or None.
+    """The compiled loops (:mod:`ooc_spectral._accel.fused_numba`), or None.
 
     None where numba is not installed, where the dask config ``ooc-spectral.numba`` is
     False, where ``NUMBA_DISABLE_JIT`` is set, or where the loops cannot be compiled or
@@ -69,7 +69,7 @@ def numba_loops():
 
 def _import_loops():
     try:
-        from . import _fused_numba
+        from . import fused_numba
     except ImportError:  # numba is not installed: the NumPy calls, silently
         return None
     except Exception as exc:  # installed but unusable here: say so, once
@@ -78,7 +78,7 @@ def _import_loops():
                     "writable directory if numba cannot write its cache, or "
                     "DASK_OOC_SPECTRAL__NUMBA=False to silence this", type(exc).__name__, exc)
         return None
-    return _fused_numba
+    return fused_numba
 
 
 #: :func:`_import_loops` once per process (the compiled module or None)

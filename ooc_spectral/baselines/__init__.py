@@ -58,6 +58,9 @@ Modules
     :class:`NystromEmbedding`.
 ``gaussian_projection``
     :class:`GaussianProjectionEmbedding` and its scratch arrays.
+
+Layer 6, beside :mod:`ooc_spectral.estimators`: may import the estimators' shared
+helpers, :mod:`ooc_spectral.pipeline` and every layer below it.
 """
 
 from ._common import (

@@ -41,11 +41,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .checkpoint import RunCheckpoint, _now, config_hash
-from .config import FitConfig
-from .integrity import _chunk_region, _listing, chunk_keys
-from .source import DataSource, open_source
-from .statistics import Certificate, Moments, from_flat
+from ..io.checkpoint import RunCheckpoint, _now, config_hash
+from ..core.config import FitConfig
+from ..io.integrity import _chunk_region, _listing, chunk_keys
+from ..io.source import DataSource, open_source
+from ..core.statistics import Certificate, Moments, from_flat
 
 __all__ = ["append_anchor", "appended_rows", "update_supported", "AppendPlan", "plan_append",
            "save_base", "load_base", "UpdateResult", "run_update"]
@@ -255,11 +255,12 @@ def _order_changed(prev_components, components) -> bool:
 def solve_update(config: FitConfig, source: DataSource, base: tuple[dict, dict], n_old: int,
                  executor, timings: dict) -> UpdateResult:
     """Phase "solve": scan the appended rows, extend, accumulate, solve; checks included."""
-    from .incremental import Batch, IncrementalFit
-    from .kernels import make_kernel
-    from .pipeline import FitResult, check_certificate, check_conditioning
-    from .planning import plan_task_rows
-    from .scan import DictionaryState
+    from ..pipeline.incremental import Batch, IncrementalFit
+    from ..core.kernel_choice import make_kernel
+    from ..core.checks import check_certificate, check_conditioning
+    from ..pipeline.fit import FitResult
+    from ..core.planning import plan_task_rows
+    from ..core.scan.state import DictionaryState
 
     state_part, moments = base
     gamma = state_part.get("gamma")
@@ -310,10 +311,10 @@ def run_update(plan: AppendPlan, *, outdir: str, rundir, source: DataSource, con
     ``stage(name)`` is a context manager timing a stage (the job's). The caller
     holds the lock and writes the report and the completion marker.
     """
-    from .estimator import GreedySpectralEmbedding
-    from .persistence import load_model
-    from .planning import plan_task_rows
-    from .writeback import EMBEDDING, WRITTEN, EmbeddingOutput
+    from ..estimators.embedding import GreedySpectralEmbedding
+    from ..io.persistence import load_model
+    from ..core.planning import plan_task_rows
+    from ..pipeline.writeback import EMBEDDING, WRITTEN, EmbeddingOutput
 
     attrs = rundir.run_attrs() or {}
     model_path = rundir.join("model")
@@ -325,7 +326,7 @@ def run_update(plan: AppendPlan, *, outdir: str, rundir, source: DataSource, con
                             "started": _now()})
         base = load_base(checkpoint, plan.rows_before)
         if base is None:  # lost between planning and now: a refit is the honest answer
-            from .exceptions import OutputDamagedError
+            from ..exceptions import OutputDamagedError
 
             raise OutputDamagedError(
                 f"the base of the update in {outdir} is missing or damaged; rerun with "

@@ -8,9 +8,9 @@ from pathlib import Path
 import zarr
 import zarr.errors
 
-from .checkpoint import RUN_KEY, RunDirectory
-from .exceptions import InvalidInputError, StoreNotFoundError
-from .persistence import MODEL_KEY
+from ..io.checkpoint import RUN_KEY, RunDirectory
+from ..exceptions import InvalidInputError, StoreNotFoundError
+from ..io.persistence import MODEL_KEY
 
 __all__ = ["inspect_path"]
 
@@ -73,7 +73,7 @@ def _model_summary(path: Path, meta: dict, group) -> tuple[str, dict]:
 
 def inspect_path(path) -> tuple[str, dict]:
     """Text and a JSON-able dict describing ``path``."""
-    from .storage import check_location, is_url
+    from ..io.storage import check_location, is_url
 
     text = check_location(path, "path")
     if is_url(text):  # object storage: the URL as given

@@ -18,18 +18,18 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from ._blas import blas_backend, fast_solve_order
-from ._fused import loops_backend
-from .checkpoint import RunDirectory, _now, config_hash
-from .cluster import ClusterOptions, compute_engine, dask_client
-from .config import FitConfig
-from .execution import Executor
-from .monitor import MemorySampler, ProgressLog
-from .persistence import load_model, load_model_and_digest, package_versions
-from .pipeline import FitRun
-from .planning import plan_block_rows, plan_tasks, solve_block_rows
-from .source import DataSource, open_source
-from .writeback import EmbeddingOutput
+from .._accel.blas import blas_backend, fast_solve_order
+from .._accel.fused import loops_backend
+from ..io.checkpoint import RunDirectory, _now, config_hash
+from ..runtime.cluster import ClusterOptions, compute_engine, dask_client
+from ..core.config import FitConfig
+from ..runtime.execution import Executor
+from ..runtime.monitor import MemorySampler, ProgressLog
+from ..io.persistence import load_model, load_model_and_digest, package_versions
+from ..pipeline.fit import FitRun
+from ..core.planning import plan_block_rows, plan_tasks, solve_block_rows
+from ..io.source import DataSource, open_source
+from ..pipeline.writeback import EmbeddingOutput
 
 __all__ = ["FitJob", "TransformJob", "run_fit_job", "run_transform_job", "input_identity"]
 
@@ -39,7 +39,7 @@ log = logging.getLogger("ooc_spectral")
 def input_identity(source: DataSource) -> dict:
     """What identifies the input in a run's configuration (a URL as given, never its
     storage options: credentials are not part of the identity, nor written anywhere)."""
-    from .storage import absolute
+    from ..io.storage import absolute
 
     url = source.url
     if url is not None:
@@ -71,7 +71,7 @@ def _same_input_or_restart(rundir: RunDirectory, resolved: dict, extra: dict) ->
     refitted model) is never answered with the old result nor mixed with the old partial
     work: OUTDIR is started clean, and the log says why.
     """
-    from .integrity import fingerprint_changes
+    from ..io.integrity import fingerprint_changes
 
     old = rundir.run_attrs() or {}
     what, why = [], []
@@ -97,8 +97,8 @@ def _same_input_or_restart(rundir: RunDirectory, resolved: dict, extra: dict) ->
 def _output_outside_input(out, inp) -> None:
     """Refuse an OUTDIR equal to or inside the input store (exit 2): its own files would
     change the input under the run, and an overwrite could delete the input."""
-    from .exceptions import OutputNotWritableError
-    from .storage import absolute, is_url
+    from ..exceptions import OutputNotWritableError
+    from ..io.storage import absolute, is_url
 
     o, i = absolute(out), absolute(inp)
     if not is_url(o) and not is_url(i):
@@ -115,8 +115,8 @@ def _input_unchanged_since(source: DataSource, fingerprint: dict | None, where) 
     """Raise :class:`InputChangedError` when the input's fingerprint moved since the run
     began: a late writer changed rows between the passes (or during one), and the
     embedding would be new rows through a model fitted on the old ones."""
-    from .exceptions import InputChangedError
-    from .integrity import fingerprint_changes
+    from ..exceptions import InputChangedError
+    from ..io.integrity import fingerprint_changes
 
     if fingerprint is None:
         return
@@ -138,8 +138,8 @@ def _check_workers_see_input(executor: Executor, source: DataSource) -> None:
         return
     import dask
 
-    from .integrity import check_readable_here
-    from .storage import StorageOptions, options_for
+    from ..io.verify import check_readable_here
+    from ..io.storage import StorageOptions, options_for
 
     # a URL: the worker opens it with the command's storage options (never shown in logs)
     options = StorageOptions(options_for(source.url))
@@ -174,7 +174,7 @@ def _performance_report(path: str | None):
 
 def run_fit_job(job: FitJob) -> dict:
     """Run or resume a fit into ``job.outdir``; returns the report."""
-    from .estimator import GreedySpectralEmbedding
+    from ..estimators.embedding import GreedySpectralEmbedding
 
     config = FitConfig.from_params(job.params)
     if isinstance(job.input, (str, os.PathLike)):
@@ -202,8 +202,6 @@ def run_fit_job(job: FitJob) -> dict:
         if resuming:
             resuming = _same_input_or_restart(rundir, resolved, extra)
         if resuming and rundir.status() == "complete":
-            from .integrity import damaged_run_outputs
-
             damage = damaged_run_outputs(rundir.url)
             if not damage:
                 log.info("%s already holds the complete result of this configuration",
@@ -305,7 +303,7 @@ def _run_update_job(job: FitJob, rundir: RunDirectory, plan, source: DataSource,
                     config: FitConfig, resolved: dict, fingerprint: dict | None) -> dict:
     """Update the finished fit in OUTDIR with the rows appended to its input (issue 16)."""
     from .append import run_update
-    from .estimator import GreedySpectralEmbedding
+    from ..estimators.embedding import GreedySpectralEmbedding
 
     log.info("the input %s has %d rows appended after the %d fitted in %s: updating the fit",
              job.input, source.n_rows - plan.rows_before, plan.rows_before, job.outdir)
@@ -391,7 +389,7 @@ class TransformJob:
 
 def run_transform_job(job: TransformJob) -> dict:
     """Out-of-sample embedding of ``job.input`` with a saved model, into ``job.out``."""
-    from .estimator import GreedySpectralEmbedding
+    from ..estimators.embedding import GreedySpectralEmbedding
 
     # the digest read with the arrays it covers (a refit between two reads cannot pair
     # the new digest with the old model's rows)
@@ -401,13 +399,13 @@ def run_transform_job(job: TransformJob) -> dict:
     smap = est.spectral_map_
     source = open_source(job.input)
     if source.n_features != est.n_features_in_:
-        from .exceptions import InvalidInputError
+        from ..exceptions import InvalidInputError
 
         raise InvalidInputError(
             f"{job.input} has {source.n_features} features, but the model was fitted with "
             f"{est.n_features_in_}; pass rows with the training columns"
         )
-    from .storage import absolute
+    from ..io.storage import absolute
 
     resolved = {"model": absolute(job.model), "input": input_identity(source)}
     fingerprint = source.fingerprint()
@@ -453,3 +451,25 @@ def run_transform_job(job: TransformJob) -> dict:
             _mark_stopped(rundir, exc)
             raise
 
+
+def damaged_run_outputs(outdir) -> list[str]:
+    """What is missing or damaged in a complete OUTDIR's embedding and model (cheap checks).
+
+    Embedding chunks that are missing or fail their checksum have their
+    written-marker cleared, so the resumed run writes them again from the
+    saved state (pass 3 is idempotent).
+    """
+    try:
+        problems = EmbeddingOutput.open_existing(outdir).audit()
+    except Exception as exc:  # the array's own metadata is gone or garbled: write it all again
+        problems = [f"embedding: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"]
+    from ..io.storage import join
+
+    model = join(outdir, "model")
+    try:
+        from ..estimators.embedding import GreedySpectralEmbedding
+
+        load_model(GreedySpectralEmbedding, model)
+    except Exception as exc:
+        problems.append(f"model: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
+    return problems

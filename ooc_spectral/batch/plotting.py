@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from .checkpoint import RunDirectory
-from .exceptions import InvalidInputError, StoreNotFoundError
-from .source import open_zarr_array
-from .writeback import EMBEDDING
+from ..io.checkpoint import RunDirectory
+from ..exceptions import InvalidInputError, StoreNotFoundError
+from ..io.source import open_zarr_array
+from ..pipeline.writeback import EMBEDDING
 
 __all__ = ["plot_embedding", "DENSITY_THRESHOLD"]
 

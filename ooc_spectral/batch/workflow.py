@@ -65,8 +65,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from .exceptions import UsageError, WorkflowError
-from .storage import check_local_path
+from .commands import run_command
+from ..exceptions import UsageError, WorkflowError
+from ..io.storage import check_local_path
 
 __all__ = ["load_workflow", "run_workflow", "STEP_ACTIONS", "PATH_KEYS"]
 
@@ -279,7 +280,7 @@ def run_workflow(path, *, overrides=(), parser: argparse.ArgumentParser,
                    **(storage_options or {})}
         args.storage_options = json.dumps(options) if options else None
         if "storage_options" in resolved:  # the names only: values may be secrets
-            from .storage import redact
+            from ..io.storage import redact
 
             resolved = {**resolved, "storage_options": redact(resolved["storage_options"])}
         if step["run"] == "fit":
@@ -290,8 +291,6 @@ def run_workflow(path, *, overrides=(), parser: argparse.ArgumentParser,
     for i, args in planned:
         log.info("workflow %s: step %d (%s)", wf["name"], i, wf["ids"][i])
         try:
-            from .cli import run_command
-
             results.append({"step": wf["ids"][i], **(run_command(args) or {})})
         except UsageError as exc:
             raise type(exc)(f"{wf['file']}: step {i} ({wf['ids'][i]}): {exc}") from exc

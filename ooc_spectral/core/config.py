@@ -15,9 +15,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ._validation import check_bool, check_choice, check_float, check_int, check_str
-from .exceptions import InvalidParameterError
-from .kernels import KERNELS
+from .._validation import check_bool, check_choice, check_float, check_int, check_str
+from ..exceptions import InvalidParameterError
+from .kernel_choice import KERNELS
 
 __all__ = ["FitConfig", "parameter_fields", "resolve_seed"]
 

@@ -50,7 +50,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.linalg import eigh
 
-from .exceptions import DictionaryError, NumericalBreakdownError
+from ..exceptions import DictionaryError, NumericalBreakdownError
 from .model import Dictionary, SpectralMap
 from .statistics import Certificate, Degrees, Gram, Moments, RowSums
 

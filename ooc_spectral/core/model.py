@@ -20,8 +20,8 @@ import numpy as np
 from scipy.linalg import solve_triangular
 from scipy.linalg.blas import dger
 
-from ._blas import solve_lower_rows, solve_lower_transposed
-from .exceptions import DictionaryError
+from .._accel.blas import solve_lower_rows, solve_lower_transposed
+from ..exceptions import DictionaryError
 from .kernels import Kernel, first_nonpositive
 
 __all__ = ["PIVOT_FLOOR", "Dictionary", "SpectralMap"]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .exceptions import InvalidParameterError
+from ..exceptions import InvalidParameterError
 
 __all__ = [
     "VISIT_WINDOW_ROWS",

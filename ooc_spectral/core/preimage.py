@@ -30,9 +30,9 @@ import numpy as np
 from scipy import linalg
 
 from .model import SpectralMap
-from .exceptions import NumericalBreakdownError
+from ..exceptions import NumericalBreakdownError
 from .kernels import Kernel
-from .source import check_finite
+from .._validation import check_finite
 from .statistics import PreimageSums
 
 __all__ = ["PreimageMap", "PreimageProblem", "chunk_preimage", "solve_preimage",

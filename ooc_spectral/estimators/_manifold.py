@@ -19,12 +19,12 @@ from scipy.sparse.linalg import eigsh
 from sklearn.base import TransformerMixin
 
 from ._sklearn import FeatureNamesMixin
-from ._validation import check_choice, check_fitted, check_int, check_n_features
-from .eigensolve import fix_signs, top_eigenpairs
-from .exceptions import InvalidInputError, InvalidParameterError
-from .planning import whole_chunks
-from .source import DataSource, open_source
-from .writeback import map_rows
+from .._validation import check_choice, check_fitted, check_int, check_n_features
+from ..core.eigensolve import fix_signs, top_eigenpairs
+from ..exceptions import InvalidInputError, InvalidParameterError
+from ..core.planning import whole_chunks
+from ..io.source import DataSource, open_source
+from ..pipeline.writeback import map_rows
 
 __all__ = ["TASK_MEMORY", "DENSE_EIGEN_MAX_ROWS", "EIGEN_SOLVERS", "apply_rows", "read_in_memory",
            "check_sizes", "check_in_memory_params", "fix_signs", "top_positive", "double_centre",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.base import ClassNamePrefixFeaturesOutMixin
 
-from ._validation import check_fitted
+from .._validation import check_fitted
 
 __all__ = ["FeatureNamesMixin", "SparseInputMixin"]
 

@@ -34,15 +34,15 @@ import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 
-from ._params import EMBEDDING_PARAMS, params_of, store_params
+from .._params import EMBEDDING_PARAMS, params_of, store_params
 from ._sklearn import SparseInputMixin
-from ._validation import check_fitted, check_float, check_int, check_n_features
-from .config import resolve_seed
-from .estimator import GreedySpectralEmbedding
-from .exceptions import InvalidInputError
-from .execution import Executor
-from .planning import plan_sample
-from .source import open_source
+from .._validation import check_fitted, check_float, check_int, check_n_features
+from ..core.config import resolve_seed
+from .embedding import GreedySpectralEmbedding
+from ..exceptions import InvalidInputError
+from ..runtime.execution import Executor
+from ..core.planning import plan_sample
+from ..io.source import open_source
 
 __all__ = ["GreedySpectralClustering", "unit_rows"]
 

@@ -9,16 +9,16 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from ._sklearn import FeatureNamesMixin
-from ._params import store_params
-from ._validation import check_fitted, check_n_features
-from .config import FitConfig
-from .model import SpectralMap
-from .exceptions import InvalidInputError
-from .execution import compute, task_threads
-from .pipeline import FitResult, FitRun
-from .planning import plan_block_rows, plan_tasks
-from .source import open_source
-from .writeback import map_rows
+from .._params import store_params
+from .._validation import check_fitted, check_n_features
+from ..core.config import FitConfig
+from ..core.model import SpectralMap
+from ..exceptions import InvalidInputError
+from ..runtime.execution import compute, task_threads
+from ..pipeline.fit import FitResult, FitRun
+from ..core.planning import plan_block_rows, plan_tasks
+from ..io.source import open_source
+from ..pipeline.writeback import map_rows
 
 __all__ = ["GreedySpectralEmbedding"]
 
@@ -282,9 +282,9 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         -------
         self
         """
-        from .incremental import IncrementalFit
-        from .kernels import resolve_gamma
-        from .kernels import make_kernel
+        from ..pipeline.incremental import IncrementalFit
+        from ..core.kernel_choice import resolve_gamma
+        from ..core.kernel_choice import make_kernel
 
         source = open_source(X)
         inc = getattr(self, "_incremental", None)
@@ -393,8 +393,8 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         """
         import dask.array as da
 
-        from .exceptions import NotFittedError
-        from .execution import shared
+        from ..exceptions import NotFittedError
+        from ..runtime.execution import shared
 
         self._check_fitted()
         pre = getattr(self, "preimage_map_", None)
@@ -425,7 +425,7 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
 
         Never pickles. Load with :meth:`load`.
         """
-        from .persistence import save_model
+        from ..io.persistence import save_model
 
         self._check_fitted()
         save_model(self, path, overwrite=overwrite)
@@ -433,14 +433,14 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
     @classmethod
     def load(cls, path: str | os.PathLike) -> "GreedySpectralEmbedding":
         """Load a model written by :meth:`save` (or by ``ooc-spectral fit``)."""
-        from .persistence import load_model
+        from ..io.persistence import load_model
 
         return load_model(cls, path)
 
 
 def _preimage_block(E, pre, block_rows, chunk_starts, block_info=None):
     """The pre-image of one block of embedding rows, ``block_rows`` at a time (finite checked)."""
-    from .source import check_finite
+    from .._validation import check_finite
 
     offset = int(block_info[0]["array-location"][0][0]) if block_info else 0
     E = np.ascontiguousarray(E, dtype=np.float64)

@@ -30,14 +30,14 @@ from ._manifold import (
     read_in_memory,
     top_positive,
 )
-from ._params import store_params
+from .._params import store_params
 from ._sklearn import FeatureNamesMixin
-from ._validation import check_int
-from .config import resolve_seed
-from .estimator import GreedySpectralEmbedding
-from .exceptions import DictionaryError, InvalidParameterError
-from .planning import plan_sample
-from .source import open_source
+from .._validation import check_int
+from ..core.config import resolve_seed
+from .embedding import GreedySpectralEmbedding
+from ..exceptions import DictionaryError, InvalidParameterError
+from ..core.planning import plan_sample
+from ..io.source import open_source
 
 __all__ = ["Isomap", "LandmarkIsomap", "GRAPH_SAMPLE_PURPOSE"]
 

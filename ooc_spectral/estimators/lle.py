@@ -26,11 +26,11 @@ from ._manifold import (
     fix_signs,
     read_in_memory,
 )
-from ._params import store_params
+from .._params import store_params
 from ._sklearn import FeatureNamesMixin
-from ._validation import check_float
-from .config import resolve_seed
-from .exceptions import InvalidParameterError
+from .._validation import check_float
+from ..core.config import resolve_seed
+from ..exceptions import InvalidParameterError
 
 __all__ = ["LocallyLinearEmbedding"]
 

@@ -84,15 +84,15 @@ from ._manifold import (
     read_in_memory,
     top_positive,
 )
-from ._params import EMBEDDING_PARAMS, params_of, store_params
+from .._params import EMBEDDING_PARAMS, params_of, store_params
 from ._sklearn import FeatureNamesMixin
-from ._validation import check_float
-from .config import resolve_seed
-from .estimator import GreedySpectralEmbedding
-from .exceptions import InvalidParameterError
+from .._validation import check_float
+from ..core.config import resolve_seed
+from .embedding import GreedySpectralEmbedding
+from ..exceptions import InvalidParameterError
 from .isomap import GRAPH_SAMPLE_PURPOSE, Isomap, LandmarkIsomap
 from .lle import LocallyLinearEmbedding
-from .source import open_source
+from ..io.source import open_source
 
 __all__ = [
     "LaplacianEigenmaps",

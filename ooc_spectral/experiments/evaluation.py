@@ -42,11 +42,13 @@ from dataclasses import dataclass, field
 import dask.array as da
 import numpy as np
 
-from .baselines import ExactKernelEmbedding, kernel_matmul
-from .exceptions import InvalidInputError, InvalidParameterError
-from .execution import Executor
-from .kernels import Kernel, make_kernel
-from .source import open_source
+from ..baselines._common import kernel_matmul
+from ..baselines.exact import ExactKernelEmbedding
+from ..exceptions import InvalidInputError, InvalidParameterError
+from ..runtime.execution import Executor
+from ..core.kernel_choice import make_kernel
+from ..core.kernels import Kernel
+from ..io.source import open_source
 
 __all__ = [
     "ErrorEstimate",

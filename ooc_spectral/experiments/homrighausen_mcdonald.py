@@ -29,13 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..baselines import (
-    ExactKernelEmbedding,
-    GaussianProjectionEmbedding,
-    NystromEmbedding,
-)
-from ..estimator import GreedySpectralEmbedding
-from ..evaluation import (
+from ..baselines.exact import ExactKernelEmbedding
+from ..baselines.gaussian_projection import GaussianProjectionEmbedding
+from ..baselines.nystrom import NystromEmbedding
+from ..estimators.embedding import GreedySpectralEmbedding
+from .evaluation import (
     align,
     clustering_ari,
     kernel_reconstruction_error,

@@ -40,9 +40,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..baselines import ExactKernelEmbedding, NystromEmbedding
-from ..estimator import GreedySpectralEmbedding
-from ..evaluation import paired_difference
+from ..baselines.exact import ExactKernelEmbedding
+from ..baselines.nystrom import NystromEmbedding
+from ..estimators.embedding import GreedySpectralEmbedding
+from .evaluation import paired_difference
 from ..exceptions import InvalidParameterError, OocSpectralError
 from . import _paper_common as pc
 

@@ -44,9 +44,9 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from .exceptions import ConfigurationMismatchError, LockedError, OutputNotWritableError
+from ..exceptions import ConfigurationMismatchError, LockedError, OutputNotWritableError
 from .integrity import arrays_digest, checksummed
-from .scan import DictionaryState
+from ..core.scan.state import DictionaryState
 
 __all__ = ["RunDirectory", "RunCheckpoint", "config_hash", "RUN_KEY"]
 
@@ -78,7 +78,7 @@ def local_output_path(path) -> Path:
 
     text = check_location(path, "output")
     if is_url(text):
-        from .exceptions import StorageBackendError
+        from ..exceptions import StorageBackendError
 
         raise StorageBackendError(f"output {text!r} is a URL where a local directory is needed")
     return Path(text[len("file://"):] if text.startswith("file://") else text)

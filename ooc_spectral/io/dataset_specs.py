@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .exceptions import InvalidParameterError
+from ..exceptions import InvalidParameterError
 
 __all__ = [
     "DATASETS",

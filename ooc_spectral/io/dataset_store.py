@@ -21,14 +21,12 @@ import zarr
 import zarr.errors
 
 from .dataset_specs import GENERATION_BLOCK_ROWS, DatasetPlan, blob_centers
-from .exceptions import InvalidInputError, OutputNotWritableError, StoreNotFoundError
-from .source import DATA_ARRAY_NAME
+from ..exceptions import InvalidInputError, OutputNotWritableError, StoreNotFoundError
+from .layout import DATA_ARRAY_NAME, DATASET_KEY
 
-__all__ = ["DATASET_KEY", "FORMAT_VERSION", "create_arrays", "create_group", "check_free_space", "dataset_meta",
+__all__ = ["FORMAT_VERSION", "create_arrays", "create_group", "check_free_space", "dataset_meta",
            "existing_meta", "is_local", "open_dataset", "stored_bytes"]
 
-#: Group attribute that describes a data set written by :func:`~ooc_spectral.datasets.make_data`.
-DATASET_KEY = "ooc_spectral_dataset"
 #: Version of the layout written by :func:`~ooc_spectral.datasets.make_data`.
 FORMAT_VERSION = 1
 

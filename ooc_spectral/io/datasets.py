@@ -122,19 +122,11 @@ from .dataset_specs import (
     halo_geometry,
     plan_dataset,
 )
-from .dataset_store import (
-    DATASET_KEY,
-    FORMAT_VERSION,
-    check_free_space,
-    create_arrays,
-    create_group,
-    dataset_meta,
-    existing_meta,
-    open_dataset,
-    stored_bytes,
-)
-from .exceptions import InvalidParameterError
-from .source import DATA_ARRAY_NAME
+from .dataset_store import (FORMAT_VERSION, check_free_space, create_arrays, create_group,
+                            dataset_meta, existing_meta, open_dataset, stored_bytes)
+from .layout import DATASET_KEY
+from ..exceptions import InvalidParameterError
+from .layout import DATA_ARRAY_NAME
 
 __all__ = [
     "DATASETS",
@@ -150,9 +142,6 @@ __all__ = [
     "make_data",
     "open_dataset",
 ]
-
-# the name ``ooc-spectral import`` (importing.py) uses for the group it creates
-_create_group = create_group
 
 #: Target size of one storage chunk of ``data`` (bytes) when ``chunk_rows`` is None.
 CHUNK_BYTES_TARGET = 8 << 20

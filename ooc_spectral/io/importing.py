@@ -22,29 +22,16 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from .exceptions import InvalidInputError, InvalidParameterError
-from .source import DATA_ARRAY_NAME
+from .dataset_store import create_group
+from ..exceptions import InvalidInputError, InvalidParameterError
+from .layout import DATA_ARRAY_NAME, IMPORT_KEY, table_format
 
 log = logging.getLogger("ooc_spectral")
 
-__all__ = ["import_table", "IMPORT_KEY", "FORMATS", "table_format"]
+__all__ = ["import_table"]
 
-#: Attribute of an imported group: source, columns, rows, ``complete``.
-IMPORT_KEY = "ooc_spectral_import"
-#: Formats by file suffix.
-FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "csv",
-           ".csv.gz": "csv", ".npy": "npy", ".h5": "hdf5", ".hdf5": "hdf5", ".hdf": "hdf5"}
 #: Rows per batch read and written (a multiple of the chunk rows).
 DEFAULT_CHUNK_ROWS = 65536
-
-
-def table_format(path: str | os.PathLike) -> str | None:
-    """The format of ``path`` from its suffix (None when not a known table format)."""
-    name = os.fspath(path).lower()
-    for suffix in sorted(FORMATS, key=len, reverse=True):
-        if name.endswith(suffix):
-            return FORMATS[suffix]
-    return None
 
 
 def _numeric(block: np.ndarray, names: Sequence, dtype) -> np.ndarray:
@@ -65,7 +52,7 @@ def _need(module: str, extra: str = "tables"):
     try:
         return importlib.import_module(module)
     except ImportError:
-        from .exceptions import StorageBackendError
+        from ..exceptions import StorageBackendError
 
         raise StorageBackendError(
             f"reading this format needs {module.split('.')[0]}: pip install "
@@ -240,7 +227,6 @@ def import_table(source: str | os.PathLike, out: str | os.PathLike, *,
     dict
         ``{"out", "n", "columns", "format"}``.
     """
-    from .datasets import _create_group
     from .integrity import checksummed
 
     src = os.fspath(source)
@@ -269,7 +255,7 @@ def import_table(source: str | os.PathLike, out: str | os.PathLike, *,
         names, n, batches = _hdf5(src, columns, rows, dataset)
     d = len(names)
     loc = os.fspath(out)
-    group = _create_group(loc, overwrite)
+    group = create_group(loc, overwrite)
     meta = {"source": os.path.abspath(src), "format": fmt,
             "columns": [str(c) if fmt in ("parquet", "csv") else int(c) for c in names],
             "dtype": dt.name, "chunk_rows": rows}

@@ -17,9 +17,9 @@ Outputs
     a flipped bit makes the read fail instead of returning 1.6e308. Models and
     checkpoint parts also record a SHA-256 of their arrays' values
     (:func:`arrays_digest`), which catches deleted chunk files (read back as the
-    fill value) as well. :func:`verify_group` re-reads every chunk of every
-    array of an output and lists the missing and damaged ones
-    (``ooc-spectral verify OUTDIR``).
+    fill value) as well. :func:`~ooc_spectral.io.verify.verify_group` re-reads
+    every chunk of every array of an output and lists the missing and damaged ones
+    (``ooc-spectral verify OUTDIR``), from these pieces.
 """
 
 from __future__ import annotations
@@ -29,16 +29,13 @@ import itertools
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import zarr
 
-from .exceptions import MissingChunkError
+from ..exceptions import MissingChunkError
 
 __all__ = ["checksummed", "arrays_digest", "input_fingerprint", "chunk_keys",
-           "missing_chunks", "damaged_chunks", "verify_group", "MissingChunkError",
-           "fingerprint_changes"]
+           "missing_chunks", "damaged_chunks", "fingerprint_changes"]
 
 
 def checksummed() -> dict:
@@ -200,124 +197,3 @@ def fingerprint_changes(old: dict | None, new: dict | None) -> list[str]:
             what += f", {old.get('bytes')} -> {new.get('bytes')} bytes"
         out.append(what)
     return out
-
-
-# --------------------------------------------------------------------------- #
-# verify
-# --------------------------------------------------------------------------- #
-def _arrays(group, prefix: str = ""):
-    import warnings
-
-    with warnings.catch_warnings():  # report.json, .lock: not zarr nodes, and not ours to check
-        warnings.simplefilter("ignore")
-        members = sorted(group.members(), key=lambda kv: kv[0])
-    for name, node in members:
-        if isinstance(node, zarr.Group):
-            yield from _arrays(node, f"{prefix}{name}/")
-        else:
-            yield f"{prefix}{name}", node
-
-
-def verify_group(path) -> dict[str, Any]:
-    """Re-read every chunk of every array under the zarr group at ``path``.
-
-    Returns ``{"arrays": n, "chunks": n, "missing": [...], "damaged": [...],
-    "digest_mismatch": [...]}``; each entry names the array and chunk key.
-    Arrays whose chunks may legitimately be absent (the per-chunk markers, the
-    scan slot not in use) are only decoded, not required.
-    """
-    from .persistence import MODEL_KEY
-
-    group = zarr.open_group(os.fspath(path), mode="r")
-    report: dict[str, Any] = {"arrays": 0, "chunks": 0, "missing": [], "damaged": [],
-                              "digest_mismatch": []}
-    for name, arr in _arrays(group):
-        report["arrays"] += 1
-        keys = chunk_keys(arr)
-        report["chunks"] += len(keys)
-        optional = name.endswith("embedding_written")
-        if not optional:
-            for _, key in missing_chunks(arr):
-                report["missing"].append(f"{name}: chunk {key}")
-        for _, key, err in damaged_chunks(arr, keys):
-            report["damaged"].append(f"{name}: chunk {key} ({err})")
-    # the model's digest of its values
-    for gname in ("", "model"):
-        try:
-            g = group[gname] if gname else group
-        except KeyError:
-            continue
-        meta = g.attrs.get(MODEL_KEY) if isinstance(g, zarr.Group) else None
-        if meta and meta.get("arrays_sha256"):
-            try:
-                values = {k: np.asarray(g[k][...]) for k in g.array_keys()}
-            except Exception:
-                continue  # already listed as damaged
-            if arrays_digest(values) != meta["arrays_sha256"]:
-                report["digest_mismatch"].append(f"{gname or '.'}: the model's arrays")
-    return report
-
-
-# --------------------------------------------------------------------------- #
-# checks a batch job makes
-# --------------------------------------------------------------------------- #
-def check_readable_here(url: str, storage_options=None) -> str:
-    """Open the input at ``url`` and check that its first chunk exists, where this runs.
-
-    Meant to run on a dask worker before the passes: a worker that cannot see
-    the input (another working directory, another mount, no credentials for
-    the bucket) would otherwise read every chunk as fill values or fail late.
-    Raises :class:`StoreNotFoundError` or :class:`MissingChunkError` naming the
-    path as this process sees it. ``storage_options`` (a
-    :class:`~ooc_spectral.storage.StorageOptions`) are the command's options
-    for a URL.
-    """
-    import socket
-
-    from .exceptions import StoreNotFoundError
-    from .source import open_zarr_array
-    from .storage import is_url
-    from zarr.core.sync import sync
-
-    where = f"on {socket.gethostname()} (pid {os.getpid()}, working directory {os.getcwd()})"
-    need = ("workers must reach the store with the client's settings (the backend's "
-            "variables, e.g. AWS_*, on the workers, or --storage-options)" if is_url(url)
-            else "workers must see the input at the same path as the client")
-    options = storage_options.to_dict() if storage_options else None
-    try:
-        arr = open_zarr_array(url, storage_options=options)
-    except StoreNotFoundError as exc:
-        raise StoreNotFoundError(f"{exc} [{where}]; {need}") from None
-    coords, key = chunk_keys(arr)[0]
-    if not sync(arr.store.exists(key)):
-        raise MissingChunkError(
-            f"chunk {key!r} of the input {url} does not exist {where}; {need}"
-        )
-    arr[_chunk_region(arr, coords)]
-    return where
-
-
-def damaged_run_outputs(outdir) -> list[str]:
-    """What is missing or damaged in a complete OUTDIR's embedding and model (cheap checks).
-
-    Embedding chunks that are missing or fail their checksum have their
-    written-marker cleared, so the resumed run writes them again from the
-    saved state (pass 3 is idempotent).
-    """
-    from .writeback import EmbeddingOutput
-
-    try:
-        problems = EmbeddingOutput.open_existing(outdir).audit()
-    except Exception as exc:  # the array's own metadata is gone or garbled: write it all again
-        problems = [f"embedding: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"]
-    from .storage import join
-
-    model = join(outdir, "model")
-    try:
-        from .estimator import GreedySpectralEmbedding
-        from .persistence import load_model
-
-        load_model(GreedySpectralEmbedding, model)
-    except Exception as exc:
-        problems.append(f"model: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
-    return problems

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .exceptions import InvalidInputError, InvalidParameterError, StoreNotFoundError
+from ..exceptions import InvalidInputError, InvalidParameterError, StoreNotFoundError
 
 __all__ = ["load_digits", "load_mnist", "read_idx", "downscale"]
 

@@ -33,16 +33,16 @@ import numpy as np
 import zarr
 import zarr.errors
 
-from .config import FitConfig
-from .exceptions import (
+from ..core.config import FitConfig
+from ..exceptions import (
     DamagedDataError,
     InvalidInputError,
     OutputNotWritableError,
     StoreNotFoundError,
 )
 from .integrity import arrays_digest, checksummed
-from .kernels import kernel_from_attrs, kernel_to_attrs
-from .model import Dictionary, SpectralMap
+from ..core.kernel_choice import kernel_from_attrs, kernel_to_attrs
+from ..core.model import Dictionary, SpectralMap
 
 __all__ = ["save_model", "load_model", "MODEL_KEY", "FORMAT_VERSION", "package_versions"]
 
@@ -208,7 +208,7 @@ def load_model_and_digest(cls, path):
     est.resumed_stages_ = []
     preimage = None
     if "preimage_dual_coef" in arr:
-        from .preimage import PreimageMap
+        from ..core.preimage import PreimageMap
 
         preimage = PreimageMap(kernel, arr["preimage_centers"], arr["preimage_dual_coef"],
                                float(meta["preimage_alpha"]))

@@ -25,23 +25,21 @@ import numpy as np
 import zarr
 import zarr.errors
 
-from .planning import row_chunks
-from .exceptions import (
+from .._validation import check_finite
+from ..core.planning import row_chunks
+from ..exceptions import (
     InvalidInputError,
-    NonFiniteInputError,
     IncompleteInputError,
     StoreNotFoundError,
     StoreReadError,
     TransientReadError,
 )
+from .layout import DATA_ARRAY_NAME, DATASET_KEY, IMPORT_KEY, table_format
 
 log = logging.getLogger("ooc_spectral")
 
-__all__ = ["DataSource", "open_source", "check_finite", "open_zarr_array", "array_url",
-           "DATA_ARRAY_NAME", "ReadRetry", "is_transient"]
+__all__ = ["DataSource", "open_source", "open_zarr_array", "array_url", "ReadRetry", "is_transient"]
 
-#: Name of the data array inside a group written by ``make-data``.
-DATA_ARRAY_NAME = "data"
 #: Alignment unit (rows) of tasks and output chunks for in-memory numpy input.
 NUMPY_ALIGN_ROWS = 4096
 
@@ -294,34 +292,6 @@ def _validate_meta(shape, dtype, what: str) -> None:
         )
 
 
-def check_finite(block: np.ndarray, row_offset: int, source: DataSource | None = None,
-                 chunk_starts: np.ndarray | None = None) -> None:
-    """Raise :class:`NonFiniteInputError` naming the first NaN/inf row of ``block``.
-
-    ``row_offset`` is the global row number of ``block[0]``.
-    """
-    if np.isfinite(block).all():
-        return
-    bad = ~np.isfinite(block)
-    local = int(np.flatnonzero(bad.any(axis=1))[0])
-    col = int(np.flatnonzero(bad[local])[0])
-    row = row_offset + local
-    value = block[local, col]
-    starts = source.chunk_starts if source is not None else chunk_starts
-    if starts is not None:
-        c = int(np.searchsorted(starts, row, side="right") - 1)
-        where = f"row {row}, column {col} (chunk {c} of {len(starts) - 1}, rows {int(starts[c])}-{int(starts[c + 1]) - 1})"
-    else:
-        c = None
-        where = f"row {row}, column {col}"
-    kind = "NaN" if np.isnan(value) else "infinity"
-    raise NonFiniteInputError(
-        f"X contains {kind} at {where}; remove or impute non-finite values before fitting",
-        row=row,
-        chunk=c,
-    )
-
-
 def open_zarr_array(location: str | os.PathLike, *, mode: str = "r",
                     storage_options: dict | None = None):
     """Open a zarr array at ``location``, or the data array of a group there.
@@ -348,10 +318,6 @@ def open_zarr_array(location: str | os.PathLike, *, mode: str = "r",
             "with `ooc-spectral make-data`"
         ) from exc
     if isinstance(node, zarr.Group):
-        from .datasets import DATASET_KEY
-
-        from .importing import IMPORT_KEY
-
         for key, what in ((IMPORT_KEY, "`ooc-spectral import` was interrupted, failed or is "
                            "still writing; run the import again with --overwrite"),
                           (DATASET_KEY, "make-data was interrupted or is still writing; wait "
@@ -385,8 +351,6 @@ def _open_member(loc: str, name: str, mode: str, extra: dict):
 
 def _refuse_table_file(loc: str) -> None:
     """Name a Parquet/CSV/.npy/HDF5 file given where a zarr store is expected, and the fix."""
-    from .importing import table_format
-
     path = loc.removeprefix("file://")
     fmt = table_format(path)
     if fmt is not None and os.path.isfile(path):
@@ -395,7 +359,7 @@ def _refuse_table_file(loc: str) -> None:
             f"{loc!r} is a {fmt.upper() if fmt != 'hdf5' else 'HDF5'} file, not a zarr store; "
             f"convert it once, in flat memory: `ooc-spectral import {path} --out {stem}.zarr` "
             "(choose columns with --columns), then use the zarr store; from Python: "
-            "ooc_spectral.importing.import_table")
+            "ooc_spectral.io.importing.import_table")
 
 
 def _regular_chunk_starts(n: int, rows: int) -> np.ndarray:

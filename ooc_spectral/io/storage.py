@@ -32,7 +32,7 @@ import time
 import uuid
 from typing import Any, Iterable, Iterator
 
-from .exceptions import LockedError, OutputNotWritableError, StorageBackendError
+from ..exceptions import LockedError, OutputNotWritableError, StorageBackendError
 
 __all__ = ["is_url", "check_location", "join", "filesystem", "StorageOptions",
            "storage_options_scope", "options_for", "ObjectLock", "redact", "LEASE_SECONDS"]
@@ -230,7 +230,7 @@ def options_for(location) -> dict:
 
 def parse_storage_options(text: str | dict | None, source: str = "--storage-options") -> dict:
     """``--storage-options`` JSON (or a workflow table) as a dict, checked."""
-    from .exceptions import InvalidParameterError
+    from ..exceptions import InvalidParameterError
 
     if text is None or text == "":
         return {}

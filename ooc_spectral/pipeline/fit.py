@@ -31,27 +31,31 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 from scipy.linalg import solve_triangular
-from scipy.linalg.lapack import dtrcon
 
-from . import planning
-from .accumulate import PartialStore, accumulate, check_degrees, extension_pass
-from .config import FitConfig
-from .eigensolve import (check_n_components, eigenvalue_error_bound, solve_additive,
-                         solve_divisive, solve_exact, spent_directions)
-from .execution import Executor, compute
-from .kernels import Kernel, SubsetNormalizedKernel, make_kernel, resolve_gamma
-from .planning import (SAMPLE_PURPOSE, VisitOrder, plan_block_rows, plan_sample, plan_tasks,
-                       tasks_tag)
-from .exceptions import (DictionaryError, DictionarySizeError, DictionaryWarning, InvalidInputError,
-                         NumericalBreakdownError)
-from .model import PIVOT_FLOOR, Dictionary, SpectralMap
-from .prefix_scan import GreedyScan, Rescan, Selection
-from .scan import DictionaryState, ScanProgress, scan_rows, search_dictionary
-from .source import DataSource, check_finite
-from .statistics import Certificate, Statistic
+from .._validation import check_finite
+from ..core import planning
+from ..core.checks import check_certificate, check_conditioning, feature_space_dimension
+from ..core.config import FitConfig
+from ..core.eigensolve import (check_n_components, eigenvalue_error_bound, solve_additive,
+                               solve_divisive, solve_exact, spent_directions)
+from ..core.kernel_choice import make_kernel, resolve_gamma
+from ..core.kernels import Kernel, SubsetNormalizedKernel
+from ..core.model import Dictionary, SpectralMap
+from ..core.pass2 import check_degrees
+from ..core.planning import (SAMPLE_PURPOSE, VisitOrder, plan_block_rows, plan_sample, plan_tasks,
+                             tasks_tag)
+from ..core.scan.blocked import scan_rows
+from ..core.scan.search import search_dictionary
+from ..core.scan.state import DictionaryState, ScanProgress
+from ..core.statistics import Statistic
+from ..exceptions import DictionaryError, DictionarySizeError, DictionaryWarning, InvalidInputError
+from ..io.source import DataSource
+from ..runtime.execution import Executor, compute
+from .accumulate import PartialStore, accumulate, extension_pass
+from .scan import GreedyScan, Rescan, Selection
 from .writeback import EmbeddingOutput, map_rows
 
-__all__ = ["FitRun", "FitResult", "Checkpoint", "SAMPLE_PURPOSE", "resolve_gamma"]
+__all__ = ["FitRun", "FitResult", "Checkpoint"]
 
 log = logging.getLogger("ooc_spectral")
 
@@ -74,68 +78,6 @@ class Checkpoint(PartialStore, Protocol):
 EXACT_MAX_ROWS = 8192
 #: ... that is, as soon as the scan's dictionary holds this fraction of the rows.
 EXACT_FRACTION = 0.5
-
-
-#: Largest ``eps * cond_1(L)`` (LAPACK's estimate) the coordinates are trusted with.
-#: Measured on circles, moons, an S-curve and swiss rolls at tol 1e-8..1e-12: healthy
-#: fits reach 1.1e11 (eigenvalues to 1e-11 relative), broken ones 1.6e12 and more
-#: (eigenvalues off by 3e-6 and more, with every computed residual within tol).
-CONDITION_LIMIT = 1e-4 / np.finfo(np.float64).eps
-
-
-def feature_space_dimension(kernel: str, n_features: int, degree: int) -> int | None:
-    """Dimension of a finite-dimensional kernel's feature space (None if infinite)."""
-    if kernel in ("linear", "cosine"):
-        return int(n_features)
-    if kernel == "polynomial":
-        return math.comb(int(n_features) + int(degree), int(degree))
-    return None
-
-
-def check_conditioning(dictionary: Dictionary, tol: float) -> None:
-    """Raise :class:`NumericalBreakdownError` if the factor is too ill-conditioned.
-
-    Past :data:`CONDITION_LIMIT` the coordinates of the rows (and so their
-    residuals, which then look within ``tol``) are rounding noise at the scale of
-    the small eigenvalues. Checked right after the scan, before any pass.
-    """
-    m = dictionary.size
-    if dictionary.L is not None and m > 1:
-        rcond, _ = dtrcon(dictionary.L, norm="1", uplo="L", diag="N")
-        if rcond * CONDITION_LIMIT < 1.0:
-            raise NumericalBreakdownError(
-                f"the dictionary's Cholesky factor ({m} points) has condition number about "
-                f"{1 / max(rcond, 1e-300):.2g}, beyond the {CONDITION_LIMIT:.2g} float64 arithmetic "
-                f"resolves: at tol={tol:.3g} the rows' coordinates, residuals and spectrum would "
-                f"be rounding noise at the scale of the small eigenvalues. Use a larger tol "
-                f"(try tol={tol * 100:.2g}) or a smaller gamma")
-
-
-def check_certificate(cert: Certificate, tol: float, m: int, kernel: Kernel, dictionary: Dictionary,
-                      max_kx: float = 0.0) -> None:
-    """Raise :class:`NumericalBreakdownError` if a row is beyond ``tol`` after a full scan.
-
-    The scan guarantees ``delta_t <= tol`` for every row (the span only grows), so
-    pass 2's ``max delta`` can exceed ``tol`` only by the rounding of ``delta``
-    itself (allowed: ``(PIVOT_FLOOR + 16 (m + 2) eps) max k(x, x)``; the scan
-    never adds a row whose unconstrained residual is below the pivot floor). More means the factor is too
-    ill-conditioned for float64 at this tol: the residuals, and the spectrum
-    computed from the same coordinates, are rounding noise at that scale.
-    ``max_kx`` is the largest ``k(x, x)`` of the rows, when pass 2 measured it.
-    """
-    eps = np.finfo(np.float64).eps
-    kmax = float(np.max(np.abs(kernel.diag(dictionary.points, dictionary.aux)))) if m else 1.0
-    kmax = max(kmax, float(max_kx))
-    # the scan never adds a row below the pivot floor, and delta's own rounding
-    slack = (PIVOT_FLOOR + 16.0 * (m + 2) * eps) * kmax
-    worst = float(cert.max_delta)
-    if worst > tol + slack:
-        raise NumericalBreakdownError(
-            f"row {int(cert.argmax)} is at squared distance {worst:.3g} from the dictionary's "
-            f"span after the scan, beyond tol={tol:.3g} (rounding allows {slack:.2g}): at this tol "
-            f"the dictionary's Cholesky factor ({m} points) is too ill-conditioned for float64 "
-            f"arithmetic, so its residuals and spectrum would be rounding noise. Use tol >= "
-            f"{max(10 * worst, 10 * slack):.2g}, or a smaller gamma")
 
 
 @dataclass
@@ -523,7 +465,7 @@ class FitRun:
         preimage = None
         if c.fit_inverse_transform:  # scikit-learn's regression on every row
             with self.stage("preimage"):
-                from .preimage import exact_preimage
+                from ..core.preimage import exact_preimage
 
                 # the training embedding sqrt(lambda) v (= components * lambda), not the
                 # Nystrom map of the rows, which amplifies rounding in the smallest components
@@ -549,7 +491,7 @@ class FitRun:
         Accumulates ``sum k k'`` and ``sum k x'`` with ``k = k(e(x), E_D)`` (m x m
         and m x d) and solves the ridge system (:mod:`ooc_spectral.preimage`).
         """
-        from .preimage import PreimageProblem, solve_preimage
+        from ..core.preimage import PreimageProblem, solve_preimage
 
         d = smap.dictionary
         problem = PreimageProblem(smap, d.kernel, smap.embed(d.points))

@@ -32,16 +32,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .accumulate import accumulate, extension_pass
-from .config import FitConfig
-from .eigensolve import eigenvalue_error_bound, solve_additive
-from .exceptions import InvalidInputError, InvalidParameterError
-from .execution import Executor
-from .kernels import Kernel
-from .model import Dictionary, SpectralMap
-from .planning import VISIT_WINDOW_ROWS, VisitOrder, plan_task_rows
-from .scan import DictionaryState, scan_source
-from .source import DataSource
-from .statistics import Moments
+from ..core.config import FitConfig
+from ..core.eigensolve import eigenvalue_error_bound, solve_additive
+from ..exceptions import InvalidInputError, InvalidParameterError
+from ..runtime.execution import Executor
+from ..core.kernels import Kernel
+from ..core.model import Dictionary, SpectralMap
+from ..core.planning import VISIT_WINDOW_ROWS, VisitOrder, plan_task_rows
+from .scan import scan_source
+from ..core.scan.state import DictionaryState
+from ..io.source import DataSource
+from ..core.statistics import Moments
 
 __all__ = ["IncrementalFit", "Batch"]
 

@@ -34,11 +34,11 @@ import numpy as np
 import zarr
 import zarr.errors
 
-from .model import SpectralMap
-from .exceptions import OutputNotWritableError, ConfigurationMismatchError
-from .execution import Executor, shared
-from .integrity import checksummed, damaged_chunks, missing_chunks
-from .source import check_finite
+from .._validation import check_finite
+from ..core.model import SpectralMap
+from ..exceptions import ConfigurationMismatchError, OutputNotWritableError
+from ..io.integrity import checksummed, damaged_chunks, missing_chunks
+from ..runtime.execution import Executor, shared
 
 __all__ = ["map_rows", "EmbeddingOutput", "EMBEDDING", "WRITTEN"]
 
@@ -135,7 +135,7 @@ def _write_block(block, smap: SpectralMap, url: str, start: int, stop: int,
 def _unfinished_api_output(group) -> bool:
     """True for what a ``fit(output=...)`` that died leaves: an embedding never marked
     complete, outside any ``ooc-spectral fit`` OUTDIR. Starting it over loses nothing."""
-    from .checkpoint import RUN_KEY
+    from ..io.checkpoint import RUN_KEY
 
     if RUN_KEY in group.attrs or EMBEDDING not in group:
         return False
@@ -146,7 +146,7 @@ def _unfinished_api_output(group) -> bool:
 
 
 def _absolute(url) -> str:
-    from .storage import absolute, check_location
+    from ..io.storage import absolute, check_location
 
     return absolute(check_location(url, "output"))
 
@@ -169,7 +169,7 @@ class EmbeddingOutput:
     def __init__(self, url: str, n_rows: int, n_components: int, chunk_rows: int,
                  dtype="float64"):
         self.url = _absolute(url)  # workers may run in another working directory
-        from .storage import StorageOptions, options_for
+        from ..io.storage import StorageOptions, options_for
 
         #: the command's storage options of a URL, sent with the write tasks (never shown)
         self.options = StorageOptions(options_for(self.url))
@@ -326,6 +326,6 @@ class EmbeddingOutput:
 
 
 def _chunk_list(arr):
-    from .integrity import chunk_keys
+    from ..io.integrity import chunk_keys
 
     return chunk_keys(arr)

@@ -29,6 +29,8 @@ import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from .memory import check_memory_limit
+
 __all__ = ["ClusterOptions", "dask_client", "compute_engine", "choose_engine", "Engine",
            "ENGINES", "THREADS_MAX_BYTES"]
 
@@ -76,9 +78,6 @@ class ClusterOptions:
         return self.scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or None
 
 
-#: Resident memory of an idle worker process with ooc_spectral imported (measured 175 MiB
-#: idle, 216 MiB after reading tasks: Python 3.11, numpy 2.4, dask 2026.8).
-WORKER_BASELINE = 224 * 2**20
 #: How the embedded cluster starts worker processes (see :func:`embedded_worker_start`).
 WORKER_START_METHOD = "forkserver"
 #: The embedded cluster's workers keep glibc's own allocator thresholds: distributed
@@ -98,7 +97,7 @@ WORKER_MALLOC_TRIM_THRESHOLD = None
 #: count them from its start; each worker imports them at its first pass 2 task instead
 #: (0.26 s, the loops loaded from numba's disk cache).
 WORKER_PRELOAD = ("distributed", "numpy", "scipy.linalg", "dask.array", "zarr",
-                  "ooc_spectral.pipeline")
+                  "ooc_spectral.pipeline.fit")
 #: Seconds to connect to a scheduler and receive its dask handshake (dask config
 #: ``ooc-spectral.connect-timeout``, env ``DASK_OOC_SPECTRAL__CONNECT_TIMEOUT``).
 CONNECT_TIMEOUT = "30s"
@@ -109,66 +108,6 @@ def connect_timeout() -> float:
     from dask.utils import parse_timedelta
 
     return float(parse_timedelta(dask.config.get("ooc-spectral.connect-timeout", CONNECT_TIMEOUT)))
-
-
-def format_bytes(n: int) -> str:
-    """``n`` bytes as a ``--memory-limit`` value (MiB, rounded up)."""
-    return f"{-(-int(n) // 2**20)}MiB"
-
-
-def _fraction(key: str, default: float) -> float:
-    import dask
-
-    value = dask.config.get(f"distributed.worker.memory.{key}", default)
-    return float(value) if value else 1.0
-
-
-def smallest_memory_limit(task_bytes: int | None = None) -> int:
-    """The smallest per-worker memory limit that runs one task of the passes.
-
-    A worker's resident memory (:data:`WORKER_BASELINE`) plus one task's budget
-    must stay under dask's terminate fraction of the limit, and the idle worker
-    under its pause fraction; rounded up to 32 MiB.
-    """
-    from .planning import DEFAULT_TASK_MEMORY
-
-    task = DEFAULT_TASK_MEMORY if task_bytes is None else int(task_bytes)
-    need = max((WORKER_BASELINE + task) / _fraction("terminate", 0.95),
-               WORKER_BASELINE / _fraction("pause", 0.8))
-    step = 32 * 2**20
-    return int(-(-need // step) * step)
-
-
-def check_memory_limit(value) -> int | None:
-    """``--memory-limit`` in bytes (None for ``auto``), or :class:`InvalidParameterError`.
-
-    A limit under which an idle worker process cannot even stay alive (dask
-    restarts it forever) is refused before any cluster starts.
-    """
-    from dask.utils import parse_bytes
-
-    from .exceptions import InvalidParameterError
-
-    if value is None or str(value).strip().lower() == "auto":
-        return None
-    try:
-        limit = int(parse_bytes(value))
-    except (ValueError, TypeError):
-        raise InvalidParameterError(
-            f"--memory-limit {value!r} is not a size; write it like 4GiB or 800MB, or 'auto'"
-        ) from None
-    if limit <= 0:
-        raise InvalidParameterError(f"--memory-limit {value!r} must be positive (or 'auto')")
-    floor = WORKER_BASELINE / _fraction("pause", 0.8)
-    if limit < floor:
-        raise InvalidParameterError(
-            f"--memory-limit {value} is too small: a dask worker process uses about "
-            f"{format_bytes(WORKER_BASELINE)} before any task and is paused or restarted "
-            f"forever below {format_bytes(floor)}; the smallest limit that runs the passes is "
-            f"about {format_bytes(smallest_memory_limit())}: pass --memory-limit "
-            f"{format_bytes(smallest_memory_limit())} or more"
-        )
-    return limit
 
 
 def probe_scheduler(address: str, timeout: float | None = None) -> None:
@@ -185,7 +124,7 @@ def probe_scheduler(address: str, timeout: float | None = None) -> None:
     import socket
     import struct
 
-    from .exceptions import SchedulerError
+    from ..exceptions import SchedulerError
 
     timeout = connect_timeout() if timeout is None else float(timeout)
     scheme, _, rest = address.rpartition("://")
@@ -273,7 +212,7 @@ def worker_start_method() -> str:
     :data:`WORKER_START_METHOD` unless set to another of ``multiprocessing``'s methods."""
     import dask
 
-    from .exceptions import InvalidParameterError
+    from ..exceptions import InvalidParameterError
 
     method = str(dask.config.get("ooc-spectral.worker-start-method", WORKER_START_METHOD))
     if method not in ("forkserver", "spawn"):
@@ -306,7 +245,7 @@ def embedded_cluster_config() -> dict:
     process too while the cluster runs (its scheduler and nannies live here), and
     restored when the cluster stops; an external cluster and the threads engine are
     not touched."""
-    from ._validation import config_flag
+    from .._accel.support import config_flag
 
     return {} if config_flag("ooc-spectral.cluster-diagnostics", False) else dict(EMBEDDED_DIAGNOSTICS_OFF)
 
@@ -414,7 +353,7 @@ def choose_engine(options: ClusterOptions, input_bytes: int | None = None, *,
     ``--memory-limit`` or ``needs_cluster`` (dask's performance report) also
     takes the cluster.
     """
-    from .exceptions import InvalidParameterError
+    from ..exceptions import InvalidParameterError
 
     engine = options.engine or "auto"
     if engine not in ENGINES:

@@ -33,10 +33,12 @@ import dask
 import dask.base
 from threadpoolctl import threadpool_limits
 
-from .exceptions import WorkerMemoryError, WorkersLostError, raise_if_interrupted
+from ..exceptions import WorkerMemoryError, WorkersLostError, raise_if_interrupted
+from .memory import (WORKER_BASELINE, cache_block_bytes, format_bytes, smallest_memory_limit,
+                     task_memory_budget)
 
 __all__ = ["Executor", "PartProgress", "shared", "active_client", "compute", "task_blas_threads",
-           "task_threads", "task_memory_budget", "cache_block_bytes"]
+           "task_threads"]
 
 
 @contextmanager
@@ -79,48 +81,6 @@ def task_threads(client=None) -> int:
         if total:
             return total
     return int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
-
-
-#: Share of a worker's memory limit the tasks of a worker may use together (the rest:
-#: the worker process itself and dask's margins before it pauses or restarts a worker).
-TASK_MEMORY_FRACTION = 0.6
-
-
-def task_memory_budget(memory_limit: int | None, threads_per_worker: int = 1) -> int:
-    """Memory budget of one task: :data:`~ooc_spectral.planning.DEFAULT_TASK_MEMORY`,
-    or less when a worker's ``memory_limit`` (shared by its ``threads_per_worker``
-    tasks) needs it: ``(0.6 limit - worker baseline) / threads``, at least 32 MiB.
-
-    The dask config ``ooc-spectral.task-memory`` (env
-    ``DASK_OOC_SPECTRAL__TASK_MEMORY``, e.g. ``512MiB``) sets it instead.
-    """
-    from dask.utils import parse_bytes
-
-    from .cluster import WORKER_BASELINE
-    from .planning import DEFAULT_TASK_MEMORY
-
-    given = dask.config.get("ooc-spectral.task-memory", None)
-    if given:
-        return int(parse_bytes(given) if isinstance(given, str) else given)
-    if not memory_limit:
-        return DEFAULT_TASK_MEMORY
-    share = (TASK_MEMORY_FRACTION * int(memory_limit) - WORKER_BASELINE) // max(1, int(threads_per_worker))
-    return int(max(32 * 2**20, min(DEFAULT_TASK_MEMORY, share)))
-
-
-def cache_block_bytes() -> int:
-    """Largest kernel block of a task's sub-block, bytes:
-    :data:`~ooc_spectral.planning.CACHE_BLOCK_BYTES`, or the dask config
-    ``ooc-spectral.cache-block`` (env ``DASK_OOC_SPECTRAL__CACHE_BLOCK``, e.g.
-    ``32MiB`` on a machine with a larger cache per core)."""
-    from dask.utils import parse_bytes
-
-    from .planning import CACHE_BLOCK_BYTES
-
-    given = dask.config.get("ooc-spectral.cache-block", None)
-    if given:
-        return int(parse_bytes(given) if isinstance(given, str) else given)
-    return CACHE_BLOCK_BYTES
 
 
 def shared(obj: Any):
@@ -382,8 +342,7 @@ def worker_memory_limit(client) -> int | None:
 def killed_worker_error(label: str, exc: BaseException, memory_limit: int | None,
                         task_memory: int | None = None):
     """The named error for dask's ``KilledWorker``: too little memory, or workers dying."""
-    from .cluster import WORKER_BASELINE, format_bytes, smallest_memory_limit
-    from .planning import DEFAULT_TASK_MEMORY
+    from ..core.planning import DEFAULT_TASK_MEMORY
 
     task = getattr(exc, "task", None) or "a task"
     budget = int(task_memory or DEFAULT_TASK_MEMORY)

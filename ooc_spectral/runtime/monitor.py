@@ -18,7 +18,7 @@ import time
 import psutil
 
 from .execution import PartProgress
-from .scan import ScanProgress
+from ..core.scan.state import ScanProgress
 
 __all__ = ["MemorySampler", "ProgressLog", "tree_rss"]
 

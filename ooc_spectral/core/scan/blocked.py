@@ -40,197 +40,22 @@ used by passes 2 and 3 (``A M A' = Y Y'`` exactly).
 
 from __future__ import annotations
 
-import bisect
-import math
-import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
-from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from ._blas import one_blas_thread, solve_lower_transposed
-from .exceptions import DictionaryError, DictionarySizeError, raise_if_interrupted
-from .kernels import Kernel, RBFKernel, LaplacianKernel, SubsetNormalizedKernel, PolynomialKernel
-# still importable from here, where they lived before they had their own module
-from .local_certificate import (CERTIFY_THREADS, LOCAL_GROWTH, LOCAL_MIN_SIZE,  # noqa: F401
-                                LOCAL_SIZE, LocalCertificate, certify_rows,
-                                local_certificate_size, scan_pool, uncertified_rows)
-# the frozen result of the pass lives with the fitted model; importable from here too
-from .model import PIVOT_FLOOR, Dictionary  # noqa: F401
-from .planning import (SCAN_ONE_BLAS_THREAD_BELOW, SCAN_PANEL_POINTS, SCAN_PANEL_ROWS,
-                       SCAN_READ_CACHE_BYTES, SCAN_SPLIT_ROWS, VisitOrder, chunks_of_rows,
-                       scan_block_rows)
-from .source import check_finite
+from ..._accel.blas import solve_lower_transposed
+from ..._accel.threads import one_blas_thread
+from ..kernels import Kernel
+from ..model import PIVOT_FLOOR
+from ..planning import SCAN_ONE_BLAS_THREAD_BELOW, SCAN_PANEL_POINTS, SCAN_PANEL_ROWS, SCAN_SPLIT_ROWS, scan_block_rows
+from .local_certificate import CERTIFY_THREADS, certify_rows, scan_pool
+from .state import DictionaryState
 
-__all__ = [
-    "PIVOT_FLOOR",
-    "Dictionary",
-    "DictionaryState",
-    "ScanProgress",
-    "scan_block",
-    "scan_source",
-    "scan_rows",
-    "pointwise_scan",
-    "search_dictionary",
-]
-
-# --------------------------------------------------------------------------- #
-# The mutable state of the scan
-# --------------------------------------------------------------------------- #
-class DictionaryState:
-    """The growing dictionary: points, row numbers, Cholesky factor, ``w`` and ``beta``.
-
-    Storage grows by doubling; views ``[:size]`` are the live part.
-    """
-
-    def __init__(self, kernel: Kernel, n_features: int, affine: bool, capacity: int = 64):
-        self.kernel = kernel
-        self.affine = bool(affine)
-        self.n_features = int(n_features)
-        self.size = 0
-        self.beta = 0.0
-        self._points = np.empty((capacity, n_features))
-        self._indices = np.empty(capacity, dtype=np.int64)
-        self._L = np.zeros((capacity, capacity))
-        self._w = np.empty(capacity)
-        self._aux: np.ndarray | None = None
-        self._local: LocalCertificate | None = None
-
-    # -- views ------------------------------------------------------------ #
-    @property
-    def points(self) -> np.ndarray:
-        return self._points[: self.size]
-
-    @property
-    def indices(self) -> np.ndarray:
-        return self._indices[: self.size]
-
-    @property
-    def L(self) -> np.ndarray:
-        return self._L[: self.size, : self.size]
-
-    @property
-    def w(self) -> np.ndarray:
-        return self._w[: self.size]
-
-    @property
-    def aux(self) -> np.ndarray | None:
-        return None if self._aux is None else self._aux[: self.size]
-
-    def local_certificate(self) -> LocalCertificate | None:
-        """The :class:`LocalCertificate` for the current size (built when the size
-        crosses a point of :func:`local_certificate_size`'s grid), or None."""
-        g = local_certificate_size(self.size)
-        if g == 0:
-            return None
-        if self._local is None or self._local.size != g:
-            self._local = LocalCertificate.build(self.kernel, self._points[:g], None if self._aux is None
-                                                 else self._aux[:g], self.affine)
-        return self._local
-
-    # -- growth ----------------------------------------------------------- #
-    def _reserve(self, needed: int) -> None:
-        cap = self._points.shape[0]
-        if needed <= cap:
-            return
-        new = max(needed, 2 * cap)
-        m = self.size
-        pts = np.empty((new, self.n_features))
-        pts[:m] = self._points[:m]
-        idx = np.empty(new, dtype=np.int64)
-        idx[:m] = self._indices[:m]
-        L = np.zeros((new, new))
-        L[:m, :m] = self._L[:m, :m]
-        w = np.empty(new)
-        w[:m] = self._w[:m]
-        self._points, self._indices, self._L, self._w = pts, idx, L, w
-        if self._aux is not None:
-            aux = np.empty((new,) + self._aux.shape[1:])
-            aux[:m] = self._aux[:m]
-            self._aux = aux
-
-    def append(self, x, row: int, x_aux, z: np.ndarray, dhat: float, alpha: float) -> float:
-        """Add one point; ``z`` are its coordinates against the current dictionary.
-
-        Returns the entry appended to ``w`` (``alpha / sqrt(dhat)``).
-        """
-        m = self.size
-        self._reserve(m + 1)
-        pivot = math.sqrt(dhat)
-        self._L[m, :m] = z
-        self._L[m, m] = pivot
-        w_new = alpha / pivot
-        self._w[m] = w_new
-        self.beta += w_new * w_new
-        self._points[m] = x
-        self._indices[m] = row
-        if x_aux is not None:
-            if self._aux is None:
-                self._aux = np.empty((self._points.shape[0],) + np.shape(x_aux))
-            self._aux[m] = x_aux
-        self.size = m + 1
-        return w_new
-
-    def copy(self) -> "DictionaryState":
-        new = DictionaryState(self.kernel, self.n_features, self.affine, capacity=max(self.size, 64))
-        new._reserve(self.size)
-        m = self.size
-        new._points[:m] = self.points
-        new._indices[:m] = self.indices
-        new._L[:m, :m] = self.L
-        new._w[:m] = self.w
-        if self._aux is not None:
-            new._aux = np.empty((new._points.shape[0],) + self._aux.shape[1:])
-            new._aux[:m] = self._aux[:m]
-        new.beta = self.beta
-        new.size = m
-        new._local = self._local  # immutable, and built from points the copy shares
-        return new
-
-    def freeze(self, solver: str = "trsm") -> Dictionary:
-        """The finished dictionary as an immutable :class:`Dictionary`."""
-        aux = None if self._aux is None else self.aux.copy()
-        return Dictionary(
-            kernel=self.kernel,
-            points=self.points.copy(),
-            indices=self.indices.copy(),
-            aux=aux,
-            L=np.tril(self.L).copy(),
-            w=self.w.copy(),
-            beta=float(self.beta),
-            affine=self.affine,
-            solver=solver,
-        )
-
-    @classmethod
-    def from_arrays(cls, kernel: Kernel, affine: bool, points, indices, L, w) -> "DictionaryState":
-        """Rebuild a state (for a checkpoint resume). ``beta`` is ``w . w``."""
-        points = np.asarray(points, dtype=np.float64)
-        m, d = points.shape
-        st = cls(kernel, d, affine, capacity=max(64, m))
-        st._points[:m] = points
-        st._indices[:m] = np.asarray(indices, dtype=np.int64)
-        st._L[:m, :m] = np.asarray(L, dtype=np.float64)
-        st._w[:m] = np.asarray(w, dtype=np.float64)
-        # beta accumulated in the same order as during the scan, so it is bit-identical
-        beta = 0.0
-        for v in st._w[:m]:
-            beta += float(v) * float(v)
-        st.beta = beta
-        if m and kernel.has_aux:
-            aux = kernel.aux(points)
-            st._aux = np.empty((st._points.shape[0],) + aux.shape[1:])
-            st._aux[:m] = aux
-        st.size = m
-        return st
+__all__ = ["scan_block", "scan_rows", "block_coordinates", "uncertified_rows", "pointwise_scan"]
 
 
-# --------------------------------------------------------------------------- #
-# The blocked scan of one block
-# --------------------------------------------------------------------------- #
 def _residuals(state: DictionaryState, dhat, alpha):
     if not state.affine:
         return dhat
@@ -399,42 +224,6 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
     return False, c
 
 
-# --------------------------------------------------------------------------- #
-# Driving the scan over a data source
-# --------------------------------------------------------------------------- #
-@dataclass
-class ScanProgress:
-    """What the scan reports after each window (for progress bars and checkpoints)."""
-
-    windows_done: int
-    n_windows: int
-    rows_done: int
-    n_rows: int
-    dictionary_size: int
-    elapsed: float
-
-    @property
-    def rows_per_second(self) -> float:
-        return self.rows_done / self.elapsed if self.elapsed > 0 else float("nan")
-
-
-def size_hint(kernel: Kernel, tol: float) -> str:
-    """What to change when a dictionary outgrows ``max_dictionary_size`` (for the message)."""
-    base = kernel.base if isinstance(kernel, SubsetNormalizedKernel) else kernel
-    hint = f"increase tol (try tol={max(tol, 1e-12) * 10:.3g})"
-    if isinstance(base, (RBFKernel, LaplacianKernel, PolynomialKernel)):
-        hint += f", or use a smoother kernel with a smaller gamma (try gamma={base.gamma / 2:.3g})"
-    return hint
-
-
-def _size_error(state: DictionaryState, limit: int, rows_done: int, n_rows: int, tol: float) -> DictionarySizeError:
-    return DictionarySizeError(
-        f"the dictionary grew past max_dictionary_size={limit} after scanning {rows_done} of "
-        f"{n_rows} rows with tol={tol:.3g}; {size_hint(state.kernel, tol)}, or raise "
-        "max_dictionary_size"
-    )
-
-
 def _scan_blas_threads(size: int):
     """One BLAS thread while the dictionary is below :data:`~ooc_spectral.planning.
     SCAN_ONE_BLAS_THREAD_BELOW` points, every thread from there on."""
@@ -491,139 +280,34 @@ def _scan_next(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: flo
     return bool(idx.size) and scan_block(state, X[idx], rows[idx], tol, limit), b
 
 
-class WindowReader:
-    """The scan's windows, read so that storage chunks shared by windows are decoded once.
+def uncertified_rows(state: DictionaryState, X: np.ndarray, tol: float) -> np.ndarray | None:
+    """Positions of the rows of X that the local certificate cannot rule out.
 
-    A window of the visiting order (:data:`~ooc_spectral.planning.VISIT_WINDOW_ROWS`
-    rows) is often part of a larger storage chunk (zarr chunks of 131,072 or
-    262,144 rows), and the windows are visited in a seeded random order: reading
-    each window from the store decoded its whole chunk once per window (the 10^6
-    x 64 image patches in 131,072-row chunks: 0.96 s of reads for a 1.6 s scan).
-    The visiting order is known in advance
-    (:meth:`~ooc_spectral.planning.VisitOrder.chunk_visits`), so a decoded chunk
-    is kept while a later window needs it, within
-    :data:`~ooc_spectral.planning.SCAN_READ_CACHE_BYTES`; when the budget is
-    full, the chunk needed farthest ahead is the one not kept (Belady's rule).
-    The rows and their order are those of ``source.read_rows``: only how often a
-    chunk is decoded changes. Used by one thread at a time.
+    None when the dictionary is too small for a certificate (every row must be
+    scanned). The rows are bounded :func:`certify_rows` at a time, the blocks
+    shared between :data:`CERTIFY_THREADS` threads (NumPy releases the GIL; each
+    thread's BLAS runs single-threaded meanwhile).
     """
+    cert = state.local_certificate()
+    if cert is None:
+        return None
+    c = X.shape[0]
+    if c == 0:
+        return np.empty(0, dtype=np.int64)
+    parts = -(-c // certify_rows(cert.size))
+    parts = -(-parts // CERTIFY_THREADS) * CERTIFY_THREADS  # the threads get equal shares
+    step = max(1, -(-c // parts))
 
-    def __init__(self, source, order: VisitOrder, start_window: int = 0,
-                 budget: int = SCAN_READ_CACHE_BYTES):
-        self.source, self.order, self.budget = source, order, int(budget)
-        self.windows = order.windows
-        self.starts = np.asarray(source.chunk_starts, dtype=np.int64)
-        self.keeps = source.kind != "numpy"  # reading numpy rows decodes nothing
-        self.visits = order.chunk_visits(self.starts, start_window) if self.keeps else {}
-        self.chunks: dict[int, np.ndarray] = {}
-        self.decoded = 0  # chunks read from the source (for tests and benchmarks)
+    def part(a: int) -> np.ndarray:
+        return a + np.flatnonzero(~cert.certified(X[a : a + step], tol))
 
-    def _next_visit(self, j: int, k: int) -> float:
-        """The first position from ``k`` on whose window needs chunk ``j`` (inf: none)."""
-        v = self.visits.get(j, [])
-        i = bisect.bisect_left(v, k)
-        return v[i] if i < len(v) else math.inf
-
-    def _chunk(self, j: int, k: int) -> np.ndarray:
-        """Storage chunk ``j`` for the window at position ``k``, kept if a later one needs it."""
-        chunk = self.chunks.pop(j, None)
-        if chunk is None:
-            chunk = self.source.read_raw(int(self.starts[j]), int(self.starts[j + 1]))
-            self.decoded += 1
-        kept = {i: self._next_visit(i, k) for i in self.chunks}  # maybe this window's next
-        kept[j] = self._next_visit(j, k + 1)
-        while kept and (sum(self.chunks[i].nbytes for i in kept if i != j)
-                        + (chunk.nbytes if j in kept else 0)) > self.budget:
-            del kept[max(kept, key=kept.get)]  # needed farthest ahead (or never)
-        self.chunks = {i: self.chunks[i] for i in kept if i != j and kept[i] < math.inf}
-        if j in kept and kept[j] < math.inf:
-            self.chunks[j] = chunk
-        return chunk
-
-    def read(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The window at position ``k`` of the visiting order: its rows in visiting
-        order as float64 (checked finite) and their row numbers."""
-        w = self.windows[k]
-        a, b = self.order.window_bounds(w)
-        if not self.keeps:
-            raw = self.source.read_raw(a, b)
-        else:
-            parts = []
-            for j in chunks_of_rows(self.starts, a, b):
-                c0 = int(self.starts[j])
-                parts.append(self._chunk(j, k)[max(a, c0) - c0: min(b, int(self.starts[j + 1])) - c0])
-            raw = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        check_finite(raw, a, self.source)
-        perm = self.order.rows_in_window(w)
-        return np.ascontiguousarray(raw[perm], dtype=np.float64), a + perm
-
-
-def scan_source(
-    source,
-    order: VisitOrder,
-    state: DictionaryState,
-    *,
-    tol: float,
-    max_size: int,
-    start_window: int = 0,
-    block_rows: int | None = None,
-    on_window: Callable[[DictionaryState, ScanProgress], None] | None = None,
-    patience: int | None = None,
-) -> int:
-    """Algorithm 1, steps 1-16, over a :class:`~ooc_spectral.source.DataSource`.
-
-    Reads the windows of ``order`` from ``start_window`` on (the next window is
-    read in a background thread while the current one is scanned), permutes each
-    window's rows, and scans them in blocks. ``on_window`` is called after each
-    window with the state and a :class:`ScanProgress` (checkpoints hook in there).
-
-    With ``patience=k`` the scan stops early, after ``k`` consecutive windows
-    that each added at most ``size // 1000`` points (the *prefix scan*; the rows
-    left must then be checked by a parallel pass, see
-    :func:`~ooc_spectral.pipeline.FitRun.build_dictionary`).
-
-    Returns
-    -------
-    int
-        The number of windows of ``order`` scanned so far (``order.n_windows``
-        unless the prefix scan stopped early).
-
-    Raises
-    ------
-    DictionarySizeError
-        The dictionary would grow past ``max_size``.
-    NonFiniteInputError
-        A row holds NaN or infinity.
-    """
-    windows = order.windows
-    n_windows = len(windows)
-    t0 = time.perf_counter()
-    rows_done = int(sum(order.window_bounds(w)[1] - order.window_bounds(w)[0]
-                        for w in windows[:start_window]))
-    read = WindowReader(source, order, start_window).read
-
-    stable = 0
-    done = start_window
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ooc-scan-read") as pool:
-        nxt = pool.submit(read, start_window) if start_window < n_windows else None
-        for k in range(start_window, n_windows):
-            raise_if_interrupted()
-            Xw, rw = nxt.result()
-            nxt = pool.submit(read, k + 1) if k + 1 < n_windows else None
-            before = state.size
-            if scan_rows(state, Xw, rw, tol, limit=max_size, block_rows=block_rows):
-                raise _size_error(state, max_size, rows_done, order.n_rows, tol)
-            rows_done += Xw.shape[0]
-            done = k + 1
-            if on_window is not None:
-                on_window(state, ScanProgress(k + 1, n_windows, rows_done, order.n_rows,
-                                              state.size, time.perf_counter() - t0))
-            stable = stable + 1 if state.size - before <= state.size // 1000 else 0
-            if patience is not None and stable >= patience and done < n_windows:
-                if nxt is not None:
-                    nxt.cancel()
-                break
-    return done
+    starts = range(0, c, step)
+    if len(starts) < 2 or CERTIFY_THREADS < 2:
+        keep = [part(a) for a in starts]
+    else:
+        with one_blas_thread():
+            keep = list(scan_pool().map(part, starts))
+    return np.concatenate(keep) if keep else np.empty(0, dtype=np.int64)
 
 
 def pointwise_scan(kernel: Kernel, X: np.ndarray, rows: np.ndarray, tol: float, *,
@@ -655,87 +339,3 @@ def pointwise_scan(kernel: Kernel, X: np.ndarray, rows: np.ndarray, tol: float, 
         if delta > tol and dhat > PIVOT_FLOOR * max(abs(kxx), np.finfo(np.float64).tiny):
             state.append(X[t], int(rows[t]), None if x_aux is None else x_aux[0], z, dhat, alpha)
     return state
-
-
-# --------------------------------------------------------------------------- #
-# Algorithm 2: a dictionary of a requested size
-# --------------------------------------------------------------------------- #
-def search_dictionary(kernel: Kernel, X: np.ndarray, rows: np.ndarray, size: int, *,
-                      affine: bool = True, iterations: int = 40,
-                      block_rows: int | None = None) -> tuple[DictionaryState, float]:
-    """The paper's Algorithm 2 on in-memory rows (in visiting order).
-
-    Searches the tolerance while keeping small dictionaries and only adding
-    points: ``eps_minus`` always gives at most ``size`` points and its dictionary
-    is the base of the next trial; ``eps_plus`` gives too many. The search is
-    geometric once both ends are positive (the paper bisects arithmetically; on
-    a tolerance spanning decades the geometric step reaches the same bracket in
-    fewer trials). It ends with a scan at ``eps_plus`` stopped at ``size``
-    points (step 25), so it returns exactly ``size`` points.
-
-    Returns
-    -------
-    state : DictionaryState
-        Exactly ``size`` points.
-    tol : float
-        A tolerance every row of ``X`` meets with that dictionary: the trial's
-        tolerance when a trial hits ``size`` exactly, else ``eps_minus`` (the
-        step-25 scan stops at ``size`` points, before the end of the rows, but
-        its dictionary contains the ``eps_minus`` one).
-
-    Raises
-    ------
-    DictionaryError
-        The rows hold fewer than ``size`` points that are not in the span of the
-        others.
-    """
-    X = np.ascontiguousarray(X, dtype=np.float64)
-    rows = np.asarray(rows)
-    empty = DictionaryState(kernel, X.shape[1], affine)
-
-    def trial(base: DictionaryState, eps: float) -> tuple[DictionaryState, bool]:
-        st = base.copy()
-        over = scan_rows(st, X, rows, eps, limit=size, block_rows=block_rows)
-        return st, over
-
-    diag = kernel.diag(X[: min(len(X), 4096)])
-    eps_minus = 2.0 * float(np.max(np.abs(diag))) + 1.0
-    eps_plus = 0.0
-    # steps 4-13: find an eps_minus that gives a small enough dictionary
-    while True:
-        st, over = trial(empty, eps_minus)
-        if not over and st.size == size:
-            return st, eps_minus
-        if not over:
-            base = st
-            break
-        eps_plus, eps_minus = eps_minus, eps_minus * 10.0
-    # steps 14-24: search, keeping the smaller dictionary as the base
-    for _ in range(iterations):
-        eps = math.sqrt(eps_plus * eps_minus) if eps_plus > 0 else eps_minus / 10.0
-        st, over = trial(base, eps)
-        if not over and st.size == size:
-            return st, eps
-        if over:
-            eps_plus = eps
-        else:
-            eps_minus, base = eps, st
-    if eps_plus == 0.0:
-        raise DictionaryError(
-            f"dictionary_size={size} cannot be reached: even with tol={eps_minus:.1e} only "
-            f"{base.size} of the {len(X)} sampled rows are outside the span of the others; "
-            f"ask for dictionary_size <= {base.size}"
-        )
-    # step 25: from the base, scan with eps_plus, stopping when the size is reached.
-    # The base held every row within eps_minus and the result contains the base,
-    # so eps_minus is the tolerance the result guarantees on these rows.
-    st = base.copy()
-    eps = eps_plus
-    for _ in range(60):
-        if scan_rows(st, X, rows, eps, limit=size, block_rows=block_rows) or st.size == size:
-            return st, eps_minus
-        eps /= 10.0  # the last step is not monotone in rare cases: keep adding
-    raise DictionaryError(
-        f"dictionary_size={size} cannot be reached: only {st.size} of the {len(X)} sampled "
-        f"rows are outside the span of the others; ask for dictionary_size <= {st.size}"
-    )

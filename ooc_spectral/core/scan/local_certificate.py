@@ -8,8 +8,8 @@ dictionary point j, the factor of its :data:`LOCAL_SIZE` nearest dictionary
 points (by kernel value); a row is bounded with the neighbourhood of the
 dictionary point it is closest to, at O(q^2) instead of O(m^2). Rows whose bound
 is below tol can never be added (adding points only lowers a residual), so the
-scan (:func:`~ooc_spectral.scan.scan_rows`) drops the rows
-:func:`uncertified_rows` rules out before the full solve: the dictionary is the
+scan drops the rows that
+:func:`~ooc_spectral.core.scan.blocked.uncertified_rows` rules out before the full solve: the dictionary is the
 one the point-by-point scan selects, only the work changes.
 
 The certificate is a function of the dictionary's size only
@@ -25,15 +25,10 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ._blas import one_blas_thread
-from .kernels import Kernel
-
-if TYPE_CHECKING:
-    from .scan import DictionaryState
+from ..kernels import Kernel
 
 __all__ = [
     "LocalCertificate",
@@ -42,7 +37,6 @@ __all__ = [
     "LOCAL_GROWTH",
     "CERTIFY_THREADS",
     "local_certificate_size",
-    "uncertified_rows",
     "certify_rows",
 ]
 
@@ -197,36 +191,6 @@ class LocalCertificate:
         bounds, kx = self.upper_bounds(X, x_aux)
         margin = 1e-6 * tol + 1e3 * np.finfo(np.float64).eps * np.abs(kx)
         return bounds <= tol - margin
-
-
-def uncertified_rows(state: DictionaryState, X: np.ndarray, tol: float) -> np.ndarray | None:
-    """Positions of the rows of X that the local certificate cannot rule out.
-
-    None when the dictionary is too small for a certificate (every row must be
-    scanned). The rows are bounded :func:`certify_rows` at a time, the blocks
-    shared between :data:`CERTIFY_THREADS` threads (NumPy releases the GIL; each
-    thread's BLAS runs single-threaded meanwhile).
-    """
-    cert = state.local_certificate()
-    if cert is None:
-        return None
-    c = X.shape[0]
-    if c == 0:
-        return np.empty(0, dtype=np.int64)
-    parts = -(-c // certify_rows(cert.size))
-    parts = -(-parts // CERTIFY_THREADS) * CERTIFY_THREADS  # the threads get equal shares
-    step = max(1, -(-c // parts))
-
-    def part(a: int) -> np.ndarray:
-        return a + np.flatnonzero(~cert.certified(X[a : a + step], tol))
-
-    starts = range(0, c, step)
-    if len(starts) < 2 or CERTIFY_THREADS < 2:
-        keep = [part(a) for a in starts]
-    else:
-        with one_blas_thread():
-            keep = list(scan_pool().map(part, starts))
-    return np.concatenate(keep) if keep else np.empty(0, dtype=np.int64)
 
 
 _POOL: ThreadPoolExecutor | None = None
