@@ -46,6 +46,7 @@ LAYERS = {
     # 9: the public surface: the package itself and its public paths
     "ooc_spectral": 9,
     "ooc_spectral.__main__": 9,
+    "ooc_spectral.cli": 9,
     "ooc_spectral.manifold": 9,
     "ooc_spectral.datasets": 9,
     "ooc_spectral.clustering": 9,

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import zarr
 
-from ooc_spectral.checkpoint import RunDirectory
+from ooc_spectral.io.checkpoint import RunDirectory
 from ooc_spectral.exceptions import InterruptedRun, OutputNotWritableError
 from test_cli import EXE, FAST, cli, last_json
 
@@ -118,8 +118,8 @@ def test_a_signal_whose_exception_python_dropped_still_interrupts_the_run(
     import gc
     import weakref
 
-    from ooc_spectral import execution
-    from ooc_spectral.cli import main
+    from ooc_spectral.runtime import execution
+    from ooc_spectral.batch.cli import main
 
     original = execution.Executor.run
     sent = []
@@ -160,7 +160,7 @@ def test_a_signal_dropped_after_the_last_step_is_logged_and_never_reaches_a_late
     """Dropped after the run's last check (writing the report): the run is complete, exit 0
     with a warning, and nothing is left pending for the next run in this process."""
     from ooc_spectral import exceptions
-    from ooc_spectral.cli import main
+    from ooc_spectral.batch.cli import main
 
     original = RunDirectory.write_report
     seen = []
@@ -401,7 +401,7 @@ def test_a_real_sigkill_after_an_empty_lock_resumes_with_the_same_command(small,
 
 TAKEOVER = r'''
 import json, os, sys, time
-from ooc_spectral.checkpoint import RunDirectory
+from ooc_spectral.io.checkpoint import RunDirectory
 from ooc_spectral.exceptions import LockedError
 
 root, rounds = sys.argv[1], int(sys.argv[2])
@@ -516,7 +516,7 @@ def test_workflow_root_above_the_working_directory_is_refused(tmp_path):
 
 
 def test_the_quickstart_root_from_the_repository_root_stays_valid(monkeypatch):
-    from ooc_spectral.workflow import load_workflow
+    from ooc_spectral.batch.workflow import load_workflow
 
     repo = Path(__file__).resolve().parents[1]
     monkeypatch.chdir(repo)
@@ -585,7 +585,7 @@ def test_finite_values_whose_squared_norms_overflow_are_named(tmp_path, scale):
 
 
 def test_inspect_names_a_live_holder_only(tmp_path):
-    from ooc_spectral.inspection import inspect_path
+    from ooc_spectral.batch.inspection import inspect_path
 
     out = tmp_path / "out"
     rundir = RunDirectory(out)
@@ -654,7 +654,7 @@ def test_a_full_disk_through_the_cli_is_exit_1_and_the_rerun_with_space_finishes
 def test_a_full_disk_while_creating_the_embedding_is_a_runtime_failure(tmp_path, monkeypatch):
     import errno
 
-    from ooc_spectral import writeback
+    from ooc_spectral.pipeline import writeback
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -676,7 +676,7 @@ def test_a_result_lost_with_the_last_worker_before_it_is_gathered_ends_the_pass(
     from distributed import Client, LocalCluster
 
     from ooc_spectral.exceptions import WorkersLostError
-    from ooc_spectral.execution import Executor
+    from ooc_spectral.runtime.execution import Executor
 
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                       dashboard_address=None) as cluster, Client(cluster) as client:

@@ -24,7 +24,7 @@ from sklearn.datasets import make_circles, make_moons, make_s_curve, make_swiss_
 from sklearn.decomposition import PCA, KernelPCA
 
 from ooc_spectral import GreedySpectralEmbedding
-from ooc_spectral.eigensolve import solve_additive
+from ooc_spectral.core.eigensolve import solve_additive
 from ooc_spectral.exceptions import NumericalBreakdownError
 
 TOLS = [1e-6, 1e-8, 1e-9, 1e-10, 1e-11, 1e-12]
@@ -98,7 +98,7 @@ def _executed(dask_worker):
 
 
 def _single_task_mkl(dask_worker):
-    from ooc_spectral import _blas
+    from ooc_spectral._accel import blas as _blas
 
     return _blas.mkl() is not None and dask_worker.state.nthreads == 1
 
@@ -152,7 +152,7 @@ def fitted_circles():
 
 def moments_of(X, est):
     """Pass 2's statistics recomputed in memory for the fitted dictionary."""
-    from ooc_spectral.accumulate import chunk_moments
+    from ooc_spectral.core.pass2 import chunk_moments
 
     return chunk_moments(X, est.spectral_map_.dictionary, 0)
 
@@ -265,8 +265,9 @@ def test_extension_pass_equals_a_full_pass(tol, fast):
     # a dictionary grown after pass 2 (prefix scan, partial_fit): the extension gives the
     # moments a full pass with the grown dictionary gives; the kernel-space extension only
     # where the grown factor is well conditioned
-    from ooc_spectral.accumulate import accumulate, extension_pass, kernel_cross_is_accurate
-    from ooc_spectral.execution import Executor
+    from ooc_spectral.core.pass2 import kernel_cross_is_accurate
+    from ooc_spectral.pipeline.accumulate import accumulate, extension_pass
+    from ooc_spectral.runtime.execution import Executor
     import dask.array as da
 
     X = make_moons(3000, noise=0.05, random_state=1)[0]
@@ -290,7 +291,7 @@ def test_extension_pass_equals_a_full_pass(tol, fast):
     np.testing.assert_allclose(grown.m2, ref.m2, rtol=0, atol=atol * scale)
     np.testing.assert_allclose(grown.mean, ref.mean, rtol=0, atol=atol * np.abs(ref.mean).max())
     # and so the same spectrum
-    from ooc_spectral.eigensolve import solve_additive
+    from ooc_spectral.core.eigensolve import solve_additive
     np.testing.assert_allclose(solve_additive(full, grown, 3).eigenvalues,
                                solve_additive(full, ref, 3).eigenvalues, rtol=1e-9)
 
@@ -362,7 +363,7 @@ def test_exact_path_lanczos_equals_lapack(k):
     # the same eigenvectors where the gap allows; seeded, so two calls agree bitwise
     from scipy.linalg import eigh
 
-    from ooc_spectral.eigensolve import dense_top_eigenpairs
+    from ooc_spectral.core.eigensolve import dense_top_eigenpairs
 
     X = make_circles(1000, factor=0.3, noise=0.05, random_state=0)[0]
     K = np.exp(-0.5 * ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
