@@ -271,7 +271,7 @@ def matmul_nt_into(A: np.ndarray, B: np.ndarray, out: np.ndarray,
     By MKL's sequential ``dgemm`` on the calling thread where :func:`mkl` is in use and
     ``use_mkl`` (default: :func:`one_task_at_a_time`), else by NumPy's ``matmul``. The
     kernel block's product has k = d + 2 (the augmented rows of
-    :class:`~ooc_spectral.kernels.RBFKernel`), a thin shape on which MKL runs at 53-67
+    :class:`~ooc_spectral.core.kernels.RBFKernel`), a thin shape on which MKL runs at 53-67
     GFLOP/s and OpenBLAS at 44 on one AVX-512 core. Only in a process that runs one task
     at a time: with two task threads in one process, MKL's product between NumPy's
     elementwise calls on the pieces ran 1.8-2x slower than alone (pass 3's piece loop,

@@ -18,7 +18,7 @@ Measured on one AVX-512 core, m = 300, a sub-block of 1,747 rows in the cache: t
 squared norms, ``z . w`` and the centring 0.16 ms compiled against 0.48 ms with NumPy;
 ``chunk_moments`` over a 262,144-row chunk, two worker processes side by side, with
 the compiled loops, MKL's ``exp`` and MKL's kernel product
-(:func:`~ooc_spectral._blas.exp_inplace`, :func:`~ooc_spectral._blas.matmul_nt_into`):
+(:func:`~ooc_spectral._accel.blas.exp_inplace`, :func:`~ooc_spectral._accel.blas.matmul_nt_into`):
 794-842 ms against 881-943 ms per chunk.
 """
 
@@ -36,7 +36,7 @@ __all__ = ["numba_loops", "loops_backend", "centre_rows", "clip_unit_col_sums", 
 
 #: Entries of a C-ordered block that the NumPy form of :func:`centre_rows` takes at a
 #: time (a piece of 1 MiB, read once into the core's cache for its three uses; as the
-#: kernel's pieces, :data:`~ooc_spectral.kernels.PIECE_ELEMENTS`).
+#: kernel's pieces, :data:`~ooc_spectral.core.kernels.PIECE_ELEMENTS`).
 CENTRE_PIECE_ELEMENTS = 2**17
 
 #: Most columns of ``G`` for which :func:`clip_unit_dot` takes the compiled loop (one

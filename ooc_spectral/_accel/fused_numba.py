@@ -1,4 +1,4 @@
-"""The compiled loops of :mod:`ooc_spectral._fused` (imported by it on first use, never
+"""The compiled loops of :mod:`ooc_spectral._accel.fused` (imported by it on first use, never
 directly: importing this module imports numba and compiles or loads the loops).
 
 Each loop is compiled once per process for C-contiguous float64 arrays (explicit

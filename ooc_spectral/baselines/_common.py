@@ -5,7 +5,7 @@ and :class:`~ooc_spectral.baselines.NystromEmbedding`; :func:`_dense_fit` the
 eigen-decomposition of a normalized dense Gram matrix both use;
 :func:`kernel_matmul` the out-of-core product ``k(Xa, Xb) @ V`` of
 :class:`~ooc_spectral.baselines.GaussianProjectionEmbedding` (and of
-:mod:`ooc_spectral.evaluation`); :class:`_KernelEmbeddingBase` the parameter
+:mod:`ooc_spectral.experiments.evaluation`); :class:`_KernelEmbeddingBase` the parameter
 checks, the ``fit`` skeleton and the ``transform`` of all three.
 """
 
@@ -75,7 +75,7 @@ def _checked_dask(source: DataSource, chunk_rows: int | None) -> da.Array:
 
 
 def _numpy_for_numpy(source: DataSource, out: da.Array):
-    """``out`` computed (through the :class:`~ooc_spectral.execution.Executor`) when
+    """``out`` computed (through the :class:`~ooc_spectral.runtime.execution.Executor`) when
     ``source`` is numpy input, else the lazy dask array."""
     return Executor().values("transform", out)[0] if source.kind == "numpy" else out
 

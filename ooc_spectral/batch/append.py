@@ -4,7 +4,7 @@ A nightly job often sees yesterday's input with today's rows appended (the zarr
 array resized, the new rows written after the old ones). Refitting reads every
 row three times; an update scans only the new rows, extends the old rows'
 statistics to the points the dictionary gained (the cross pass of
-:mod:`ooc_spectral.incremental`), runs pass 2 on the new rows, solves, and
+:mod:`ooc_spectral.pipeline.incremental`), runs pass 2 on the new rows, solves, and
 writes the embedding of every row again (the map changed). The result equals
 kernel PCA of every row projected on the final dictionary, as a fit does.
 

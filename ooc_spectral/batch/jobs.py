@@ -1,6 +1,6 @@
 """Batch jobs: what ``ooc-spectral fit`` and ``transform`` do, without the parsing.
 
-A job owns an output directory (see :mod:`ooc_spectral.checkpoint`): it takes
+A job owns an output directory (see :mod:`ooc_spectral.io.checkpoint`): it takes
 the lock, checks that the directory holds nothing or a run of the same
 configuration, runs (or resumes) the pipeline on a dask cluster, saves the
 model, writes ``report.json`` and, last, marks the run complete. A job that
@@ -65,7 +65,7 @@ def _same_input_or_restart(rundir: RunDirectory, resolved: dict, extra: dict) ->
     """True to resume; False after starting OUTDIR over because what the run reads changed.
 
     ``extra`` holds the identities of what the run reads, recorded when it began:
-    ``input_fingerprint`` (compared by :func:`~ooc_spectral.integrity.fingerprint_changes`)
+    ``input_fingerprint`` (compared by :func:`~ooc_spectral.io.integrity.fingerprint_changes`)
     and, for a transform, ``model_sha256`` (the saved model's digest). The input or the
     model at the same path with another content (tonight's file where yesterday's was, a
     refitted model) is never answered with the old result nor mixed with the old partial
@@ -273,7 +273,7 @@ def run_fit_job(job: FitJob) -> dict:
                 "config_hash": config_hash(resolved),
                 "versions": package_versions(),
                 "blas": blas_backend(),
-                "compiled_loops": loops_backend(),  # pass 2's elementwise loops (ooc_spectral._fused)
+                "compiled_loops": loops_backend(),  # pass 2's elementwise loops (ooc_spectral._accel.fused)
                 "finished": _now(),
             }
             rundir.write_report(report)

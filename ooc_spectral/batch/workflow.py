@@ -81,10 +81,10 @@ _CONTROL = {"help", "func", "json", "quiet", "verbose", "command"}
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    """The commands of :func:`ooc_spectral.cli.build_parser` (its ``commands``)."""
+    """The commands of :func:`ooc_spectral.batch.cli.build_parser` (its ``commands``)."""
     commands = getattr(parser, "commands", None)
     if not commands:  # pragma: no cover - a parser not made by build_parser
-        raise RuntimeError("the parser has no commands; use ooc_spectral.cli.build_parser()")
+        raise RuntimeError("the parser has no commands; use ooc_spectral.batch.cli.build_parser()")
     return commands
 
 

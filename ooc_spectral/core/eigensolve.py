@@ -1,6 +1,6 @@
 """The m x m eigensolve, in the client process, and the map it yields.
 
-From the statistics of pass 2 (see :mod:`ooc_spectral.accumulate`):
+From the statistics of pass 2 (see :mod:`ooc_spectral.core.pass2`):
 
 additive (kernel PCA, Proposition 2)
     ``C = sum (z - zbar)(z - zbar)'`` over the coordinates ``z_t = L^-1 k_t`` of

@@ -85,7 +85,7 @@ def median_heuristic_gamma(kernel: str, sample: np.ndarray) -> float | None:
 def resolve_gamma(kernel: str, gamma: float | None, source, seed: int) -> float | None:
     """``gamma`` as given, or :func:`median_heuristic_gamma` on the seeded sample of
     :data:`GAMMA_SAMPLE_SIZE` rows of ``source`` (a
-    :class:`~ooc_spectral.source.DataSource`); None for the linear kernel."""
+    :class:`~ooc_spectral.io.source.DataSource`); None for the linear kernel."""
     if callable(kernel) or kernel in NO_GAMMA:
         return None
     if gamma is None:

@@ -272,13 +272,13 @@ class RBFKernel(_Stationary):
 
     def kernel_adding_col_sums(self, S, col_sums):
         """The exponentials first, then the clip at 1 and the column sums in one pass
-        (:func:`~ooc_spectral._fused.clip_unit_col_sums`): the same values as
+        (:func:`~ooc_spectral._accel.fused.clip_unit_col_sums`): the same values as
         :meth:`monotone_to_kernel`'s clip of the exponent at 0."""
         return clip_unit_col_sums(exp_inplace(S), col_sums)
 
     def kernel_dot(self, S, G, out):
         """The exponentials, then the clip at 1 and the product with G in one pass
-        (:func:`~ooc_spectral._fused.clip_unit_dot`)."""
+        (:func:`~ooc_spectral._accel.fused.clip_unit_dot`)."""
         return clip_unit_dot(exp_inplace(S), G, out)
 
     def pairwise_monotone(self, X, Y, x_aux=None, y_aux=None, out=None):

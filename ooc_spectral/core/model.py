@@ -1,14 +1,14 @@
 """The fitted model: what the fit leaves behind and what every later stage applies.
 
-:class:`Dictionary` is the frozen result of pass 1 (:mod:`ooc_spectral.scan`): the
+:class:`Dictionary` is the frozen result of pass 1 (:mod:`ooc_spectral.core.scan`): the
 dictionary points, the Cholesky factor ``L`` of their Gram matrix, ``w = L^-1 1``
 and ``beta = w.w``, with the projection arithmetic passes 2 and 3 use
 (coordinates ``z = L^-1 k``, residuals ``delta`` of eq. 8, the affine
 coordinates ``y``). :class:`SpectralMap` is the result of the eigensolve
-(:mod:`ooc_spectral.eigensolve`): the dictionary with the eigenvectors and the
+(:mod:`ooc_spectral.core.eigensolve`): the dictionary with the eigenvectors and the
 centre, whose :meth:`SpectralMap.embed` is the Nystrom formula applied by
-pass 3 (:mod:`ooc_spectral.writeback`), ``transform`` and the persisted model
-(:mod:`ooc_spectral.persistence`).
+pass 3 (:mod:`ooc_spectral.pipeline.writeback`), ``transform`` and the persisted model
+(:mod:`ooc_spectral.io.persistence`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class Dictionary:
         ``kernel.aux(points)``, cached.
     L : ndarray of shape (m, m) or None
         Lower Cholesky factor of ``M = k(D, D)``. None for the exact path
-        (:func:`~ooc_spectral.eigensolve.solve_exact`): the dictionary is every
+        (:func:`~ooc_spectral.core.eigensolve.solve_exact`): the dictionary is every
         row and the coordinates are the kernel rows themselves.
     w : ndarray of shape (m,)
         ``L^-1 1``.
@@ -80,7 +80,7 @@ class Dictionary:
         solves fastest (:meth:`solve`); ``out``, a C-ordered float64 (m x c) array,
         receives ``k(D, X)`` (a caller's reused buffer; K is then its transpose).
         ``order="C"``: K is C-ordered, one row per row of X, the layout MKL solves
-        fastest (:func:`~ooc_spectral._blas.fast_solve_order`); ``out`` is then a
+        fastest (:func:`~ooc_spectral._accel.blas.fast_solve_order`); ``out`` is then a
         C-ordered float64 (c x m) array and K is ``out`` itself. The same values
         either way (the kernel is symmetric in its arguments, to rounding).
         ``col_sums`` (C order only; m values) receives the sums of K's rows,
@@ -109,10 +109,10 @@ class Dictionary:
 
         For a Fortran-ordered K (:meth:`kernel_block`'s), a recursive forward
         substitution on its C-ordered transpose
-        (:func:`~ooc_spectral._blas.solve_lower_rows`: matrix products and small
+        (:func:`~ooc_spectral._accel.blas.solve_lower_rows`: matrix products and small
         triangular solves on contiguous rows), Z Fortran-ordered too; for a
         C-ordered K, one triangular solve
-        (:func:`~ooc_spectral._blas.solve_lower_transposed`). Both are backward
+        (:func:`~ooc_spectral._accel.blas.solve_lower_transposed`). Both are backward
         stable and release the GIL, so that the threaded engine's tasks solve
         side by side. A product with an explicit ``L^-1`` does twice the flops
         and loses accuracy when L is ill conditioned.

@@ -105,7 +105,7 @@ def _kernel_scratch(m: int, c: int, order: str = "F") -> np.ndarray:
     A block allocated afresh for each sub-block is mapped and faulted in by the
     allocator, and freed back at its end: under ``MALLOC_TRIM_THRESHOLD_=65536``
     (which distributed sets in the workers it starts; the embedded cluster no longer
-    does, see :data:`~ooc_spectral.cluster.WORKER_MALLOC_TRIM_THRESHOLD`) every such
+    does, see :data:`~ooc_spectral.runtime.cluster.WORKER_MALLOC_TRIM_THRESHOLD`) every such
     block is a fresh ``mmap``. Measured, 10^7 x 32
     rows at m = 300 on the threads engine: pass 2 took 36.2 s with that setting
     and 30.9-32.0 s without it. The coordinates that live in this buffer never
@@ -121,10 +121,10 @@ def _centred_coordinates(block, dictionary: Dictionary, offset: int, chunk_start
                          order: str = "F"):
     """The rows as float64 (checked finite), their coordinates ``z = L^-1 k(D, x)``
     centred in place, the mean that was subtracted, the residuals ``delta`` and the
-    :class:`~ooc_spectral.statistics.RowSums` (of the uncentred coordinates).
+    :class:`~ooc_spectral.core.statistics.RowSums` (of the uncentred coordinates).
 
     The coordinates (c x m, Fortran- or C-ordered as ``order`` says, see
-    :func:`~ooc_spectral._blas.fast_solve_order`) are a view of this thread's
+    :func:`~ooc_spectral._accel.blas.fast_solve_order`) are a view of this thread's
     scratch block (:func:`_kernel_scratch`): valid until the thread's next call.
     In the C order their mean is ``L^-1 kbar``, from the kernel block's column sums
     added piece by piece in the cache (the same mean to rounding, ``eps cond(L)``,
@@ -169,11 +169,11 @@ def _column_means(Z: np.ndarray) -> np.ndarray:
 
 
 class _MomentsFold:
-    """A task's :class:`~ooc_spectral.statistics.Moments`, its sub-blocks folded in row
+    """A task's :class:`~ooc_spectral.core.statistics.Moments`, its sub-blocks folded in row
     order into one m x m accumulator.
 
     Each sub-block's centred product ``Z' Z`` is added in place
-    (:func:`~ooc_spectral._blas.add_gram_lower`); the pairwise update of Chan, Golub
+    (:func:`~ooc_spectral._accel.blas.add_gram_lower`); the pairwise update of Chan, Golub
     & LeVeque that :meth:`Moments.combine` applies at each merge
     (``+ f diff diff'``, ``f = na nb / n``) is kept as the vector ``sqrt(f) diff``
     and added once, as one product, by :meth:`result`. The same sums as folding
@@ -222,7 +222,7 @@ def chunk_moments(block, dictionary: Dictionary, offset: int, chunk_starts=None,
     what the eigensolve needs, with no further map. (Mapping kernel-space
     moments by ``L^-1 C_K L^-T`` once instead squares the condition number of
     L and gives spurious eigenvalues at small tol; see the module docstring of
-    :mod:`ooc_spectral.eigensolve`.) Besides the certificate (``max delta``),
+    :mod:`ooc_spectral.core.eigensolve`.) Besides the certificate (``max delta``),
     the partial carries the row sums for the eigensolve's checks. With
     ``block_rows`` the rows are taken in sub-blocks of that many, folded in row
     order (:class:`_MomentsFold`).

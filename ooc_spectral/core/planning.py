@@ -73,7 +73,7 @@ SCAN_PANEL_POINTS = 64
 SCAN_PANEL_ROWS = 256
 #: Below this dictionary size the scan runs BLAS on one thread, and shares each
 #: block's kernel rows and triangular solve between its own threads instead
-#: (:func:`ooc_spectral.scan.block_coordinates`): the products and solves of one
+#: (:func:`ooc_spectral.core.scan.blocked.block_coordinates`): the products and solves of one
 #: block (c x m against an m x m factor) are too small for OpenBLAS to share well,
 #: its second thread mostly spins. Measured, scan of 500,000 swiss-roll rows in
 #: memory on 2 cores, rbf, tol 1e-3 (``workflows/bench/scan_threads.py``), two
@@ -82,13 +82,13 @@ SCAN_PANEL_ROWS = 256
 #: 42.9 s, where BLAS's own threads pay.
 SCAN_ONE_BLAS_THREAD_BELOW = 3000
 #: Decoded storage chunks the scan keeps for a later window of its visiting order,
-#: bytes in the source's dtype (:class:`ooc_spectral.scan.WindowReader`). The 10^6
+#: bytes in the source's dtype (:class:`ooc_spectral.pipeline.scan.WindowReader`). The 10^6
 #: x 64 float32 image patches (eight 32 MB chunks, sixteen windows) decode 16
 #: chunks with no budget, 11 with 64 MiB, 9 with 128 MiB, 8 from 192 MiB on.
 SCAN_READ_CACHE_BYTES = 128 * 2**20
 #: Blocks of the scan with at least this many rows get their coordinates against the
 #: dictionary on every core while BLAS runs on one thread
-#: (:func:`ooc_spectral.scan.block_coordinates`).
+#: (:func:`ooc_spectral.core.scan.blocked.block_coordinates`).
 SCAN_SPLIT_ROWS = 1024
 #: Memory for one block's c x m coordinates in the scan.
 SCAN_BLOCK_MEMORY = 128 * 2**20
@@ -112,7 +112,7 @@ MIN_BLOCK_ROWS = 256
 #: (``workflows/bench/cli_floors.py``).
 CACHE_BLOCK_BYTES = 16 * 2**20
 #: Largest kernel block of a sub-block of pass 2 when its rows are solved in C order
-#: (:func:`~ooc_spectral._blas.fast_solve_order`, Intel MKL): a block of a few MiB
+#: (:func:`~ooc_spectral._accel.blas.fast_solve_order`, Intel MKL): a block of a few MiB
 #: is computed, solved and centred within the core's cache (see
 #: :func:`solve_block_rows`).
 ROW_BLOCK_BYTES = 4 * 2**20
@@ -363,7 +363,7 @@ def balanced_tail(n_rows: int, rows: int, threads: int,
     by two tasks (at most ``threads - 1`` more chunk reads). No task is made shorter
     than :data:`MIN_TASK_ROWS` rows. The threads finish together only if the
     re-split tasks start after the whole ones (a scheduler left to itself may give
-    two of them to one thread): :func:`~ooc_spectral.accumulate.accumulate` runs
+    two of them to one thread): :func:`~ooc_spectral.pipeline.accumulate.accumulate` runs
     them after the others (its ``tail``). Measured, 2·10^6 x 16 rows in 262,144-row chunks, m = 800, two
     threads: 7.6 tasks' worth of rows, where one thread did 4 whole tasks while the
     other did 3.6.

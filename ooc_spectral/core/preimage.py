@@ -15,7 +15,7 @@ statistic ``sum_t k_t k_t'`` and the m x d statistic ``sum_t k_t x_t'``
 (``k_t = k(e_t, E_D)``). Both are sums over rows: one parallel pass after the
 eigensolve (the embedding a row gets is known only then) accumulates them
 chunk by chunk with the ordered tree reduction of pass 2
-(:func:`~ooc_spectral.accumulate.accumulate`, kind ``"preimage"``). When the
+(:func:`~ooc_spectral.pipeline.accumulate.accumulate`, kind ``"preimage"``). When the
 dictionary is every row (``K_nD = K``, invertible) the normal equations
 reduce to scikit-learn's ``(K + alpha I) B = X``; the exact path solves that
 system directly (:func:`exact_preimage`), as scikit-learn does.

@@ -1,6 +1,6 @@
 """Pass 2's statistics: one small type per kind, each with its ``combine``.
 
-A pass-2 task reduces its rows to one of these (:mod:`ooc_spectral.accumulate`
+A pass-2 task reduces its rows to one of these (:mod:`ooc_spectral.core.pass2`
 computes them, the ``chunk`` step); two partials over consecutive rows merge with
 ``a.combine(b)`` (``a`` before ``b`` in row order, the ``combine`` step), which is
 associative and deterministic, so the ordered tree reduction gives the same
@@ -245,7 +245,7 @@ class CrossMoments(Statistic):
     ``cross = sum (z_old - mean_old)(z_new - mean_new)'``, ``new`` the centred
     sum of squares of the new coordinates, ``sq_new`` its trace row by row. With
     ``sums`` and ``certificate`` None they are the *kernel rows'* co-moments (the
-    fast extension, :func:`~ooc_spectral.accumulate.chunk_kernel_cross`).
+    fast extension, :func:`~ooc_spectral.core.pass2.chunk_kernel_cross`).
     """
 
     kind: ClassVar[str] = "cross"
@@ -332,7 +332,7 @@ class Degrees(Statistic):
 @dataclass(frozen=True, eq=False)
 class PreimageSums(Statistic):
     """``n``, ``ktk = sum k k'`` and ``ktx = sum k x'`` on the rows' embeddings
-    (:mod:`ooc_spectral.preimage`)."""
+    (:mod:`ooc_spectral.core.preimage`)."""
 
     kind: ClassVar[str] = "preimage"
     n: int

@@ -19,7 +19,7 @@ __all__ = ["FeatureNamesMixin", "SparseInputMixin"]
 class SparseInputMixin:
     """Declares sparse input accepted: ``scipy.sparse`` (and dask arrays of sparse
     chunks) are densified block by block as the passes read them
-    (:func:`~ooc_spectral.source.open_source`)."""
+    (:func:`~ooc_spectral.io.source.open_source`)."""
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -94,7 +94,7 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         seeded sample of ``sample_size`` rows, pivots drawn in proportion to
         their residual; with ``tol`` the rows pass 2 finds beyond tol are taken
         in by the same algorithm until none is left
-        (:mod:`ooc_spectral.rpcholesky`). ``auto``: ``rpcholesky`` with
+        (:mod:`ooc_spectral.core.scan.rpcholesky`). ``auto``: ``rpcholesky`` with
         ``dictionary_size`` (at equal m it has the lowest subspace error of the
         four selections on every data set measured, RESULTS.md), ``greedy`` with
         ``tol`` (one sequential pass certifies every row by construction).
@@ -276,7 +276,7 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         PCA of every row seen projected on the final dictionary. numpy batches
         are not kept: their rows are carried by their projections on the span
         they were seen with, and ``eigenvalue_error_bound_`` widens to cover that
-        (see :mod:`ooc_spectral.incremental`). Only ``normalization="additive"``.
+        (see :mod:`ooc_spectral.pipeline.incremental`). Only ``normalization="additive"``.
 
         Returns
         -------

@@ -59,9 +59,9 @@ LLE (eq. 16, the mu -> infinity limit of eq. 17)
 On a training row every ``transform`` gives back the training embedding.
 
 Where the code is: the Laplacian eigenmaps, diffusion maps and metric MDS
-here; :class:`Isomap` and :class:`LandmarkIsomap` in :mod:`ooc_spectral.isomap`;
-:class:`LocallyLinearEmbedding` in :mod:`ooc_spectral.lle`; the blockwise
-application and the eigenproblems they share in ``ooc_spectral._manifold``.
+here; :class:`Isomap` and :class:`LandmarkIsomap` in :mod:`ooc_spectral.estimators.isomap`;
+:class:`LocallyLinearEmbedding` in :mod:`ooc_spectral.estimators.lle`; the blockwise
+application and the eigenproblems they share in ``ooc_spectral.estimators._manifold``.
 Every estimator is importable from here.
 """
 

@@ -23,9 +23,9 @@ local store replaces every key atomically, so a run killed at any moment
 complete slot.
 
 OUTDIR may also be a URL (``s3://bucket/run``, ``gs://...``; see
-:mod:`ooc_spectral.storage`): the same layout as objects. The lock is then an
+:mod:`ooc_spectral.io.storage`): the same layout as objects. The lock is then an
 object created with a conditional write and kept alive by a lease
-(:class:`~ooc_spectral.storage.ObjectLock`); ``report.json`` and every
+(:class:`~ooc_spectral.io.storage.ObjectLock`); ``report.json`` and every
 attribute write are single PUTs, which object stores apply atomically, so the
 order of writes above (the completion marker last) holds there too.
 """
@@ -72,7 +72,7 @@ def local_output_path(path) -> Path:
 
     A URL is refused with :class:`~ooc_spectral.exceptions.StorageBackendError`
     (never turned into a local directory named ``s3:/bucket/...``): callers that
-    accept URLs use :func:`ooc_spectral.storage.check_location` instead.
+    accept URLs use :func:`ooc_spectral.io.storage.check_location` instead.
     """
     from .storage import check_location, is_url
 
@@ -256,7 +256,7 @@ class RunDirectory:
         the holder in messages). On NFS this relies on the server's lock
         manager, which releases a crashed client's locks when its lease expires.
 
-        On object storage the lock is :class:`~ooc_spectral.storage.ObjectLock`
+        On object storage the lock is :class:`~ooc_spectral.io.storage.ObjectLock`
         (a conditional create, a lease renewed while the run lives).
         """
         if self.remote:

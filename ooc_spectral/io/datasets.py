@@ -89,8 +89,8 @@ params, chunk_rows, dtype, labels, ..., ``complete``); ``complete`` becomes true
 only after the last block is written.
 
 Where the code is: the data sets, their generators and the resolution of the
-arguments in :mod:`ooc_spectral.dataset_specs`; the zarr layout, the group
-attribute and :func:`open_dataset` in :mod:`ooc_spectral.dataset_store`; the
+arguments in :mod:`ooc_spectral.io.dataset_specs`; the zarr layout, the group
+attribute and :func:`open_dataset` in :mod:`ooc_spectral.io.dataset_store`; the
 generation in order and the streaming writer here. Every name of ``__all__``
 is importable from here.
 """

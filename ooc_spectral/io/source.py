@@ -92,7 +92,7 @@ class DataSource:
     def fingerprint(self) -> dict | None:
         """Cheap fingerprint of a zarr input (metadata and chunk listing), None otherwise.
 
-        Raises :class:`~ooc_spectral.integrity.MissingChunkError` naming a chunk
+        Raises :class:`~ooc_spectral.exceptions.MissingChunkError` naming a chunk
         that has no object in the store.
         """
         if self.kind != "zarr":
@@ -145,7 +145,7 @@ class DataSource:
         of :attr:`storage_chunk_rows`, so that every task reads whole storage
         chunks and writes whole output chunks. A tuple (or list) gives each chunk's rows (in
         row order, summing to the number of rows): the reduction passes' tasks
-        (:meth:`~ooc_spectral.planning.TaskPlan.reduce_chunks`).
+        (:meth:`~ooc_spectral.core.planning.TaskPlan.reduce_chunks`).
         """
         n, d = self.shape
         if isinstance(task_rows, (tuple, list)):

@@ -85,7 +85,7 @@ def check_readable_here(url: str, storage_options=None) -> str:
     the bucket) would otherwise read every chunk as fill values or fail late.
     Raises :class:`StoreNotFoundError` or :class:`MissingChunkError` naming the
     path as this process sees it. ``storage_options`` (a
-    :class:`~ooc_spectral.storage.StorageOptions`) are the command's options
+    :class:`~ooc_spectral.io.storage.StorageOptions`) are the command's options
     for a URL.
     """
     import socket

@@ -92,7 +92,7 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
         Each task walks its rows in sub-blocks of this many rows (memory bound).
     tail : int, optional
         The last ``tail`` row chunks are a re-split tail, one task per thread
-        (:attr:`~ooc_spectral.planning.TaskPlan.tail`): they form the last segment and
+        (:attr:`~ooc_spectral.core.planning.TaskPlan.tail`): they form the last segment and
         start once every other task is done, so that no thread takes two of them
         while another still has whole tasks to do (the order a scheduler picks
         otherwise does not follow the rows).
@@ -100,7 +100,7 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
     Returns
     -------
     Statistic
-        The combined statistic (:mod:`ooc_spectral.statistics`).
+        The combined statistic (:mod:`ooc_spectral.core.statistics`).
     """
     func = STAT_KINDS[kind]
     blocks = X.to_delayed().ravel()

@@ -1,8 +1,8 @@
 """The fit, stage by stage: kernel, pass 1, pass 2, eigensolve, pass 3.
 
 :class:`FitRun` strings the stages together for one validated
-:class:`~ooc_spectral.config.FitConfig` and one
-:class:`~ooc_spectral.source.DataSource`. Each stage is one method, timed, and
+:class:`~ooc_spectral.core.config.FitConfig` and one
+:class:`~ooc_spectral.io.source.DataSource`. Each stage is one method, timed, and
 each can resume from a :class:`Checkpoint` (the command line's batch jobs give
 one; the estimator's plain ``fit`` gives none):
 
@@ -61,7 +61,7 @@ log = logging.getLogger("ooc_spectral")
 
 
 class Checkpoint(PartialStore, Protocol):
-    """What a resumable run stores between restarts (see :mod:`ooc_spectral.checkpoint`)."""
+    """What a resumable run stores between restarts (see :mod:`ooc_spectral.io.checkpoint`)."""
 
     #: windows of the scan between two saves of its state
     every: int
@@ -107,7 +107,7 @@ class FitResult:
     peak_memory: dict = field(default_factory=dict)
     resumed: list = field(default_factory=list)
     #: Pass 2's statistics and the scan's final state (what an update of the
-    #: fit with appended rows starts from, :mod:`ooc_spectral.append`).
+    #: fit with appended rows starts from, :mod:`ooc_spectral.batch.append`).
     stats: Statistic | None = None
     scan_state: Any = None
     #: The pre-image map of ``inverse_transform`` (``fit_inverse_transform=True``).
@@ -130,7 +130,7 @@ class FitRun:
     memory_probe : callable, optional
         Returns the current memory use in bytes; its peak per stage is recorded.
     on_scan : callable, optional
-        Called with a :class:`~ooc_spectral.scan.ScanProgress` after each window.
+        Called with a :class:`~ooc_spectral.core.scan.state.ScanProgress` after each window.
     """
 
     def __init__(self, config: FitConfig, source: DataSource, *, executor: Executor | None = None,
@@ -150,7 +150,7 @@ class FitRun:
         #: The scan's size limit: ``max_dictionary_size``, or half the rows when
         #: reaching it switches small data to the exact solve (:meth:`run`).
         self._scan_limit = config.max_dictionary_size
-        #: Pass 1's selection (:mod:`ooc_spectral.prefix_scan`): the dictionary's
+        #: Pass 1's selection (:mod:`ooc_spectral.pipeline.scan`): the dictionary's
         #: state, and what completing a prefix scan after pass 2 needs.
         self.selection: Selection | None = None
         #: The tasks of the parallel passes, for the executor's threads and budget.
@@ -210,7 +210,7 @@ class FitRun:
         """
         c = self.config
         order = VisitOrder(self.source.n_rows, c.random_state, window=planning.VISIT_WINDOW_ROWS)
-        if c.dictionary_selection == "rpcholesky":  # its own pass 1 (ooc_spectral.rpcholesky)
+        if c.dictionary_selection == "rpcholesky":  # its own pass 1 (ooc_spectral.pipeline.rpcholesky)
             from . import rpcholesky
 
             return rpcholesky.build_dictionary(self, kernel)
@@ -247,7 +247,7 @@ class FitRun:
 
     def complete_prefix_scan(self, stats: Statistic, tol: float) -> Rescan:
         """Bring the rows pass 2 found beyond ``tol`` (``stats.beyond``) within it:
-        :meth:`Selection.complete_from <ooc_spectral.prefix_scan.Selection.complete_from>`
+        :meth:`Selection.complete_from <ooc_spectral.pipeline.scan.Selection.complete_from>`
         of the selection pass 1 made."""
         return self.selection.complete_from(stats.beyond, tol)
 
@@ -400,7 +400,7 @@ class FitRun:
         """After a prefix scan: scan the rows beyond ``tol``, then bring pass 2 up to date.
 
         Kernel PCA extends its coordinate moments to the points added with one
-        pass (:func:`~ooc_spectral.accumulate.extension_pass`: kernel columns only
+        pass (:func:`~ooc_spectral.pipeline.accumulate.extension_pass`: kernel columns only
         when the grown factor is well conditioned, else a solve); the divisive
         normalization runs pass 2 again. Returns the updated
         ``(dictionary, X, stats, total)``; the statistic's certificate bounds
@@ -441,7 +441,7 @@ class FitRun:
                 and c.dictionary_selection == "greedy" and n <= min(EXACT_MAX_ROWS, c.max_dictionary_size))
 
     def run_exact(self, kernel: Kernel, gamma, out) -> FitResult:
-        """Exact kernel PCA (:func:`~ooc_spectral.eigensolve.solve_exact`), then pass 3.
+        """Exact kernel PCA (:func:`~ooc_spectral.core.eigensolve.solve_exact`), then pass 3.
 
         Taken when most rows would enter the dictionary: the greedy path would
         then cost more than the full problem and its factor would be as large and
@@ -489,7 +489,7 @@ class FitRun:
         """The pre-image map of ``inverse_transform``: one parallel pass after the solve.
 
         Accumulates ``sum k k'`` and ``sum k x'`` with ``k = k(e(x), E_D)`` (m x m
-        and m x d) and solves the ridge system (:mod:`ooc_spectral.preimage`).
+        and m x d) and solves the ridge system (:mod:`ooc_spectral.core.preimage`).
         """
         from ..core.preimage import PreimageProblem, solve_preimage
 

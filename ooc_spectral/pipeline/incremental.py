@@ -6,7 +6,7 @@ and, when the dictionary grew, an extension of the earlier batches' statistics:
 
 - an earlier batch that can be read again (a zarr array, a path, a dask array)
   gets the *cross* pass of the prefix scan: its rows' coordinates on the points
-  added since (:func:`~ooc_spectral.accumulate.chunk_cross_moments`). The result
+  added since (:func:`~ooc_spectral.core.pass2.chunk_cross_moments`). The result
   is then exactly kernel PCA of every row seen, projected on the final dictionary;
 - an earlier numpy batch is not kept: its rows are carried by their projections
   on the span they were seen with, whose coordinates on the points added since
@@ -82,7 +82,7 @@ class IncrementalFit:
     spectral_map: SpectralMap | None = None
     stats: Moments | None = None
     #: Eigenvectors (in dictionary coordinates) whose signs the first solve keeps,
-    #: when the fit continues one made elsewhere (:mod:`ooc_spectral.append`).
+    #: when the fit continues one made elsewhere (:mod:`ooc_spectral.batch.append`).
     reference_components: np.ndarray | None = None
 
     def __post_init__(self):
@@ -108,7 +108,7 @@ class IncrementalFit:
 
         ``keep``: the batch can be read again later (it is kept by reference).
         The three steps are also public, for callers that time them
-        (:mod:`ooc_spectral.append`).
+        (:mod:`ooc_spectral.batch.append`).
         """
         first = self.scan_batch(source)
         self.accumulate_batch(source, first, keep=keep)
@@ -206,7 +206,7 @@ class IncrementalFit:
         """Half-width of the interval around each eigenvalue that holds the exact one.
 
         Without carried stale rows, Weyl's one-sided width (see
-        :func:`~ooc_spectral.eigensolve.eigenvalue_error_bound`); with them, the
+        :func:`~ooc_spectral.core.eigensolve.eigenvalue_error_bound`); with them, the
         singular-value bound of the module docstring.
         """
         one_sided = eigenvalue_error_bound(self.stats.sums, self.dictionary.size)

@@ -26,7 +26,7 @@ log = logging.getLogger("ooc_spectral")
 
 
 def build_dictionary(run, kernel: Kernel) -> tuple[Dictionary, float, bool]:
-    """Pass 1 of :class:`~ooc_spectral.pipeline.FitRun` for ``selection="rpcholesky"``.
+    """Pass 1 of :class:`~ooc_spectral.pipeline.fit.FitRun` for ``selection="rpcholesky"``.
 
     Returns the dictionary, the tolerance it meets on the sample, and whether the
     sample was the whole data with ``tol`` (then pass 2 only certifies); otherwise
@@ -86,7 +86,7 @@ class _FreshCheckpoint:
 
 class RPCholeskySelection:
     """Pass 1's selection by RP-Cholesky, as the pipeline holds it
-    (:class:`~ooc_spectral.prefix_scan.Selection`): the state, and the completion
+    (:class:`~ooc_spectral.pipeline.scan.Selection`): the state, and the completion
     from the rows pass 2 found beyond tol."""
 
     def __init__(self, run, state: DictionaryState):

@@ -47,15 +47,15 @@ log = logging.getLogger("ooc_spectral")
 class WindowReader:
     """The scan's windows, read so that storage chunks shared by windows are decoded once.
 
-    A window of the visiting order (:data:`~ooc_spectral.planning.VISIT_WINDOW_ROWS`
+    A window of the visiting order (:data:`~ooc_spectral.core.planning.VISIT_WINDOW_ROWS`
     rows) is often part of a larger storage chunk (zarr chunks of 131,072 or
     262,144 rows), and the windows are visited in a seeded random order: reading
     each window from the store decoded its whole chunk once per window (the 10^6
     x 64 image patches in 131,072-row chunks: 0.96 s of reads for a 1.6 s scan).
     The visiting order is known in advance
-    (:meth:`~ooc_spectral.planning.VisitOrder.chunk_visits`), so a decoded chunk
+    (:meth:`~ooc_spectral.core.planning.VisitOrder.chunk_visits`), so a decoded chunk
     is kept while a later window needs it, within
-    :data:`~ooc_spectral.planning.SCAN_READ_CACHE_BYTES`; when the budget is
+    :data:`~ooc_spectral.core.planning.SCAN_READ_CACHE_BYTES`; when the budget is
     full, the chunk needed farthest ahead is the one not kept (Belady's rule).
     The rows and their order are those of ``source.read_rows``: only how often a
     chunk is decoded changes. Used by one thread at a time.
@@ -123,7 +123,7 @@ def scan_source(
     on_window: Callable[[DictionaryState, ScanProgress], None] | None = None,
     patience: int | None = None,
 ) -> int:
-    """Algorithm 1, steps 1-16, over a :class:`~ooc_spectral.source.DataSource`.
+    """Algorithm 1, steps 1-16, over a :class:`~ooc_spectral.io.source.DataSource`.
 
     Reads the windows of ``order`` from ``start_window`` on (the next window is
     read in a background thread while the current one is scanned), permutes each
@@ -133,7 +133,7 @@ def scan_source(
     With ``patience=k`` the scan stops early, after ``k`` consecutive windows
     that each added at most ``size // 1000`` points (the *prefix scan*; the rows
     left must then be checked by a parallel pass, see
-    :func:`~ooc_spectral.pipeline.FitRun.build_dictionary`).
+    :func:`~ooc_spectral.pipeline.fit.FitRun.build_dictionary`).
 
     Returns
     -------
@@ -218,7 +218,7 @@ class GreedyScan:
     checkpoint : optional
         ``save_scan(state, windows_done, tol, prefix_done=...)`` and ``every``.
     on_scan : callable, optional
-        Called with a :class:`~ooc_spectral.scan.ScanProgress` after each window.
+        Called with a :class:`~ooc_spectral.core.scan.state.ScanProgress` after each window.
     """
 
     def __init__(self, source: DataSource, order, state: DictionaryState, tol: float, *,

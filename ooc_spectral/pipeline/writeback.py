@@ -12,7 +12,7 @@ after the chunk, so a rerun writes only the chunks not yet marked. The array's
 attribute ``complete`` is set last; until then the output does not look
 finished.
 
-Every chunk carries a CRC-32C checksum (:func:`ooc_spectral.integrity.checksummed`).
+Every chunk carries a CRC-32C checksum (:func:`ooc_spectral.io.integrity.checksummed`).
 Before a rerun trusts chunks marked written, :meth:`EmbeddingOutput.audit`
 checks that each exists and decodes, and clears the marker of those that do
 not, so they are written again.
@@ -83,7 +83,7 @@ def map_rows(X: da.Array, fitted, chunk_starts=None, *, block_rows: int | None =
     The one place where a fitted model meets the rows of a source: the write-back
     of pass 3, every estimator's ``transform`` and the baselines' embeddings.
     ``fitted`` is anything with ``embed(X) -> (len(X), p)`` and ``n_components``
-    (a :class:`~ooc_spectral.model.SpectralMap`, a Nystrom model, a manifold map);
+    (a :class:`~ooc_spectral.core.model.SpectralMap`, a Nystrom model, a manifold map);
     it is one key of the graph, shipped once to each worker.
 
     Rows are checked finite on the way; ``chunk_starts`` (storage chunk
@@ -107,7 +107,7 @@ def map_rows(X: da.Array, fitted, chunk_starts=None, *, block_rows: int | None =
 def _open(url: str, name: str, run_id: str | None = None, options=None):
     """An open array, cached per process (worker) by location *and* run id.
 
-    ``options`` (a :class:`~ooc_spectral.storage.StorageOptions`) are the
+    ``options`` (a :class:`~ooc_spectral.io.storage.StorageOptions`) are the
     command's storage options of a URL output.
     """
     extra = {"storage_options": options.to_dict()} if options else {}
@@ -160,7 +160,7 @@ class EmbeddingOutput:
         Path or URL of the group (created if needed).
     n_rows, n_components : int
     chunk_rows : int
-        Rows per output chunk (:attr:`~ooc_spectral.planning.TaskPlan.output_chunk_rows`).
+        Rows per output chunk (:attr:`~ooc_spectral.core.planning.TaskPlan.output_chunk_rows`).
         A resumed output keeps the chunks it was created with.
     dtype : {"float64", "float32"}
         dtype of the stored embedding (computed in float64 either way).

@@ -92,7 +92,7 @@ WORKER_START_METHOD = "forkserver"
 #: ``ooc-spectral.worker-malloc-trim-threshold`` (bytes) restores a threshold.
 WORKER_MALLOC_TRIM_THRESHOLD = None
 #: Modules the forkserver imports once for all the workers it forks. Not numba's loops
-#: (``ooc_spectral._fused_numba``): numba and LLVM add 98 MiB to the resident memory of
+#: (``ooc_spectral._accel.fused_numba``): numba and LLVM add 98 MiB to the resident memory of
 #: each process that imports them, the server's included, and every forked worker would
 #: count them from its start; each worker imports them at its first pass 2 task instead
 #: (0.26 s, the loops loaded from numba's disk cache).
@@ -343,7 +343,7 @@ def choose_engine(options: ClusterOptions, input_bytes: int | None = None, *,
     threads win while the stages take under about 25 s: 10^6 rows (32 MB)
     took 8.6 s on threads and 11.0 s on the cluster, 10^7 rows (320 MB) 56.3 s
     and 53.0 s. That was before pass 2's triangular solve released the GIL
-    (:mod:`ooc_spectral._blas`); measured again after it, on a slower machine,
+    (:mod:`ooc_spectral._accel.blas`); measured again after it, on a slower machine,
     the threads win at every size measured: 14.0 s against 21.7 s at 10^6 rows,
     92.5 s against 109.4 s at 10^7 (320 MB; pass 2 on 1.87 cores on both). The
     threshold is kept until a measurement above 320 MB decides how far to raise
@@ -412,7 +412,7 @@ class Engine:
             return 0
 
     def executor(self, on_progress=None):
-        """An :class:`~ooc_spectral.execution.Executor` on this engine."""
+        """An :class:`~ooc_spectral.runtime.execution.Executor` on this engine."""
         from .execution import Executor
 
         if self.client is None:

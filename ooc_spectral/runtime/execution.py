@@ -15,7 +15,7 @@ is done, so a checkpoint can record it and a progress line can count it:
 
 :attr:`Executor.threads` (the task slots: every worker's threads, or the
 threads of this process) and :attr:`Executor.task_memory` (the budget of one
-task) are what :func:`~ooc_spectral.planning.plan_tasks` plans with.
+task) are what :func:`~ooc_spectral.core.planning.plan_tasks` plans with.
 
 Objects every task needs (the dictionary, the spectral map) are put in the
 graph once with :func:`shared`, as a single key, not copied into each task.

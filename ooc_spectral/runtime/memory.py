@@ -85,7 +85,7 @@ TASK_MEMORY_FRACTION = 0.6
 
 
 def task_memory_budget(memory_limit: int | None, threads_per_worker: int = 1) -> int:
-    """Memory budget of one task: :data:`~ooc_spectral.planning.DEFAULT_TASK_MEMORY`,
+    """Memory budget of one task: :data:`~ooc_spectral.core.planning.DEFAULT_TASK_MEMORY`,
     or less when a worker's ``memory_limit`` (shared by its ``threads_per_worker``
     tasks) needs it: ``(0.6 limit - worker baseline) / threads``, at least 32 MiB.
 
@@ -108,7 +108,7 @@ def task_memory_budget(memory_limit: int | None, threads_per_worker: int = 1) ->
 
 def cache_block_bytes() -> int:
     """Largest kernel block of a task's sub-block, bytes:
-    :data:`~ooc_spectral.planning.CACHE_BLOCK_BYTES`, or the dask config
+    :data:`~ooc_spectral.core.planning.CACHE_BLOCK_BYTES`, or the dask config
     ``ooc-spectral.cache-block`` (env ``DASK_OOC_SPECTRAL__CACHE_BLOCK``, e.g.
     ``32MiB`` on a machine with a larger cache per core)."""
     import dask

@@ -111,7 +111,7 @@ class MemorySampler:
 
 
 class ProgressLog:
-    """Progress callbacks for :class:`~ooc_spectral.pipeline.FitRun` and the executor."""
+    """Progress callbacks for :class:`~ooc_spectral.pipeline.fit.FitRun` and the executor."""
 
     def __init__(self, interval: float = 2.0):
         self.interval = interval

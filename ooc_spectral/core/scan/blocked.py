@@ -1,7 +1,7 @@
 """Pass 1: the greedy dictionary scan (Algorithms 1 and 2 of the main paper).
 
 The scan visits the rows in the seeded order of
-:class:`~ooc_spectral.planning.VisitOrder` and adds a row to the dictionary
+:class:`~ooc_spectral.core.planning.VisitOrder` and adds a row to the dictionary
 when its squared feature-space distance ``delta`` to the (affine) span of the
 dictionary exceeds ``tol`` (the paper's epsilon, eq. 5-8).
 
@@ -29,12 +29,12 @@ A row is never added when its unconstrained residual is below
 ``PIVOT_FLOOR * k(x, x)``: such a row (a duplicate, for instance) is already in
 the linear span, and its pivot would make L singular.
 
-**Local certificates** (:mod:`ooc_spectral.local_certificate`) bound a row's residual
+**Local certificates** (:mod:`ooc_spectral.core.scan.local_certificate`) bound a row's residual
 from a few nearby dictionary points; :func:`scan_rows` drops the rows whose bound is
 below tol before the full solve: the same dictionary, less work.
 
-The result of the pass is a frozen :class:`~ooc_spectral.model.Dictionary`, whose
-:meth:`~ooc_spectral.model.Dictionary.project` gives the coordinates ``y_t = z_t + (alpha_t/beta) w``
+The result of the pass is a frozen :class:`~ooc_spectral.core.model.Dictionary`, whose
+:meth:`~ooc_spectral.core.model.Dictionary.project` gives the coordinates ``y_t = z_t + (alpha_t/beta) w``
 used by passes 2 and 3 (``A M A' = Y Y'`` exactly).
 """
 
@@ -82,11 +82,11 @@ def block_coordinates(state: DictionaryState, X: np.ndarray, x_aux, kx: np.ndarr
     """:func:`_row_coordinates` of a block, its rows shared between the scan's threads.
 
     Each row's kernel row and solve are independent of the others', so a block
-    of at least :data:`~ooc_spectral.planning.SCAN_SPLIT_ROWS` rows is cut in one
+    of at least :data:`~ooc_spectral.core.planning.SCAN_SPLIT_ROWS` rows is cut in one
     part per thread while BLAS runs on one thread (a dictionary below
-    :data:`~ooc_spectral.planning.SCAN_ONE_BLAS_THREAD_BELOW` points, see
+    :data:`~ooc_spectral.core.planning.SCAN_ONE_BLAS_THREAD_BELOW` points, see
     :func:`_scan_blas_threads`): the kernel products, exponentials and the
-    GIL-free triangular solve (:func:`~ooc_spectral._blas.solve_lower_transposed`)
+    GIL-free triangular solve (:func:`~ooc_spectral._accel.blas.solve_lower_transposed`)
     then run on every core, where the sequential scan otherwise leaves all but
     one idle. Above that size BLAS shares each call itself. The walk through the
     block that follows stays sequential, so the selection is the scan's.
@@ -112,9 +112,9 @@ def scan_block(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: flo
 
     The block's coordinates against the dictionary are one triangular solve
     (BLAS-3); each point added within the block updates the block's later rows
-    (matrix-vector). Once :data:`~ooc_spectral.planning.SCAN_PANEL_POINTS` points
+    (matrix-vector). Once :data:`~ooc_spectral.core.planning.SCAN_PANEL_POINTS` points
     have entered, the rest of the block goes in panels of
-    :data:`~ooc_spectral.planning.SCAN_PANEL_ROWS` rows, each starting from one
+    :data:`~ooc_spectral.core.planning.SCAN_PANEL_ROWS` rows, each starting from one
     solve against the whole dictionary and updated from the panel's own Gram
     matrix: a block where most rows enter (the dictionary heading for the exact
     path) then costs a blocked Cholesky, not one matrix-vector product over the
@@ -225,7 +225,7 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
 
 
 def _scan_blas_threads(size: int):
-    """One BLAS thread while the dictionary is below :data:`~ooc_spectral.planning.
+    """One BLAS thread while the dictionary is below :data:`~ooc_spectral.core.planning.
     SCAN_ONE_BLAS_THREAD_BELOW` points, every thread from there on."""
     if size < SCAN_ONE_BLAS_THREAD_BELOW:
         return one_blas_thread()

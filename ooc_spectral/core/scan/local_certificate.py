@@ -82,7 +82,7 @@ class LocalCertificate:
     dictionary now and after any point is added.
 
     Per row this costs one pass over ``size`` entries of
-    :meth:`~ooc_spectral.kernels.Kernel.pairwise_monotone` (for the Gaussian, a
+    :meth:`~ooc_spectral.core.kernels.Kernel.pairwise_monotone` (for the Gaussian, a
     matrix product without the exponential), q kernel values and a q x q
     product, instead of the full kernel row and an m x m triangular solve.
 
@@ -201,7 +201,7 @@ _SCRATCH = threading.local()
 def scan_pool() -> ThreadPoolExecutor:
     """The scan's helper threads, :data:`CERTIFY_THREADS` of them, started once per
     process (their scratch blocks persist): the certificate's blocks, and the block
-    coordinates of :func:`ooc_spectral.scan.block_coordinates`."""
+    coordinates of :func:`ooc_spectral.core.scan.blocked.block_coordinates`."""
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:

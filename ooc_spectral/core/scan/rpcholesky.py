@@ -17,7 +17,7 @@ triangular solve per block of ``a`` accepted pivots.
 
 **The residual** is the one the certificate measures, ``delta_t`` of eq. 8 (with
 the affine constraint when ``affine=True``). A row is never a candidate when its
-unconstrained residual is below :data:`~ooc_spectral.scan.PIVOT_FLOOR` ``k(x, x)``
+unconstrained residual is below :data:`~ooc_spectral.core.model.PIVOT_FLOOR` ``k(x, x)``
 (already in the linear span: its pivot would make L singular). With ``tol`` the
 weights are the residuals *beyond* tol (rows within tol need no attention: they
 meet the contract and adding points only lowers their residual) and blocks are
@@ -40,7 +40,7 @@ and repeats the check if it had to leave some out, so the certificate
 reports the whole data's largest residual, as for the other selections.
 
 **The result is the greedy scan's state**: each accepted pivot is appended to a
-:class:`~ooc_spectral.scan.DictionaryState` with its coordinates against the
+:class:`~ooc_spectral.core.scan.state.DictionaryState` with its coordinates against the
 dictionary before it (``z``), its unconstrained residual and ``alpha``, exactly
 as the scan appends a row, so ``L``, ``w``, ``beta``, the points and their row
 numbers mean the same and passes 2 and 3, ``transform``, persistence and the
