@@ -40,8 +40,8 @@ _MKL_SYMBOLS = ("dtrsm_64", "dsyrk_64", "dgemm_64", "MKL_Set_Num_Threads_Local",
 #: the BLAS libraries whose threads the passes pin (:func:`blas_thread_counts`).
 _OWN_MKL: set[str] = set()
 #: ``_handle`` of the MKL libraries this module made sequential: their calls need no
-#: ``mkl_set_num_threads_local`` (which costs about 10 us a call, and on two threads
-#: calling at once made a 218 x 300 x 34 product 48% slower, against 9% without it).
+#: ``mkl_set_num_threads_local``, which costs time on every call and more when two
+#: threads call at once (docs/measurements.md, "MKL's sequential threading layer").
 _SEQUENTIAL_MKL: set[int] = set()
 
 
@@ -66,11 +66,8 @@ def mkl():
     kernel blocks with MKL's ``dtrsm`` and accumulates them with its ``dsyrk``
     (:func:`solve_lower_transposed` on blocks in the C order, :func:`fast_solve_order`;
     :func:`solve_lower_rows`; :func:`add_gram_lower`): OpenBLAS's ``dtrsm`` runs
-    at a quarter of its ``dgemm`` rate, MKL's near it. Measured on one thread of an
-    AVX-512 core (``workflows/bench/pass2_parts.py``, with
-    ``DASK_OOC_SPECTRAL__MKL=False`` for OpenBLAS): m = 300, c = 6,990, the solve
-    7.2 ms against 11.0 for the recursive OpenBLAS solve, the whole sub-block 25.4
-    against 30.6 ms. The scan's block solves (:func:`solve_lower_transposed`) use it
+    far below its ``dgemm`` rate, MKL's near it (docs/measurements.md, "Intel MKL for
+    pass 2's solve"). The scan's block solves (:func:`solve_lower_transposed`) use it
     too. Both libraries' solves are backward stable; results agree to rounding.
 
     Each call runs on the calling thread alone: the tasks are the parallelism. When
@@ -225,8 +222,7 @@ def exp_inplace(S: np.ndarray) -> np.ndarray:
     Where :func:`mkl` is in use, by MKL's vector ``exp`` (``vmdExp``, high-accuracy mode,
     sequential on the calling thread) on a C-contiguous float64 block, else NumPy's.
     Both are within 1 ulp; on this machine they give the same bits (``tests/test_blas.py``).
-    Measured on one AVX-512 core, in-cache pieces of 2^16 values: 0.36 against
-    0.58 ns a value (``exp`` is 6% of pass 2 at m = 300).
+    MKL's is the faster (docs/measurements.md, "MKL's vector exp").
     """
     lib = mkl()
     vexp = None if lib is None else _vector_exp(lib)
@@ -252,7 +248,7 @@ def one_task_at_a_time() -> bool:
     this process, as do a multi-threaded worker's)."""
     import sys
 
-    if "distributed" not in sys.modules:  # no worker in this process (and no import: 0.24 s)
+    if "distributed" not in sys.modules:  # no worker in this process (and no slow import)
         return False
     try:
         from distributed import Worker, get_worker
@@ -271,13 +267,11 @@ def matmul_nt_into(A: np.ndarray, B: np.ndarray, out: np.ndarray,
     By MKL's sequential ``dgemm`` on the calling thread where :func:`mkl` is in use and
     ``use_mkl`` (default: :func:`one_task_at_a_time`), else by NumPy's ``matmul``. The
     kernel block's product has k = d + 2 (the augmented rows of
-    :class:`~ooc_spectral.core.kernels.RBFKernel`), a thin shape on which MKL runs at 53-67
-    GFLOP/s and OpenBLAS at 44 on one AVX-512 core. Only in a process that runs one task
-    at a time: with two task threads in one process, MKL's product between NumPy's
-    elementwise calls on the pieces ran 1.8-2x slower than alone (pass 3's piece loop,
-    m = 800: 276 ms a chunk on one thread, 545-550 ms each on two, against 310 and 387-393
-    ms with NumPy's product), though two threads of products alone ran as fast as one
-    (72 and 77 us a piece); the cause was not found.
+    :class:`~ooc_spectral.core.kernels.RBFKernel`), a thin shape on which MKL runs faster
+    than OpenBLAS. Only in a process that runs one task at a time: with two task threads
+    in one process, MKL's product between NumPy's elementwise calls on the pieces ran
+    slower than NumPy's, for a cause not found (docs/measurements.md, "MKL's thin
+    product, one task per process").
     """
     (r, k), s = A.shape, B.shape[0]
     lib = mkl()
@@ -299,8 +293,9 @@ def fast_solve_order() -> str:
     (:func:`solve_lower_transposed`) runs near the ``dgemm`` rate, and a block of a
     few MiB of whole rows (``k(X, D)``, its pieces of rows computed in the cache)
     then keeps the kernel's exponentials, the solve and the passes after it within
-    the core's cache. ``"F"`` otherwise: OpenBLAS solves the C order at about
-    8 GFLOP/s, and the transposed block ``k(D, X)`` by :func:`solve_lower_rows`.
+    the core's cache. ``"F"`` otherwise: OpenBLAS solves the C order slowly, and the
+    transposed block ``k(D, X)`` faster by :func:`solve_lower_rows` (docs/measurements.md,
+    "The recursive row solve").
     (Also ``"F"`` where SciPy's BLAS capsules are missing: the C order's solve would
     then fall back to ``solve_triangular`` on OpenBLAS, holding the GIL.)
     """
@@ -322,7 +317,7 @@ def solve_lower_transposed(L: np.ndarray, K: np.ndarray) -> np.ndarray:
     (its buffer is then ``K'`` in column-major order, solved in place) and
     :func:`gil_free_trsm` is available; otherwise by ``solve_triangular`` on
     ``K.T`` with the same result. Where :func:`mkl` is in use, MKL's ``dtrsm`` (the
-    same solve to rounding; OpenBLAS's runs at 8 GFLOP/s in this layout).
+    same solve to rounding; OpenBLAS's is slow in this layout).
 
     Returns
     -------
@@ -346,8 +341,7 @@ def solve_lower_transposed(L: np.ndarray, K: np.ndarray) -> np.ndarray:
 
 
 #: Rows of L solved by one small ``dtrsm`` at the leaves of :func:`solve_lower_rows`,
-#: and the alignment of its splits (measured on m = 300 and 800, one thread:
-#: ``workflows/bench/solve_layouts.py``).
+#: and the alignment of its splits (docs/measurements.md, "The recursive row solve").
 SOLVE_LEAF = 32
 SOLVE_ALIGN = 8
 
@@ -367,13 +361,10 @@ def solve_lower_rows(L: np.ndarray, KT: np.ndarray, leaf: int = SOLVE_LEAF) -> n
     The BLAS calls are SciPy's ``cython_blas`` routines through ctypes, which
     release the GIL (see :func:`solve_lower_transposed`).
 
-    OpenBLAS's ``dtrsm`` runs at a fraction of the ``dgemm`` rate (about 20 GFLOP/s
-    against 80 on one thread of an AVX-512 core), and the recursion leaves it only
-    ``c m leaf`` of the ``c m^2`` flops in large products. Measured on one thread
-    (``workflows/bench/solve_layouts.py``), against one ``dtrsm`` on the transposed
-    block, then the left-looking solve with 64-row blocks that preceded this one:
-    c = 2,621, m = 800 47.8 -> 30.0 -> 24.1 ms; c = 6,990, m = 300 32.8 -> 14.2 -> 12.7 ms.
-    Where :func:`mkl` is in use, the block is solved by one MKL ``dtrsm`` instead.
+    OpenBLAS's ``dtrsm`` runs at a fraction of the ``dgemm`` rate, and the recursion
+    leaves it only ``c m leaf`` of the ``c m^2`` flops, the rest in large products
+    (docs/measurements.md, "The recursive row solve"). Where :func:`mkl` is in use,
+    the block is solved by one MKL ``dtrsm`` instead.
 
     Returns
     -------

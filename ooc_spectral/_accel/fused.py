@@ -14,12 +14,9 @@ compiled or loaded from numba's disk cache, on first use in each process. Otherw
 NumPy gives the same values to rounding (the sums are taken in another order;
 ``tests/test_fused.py``).
 
-Measured on one AVX-512 core, m = 300, a sub-block of 1,747 rows in the cache: the
-squared norms, ``z . w`` and the centring 0.16 ms compiled against 0.48 ms with NumPy;
-``chunk_moments`` over a 262,144-row chunk, two worker processes side by side, with
-the compiled loops, MKL's ``exp`` and MKL's kernel product
-(:func:`~ooc_spectral._accel.blas.exp_inplace`, :func:`~ooc_spectral._accel.blas.matmul_nt_into`):
-794-842 ms against 881-943 ms per chunk.
+The compiled loops take a fraction of NumPy's time on a sub-block in the cache, and a
+whole chunk of pass 2 is faster with them (docs/measurements.md, "numba's one-pass
+loops").
 """
 
 from __future__ import annotations
@@ -91,7 +88,8 @@ def loops_backend() -> str | None:
     an external cluster's workers decide by their own installation).
 
     Read from the installed package's metadata where this process has not loaded the
-    loops, so that reporting them does not import numba (98 MiB, 0.26 s).
+    loops, so that reporting them does not import numba (its memory and import time:
+    docs/measurements.md, "Start-up and resident costs").
     """
     if not config_flag("ooc-spectral.numba", True) or _jit_disabled():
         return None
@@ -182,8 +180,8 @@ def clip_unit_dot(S: np.ndarray, G: np.ndarray, out: np.ndarray) -> np.ndarray:
 
     Compiled for at most :data:`DOT_MAX_COLUMNS` columns (G Fortran-ordered, out
     C-ordered): one pass over each row of S for up to four columns, where NumPy clips
-    the block in one pass and multiplies in another. Pass 3's pieces at m = 800, p = 2,
-    two task threads of one process: 337-340 against 401-404 ms a 262,144-row chunk.
+    the block in one pass and multiplies in another (docs/measurements.md, "numba's
+    one-pass loops").
 
     Parameters
     ----------

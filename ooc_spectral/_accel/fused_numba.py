@@ -60,8 +60,8 @@ def clip_unit_col_sums(S, col_sums):  # pragma: no cover - compiled
              "void(float64[:, ::1], float64[:, ::1], float64[:, ::1])"],  # one column: C and F
             **_FLAGS)
 def clip_unit_dot(S, G, out):  # pragma: no cover - compiled
-    # four columns of G at a time (one pass over the row for four sums), then two, then one:
-    # per 163 x 800 piece and p = 2, 23 against 29 us for one pass per column
+    # four columns of G at a time (one pass over the row for four sums), then two, then one,
+    # rather than one pass per column (docs/measurements.md, "numba's one-pass loops")
     r, m = S.shape
     p = G.shape[1]
     for t in range(r):

@@ -46,7 +46,7 @@ def longest_gil_stall(call) -> tuple[float, float]:
 def _controller():
     from threadpoolctl import ThreadpoolController
 
-    return ThreadpoolController()  # inspecting the loaded libraries once: about 1 ms
+    return ThreadpoolController()  # inspecting the loaded libraries: once, not per call
 
 
 def one_blas_thread():

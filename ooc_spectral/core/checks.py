@@ -23,10 +23,10 @@ from .statistics import Certificate
 __all__ = ["CONDITION_LIMIT", "check_conditioning", "check_certificate", "feature_space_dimension"]
 
 
-#: Largest ``eps * cond_1(L)`` (LAPACK's estimate) the coordinates are trusted with.
-#: Measured on circles, moons, an S-curve and swiss rolls at tol 1e-8..1e-12: healthy
-#: fits reach 1.1e11 (eigenvalues to 1e-11 relative), broken ones 1.6e12 and more
-#: (eigenvalues off by 3e-6 and more, with every computed residual within tol).
+#: Largest ``eps * cond_1(L)`` (LAPACK's estimate) the coordinates are trusted with:
+#: between the condition numbers of healthy fits and those of fits whose eigenvalues
+#: were wrong with every computed residual within tol (docs/measurements.md,
+#: "Numerical thresholds").
 CONDITION_LIMIT = 1e-4 / np.finfo(np.float64).eps
 
 

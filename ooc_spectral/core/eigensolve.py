@@ -150,12 +150,12 @@ def check_n_components(dictionary_size: int, n_components: int, spent: int = 1) 
 
 
 #: Relative size of the most negative eigenvalue of ``C`` (against its trace)
-#: beyond which the statistic is not a Gram matrix: rounding of a healthy fit
-#: stays below 1e-13 (measured down to tol=1e-12), the kernel-space mapping that
-#: squares the factor's condition number gave 1e-4 and more.
+#: beyond which the statistic is not a Gram matrix: far above the rounding of a
+#: healthy fit, far below what a mapping that squares the factor's condition number
+#: gives (docs/measurements.md, "Numerical thresholds").
 PSD_RTOL = 1e-10
 #: Relative mismatch between ``trace(C)`` and the rows' squared centred norms
-#: summed one by one (healthy fits: below 1e-13).
+#: summed one by one (far above a healthy fit's rounding, same section).
 TRACE_RTOL = 1e-9
 
 

@@ -130,27 +130,18 @@ class Kernel:
 
 #: Entries of a kernel block computed at a time (1 MiB of float64): the piece's
 #: product, clip and exponentials then stay in a core's 2 MiB L2 cache instead of
-#: streaming a block of tens of MB through memory three times
-#: (``workflows/bench/cli_floors.py``). Each piece costs some NumPy calls under the
-#: GIL, which two task threads of one process (the threads engine) contend for:
-#: 2^17 entries rather than 2^16, measured in one process on 2 cores, ms per 6,990
-#: rows at m = 300 (eight runs each, alternating): pass 2 on two threads 28.4 against
-#: 29.7 (on one thread 25.6 against 25.8), pass 3 on two threads 6.42 against 7.01
-#: (one thread 5.09 against 5.04; 2^18: 5.60); fits of 2 x 10^6 x 16 rows from zarr,
-#: three each: m = 300, pass 2 3.84-3.95 s against 3.94-4.16 s, the scan 1.52-1.65 s
-#: against 1.62-1.72 s; m = 800, pass 2 18.6-19.6 s against 19.0-20.3 s, pass 3 the same.
+#: streaming a block of tens of MB through memory three times. Each piece costs some
+#: NumPy calls under the GIL, which two task threads of one process (the threads
+#: engine) contend for: fewer, larger pieces, as long as they stay in the L2 cache
+#: (docs/measurements.md, "Kernel pieces").
 PIECE_ELEMENTS = 2**17
 
 
 #: Fewest rows of a piece of :meth:`Kernel.pairwise_into` (and so of
 #: :meth:`Kernel.pairwise`): each piece is one product, and a product of a few rows
 #: runs far below the gemm rate. Pass 2 writes ``k(D, X)``, m rows by thousands of
-#: columns, where pieces of PIECE_ELEMENTS entries had 16 rows. Measured on one
-#: thread (ms per block; pieces of 2^16 entries with at least 16 / 64 rows):
-#: pass 2, m = 300, c = 6,990: 7.8 / 5.5; m = 800, c = 2,621: 4.6 / 4.3; m = 93,
-#: c = 22,550: 13.2 / 9.4; the scan's ``k(X, D)``, c = 8,192, m = 848: 14.7 / 13.4;
-#: m = 1,557: 27.6 / 28.3. Pieces of 2^20 entries instead: pass 2 5.1, 4.0 and 10.2,
-#: the scan 17.3 and 34.7 (the clip and exponentials then leave the L2 cache).
+#: columns, where pieces of PIECE_ELEMENTS entries had 16 rows (docs/measurements.md,
+#: "Kernel pieces").
 PIECE_MIN_ROWS = 64
 
 

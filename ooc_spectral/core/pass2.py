@@ -106,10 +106,9 @@ def _kernel_scratch(m: int, c: int, order: str = "F") -> np.ndarray:
     allocator, and freed back at its end: under ``MALLOC_TRIM_THRESHOLD_=65536``
     (which distributed sets in the workers it starts; the embedded cluster no longer
     does, see :data:`~ooc_spectral.runtime.cluster.WORKER_MALLOC_TRIM_THRESHOLD`) every such
-    block is a fresh ``mmap``. Measured, 10^7 x 32
-    rows at m = 300 on the threads engine: pass 2 took 36.2 s with that setting
-    and 30.9-32.0 s without it. The coordinates that live in this buffer never
-    leave the chunk function (it returns new, small statistics).
+    block is a fresh ``mmap`` (docs/measurements.md, "Workers' allocator thresholds").
+    The coordinates that live in this buffer never leave the chunk function (it
+    returns new, small statistics).
     """
     buf = getattr(_SCRATCH, "kernel", None)
     if buf is None or buf.size < m * c:
@@ -158,8 +157,8 @@ def _column_means(Z: np.ndarray) -> np.ndarray:
     """The mean of the rows of Z (c x m): one matrix-vector product, ``1' Z / c``.
 
     BLAS reads the block once at the memory's rate, where ``Z.mean(axis=0)`` on a
-    C-ordered block adds it up row by row: 0.23-0.25 against 0.69-0.86 ms per 6,990
-    rows at m = 300, either order. Both sum the c values of a column in one pass
+    C-ordered block adds it up row by row (docs/measurements.md, "Column means by
+    one product"). Both sum the c values of a column in one pass
     (NumPy's pairwise summation applies along a contiguous axis only), so the
     rounding is of the same order, c eps at worst."""
     c = Z.shape[0]
@@ -178,8 +177,8 @@ class _MomentsFold:
     (``+ f diff diff'``, ``f = na nb / n``) is kept as the vector ``sqrt(f) diff``
     and added once, as one product, by :meth:`result`. The same sums as folding
     one ``Moments`` per sub-block with ``combine``, without two m x m temporaries
-    and an outer product per sub-block (at m = 800 that fold cost 3 ms of a
-    62 ms sub-block).
+    and an outer product per sub-block (docs/measurements.md, "Pass 2's fold into one
+    accumulator").
     """
 
     def __init__(self, m: int):
@@ -382,8 +381,8 @@ def extend_moments(moments: Moments, cross: CrossMoments) -> Moments:
 #: Largest ``eps * cond_1(L)^2`` for which the kernel-space extension is used: its
 #: rounding grows with the square of the factor's condition number (the solved
 #: extension's with the condition number), so below this its relative error in the
-#: moments stays under about 1e-9 (cond_1 up to 2100: tol down to about 5e-3 on the
-#: data measured; smaller tol takes the solved pass).
+#: moments stays under about 1e-9; a smaller tol takes the solved pass
+#: (docs/measurements.md, "Numerical thresholds").
 KERNEL_CROSS_LIMIT = 1e-9
 
 

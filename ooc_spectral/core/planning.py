@@ -75,16 +75,13 @@ SCAN_PANEL_ROWS = 256
 #: block's kernel rows and triangular solve between its own threads instead
 #: (:func:`ooc_spectral.core.scan.blocked.block_coordinates`): the products and solves of one
 #: block (c x m against an m x m factor) are too small for OpenBLAS to share well,
-#: its second thread mostly spins. Measured, scan of 500,000 swiss-roll rows in
-#: memory on 2 cores, rbf, tol 1e-3 (``workflows/bench/scan_threads.py``), two
-#: BLAS threads vs one BLAS thread and the block split in two: m = 848 5.5 s vs
-#: 2.8 s; m = 1557 9.0 s vs 5.5 s; m = 2267 19.2 s vs 16.0 s; m = 3659 36.4 s vs
-#: 42.9 s, where BLAS's own threads pay.
+#: its second thread mostly spins; above it BLAS's own threads pay
+#: (docs/measurements.md, "The scan's BLAS threads").
 SCAN_ONE_BLAS_THREAD_BELOW = 3000
 #: Decoded storage chunks the scan keeps for a later window of its visiting order,
-#: bytes in the source's dtype (:class:`ooc_spectral.pipeline.scan.WindowReader`). The 10^6
-#: x 64 float32 image patches (eight 32 MB chunks, sixteen windows) decode 16
-#: chunks with no budget, 11 with 64 MiB, 9 with 128 MiB, 8 from 192 MiB on.
+#: bytes in the source's dtype (:class:`ooc_spectral.pipeline.scan.WindowReader`): enough
+#: that most chunks shared by windows are decoded once (docs/measurements.md, "The
+#: scan's read cache").
 SCAN_READ_CACHE_BYTES = 128 * 2**20
 #: Blocks of the scan with at least this many rows get their coordinates against the
 #: dictionary on every core while BLAS runs on one thread
@@ -364,9 +361,8 @@ def balanced_tail(n_rows: int, rows: int, threads: int,
     than :data:`MIN_TASK_ROWS` rows. The threads finish together only if the
     re-split tasks start after the whole ones (a scheduler left to itself may give
     two of them to one thread): :func:`~ooc_spectral.pipeline.accumulate.accumulate` runs
-    them after the others (its ``tail``). Measured, 2·10^6 x 16 rows in 262,144-row chunks, m = 800, two
-    threads: 7.6 tasks' worth of rows, where one thread did 4 whole tasks while the
-    other did 3.6.
+    them after the others (its ``tail``). See docs/measurements.md, "Pass 2's re-split
+    tail", for the unbalanced case it fixes.
 
     >>> balanced_tail(2_000_000, 262_144, 2)
     (213568, 213568)
@@ -487,13 +483,10 @@ def solve_block_rows(block_rows: int, dictionary_size: int, order: str) -> int:
 
     ``block_rows`` (:func:`plan_block_rows`) in the F order; in the C order at most
     :data:`ROW_BLOCK_BYTES` of kernel block (and at least :data:`MIN_BLOCK_ROWS`
-    rows), whose rows MKL solves in one ``dtrsm``. Measured with ``chunk_moments`` on
-    one thread, MKL (and the kernel's product on MKL's ``dgemm``, since dropped), per
-    6,990 rows at m = 300, alternating the sizes in one process:
-    sub-blocks of 1, 2, 4 and 8 MiB 28.7-29.1, 27.1-27.6, 26.7-27.1 and 26.8-26.9 ms;
-    at m = 800 per 2,621 rows 52.9-54.4, 53.0-53.3, 52.3 and 51.1-52.0 ms (each
-    sub-block costs about 0.3 ms whatever its size: the factor and the m x m
-    accumulator are read and written once per call).
+    rows), whose rows MKL solves in one ``dtrsm``. Each sub-block has a fixed cost
+    whatever its size (the factor and the m x m accumulator are read and written once
+    per call), and blocks of a few MiB pay it rarely while staying in the cache
+    (docs/measurements.md, "Sub-blocks in the C order").
     """
     rows = max(1, int(block_rows))
     if order != "C":

@@ -50,8 +50,8 @@ class WindowReader:
     A window of the visiting order (:data:`~ooc_spectral.core.planning.VISIT_WINDOW_ROWS`
     rows) is often part of a larger storage chunk (zarr chunks of 131,072 or
     262,144 rows), and the windows are visited in a seeded random order: reading
-    each window from the store decoded its whole chunk once per window (the 10^6
-    x 64 image patches in 131,072-row chunks: 0.96 s of reads for a 1.6 s scan).
+    each window from the store decoded its whole chunk once per window, most of a
+    fast scan's time (docs/measurements.md, "The scan's read cache").
     The visiting order is known in advance
     (:meth:`~ooc_spectral.core.planning.VisitOrder.chunk_visits`), so a decoded chunk
     is kept while a later window needs it, within

@@ -85,17 +85,17 @@ WORKER_START_METHOD = "forkserver"
 #: ``distributed.nanny.pre-spawn-environ``), which also fixes the mmap threshold at
 #: 128 KiB, so that every array of a sub-block (the float64 rows, the augmented
 #: rows, the m x m product, the decoded chunk) is a fresh ``mmap`` faulted in page
-#: by page and unmapped at its end. Measured on 10^7 x 32 rows at m = 300
-#: (``workflows/bench/worker_malloc.py``, three alternating runs each): system time
-#: per worker 4.1-5.0 s -> 1.1-1.6 s, pass 2 28.4-33.0 s -> 26.9-27.7 s, pass 3
-#: 6.9-7.8 s -> 5.8-6.1 s, peak RSS 1,076-1,086 -> 1,241-1,259 MiB. The dask config
+#: by page and unmapped at its end: the workers spend system time on page faults that
+#: glibc's defaults avoid, for a somewhat higher peak RSS (docs/measurements.md,
+#: "Workers' allocator thresholds"). The dask config
 #: ``ooc-spectral.worker-malloc-trim-threshold`` (bytes) restores a threshold.
 WORKER_MALLOC_TRIM_THRESHOLD = None
 #: Modules the forkserver imports once for all the workers it forks. Not numba's loops
-#: (``ooc_spectral._accel.fused_numba``): numba and LLVM add 98 MiB to the resident memory of
+#: (``ooc_spectral._accel.fused_numba``): numba and LLVM add to the resident memory of
 #: each process that imports them, the server's included, and every forked worker would
-#: count them from its start; each worker imports them at its first pass 2 task instead
-#: (0.26 s, the loops loaded from numba's disk cache).
+#: count them from its start; each worker imports them at its first pass 2 task instead,
+#: the loops loaded from numba's disk cache (docs/measurements.md, "Start-up and
+#: resident costs").
 WORKER_PRELOAD = ("distributed", "numpy", "scipy.linalg", "dask.array", "zarr",
                   "ooc_spectral.pipeline.fit")
 #: Seconds to connect to a scheduler and receive its dask handshake (dask config
@@ -226,11 +226,9 @@ def worker_start_method() -> str:
 #: ``ooc-spectral.cluster-diagnostics`` is True: the workers' statistical profiler
 #: (every 10 ms it walks the stacks of the task threads, under the GIL), the event
 #: loops' tick (every 20 ms; a blocked loop is still reported after 3 s) and the
-#: system monitor (every 0.5 s), which feed the dashboard. Measured, 10^7 x 32 rows at
-#: m = 300, CPU over 8 s of pass 2, alternating (``workflows/bench/cluster_threads.py``,
-#: ``results/cluster_threads.md``): the two task threads 173.0-174.8% of a core with
-#: them, 177.5-180.0% without; the workers' other threads 15.6-16.7 -> 11.0-13.7%, the
-#: client process 6.2-6.4 -> 4.9-5.6%; pass 2 22.7-23.2 -> 22.0-22.2 s.
+#: system monitor (every 0.5 s), which feed the dashboard. Without them the task
+#: threads get more of the cores and pass 2 is a little faster (docs/measurements.md,
+#: "The embedded cluster's diagnostics").
 EMBEDDED_DIAGNOSTICS_OFF = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.tick.interval": "500ms",
@@ -303,9 +301,8 @@ def embedded_worker_start():
     pre-spawn environment (``OMP_NUM_THREADS=1`` ...) already set by the first
     nanny, and every worker is a fork of it: a worker is ready in a fraction of a
     second and imports nothing at its first task, where a spawned one starts a
-    fresh interpreter and imports it all (about 2 s of CPU each on 2 cores,
-    measured on a 100,000-row fit: 3-5 s of CPU less per embedded cluster).
-    The server lives as long as this process and is reused by later clusters.
+    fresh interpreter and imports it all (docs/measurements.md, "Start-up and resident
+    costs"). The server lives as long as this process and is reused by later clusters.
     """
     import dask
 
@@ -335,23 +332,13 @@ def choose_engine(options: ClusterOptions, input_bytes: int | None = None, *,
 
     A scheduler address always means that cluster. ``auto`` takes the threads
     in this process for inputs of at most :data:`THREADS_MAX_BYTES` (128 MiB),
-    the embedded ``LocalCluster`` for larger ones. The threshold is the measured
-    crossover (``workflows/bench/engines.py``, ``workflows/bench/results/
-    engines.md``, 2 cores, d = 8, m = 300): the cluster costs about 3.4 s to
-    start and stop whatever n, and its stages ran about 13% faster than the
-    threads' (pass 2 by 20-35%: the threads hold the GIL part of the time), so
-    threads win while the stages take under about 25 s: 10^6 rows (32 MB)
-    took 8.6 s on threads and 11.0 s on the cluster, 10^7 rows (320 MB) 56.3 s
-    and 53.0 s. That was before pass 2's triangular solve released the GIL
-    (:mod:`ooc_spectral._accel.blas`); measured again after it, on a slower machine,
-    the threads win at every size measured: 14.0 s against 21.7 s at 10^6 rows,
-    92.5 s against 109.4 s at 10^7 (320 MB; pass 2 on 1.87 cores on both). The
-    threshold is kept until a measurement above 320 MB decides how far to raise
-    it; at 10^8 x 32 rows (12.8 GB, m = 300), an hour apart, pass 2 reached 65%
-    of its floors on either engine (``workflows/bench/cli_floors.py --engine``),
-    which does not. The cluster's workers are also held to a memory limit. A given
-    ``--memory-limit`` or ``needs_cluster`` (dask's performance report) also
-    takes the cluster.
+    the embedded ``LocalCluster`` for larger ones. The cluster costs a fixed time to
+    start and stop, which its stages won back only on large inputs; the threshold is
+    the crossover measured by ``workflows/bench/engines.py`` and kept until a
+    measurement above 320 MB decides how far to raise it (docs/measurements.md,
+    "Threads or the embedded cluster"). The cluster's workers are also held to a
+    memory limit. A given ``--memory-limit`` or ``needs_cluster`` (dask's performance
+    report) also takes the cluster.
     """
     from ..exceptions import InvalidParameterError
 

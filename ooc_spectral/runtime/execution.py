@@ -50,8 +50,8 @@ def task_blas_threads():
     OpenBLAS spin). Distributed workers already pin BLAS to one thread; the
     synchronous scheduler keeps every BLAS thread. No scheduler configured and no
     client (``get_scheduler()`` is None, the Python API's default) means dask's
-    threaded scheduler too: unpinned there, pass 2 of 10^6 x 64 rows at m = 93 took
-    5.9 s instead of 2.5 s (``workflows/bench/patches.py``).
+    threaded scheduler too, where unpinned BLAS made pass 2 more than twice as slow
+    (docs/measurements.md, "One BLAS thread per task").
     """
     import dask.threaded
 

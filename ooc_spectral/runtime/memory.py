@@ -14,8 +14,8 @@ __all__ = ["WORKER_BASELINE", "format_bytes", "smallest_memory_limit", "check_me
            "TASK_MEMORY_FRACTION", "task_memory_budget", "cache_block_bytes"]
 
 
-#: Resident memory of an idle worker process with ooc_spectral imported (measured 175 MiB
-#: idle, 216 MiB after reading tasks: Python 3.11, numpy 2.4, dask 2026.8).
+#: Resident memory of a worker process with ooc_spectral imported, before its tasks' own
+#: arrays, rounded up (docs/measurements.md, "Start-up and resident costs").
 WORKER_BASELINE = 224 * 2**20
 
 

@@ -50,8 +50,8 @@ class MemorySampler:
     Each sample reads the RSS of the processes of the tree as last listed; the
     tree is listed again every ``list_every`` seconds (and at :meth:`take_peak`).
     Listing it reads ``/proc/*/stat`` of every process on the machine: done at
-    every 50 ms sample it took about a tenth of a core from the passes' workers
-    on 2 cores (``workflows/bench/cli_floors.py``).
+    every sample it took a noticeable share of a core from the passes' workers
+    (docs/measurements.md, "The memory sampler's listing").
     """
 
     def __init__(self, pid: int | None = None, interval: float = 0.05, list_every: float = 1.0):
