@@ -28,7 +28,7 @@ import numpy as np
 
 from .support import config_flag, contiguous_float64, once
 
-__all__ = ["numba_loops", "loops_backend", "centre_rows", "clip_unit_col_sums", "clip_unit_dot",
+__all__ = ["numba_loops", "loops_backend", "centre_rows", "centre_rows_weighted", "clip_unit_col_sums", "clip_unit_dot",
            "CENTRE_PIECE_ELEMENTS", "DOT_MAX_COLUMNS"]
 
 #: Entries of a C-ordered block that the NumPy form of :func:`centre_rows` takes at a
@@ -144,6 +144,42 @@ def centre_rows(Z: np.ndarray, mean: np.ndarray, w: np.ndarray | None):
             np.matmul(P, w, out=zw[a:a + step])
         P -= mean
     return sq, zw
+
+
+def centre_rows_weighted(Z: np.ndarray, mean: np.ndarray, w: np.ndarray | None,
+                         weights: np.ndarray):
+    """:func:`centre_rows`, and in the same pass ``|z_t| . weights`` of each row before the
+    centring (the certificate's cheap bound on the row's projection coefficients,
+    :meth:`~ooc_spectral.core.rounding.FactorRounding.cheap_coefficients`).
+
+    Returns
+    -------
+    sq, zw : as :func:`centre_rows`
+    cz : ndarray of shape (c,)
+    """
+    c, m = Z.shape
+    sq, cz = np.empty(c), np.empty(c)
+    zw = None if w is None else np.empty(c)
+    loops = numba_loops()
+    if (loops is not None and c and m and mean.shape == (m,) and weights.shape == (m,)
+            and (w is None or w.shape == (m,)) and np.all(np.isfinite(weights))
+            and contiguous_float64(Z, mean, weights, *(() if w is None else (w,)),
+                                   writeable=True)):
+        if w is None:
+            loops.centre_rows_c(Z, mean, weights, sq, cz)
+        else:
+            loops.centre_rows_wc(Z, mean, w, weights, sq, zw, cz)
+        return sq, zw, cz
+    step = max(1, CENTRE_PIECE_ELEMENTS // max(m, 1))
+    for a in range(0, c, step):
+        P = Z[a:a + step]
+        np.einsum("ij,ij->i", P, P, out=sq[a:a + step])
+        if zw is not None:
+            np.matmul(P, w, out=zw[a:a + step])
+        with np.errstate(invalid="ignore"):
+            np.matmul(np.abs(P), weights, out=cz[a:a + step])
+        P -= mean
+    return sq, zw, cz
 
 
 def clip_unit_col_sums(S: np.ndarray, col_sums: np.ndarray) -> np.ndarray:

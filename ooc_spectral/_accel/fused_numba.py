@@ -32,6 +32,41 @@ def centre_rows_w(Z, mean, w, sq, zw):  # pragma: no cover - compiled
         zw[t] = p
 
 
+@numba.njit("void(float64[:, ::1], float64[::1], float64[::1], float64[::1], float64[::1], "
+            "float64[::1], float64[::1])", **_FLAGS)
+def centre_rows_wc(Z, mean, w, cw, sq, zw, cz):  # pragma: no cover - compiled
+    c, m = Z.shape
+    for t in range(c):
+        s = 0.0
+        p = 0.0
+        a = 0.0
+        for j in range(m):
+            v = Z[t, j]
+            s += v * v
+            p += v * w[j]
+            a += abs(v) * cw[j]
+            Z[t, j] = v - mean[j]
+        sq[t] = s
+        zw[t] = p
+        cz[t] = a
+
+
+@numba.njit("void(float64[:, ::1], float64[::1], float64[::1], float64[::1], float64[::1])",
+            **_FLAGS)
+def centre_rows_c(Z, mean, cw, sq, cz):  # pragma: no cover - compiled
+    c, m = Z.shape
+    for t in range(c):
+        s = 0.0
+        a = 0.0
+        for j in range(m):
+            v = Z[t, j]
+            s += v * v
+            a += abs(v) * cw[j]
+            Z[t, j] = v - mean[j]
+        sq[t] = s
+        cz[t] = a
+
+
 @numba.njit("void(float64[:, ::1], float64[::1], float64[::1])", **_FLAGS)
 def centre_rows(Z, mean, sq):  # pragma: no cover - compiled
     c, m = Z.shape

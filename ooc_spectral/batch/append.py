@@ -137,11 +137,14 @@ def update_supported(config: FitConfig) -> tuple[bool, str]:
 # --------------------------------------------------------------------------- #
 def save_base(checkpoint: RunCheckpoint, n_rows: int, state, moments: Moments, components,
               gamma, anchor: dict) -> None:
-    """Keep what the next update starts from: state, moments, eigenvectors, anchor."""
+    """Keep what the next update starts from: state (its kernel's centre included),
+    moments, eigenvectors, anchor."""
+    center = getattr(state.kernel, "center", None)
     checkpoint.save_partial(BASE_STATE, n_rows, {
         "points": np.asarray(state.points), "indices": np.asarray(state.indices),
         "L": np.asarray(state.L), "w": np.asarray(state.w),
         "components": np.asarray(components),
+        "center": None if center is None else np.asarray(center, dtype=np.float64),
         "gamma": None if gamma is None else float(gamma), "anchor": anchor})
     checkpoint.save_partial(BASE_MOMENTS, n_rows,
                             dataclasses.replace(moments, beyond=None).to_flat())
@@ -264,7 +267,8 @@ def solve_update(config: FitConfig, source: DataSource, base: tuple[dict, dict],
 
     state_part, moments = base
     gamma = state_part.get("gamma")
-    kernel = make_kernel(config.kernel, gamma=gamma, degree=config.degree, coef0=config.coef0)
+    kernel = make_kernel(config.kernel, gamma=gamma, degree=config.degree, coef0=config.coef0,
+                         center=state_part.get("center"))
     m_old = int(state_part["points"].shape[0])
     inc = IncrementalFit(config, kernel, source.n_features, executor=executor)
     inc.state = DictionaryState.from_arrays(kernel, config.affine, state_part["points"],

@@ -20,7 +20,8 @@ from .kernels import Kernel
 from .model import PIVOT_FLOOR, Dictionary
 from .statistics import Certificate
 
-__all__ = ["CONDITION_LIMIT", "check_conditioning", "check_certificate", "feature_space_dimension"]
+__all__ = ["CONDITION_LIMIT", "check_conditioning", "check_certificate", "certifiable_tol", "nice_ceil",
+           "feature_space_dimension"]
 
 
 #: Largest ``eps * cond_1(L)`` (LAPACK's estimate) the coordinates are trusted with:
@@ -50,36 +51,66 @@ def check_conditioning(dictionary: Dictionary, tol: float) -> None:
     if dictionary.L is not None and m > 1:
         rcond, _ = dtrcon(dictionary.L, norm="1", uplo="L", diag="N")
         if rcond * CONDITION_LIMIT < 1.0:
-            raise NumericalBreakdownError(
+            raise _advised(tol * 100, NumericalBreakdownError(
                 f"the dictionary's Cholesky factor ({m} points) has condition number about "
                 f"{1 / max(rcond, 1e-300):.2g}, beyond the {CONDITION_LIMIT:.2g} float64 arithmetic "
                 f"resolves: at tol={tol:.3g} the rows' coordinates, residuals and spectrum would "
-                f"be rounding noise at the scale of the small eigenvalues. Use a larger tol "
-                f"(try tol={tol * 100:.2g}) or a smaller gamma")
+                f"be rounding noise at the scale of the small eigenvalues. Use tol >= "
+                f"{tol * 100:.2g}, or a smaller gamma"))
 
 
 def check_certificate(cert: Certificate, tol: float, m: int, kernel: Kernel, dictionary: Dictionary,
-                      max_kx: float = 0.0) -> None:
+                      max_kx: float = 0.0, sums=None) -> None:
     """Raise :class:`NumericalBreakdownError` if a row is beyond ``tol`` after a full scan.
 
-    The scan guarantees ``delta_t <= tol`` for every row (the span only grows), so
-    pass 2's ``max delta`` can exceed ``tol`` only by the rounding of ``delta``
-    itself (allowed: ``(PIVOT_FLOOR + 16 (m + 2) eps) max k(x, x)``; the scan
-    never adds a row whose unconstrained residual is below the pivot floor). More means the factor is too
-    ill-conditioned for float64 at this tol: the residuals, and the spectrum
-    computed from the same coordinates, are rounding noise at that scale.
-    ``max_kx`` is the largest ``k(x, x)`` of the rows, when pass 2 measured it.
+    A row's residual after pass 2 is the larger of its computed ``delta`` and, where
+    pass 2 certified it (:class:`~ooc_spectral.core.rounding.FactorRounding`), the
+    upper bound of its exact squared distance to the span, rounding included. The
+    scan left every row within ``tol``; pass 2's computed ``delta`` may exceed it by
+    its own rounding, bounded by the largest certified rounding term (or, uncertified,
+    ``(PIVOT_FLOOR + 16 (m + 2) eps) max k(x, x)``). Beyond that, float64 cannot tell
+    whether rows are within ``tol`` with this dictionary: the residuals, and the spectrum
+    computed from the same coordinates, are rounding noise at that scale. The advice
+    is the smallest tol the rounding allows (:func:`certifiable_tol`).
     """
     eps = np.finfo(np.float64).eps
     kmax = float(np.max(np.abs(kernel.diag(dictionary.points, dictionary.aux)))) if m else 1.0
     kmax = max(kmax, float(max_kx))
-    # the scan never adds a row below the pivot floor, and delta's own rounding
-    slack = (PIVOT_FLOOR + 16.0 * (m + 2) * eps) * kmax
+    rounding = float(sums.max_rounding) if sums is not None and sums.certified else 0.0
+    slack = (PIVOT_FLOOR + 16.0 * (m + 2) * eps) * kmax + rounding
     worst = float(cert.max_delta)
     if worst > tol + slack:
-        raise NumericalBreakdownError(
-            f"row {int(cert.argmax)} is at squared distance {worst:.3g} from the dictionary's "
-            f"span after the scan, beyond tol={tol:.3g} (rounding allows {slack:.2g}): at this tol "
-            f"the dictionary's Cholesky factor ({m} points) is too ill-conditioned for float64 "
-            f"arithmetic, so its residuals and spectrum would be rounding noise. Use tol >= "
-            f"{max(10 * worst, 10 * slack):.2g}, or a smaller gamma")
+        advice = certifiable_tol(max(rounding, worst - tol), tol)
+        raise _advised(advice, NumericalBreakdownError(
+            f"row {int(cert.argmax)} may be at squared distance {worst:.3g} from the "
+            f"dictionary's span after the scan, beyond tol={tol:.3g} (the residuals' rounding "
+            f"reaches {max(rounding, slack):.2g}): at this tol the dictionary's Cholesky factor "
+            f"({m} points) is too ill-conditioned for float64 arithmetic to certify every row. "
+            f"Use tol >= {advice:.2g}, or a smaller gamma"))
+
+
+def _advised(tol: float, err: NumericalBreakdownError) -> NumericalBreakdownError:
+    """``err`` carrying the tol its message advises (``suggested_tol``), which the fit
+    replaces by one it checked (:meth:`~ooc_spectral.pipeline.fit.FitRun.advise_tol`)."""
+    err.suggested_tol = float(tol)
+    return err
+
+
+def nice_ceil(x: float, strictly: bool = False) -> float:
+    """The smallest 1, 2 or 5 times a power of ten at least ``x`` (above it if ``strictly``)."""
+    x = float(x)
+    e = math.floor(math.log10(x)) - 1
+    while True:
+        for f in (1.0, 2.0, 5.0):
+            v = f * 10.0 ** e
+            if (v > x * (1 + 1e-12)) if strictly else (v >= x * (1 - 1e-12)):
+                return v
+        e += 1
+
+
+def certifiable_tol(rounding: float, tol: float) -> float:
+    """A tol whose certificate the rounding allows: 8 times the largest rounding term seen
+    at ``tol`` (a larger tol gives a smaller, better conditioned dictionary, whose
+    rounding is smaller still), rounded up to 1, 2 or 5 times a power of ten, and at
+    least 10 tol."""
+    return nice_ceil(max(8.0 * float(rounding), 10.0 * float(tol)))

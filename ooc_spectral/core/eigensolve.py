@@ -47,14 +47,18 @@ row gives back its training embedding.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy.linalg import eigh
 
 from ..exceptions import DictionaryError, NumericalBreakdownError
 from .model import Dictionary, SpectralMap
+from .rounding import U, gamma
 from .statistics import Certificate, Degrees, Gram, Moments, RowSums
 
 __all__ = ["SpectralMap", "top_eigenpairs", "sorted_eigenpairs", "solve_additive",
+           "spectrum_allowance", "summation_depth", "accumulation_error",
            "solve_divisive", "solve_exact", "check_spectrum", "eigenvalue_error_bound",
            "check_n_components", "spent_directions"]
 
@@ -149,29 +153,119 @@ def check_n_components(dictionary_size: int, n_components: int, spent: int = 1) 
         )
 
 
-#: Relative size of the most negative eigenvalue of ``C`` (against its trace)
-#: beyond which the statistic is not a Gram matrix: far above the rounding of a
-#: healthy fit, far below what a mapping that squares the factor's condition number
-#: gives (docs/measurements.md, "Numerical thresholds").
-PSD_RTOL = 1e-10
-#: Relative mismatch between ``trace(C)`` and the rows' squared centred norms
-#: summed one by one (far above a healthy fit's rounding, same section).
-TRACE_RTOL = 1e-9
+def summation_depth(n_rows: int, task_rows: int | None = None, tasks: int | None = None) -> int:
+    """How many roundings can touch one entry of pass 2's m x m sums: a task's rows (the
+    products of its sub-blocks and their pooled updates), then the tree over tasks and
+    the fold over segments. Without the plan, every row (any order of summation)."""
+    if task_rows is None or tasks is None:
+        return int(n_rows)
+    return int(min(n_rows, 2 * int(task_rows) + 4 * (int(tasks) + 64)))
+
+
+def accumulation_error(sums: RowSums, depth: int) -> float:
+    """A bound on ``||C~ - C||_2``, C the exact centred sum of the rows' computed
+    coordinates: each entry is a sum of at most ``depth`` rounded terms of
+    ``|z_c||z_c|'`` (Higham 3.1), whose 2-norm is at most ``sum |z - mean|^2 <= 4 sum |z|^2``
+    for any computed mean. ``sum |z|^2`` is pass 2's (``sum_sq``) where measured, else its
+    bound ``sum k(x, x)``."""
+    scale = float(sums.sum_sq) if sums.certified else float(sums.sum_kx)
+    return gamma(depth + 4) * 4.0 * abs(scale)
 
 
 def eigenvalue_error_bound(sums: RowSums, dictionary_size: int) -> float:
-    """Width of Weyl's interval: each exact eigenvalue is in ``[lambda_i, lambda_i + b]``.
+    """Width of Weyl's interval: each exact eigenvalue is in ``[lambda_i, lambda_i + b]``
+    up to the spectrum's rounding (:func:`spectrum_allowance`).
 
-    ``b = sum_t max(dhat_t, 0)`` (the trace of the residuals' centred Gram
-    matrix is at most that; ``<= n max delta <= n tol``) plus the rounding of the
-    computed residuals, ``2 (m + 2) eps sum_t k(x_t, x_t)``.
+    ``b`` bounds the trace of the residuals' centred Gram matrix, ``<= sum_t r_t`` over
+    the rows' squared distances to the dictionary's span: with certified sums
+    (:class:`~ooc_spectral.core.rounding.FactorRounding`), ``sum_dhat`` is already the
+    sum of upper bounds of those, rounding included; without, the computed ``dhat``
+    plus ``2 (m + 2) eps sum k(x, x)``.
     """
+    if sums.certified:
+        return float(sums.sum_dhat)
     eps = np.finfo(np.float64).eps
     return float(sums.sum_dhat) + 2.0 * (dictionary_size + 2) * eps * float(sums.sum_kx)
 
 
-def check_spectrum(C: np.ndarray, all_values: np.ndarray, moments: Moments) -> None:
-    """Raise :class:`NumericalBreakdownError` unless ``C`` passes the cheap checks.
+def spectrum_allowance(dictionary: Dictionary, C: np.ndarray, smap: SpectralMap, sums: RowSums,
+                       depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rounding allowances ``(lower, upper)`` of the computed eigenvalues: every exact
+    eigenvalue of the centred Gram matrix is in
+    ``[lambda_i - lower_i, lambda_i + b + upper_i]``, b from :func:`eigenvalue_error_bound`.
+
+    **Lower (a rigorous bound).** With ``b_j`` the computed solutions of ``L' b = w_j`` (w_j
+    the eigenvectors) and ``u_j = sum_i b_ji phi(d_i)``, the Ritz values of the exact
+    covariance operator on ``span(u_1..u_p)`` are at most the exact eigenvalues
+    (Poincare's separation theorem). They are the eigenvalues of the pencil ``(T, G)``,
+    ``T_jl = sum_t <u_j, phi_c(x_t)> <u_l, phi_c(x_t)>``, ``G = B' M B``, and
+
+    - ``||G - I|| <= g = ||W'W - I|| + 2 ||R_B|| + ||R_B||^2 + theta (sum_j |b_j|_1)^2``,
+      ``R_B = L'B - W`` (the solve's residual, ``gamma_{2m} |L'||B|``);
+    - ``||T - Lambda|| <= tau``: ``<u_j, phi_c(x_t)> = w_j' z_c,t + eps_tj`` with
+      ``|eps_tj| <= |b_j|_1 xi_t`` (kernel and solve errors, :meth:`FactorRounding.certify
+      <ooc_spectral.core.rounding.FactorRounding.certify>`), so
+      ``tau = ||R_E|| + tau_C + 2 (lambda_1 + tau_C) ||R_B|| + 2 sqrt(sum lambda_j) beta Xi
+      + beta^2 Xi^2`` with ``R_E = C W - W Lambda``, ``tau_C`` the accumulation's rounding
+      (:func:`accumulation_error`), ``beta^2 = sum_j |b_j|_1^2`` and ``Xi^2 = sum_t xi_t^2``.
+
+    Hence ``lambda_i(exact) >= (lambda_i - tau) / (1 + g)``: ``lower_i = (g lambda_i + tau)
+    / (1 + g)``.
+
+    **Upper (first order).** The same perturbations bound the other side to first order:
+    ``upper_i = g lambda_i + tau`` (the second-order terms are of order ``eps^2 cond``).
+
+    Without certified sums (no rounding constants) both are ``inf`` where the terms need
+    them, except for the accumulation and eigensolver's own rounding.
+    """
+    W = np.asarray(smap.components, dtype=np.float64)
+    lam = np.asarray(smap.eigenvalues, dtype=np.float64)
+    m, p = W.shape
+    C = np.asarray(C, dtype=np.float64)
+    tau_C = accumulation_error(sums, depth)
+    R_E = C @ W - W * lam
+    r_E = float(np.linalg.norm(R_E)) + gamma(m + 2) * float(
+        np.linalg.norm(np.abs(C) @ np.abs(W) + np.abs(W) * np.abs(lam)))
+    WW = W.T @ W - np.eye(p)
+    g = float(np.linalg.norm(WW)) + gamma(m + 2) * p
+    tau = r_E * (1 + g) + tau_C * (1 + g)
+    rounding = dictionary.rounding
+    if rounding is None or dictionary.L is None or not sums.certified:
+        if dictionary.L is not None:
+            return np.full(p, np.inf), np.full(p, np.inf)
+        return (g * lam + tau) / (1 + g), g * lam + tau
+    from scipy.linalg import solve_triangular
+
+    L = dictionary.L
+    B = solve_triangular(L, W, lower=True, trans="T", check_finite=False)
+    b1 = np.abs(B).sum(axis=0)
+    r_B = gamma(2 * m + 2) * float(np.linalg.norm(np.abs(L.T) @ np.abs(B)))
+    beta2 = float(b1 @ b1)
+    g = g + 2 * r_B * (1 + g) + r_B ** 2 + rounding.theta * float(np.sum(b1)) ** 2
+    Xi = math.sqrt(max(float(sums.sum_xi2), 0.0))
+    lam1 = float(np.max(np.abs(lam))) if p else 0.0
+    tau = (tau + 2 * (lam1 + tau_C) * r_B + 2 * math.sqrt(float(np.sum(np.abs(lam))) * (1 + g))
+           * math.sqrt(beta2) * Xi + beta2 * Xi * Xi)
+    tau *= 1 + 16 * U
+    if g >= 0.5:
+        return np.full(p, np.inf), np.full(p, np.inf)
+    return (g * lam + tau) / (1 + g), g * lam + tau
+
+
+def check_spectrum(C: np.ndarray, all_values: np.ndarray, moments: Moments,
+                   depth: int | None = None) -> None:
+    """Raise :class:`NumericalBreakdownError` unless ``C`` passes the cheap checks, each at
+    its derived rounding allowance.
+
+    - ``trace(C)`` equals ``moments.sq``, the same diagonal sums read off the products
+      before their symmetric completion and pooled updates: two sums of at most ``m`` of
+      the same terms each, within ``2 gamma_{2m+2}`` of their scale;
+    - no eigenvalue below ``-(tau_C + 2 (m + 1) u lambda_max)``: the exact C is a Gram
+      matrix, and the computed one is within the accumulation's rounding ``tau_C``
+      (:func:`accumulation_error`) and the eigensolver's backward error of it;
+    - no eigenvalue nor the trace above ``sum k(x, x)`` plus those and the rounding of the
+      sum itself: ``sum k(x, x)`` is the trace of the centred Gram matrix plus a
+      non-negative term, and every eigenvalue is at most the trace.
 
     Parameters
     ----------
@@ -182,10 +276,15 @@ def check_spectrum(C: np.ndarray, all_values: np.ndarray, moments: Moments) -> N
     moments : Moments
         Pass 2's statistic: ``sq`` (the rows' ``|z - zbar|^2`` summed one by
         one), ``sums.sum_kx`` (``sum k(x, x)``).
+    depth : int, optional
+        :func:`summation_depth` (default: every row).
     """
+    m = C.shape[0]
     trace = float(np.trace(C))
     sq, sum_kx = float(moments.sq), float(moments.sums.sum_kx)
     scale = max(sq, abs(trace), np.finfo(np.float64).tiny)
+    depth = int(moments.n) if depth is None else int(depth)
+    tau_C = accumulation_error(moments.sums, depth)
     advice = ("the statistics of pass 2 are not those of the rows' projections, so the "
               "spectrum would be wrong and is not returned. If this run resumed from a "
               "checkpoint, rerun with --overwrite (a damaged checkpoint); otherwise report "
@@ -193,20 +292,23 @@ def check_spectrum(C: np.ndarray, all_values: np.ndarray, moments: Moments) -> N
               "(e.g. by 100x) or use a smaller gamma")
     if not np.all(np.isfinite(C)):
         raise NumericalBreakdownError(f"the m x m statistic holds NaN or infinity: {advice}")
-    if abs(trace - sq) > TRACE_RTOL * scale:
+    trace_allowed = 2 * gamma(2 * m + 2) * scale
+    if abs(trace - sq) > trace_allowed:
         raise NumericalBreakdownError(
-            f"trace(C) = {trace:.6g} but the rows' squared centred norms sum to {sq:.6g} "
-            f"(relative difference {abs(trace - sq) / scale:.2g}, allowed {TRACE_RTOL:g}): {advice}")
+            f"trace(C) = {trace:.17g} but the rows' squared centred norms sum to {sq:.17g} "
+            f"(difference {abs(trace - sq):.3g}, rounding allows {trace_allowed:.3g}): {advice}")
     lo, hi = float(all_values[0]), float(all_values[-1])
-    if lo < -PSD_RTOL * scale:
+    eig_err = 2 * (m + 1) * U * max(abs(hi), abs(lo))
+    if lo < -(tau_C + eig_err):
         raise NumericalBreakdownError(
-            f"C has the eigenvalue {lo:.3g}, below -{PSD_RTOL:g} x trace(C) = "
-            f"{-PSD_RTOL * scale:.3g}; a Gram matrix has none: {advice}")
-    limit = sum_kx * (1.0 + TRACE_RTOL)
+            f"C has the eigenvalue {lo:.3g}, below -{tau_C + eig_err:.3g} (the rounding of its "
+            f"accumulation and eigensolve); a Gram matrix has none: {advice}")
+    limit = sum_kx + gamma(depth + 2) * abs(sum_kx) + tau_C + eig_err
     if hi > limit or trace > limit:
         raise NumericalBreakdownError(
-            f"the top eigenvalue {hi:.6g} (trace {trace:.6g}) exceeds sum k(x, x) = {sum_kx:.6g}, "
-            f"which bounds every eigenvalue of the centred Gram matrix: {advice}")
+            f"the top eigenvalue {hi:.6g} (trace {trace:.6g}) exceeds sum k(x, x) = {sum_kx:.6g} "
+            f"by more than its rounding ({limit - sum_kx:.3g}); sum k(x, x) bounds every "
+            f"eigenvalue of the centred Gram matrix: {advice}")
 
 
 def sorted_eigenpairs(A: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -219,7 +321,8 @@ def sorted_eigenpairs(A: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np
     return vals, vals[::-1][:k].copy(), fix_signs(vecs[:, ::-1][:, :k])
 
 
-def solve_additive(dictionary: Dictionary, moments: Moments, n_components: int) -> SpectralMap:
+def solve_additive(dictionary: Dictionary, moments: Moments, n_components: int,
+                   depth: int | None = None) -> SpectralMap:
     """Kernel PCA from the coordinate ``moments`` of pass 2, checked before use.
 
     Raises
@@ -235,7 +338,7 @@ def solve_additive(dictionary: Dictionary, moments: Moments, n_components: int) 
                        spent_directions(dictionary.affine, "additive", False))
     C = np.asarray(moments.m2, dtype=np.float64)
     all_values, vals, W = sorted_eigenpairs(C, m if every else n_components)
-    check_spectrum(C, all_values, moments)
+    check_spectrum(C, all_values, moments, depth)
     # rounding level: the magnitude of a negative (rounding) eigenvalue, or m eps lambda_max
     noise = max(-float(all_values[0]), 16 * m * np.finfo(np.float64).eps * float(all_values[-1]))
     rank = int(np.sum(all_values > noise))

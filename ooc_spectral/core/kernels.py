@@ -26,7 +26,9 @@ JSON-able attributes (plus named arrays) for persistence, never pickle.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import functools
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.spatial.distance import cdist
@@ -115,6 +117,11 @@ class Kernel:
     def monotone_to_kernel(self, S: np.ndarray) -> np.ndarray:
         """Kernel values from entries of :meth:`pairwise_monotone` (in place when possible)."""
         return S
+
+    def without_center(self) -> "Kernel":
+        """The kernel on unmoved rows (for another space's coordinates, as the pre-image
+        map's); itself for kernels without a centre (:class:`_Centred`)."""
+        return self
 
     def __call__(self, X, Y=None) -> np.ndarray:
         """Full kernel matrix ``k(X, Y)`` (``Y=X`` when omitted); for small inputs."""
@@ -246,16 +253,47 @@ class _Stationary(Kernel):
         return {"gamma": float(self.gamma)}
 
 
+class _Centred:
+    """A kernel that moves every row by a fixed centre before evaluating it.
+
+    Where a kernel depends only on ``x - y`` (rbf), or its kernel PCA does (linear and
+    degree-1 polynomial kernels: a translation leaves the centred Gram matrix as it
+    is), the exact values are the same with or without the centre; the rounding is not.
+    ``|x|^2 + |y|^2 - 2 x.y`` (or ``x.y``) loses about ``eps |x|^2`` to cancellation,
+    a relative error of ``eps R^2 / s^2`` for rows at distance R from the origin with a
+    spread s. Moved by a centre inside the data (the mean of a seeded sample,
+    :func:`~ooc_spectral.core.kernel_choice.data_center`), R is the data's own extent
+    whatever their offset. The centre is part of the kernel: saved with the model and
+    applied to every row it sees. A tuple of floats (kernels compare as values); None
+    keeps the rows as they are (models saved before the centre existed).
+    """
+
+    center: tuple | None
+
+    @functools.cached_property
+    def _center(self) -> np.ndarray | None:
+        return None if self.center is None else np.asarray(self.center, dtype=np.float64)
+
+    def _moved(self, X: np.ndarray) -> np.ndarray:
+        """The rows minus the centre (a new array), or the rows themselves."""
+        return X if self._center is None else X - self._center
+
+    def without_center(self) -> "Kernel":
+        return self if self.center is None else dataclasses.replace(self, center=None)
+
+
 @dataclass(frozen=True)
-class RBFKernel(_Stationary):
-    """Gaussian kernel ``k(x, y) = exp(-gamma * ||x - y||^2)``."""
+class RBFKernel(_Centred, _Stationary):
+    """Gaussian kernel ``k(x, y) = exp(-gamma * ||x - y||^2)``, on rows moved by
+    ``center`` (:class:`_Centred`); ``aux`` is their squared norms."""
 
     gamma: float
+    center: tuple | None = field(default=None, repr=False)
     name = "rbf"
     has_aux = True
 
     def aux(self, X):
-        return _sq_norms(_f64(X))
+        return _sq_norms(self._moved(_f64(X)))
 
     def monotone_to_kernel(self, S):
         np.minimum(S, 0.0, out=S)  # a distance is never negative
@@ -278,19 +316,26 @@ class RBFKernel(_Stationary):
         return np.matmul(A, B.T, out=out)
 
     def _augmented(self, X, Y, x_aux=None, y_aux=None):
-        """The exponent -gamma (|x|^2 + |y|^2 - 2 x.y) is ``A B'``: the rows augmented
-        with their squared norms, ``[x, |x|^2, 1] . [2g y, -g, -g |y|^2]``. One BLAS
-        call; monotone_to_kernel then clips at 0 and exponentiates in place."""
-        xx = _sq_norms(X) if x_aux is None else x_aux
-        yy = _sq_norms(Y) if y_aux is None else y_aux
-        g = self.gamma
+        """The exponent -gamma (|x|^2 + |y|^2 - 2 x.y) of the moved rows is ``A B'``: the
+        rows augmented with their squared norms, ``[x, |x|^2, 1] . [2g y, -g, -g |y|^2]``.
+        One BLAS call; monotone_to_kernel then clips at 0 and exponentiates in place."""
+        xx = self.aux(X) if x_aux is None else x_aux
+        yy = self.aux(Y) if y_aux is None else y_aux
+        g, c = self.gamma, self._center
         d = X.shape[1]
         A = np.empty((X.shape[0], d + 2))
-        A[:, :d] = X
+        if c is None:
+            A[:, :d] = X
+        else:
+            np.subtract(X, c, out=A[:, :d])
         A[:, d] = xx
         A[:, d + 1] = 1.0
         B = np.empty((Y.shape[0], d + 2))
-        np.multiply(Y, 2.0 * g, out=B[:, :d])
+        if c is None:
+            np.multiply(Y, 2.0 * g, out=B[:, :d])
+        else:
+            np.subtract(Y, c, out=B[:, :d])
+            B[:, :d] *= 2.0 * g
         B[:, d] = -g
         B[:, d + 1] = -g * yy
         return A, B
@@ -323,41 +368,50 @@ class LaplacianKernel(_Stationary):
 
 
 @dataclass(frozen=True)
-class LinearKernel(Kernel):
-    """Linear kernel ``k(x, y) = x . y``."""
+class LinearKernel(_Centred, Kernel):
+    """Linear kernel ``k(x, y) = x . y``, on rows moved by ``center`` if given (its
+    kernel PCA is PCA either way; :class:`_Centred`)."""
 
+    center: tuple | None = field(default=None, repr=False)
     name = "linear"
 
     def aux(self, X):
         return None
 
     def pairwise(self, X, Y, x_aux=None, y_aux=None):
-        return _f64(X) @ _f64(Y).T
+        return self._moved(_f64(X)) @ self._moved(_f64(Y)).T
 
     def diag(self, X, x_aux=None):
-        return _sq_norms(_f64(X))
+        return _sq_norms(self._moved(_f64(X)))
 
 
 @dataclass(frozen=True)
-class PolynomialKernel(Kernel):
-    """Polynomial kernel ``k(x, y) = (gamma * x . y + coef0) ** degree``."""
+class PolynomialKernel(_Centred, Kernel):
+    """Polynomial kernel ``k(x, y) = (gamma * x . y + coef0) ** degree``; ``center``
+    (degree 1 only, where kernel PCA does not depend on a translation) moves the rows."""
 
     gamma: float
     degree: int = 3
     coef0: float = 1.0
+    center: tuple | None = field(default=None, repr=False)
     name = "polynomial"
+
+    def __post_init__(self):
+        if self.center is not None and int(self.degree) != 1:
+            raise ValueError(f"a centre changes the degree-{self.degree} polynomial kernel's "
+                             "kernel PCA; it is only allowed for degree 1")
 
     def aux(self, X):
         return None
 
     def pairwise(self, X, Y, x_aux=None, y_aux=None):
-        K = _f64(X) @ _f64(Y).T
+        K = self._moved(_f64(X)) @ self._moved(_f64(Y)).T
         K *= self.gamma
         K += self.coef0
         return np.power(K, self.degree, out=K)
 
     def diag(self, X, x_aux=None):
-        return (self.gamma * _sq_norms(_f64(X)) + self.coef0) ** self.degree
+        return (self.gamma * _sq_norms(self._moved(_f64(X))) + self.coef0) ** self.degree
 
     @property
     def params(self):

@@ -54,6 +54,13 @@ class Dictionary:
         ``w . w``.
     affine : bool
         Whether the projection carries the constraint ``sum_i a_ti = 1``.
+    solver : {"trsm", "gemm"}
+        How pass 3 and ``transform`` map rows (:meth:`SpectralMap.embed_with_degrees`).
+    rounding : FactorRounding or None
+        What pass 2 needs to bound the rounding of every row's residual
+        (:class:`~ooc_spectral.core.rounding.FactorRounding`), attached once the
+        dictionary is final (:func:`~ooc_spectral.core.rounding.with_rounding`); None
+        for a dictionary that only maps rows (a loaded model).
     """
 
     kernel: Kernel
@@ -65,6 +72,7 @@ class Dictionary:
     beta: float
     affine: bool
     solver: str = "trsm"
+    rounding: object = None
 
     @property
     def size(self) -> int:
@@ -157,11 +165,16 @@ class Dictionary:
         return delta, alpha
 
     @staticmethod
+    def row_norms(Z: np.ndarray) -> np.ndarray:
+        """``|z_t|^2`` of the rows of Z (either memory order)."""
+        if Z.flags.f_contiguous and not Z.flags.c_contiguous:
+            return np.einsum("ji,ji->i", Z.T, Z.T)
+        return np.einsum("ij,ij->i", Z, Z)
+
+    @staticmethod
     def unconstrained_residuals(Z: np.ndarray, kx: np.ndarray) -> np.ndarray:
         """``dhat_t = k(x_t, x_t) - |z_t|^2``, the squared distance to the span."""
-        if Z.flags.f_contiguous and not Z.flags.c_contiguous:
-            return kx - np.einsum("ji,ji->i", Z.T, Z.T)
-        return kx - np.einsum("ij,ij->i", Z, Z)
+        return kx - Dictionary.row_norms(Z)
 
     def project(self, X: np.ndarray, *, orthogonal: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Projection coordinates and residuals of the rows of X.

@@ -33,12 +33,13 @@ import threading
 import numpy as np
 
 from .._accel.blas import add_gram_lower, fast_solve_order, symmetric_from_lower
-from .._accel.fused import centre_rows
+from .._accel.fused import centre_rows, centre_rows_weighted
 from .._validation import check_finite
 from ..exceptions import DictionaryError
 from .model import Dictionary
 from .planning import solve_block_rows
 from .preimage import chunk_preimage
+from .rounding import U
 from .statistics import (BeyondTol, Certificate, CrossMoments, Degrees, Gram, KernelSums, Moments,
                          RowSums, Statistic, _combine_optional, _pooled)
 
@@ -84,10 +85,26 @@ def in_sub_blocks(func):
     return wrapper
 
 
-def _project(block, dictionary: Dictionary, offset: int, chunk_starts, orthogonal=True):
+def _project(block, dictionary: Dictionary, offset: int, chunk_starts):
+    """The rows (checked finite), their orthogonal coordinates ``y = z`` (c x m) and each
+    row's residual: its computed ``delta``, or where the dictionary carries its rounding
+    constants, the larger of that and its certified residual (as
+    :func:`_centred_coordinates`)."""
     X = np.ascontiguousarray(block, dtype=np.float64)
     check_finite(X, offset, chunk_starts=chunk_starts)
-    return (X, *dictionary.project(X, orthogonal=orthogonal))
+    Y, delta = dictionary.project(X, orthogonal=True)
+    rounding = dictionary.rounding
+    if rounding is None:
+        return X, Y, delta
+    kernel = dictionary.kernel
+    x_aux = kernel.aux(X)
+    kx = kernel.diag(X, x_aux)
+    sq = Dictionary.row_norms(Y)
+    cheap = (rounding.cheap_coefficients(Y) if np.all(np.isfinite(rounding.inverse_sums))
+             else None)
+    bounds, _, _, _ = rounding.certify(dictionary, X, x_aux, kx, sq, kx - sq, cheap,
+                                       lambda rows: Y[rows])
+    return X, Y, np.maximum(delta, bounds)
 
 
 def _beyond(delta, offset, X, tol_check) -> BeyondTol | None:
@@ -119,8 +136,13 @@ def _kernel_scratch(m: int, c: int, order: str = "F") -> np.ndarray:
 def _centred_coordinates(block, dictionary: Dictionary, offset: int, chunk_starts,
                          order: str = "F"):
     """The rows as float64 (checked finite), their coordinates ``z = L^-1 k(D, x)``
-    centred in place, the mean that was subtracted, the residuals ``delta`` and the
+    centred in place, the mean that was subtracted, each row's residual and the
     :class:`~ooc_spectral.core.statistics.RowSums` (of the uncentred coordinates).
+
+    The residual of a row is its computed ``delta`` (eq. 8) or, where the dictionary
+    carries its rounding constants (:class:`~ooc_spectral.core.rounding.FactorRounding`),
+    the larger of that and its certified residual (an upper bound of the exact squared
+    distance to the span, :meth:`~ooc_spectral.core.rounding.FactorRounding.certify`).
 
     The coordinates (c x m, Fortran- or C-ordered as ``order`` says, see
     :func:`~ooc_spectral._accel.blas.fast_solve_order`) are a view of this thread's
@@ -131,26 +153,47 @@ def _centred_coordinates(block, dictionary: Dictionary, offset: int, chunk_start
     X = np.ascontiguousarray(block, dtype=np.float64)
     check_finite(X, offset, chunk_starts=chunk_starts)
     c, m = X.shape[0], dictionary.size
+    rounding = dictionary.rounding
+    x_aux = dictionary.kernel.aux(X)
+    weights = None if rounding is None else rounding.inverse_sums
+    if weights is not None and not np.all(np.isfinite(weights)):
+        weights = None
+    cheap = None
     if order != "C" or c == 0:
-        K, kx = dictionary.kernel_block(X, out=_kernel_scratch(m, c, order), order=order)
+        K, kx = dictionary.kernel_block(X, x_aux, out=_kernel_scratch(m, c, order), order=order)
         Z = dictionary.solve(K, overwrite=True)
-        dhat = dictionary.unconstrained_residuals(Z, kx)
+        sq = Dictionary.row_norms(Z)
+        dhat = kx - sq
         delta, _ = dictionary.residuals(Z, kx, dhat)
+        if rounding is not None:
+            if weights is not None:
+                cheap = rounding.cheap_coefficients(Z)
+            bounds, xi, E, sharp = rounding.certify(dictionary, X, x_aux, kx, sq, dhat, cheap,
+                                                    lambda rows: Z[rows])
         mean = _column_means(Z)
         Z -= mean
     else:  # the mean L^-1 kbar from the kernel's column sums, added up in the cache, and
         # solved as one more row of the block (the m x m factor is read once for both)
         ksum = np.empty(m)
         S = _kernel_scratch(m, c + 1, order)
-        _, kx = dictionary.kernel_block(X, out=S[:c], order=order, col_sums=ksum)
+        _, kx = dictionary.kernel_block(X, x_aux, out=S[:c], order=order, col_sums=ksum)
         np.divide(ksum, c, out=S[c])
         S = dictionary.solve(S, overwrite=True)
         Z, mean = S[:c], S[c].copy()  # the mean outlives this thread's scratch block
-        dhat, zw = centre_rows(Z, mean, dictionary.w if dictionary.affine else None)
-        np.subtract(kx, dhat, out=dhat)
+        w = dictionary.w if dictionary.affine else None
+        if weights is None:
+            sq, zw = centre_rows(Z, mean, w)
+        else:
+            sq, zw, cheap = centre_rows_weighted(Z, mean, w, weights)
+        dhat = kx - sq
         delta, _ = dictionary.residuals(None, kx, dhat, zw)
-    sums = RowSums.of(None, kx, dhat)
-    return X, Z, mean, delta, sums
+        if rounding is not None:  # the sharp rows' coordinates: centred, moved back
+            shift = 4 * U * (1.0 + float(np.max(np.abs(mean)))) if c else 0.0
+            bounds, xi, E, sharp = rounding.certify(dictionary, X, x_aux, kx, sq, dhat, cheap,
+                                                    lambda rows: Z[rows] + mean, shift)
+    if rounding is None:
+        return X, Z, mean, delta, RowSums.of(None, kx, dhat)
+    return X, Z, mean, np.maximum(delta, bounds), RowSums.bounded(kx, bounds, sq, xi, E, sharp)
 
 
 def _column_means(Z: np.ndarray) -> np.ndarray:

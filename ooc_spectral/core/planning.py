@@ -506,7 +506,7 @@ def segments(n_tasks: int, max_segments: int = MAX_SEGMENTS) -> list[range]:
 
 
 #: ``purpose`` tags of the seeded samples of the fit, so that each use draws its own rows.
-SAMPLE_PURPOSE = {"gamma": 1, "degree_subset": 2, "dictionary_size": 3}
+SAMPLE_PURPOSE = {"gamma": 1, "degree_subset": 2, "dictionary_size": 3, "advice": 4}
 
 
 def plan_sample(n_rows: int, size: int, seed: int, purpose: int = 0) -> np.ndarray:

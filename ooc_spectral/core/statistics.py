@@ -90,35 +90,63 @@ class Certificate:
 
 @dataclass(frozen=True)
 class RowSums:
-    """The scalar sums behind the eigensolve's run-time checks.
+    """The scalar sums behind the eigensolve's run-time checks and its interval.
 
     ``sum_kx = sum k(x, x)`` bounds every eigenvalue of the centred Gram matrix;
-    ``sum_dhat = sum max(k(x, x) - |z|^2, 0)`` is the trace bound of Weyl's
-    interval (the orthogonal residuals).
+    ``sum_dhat`` bounds the trace of the residuals' Gram matrix (Weyl's interval):
+    with the rounding bounds of :mod:`~ooc_spectral.core.rounding`, the sum of every
+    row's certified residual (its computed ``k(x, x) - |z|^2`` plus its rounding);
+    without them, of the computed residuals. The certified sums also carry
+    ``sum_sq = sum |z|^2`` (the accumulation's rounding scale), ``sum_xi2`` (the sum of
+    the rows' squared coordinate perturbations ``xi``, for the eigenvalues' lower
+    allowance), the largest rounding term ``max_rounding`` and the number of rows
+    that needed the sharp bound (``sharp_rows``).
     """
 
     sum_kx: float
     max_kx: float
     sum_dhat: float
+    sum_sq: float = 0.0
+    sum_xi2: float = 0.0
+    max_rounding: float = 0.0
+    sharp_rows: int = 0
+    certified: bool = False
 
     @classmethod
     def of(cls, Z: np.ndarray, kx: np.ndarray, dhat: np.ndarray | None = None) -> "RowSums":
         """The sums over rows with (uncentred) coordinates ``Z`` and diagonal ``kx``
-        (``dhat = kx - |z|^2`` when the caller has it)."""
+        (``dhat = kx - |z|^2`` when the caller has it), without rounding bounds."""
         if dhat is None:
             dhat = kx - np.einsum("ij,ij->i", Z, Z)
         return cls(float(kx.sum()), float(np.max(np.abs(kx))), float(np.maximum(dhat, 0.0).sum()))
 
+    @classmethod
+    def bounded(cls, kx: np.ndarray, bounds: np.ndarray, sq: np.ndarray, xi: np.ndarray,
+                rounding: np.ndarray, sharp: int) -> "RowSums":
+        """The sums of certified residuals (:meth:`FactorRounding.certify
+        <ooc_spectral.core.rounding.FactorRounding.certify>`)."""
+        return cls(float(kx.sum()), float(np.max(np.abs(kx))) if kx.size else 0.0,
+                   float(np.maximum(bounds, 0.0).sum()), float(sq.sum()), float(xi @ xi),
+                   float(np.max(rounding)) if rounding.size else 0.0, int(sharp), True)
+
     def combine(self, other: "RowSums") -> "RowSums":
         return RowSums(self.sum_kx + other.sum_kx, max(self.max_kx, other.max_kx),
-                       self.sum_dhat + other.sum_dhat)
+                       self.sum_dhat + other.sum_dhat, self.sum_sq + other.sum_sq,
+                       self.sum_xi2 + other.sum_xi2, max(self.max_rounding, other.max_rounding),
+                       self.sharp_rows + other.sharp_rows, self.certified and other.certified)
 
     def to_flat(self) -> dict:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["certified"] = int(self.certified)
+        return out
 
     @classmethod
     def from_flat(cls, flat: dict) -> "RowSums":
-        return cls(float(flat["sum_kx"]), float(flat["max_kx"]), float(flat["sum_dhat"]))
+        # partials stored before the rounding bounds have none: uncertified sums
+        return cls(float(flat["sum_kx"]), float(flat["max_kx"]), float(flat["sum_dhat"]),
+                   float(flat.get("sum_sq", 0.0)), float(flat.get("sum_xi2", 0.0)),
+                   float(flat.get("max_rounding", 0.0)), int(flat.get("sharp_rows", 0)),
+                   bool(int(flat.get("certified", 0))))
 
 
 @dataclass(frozen=True, eq=False)
@@ -163,6 +191,11 @@ class BeyondTol:
         return cls(float(flat["max_within"]), int(flat["argmax_within"]),
                    np.asarray(flat["violator_rows"], dtype=np.int64), np.asarray(flat["violator_X"]))
 
+
+#: The version of the flat form of pass 2's partials: a checkpoint stores its partials
+#: under stage names carrying it (:func:`~ooc_spectral.pipeline.accumulate.accumulate`),
+#: so partials of another version are recomputed, never mixed in.
+STATS_FORMAT = "c1"
 
 _PARTS = {Certificate: "max_delta", RowSums: "sum_kx", BeyondTol: "violator_rows"}
 

@@ -283,16 +283,13 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         self
         """
         from ..pipeline.incremental import IncrementalFit
-        from ..core.kernel_choice import resolve_gamma
-        from ..core.kernel_choice import make_kernel
+        from ..core.kernel_choice import resolve_kernel
 
         source = open_source(X)
         inc = getattr(self, "_incremental", None)
         if inc is None:
             c = self._config()
-            gamma = resolve_gamma(c.kernel, c.gamma, source, c.random_state)
-            kernel = make_kernel(c.kernel, gamma=gamma, degree=c.degree, coef0=c.coef0,
-                                 kernel_params=c.kernel_params)
+            kernel, gamma = resolve_kernel(c, source)
             inc = IncrementalFit(c, kernel, source.n_features)
             self.gamma_ = gamma
         inc.add(source, keep=source.kind != "numpy")
@@ -323,6 +320,8 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         self.max_residual_ = r.max_residual
         self.max_residual_row_ = r.max_residual_row
         self.eigenvalue_error_bound_ = r.eigenvalue_error_bound
+        self.eigenvalue_interval_ = r.eigenvalue_interval
+        self.rounding_ = r.rounding
         self.gamma_ = r.gamma
         self.tol_ = r.tol
         self.n_features_in_ = r.n_features

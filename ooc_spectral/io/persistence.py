@@ -210,7 +210,7 @@ def load_model_and_digest(cls, path):
     if "preimage_dual_coef" in arr:
         from ..core.preimage import PreimageMap
 
-        preimage = PreimageMap(kernel, arr["preimage_centers"], arr["preimage_dual_coef"],
+        preimage = PreimageMap(kernel.without_center(), arr["preimage_centers"], arr["preimage_dual_coef"],
                                float(meta["preimage_alpha"]))
     est._set_preimage(preimage)
     return est, digest

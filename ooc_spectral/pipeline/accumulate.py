@@ -25,7 +25,7 @@ from ..core.model import Dictionary
 from ..core.pass2 import (STAT_KINDS, _combine_many, _InOrder, extend_moments, extend_moments_kernel,
                           kernel_cross_is_accurate)
 from ..core.planning import MAX_SEGMENTS, segments
-from ..core.statistics import Moments, Statistic, from_flat
+from ..core.statistics import STATS_FORMAT, Moments, Statistic, from_flat
 from ..runtime.execution import Executor, shared
 
 __all__ = ["tree_reduce", "accumulate", "PartialStore", "extension_pass", "SPLIT_EVERY"]
@@ -111,7 +111,7 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
              else (int(old_size),) if kind in ("cross", "kernel_cross") else ())
     bulk = len(blocks) - int(tail)
     segs = segments(bulk, max_segments) + ([range(bulk, len(blocks))] if tail else [])
-    stage = stage or kind
+    stage = f"{stage or kind}-{STATS_FORMAT}"
 
     fold = _InOrder()
     todo = {}

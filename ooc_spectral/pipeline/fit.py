@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import re
 import time
 import warnings
 from contextlib import contextmanager
@@ -37,18 +38,21 @@ from ..core import planning
 from ..core.checks import check_certificate, check_conditioning, feature_space_dimension
 from ..core.config import FitConfig
 from ..core.eigensolve import (check_n_components, eigenvalue_error_bound, solve_additive,
+                               spectrum_allowance, summation_depth,
                                solve_divisive, solve_exact, spent_directions)
-from ..core.kernel_choice import make_kernel, resolve_gamma
+from ..core.kernel_choice import resolve_kernel
 from ..core.kernels import Kernel, SubsetNormalizedKernel
 from ..core.model import Dictionary, SpectralMap
 from ..core.pass2 import check_degrees
+from ..core.rounding import with_rounding
 from ..core.planning import (SAMPLE_PURPOSE, VisitOrder, plan_block_rows, plan_sample, plan_tasks,
                              tasks_tag)
 from ..core.scan.blocked import scan_rows
 from ..core.scan.search import search_dictionary
 from ..core.scan.state import DictionaryState, ScanProgress
 from ..core.statistics import Statistic
-from ..exceptions import DictionaryError, DictionarySizeError, DictionaryWarning, InvalidInputError
+from ..exceptions import (DictionaryError, DictionarySizeError, DictionaryWarning, InvalidInputError,
+                          NumericalBreakdownError)
 from ..io.source import DataSource
 from ..runtime.execution import Executor, compute
 from .accumulate import PartialStore, accumulate, extension_pass
@@ -101,6 +105,11 @@ class FitResult:
     reduce_tasks: int = 0
     block_rows: int | None = None
     eigenvalue_error_bound: float | None = None
+    #: every exact eigenvalue's interval, (p, 2): ``[lambda_i - lower_i, lambda_i + b + upper_i]``
+    #: (:func:`~ooc_spectral.core.eigensolve.spectrum_allowance`); None for the divisive one
+    eigenvalue_interval: Any = None
+    #: the certificate's rounding terms (:meth:`FitRun.rounding_report`), for report.json
+    rounding: dict | None = None
     exact: bool = False
     embedding: Any = None
     timings: dict = field(default_factory=dict)
@@ -188,9 +197,7 @@ class FitRun:
         seeded sample of ``degree_subset_size`` rows.
         """
         c = self.config
-        gamma = resolve_gamma(c.kernel, c.gamma, self.source, c.random_state)
-        kernel = make_kernel(c.kernel, gamma=gamma, degree=c.degree, coef0=c.coef0,
-                             kernel_params=c.kernel_params)
+        kernel, gamma = resolve_kernel(c, self.source)
         if c.normalization == "divisive" and c.degree_estimate == "subset":
             _, subset = self._sample("degree_subset", c.degree_subset_size)
             kernel = SubsetNormalizedKernel(kernel, subset)
@@ -389,12 +396,95 @@ class FitRun:
         check_degrees(stats)
         return stats, total
 
-    def solve(self, dictionary: Dictionary, stats: Statistic, total) -> SpectralMap:
+    def solve(self, dictionary: Dictionary, stats: Statistic, total,
+              depth: int | None = None) -> SpectralMap:
         c = self.config
         if c.normalization == "additive":
-            return solve_additive(dictionary, stats, c.n_components)
+            return solve_additive(dictionary, stats, c.n_components, depth=depth)
         return solve_divisive(dictionary, stats, c.n_components, drop_first=c.drop_first,
                               subset=c.degree_estimate == "subset", total=total)
+
+    def with_rounding(self, dictionary: Dictionary, tol: float, cap: float = math.inf) -> Dictionary:
+        """The dictionary with the constants pass 2 bounds every row's rounding with
+        (:func:`~ooc_spectral.core.rounding.with_rounding`; O(m^3), BLAS): rows whose
+        cheap bound exceeds ``tol`` get the sharp one; ``cap``, a bound every row's
+        residual already has (the tol of a scan that certified each row it skipped)."""
+        with self.stage("rounding"):
+            return with_rounding(dictionary, target=tol, cap=cap)
+
+    def advised(self, err: NumericalBreakdownError, kernel: Kernel) -> NumericalBreakdownError:
+        """``err`` with the tol its message advises replaced by one this fit checked
+        (:meth:`advise_tol`): the error of a tol-based fit whose rounding the arithmetic
+        cannot resolve names the smallest tol it can."""
+        c = self.config
+        told = getattr(err, "suggested_tol", None)
+        if told is None or c.dictionary_size is not None or c.tol is None:
+            return err
+        advice, checked = self.advise_tol(kernel, float(c.tol))
+        msg = re.sub(r"Use tol >= [0-9.e+-]+", f"Use tol >= {advice:.2g}", str(err))
+        msg += (f" (tol={advice:.2g} is certified on {checked})" if checked else "")
+        new = NumericalBreakdownError(msg)
+        new.suggested_tol = advice
+        return new
+
+    #: Rows of the sample on which the advised tol of a breakdown is checked.
+    ADVICE_ROWS = 20_000
+
+    def advise_tol(self, kernel: Kernel, tol: float) -> tuple[float, str]:
+        """The smallest tol of the grid ``1, 2, 5 x 10^k`` above ``tol`` whose scan
+        certifies every row of a seeded sample (all rows, in the fit's visiting order,
+        when there are at most :data:`ADVICE_ROWS`), with a conditioning the passes
+        resolve; and what it was checked on. On a sample the advice is doubled: more
+        rows give a larger dictionary."""
+        from ..core.checks import nice_ceil
+
+        c, s = self.config, self.source
+        order = VisitOrder(s.n_rows, c.random_state, window=planning.VISIT_WINDOW_ROWS)
+        if s.n_rows <= self.ADVICE_ROWS:
+            rows = order.global_order()
+            X = s.read_index(np.arange(s.n_rows))[rows]
+            what = f"every row in this fit's order"
+        else:
+            sorted_rows, X = self._sample("advice", self.ADVICE_ROWS)
+            perm = np.random.default_rng(np.random.SeedSequence([c.random_state, 0xAD])).permutation(
+                len(sorted_rows))
+            rows, X = sorted_rows[perm], X[perm]
+            what = f"a seeded sample of {len(rows)} rows"
+        t = tol
+        scale = float(np.max(np.abs(kernel.diag(X[: min(len(X), 4096)])))) or 1.0
+        while t < scale:
+            t = nice_ceil(t, strictly=True)
+            state = DictionaryState(kernel, s.n_features, c.affine)
+            try:
+                scan_rows(state, X, rows, t, limit=c.max_dictionary_size)
+                check_conditioning(state.freeze(), t)
+            except (NumericalBreakdownError, DictionarySizeError):
+                continue
+            return (t if s.n_rows <= self.ADVICE_ROWS else nice_ceil(2 * t)), what
+        return scale, ""
+
+    @staticmethod
+    def eigenvalue_interval(dictionary: Dictionary, stats, smap: SpectralMap,
+                            depth: int) -> np.ndarray:
+        """``[lambda_i - lower_i, lambda_i + b + upper_i]`` for each computed eigenvalue
+        (:func:`~ooc_spectral.core.eigensolve.spectrum_allowance`), shape (p, 2)."""
+        lower, upper = spectrum_allowance(dictionary, stats.m2, smap, stats.sums, depth)
+        b = eigenvalue_error_bound(stats.sums, dictionary.size)
+        lam = np.asarray(smap.eigenvalues, dtype=np.float64)
+        return np.column_stack([lam - lower, lam + b + upper])
+
+    @staticmethod
+    def rounding_report(dictionary: Dictionary, sums) -> dict | None:
+        """The certificate's rounding terms for ``report.json``: the dictionary's
+        constants and pass 2's largest rounding term and sharp-bound count."""
+        r = dictionary.rounding
+        if r is None:
+            return None
+        out = r.to_report()
+        if sums is not None and sums.certified:
+            out.update({"max_rounding": sums.max_rounding, "sharp_rows": sums.sharp_rows,
+                        "sum_certified_residuals": sums.sum_dhat})
+        return out
 
     def finish_prefix_scan(self, dictionary, X, stats, total, kernel, gamma, tol):
         """After a prefix scan: scan the rows beyond ``tol``, then bring pass 2 up to date.
@@ -415,6 +505,8 @@ class FitRun:
         old_size, dictionary = dictionary.size, self.selection.state.freeze(c.solver)
         log.info("dictionary: %d points", dictionary.size)
         self.check_dictionary(dictionary, kernel, gamma, tol)
+        # every row is certified within tol: by pass 2's bound or by the rescan
+        dictionary = self.with_rounding(dictionary, tol, cap=tol)
         with self.stage("pass2"):
             if c.normalization == "additive" and not rescan.rescanned_all:
                 grown, fresh = extension_pass(
@@ -470,7 +562,7 @@ class FitRun:
                 # the training embedding sqrt(lambda) v (= components * lambda), not the
                 # Nystrom map of the rows, which amplifies rounding in the smallest components
                 E = smap.components * smap.eigenvalues
-                preimage = exact_preimage(kernel, E, Xall, c.alpha)
+                preimage = exact_preimage(kernel.without_center(), E, Xall, c.alpha)
         del Xall
         X = self.write_view(out)
         with self.stage("pass3"):
@@ -494,7 +586,7 @@ class FitRun:
         from ..core.preimage import PreimageProblem, solve_preimage
 
         d = smap.dictionary
-        problem = PreimageProblem(smap, d.kernel, smap.embed(d.points))
+        problem = PreimageProblem(smap, d.kernel.without_center(), smap.embed(d.points))
         stats = accumulate(X, problem, "preimage", executor=self.executor,
                            chunk_starts=self.source.chunk_starts, store=self.checkpoint,
                            stage=f"preimage-{tasks_tag(X.chunks[0])}-m{d.size}-p{smap.n_components}",
@@ -549,23 +641,34 @@ class FitRun:
             if not exact:
                 raise
             return self.run_exact(kernel, gamma, out)
+        except NumericalBreakdownError as err:
+            raise self.advised(err, kernel) from err
         log.info("dictionary: %d points", dictionary.size)
         self.check_dictionary(dictionary, kernel, gamma, tol)
-        check_conditioning(dictionary, tol)
-        X = self.reduce_view()
-        with self.stage("pass2"):
-            stats, total = self.accumulate(dictionary, X, tol_check=None if complete else tol)
-        if not complete:
-            dictionary, X, stats, total = self.finish_prefix_scan(
-                dictionary, X, stats, total, kernel, gamma, tol)
-        cert = stats.certificate
-        sums = stats.sums if c.normalization == "additive" else None
-        check_conditioning(dictionary, tol)
-        if c.dictionary_size is None:
-            check_certificate(cert, tol, dictionary.size, kernel, dictionary,
-                              max_kx=sums.max_kx if sums is not None else 0.0)
+        try:
+            check_conditioning(dictionary, tol)
+            # a complete greedy scan certified every row it skipped: rows are within tol
+            dictionary = self.with_rounding(dictionary, tol, cap=tol if complete and c.dictionary_size
+                                            is None and c.dictionary_selection == "greedy" else math.inf)
+            X = self.reduce_view()
+            with self.stage("pass2"):
+                stats, total = self.accumulate(dictionary, X, tol_check=None if complete else tol)
+            if not complete:
+                dictionary, X, stats, total = self.finish_prefix_scan(
+                    dictionary, X, stats, total, kernel, gamma, tol)
+            cert = stats.certificate
+            sums = stats.sums if c.normalization == "additive" else None
+            check_conditioning(dictionary, tol)
+            if c.dictionary_size is None:
+                check_certificate(cert, tol, dictionary.size, kernel, dictionary,
+                                  max_kx=sums.max_kx if sums is not None else 0.0, sums=sums)
+        except NumericalBreakdownError as err:
+            raise self.advised(err, kernel) from err
+        depth = summation_depth(s.n_rows, self.plan.rows, len(X.chunks[0]))
         with self.stage("solve"):
-            smap = self.solve(dictionary, stats, total)
+            smap = self.solve(dictionary, stats, total, depth)
+            interval = (self.eigenvalue_interval(dictionary, stats, smap, depth)
+                        if sums is not None else None)
         preimage = None
         if c.fit_inverse_transform:
             with self.stage("preimage"):
@@ -583,6 +686,7 @@ class FitRun:
             block_rows=self.block_rows(dictionary.size),
             eigenvalue_error_bound=(eigenvalue_error_bound(sums, dictionary.size)
                                     if sums is not None else None),
+            eigenvalue_interval=interval, rounding=self.rounding_report(dictionary, sums),
             timings=dict(self.timings), peak_memory=dict(self.peak_memory),
             resumed=list(self.resumed), stats=stats,
             scan_state=None if self.selection is None else self.selection.state,

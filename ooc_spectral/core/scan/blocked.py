@@ -50,6 +50,8 @@ from ..._accel.threads import one_blas_thread
 from ..kernels import Kernel
 from ..model import PIVOT_FLOOR
 from ..planning import SCAN_ONE_BLAS_THREAD_BELOW, SCAN_PANEL_POINTS, SCAN_PANEL_ROWS, SCAN_SPLIT_ROWS, scan_block_rows
+from ..rounding import diag_error
+from .certify import decide, entered_resolved
 from .local_certificate import CERTIFY_THREADS, certify_rows, scan_pool
 from .state import DictionaryState
 
@@ -158,6 +160,16 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
     Returns ``(stopped at limit, rows scanned)``. Without ``max_added`` (a panel of
     at most ``SCAN_PANEL_ROWS`` rows), the new points' kernel columns come from the
     panel's Gram matrix.
+
+    A row is skipped when it is certified within tol: its ``delta`` at most tol and
+    its computed residual plus the rounding bound
+    (:meth:`~ooc_spectral.core.scan.certify.ScanRounding.residual_bounds`) too, or,
+    numerically in the span (below the pivot floor), the latter alone. A row certified
+    against the dictionary at the start of the block stays certified (adding points only
+    lowers a residual); one that is not is bounded again against the grown dictionary
+    when the walk reaches it. A row not certified enters, if its rounding is resolved
+    (:data:`~ooc_spectral.core.scan.certify.RESOLVED`); otherwise the scan stops with
+    :class:`~ooc_spectral.exceptions.NumericalBreakdownError`.
     """
     kernel = state.kernel
     c = X.shape[0]
@@ -167,31 +179,46 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
     kx = kernel.diag(X, x_aux)
     floor = PIVOT_FLOOR * np.maximum(np.abs(kx), np.finfo(np.float64).tiny)
     m0 = state.size
+    rnd = state.rounding
     # Coordinates against the dictionary at the start of the block (the solve's own
     # output, c x m0, no copy) and against the points added within the block (Zn).
     if m0:
         Z0, dhat, alpha = block_coordinates(state, X, x_aux, kx)
+        E = rnd.residual_bounds(state.L, Z0, dhat, _residuals(state, dhat, alpha), X, x_aux,
+                                kx, tol)
     else:
         Z0 = np.empty((c, 0))
         dhat = kx.copy()
         alpha = np.ones(c)
+        E = np.broadcast_to(diag_error(kernel, X, x_aux, kx), (c,)).astype(np.float64)
+    certified = dhat + E <= tol
     Zn = np.empty((c, min(c, 32)))
     G = None
 
     pos = 0
     while pos < c:
         delta = _residuals(state, dhat[pos:], alpha[pos:])
-        hits = np.flatnonzero((delta > tol) & (dhat[pos:] > floor[pos:]))
+        inspan = dhat[pos:] <= floor[pos:]
+        hits = np.flatnonzero(((delta > tol) & ~inspan) | ~certified[pos:])
         if hits.size == 0:
             break
         i = pos + int(hits[0])
-        if limit is not None and state.size >= limit:
-            return True, i
         m = state.size
         j = m - m0  # points added in this block so far
         zi = np.concatenate([Z0[i], Zn[i, :j]])
+        d_i = float(delta[i - pos])
+        if not certified[i]:
+            E_i = (rnd.row_bound(state.L, zi, X[i], None if x_aux is None else x_aux[i:i + 1],
+                                 float(kx[i])) if j else float(E[i]))  # against the grown one
+            certified[i] = dhat[i] + E_i <= tol
+            if not decide(d_i, float(dhat[i]), float(floor[i]), E_i, tol, int(rows[i])):
+                pos = i + 1
+                continue
+        if limit is not None and state.size >= limit:
+            return True, i
         w_new = state.append(X[i], int(rows[i]), None if x_aux is None else x_aux[i],
                              zi, float(dhat[i]), float(alpha[i]))
+        entered_resolved(d_i, state.last_rounding, tol, int(rows[i]))
         pivot = state.L[m, m]
         if i + 1 < c:
             rest = slice(i + 1, c)
@@ -218,6 +245,7 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
             dhat[rest] -= kcol * kcol
             alpha[rest] -= w_new * kcol
         dhat[i] = 0.0
+        certified[i] = True
         pos = i + 1
         if max_added is not None and j + 1 >= max_added:
             return False, pos
@@ -314,8 +342,9 @@ def pointwise_scan(kernel: Kernel, X: np.ndarray, rows: np.ndarray, tol: float, 
                    affine: bool = True, state: DictionaryState | None = None) -> DictionaryState:
     """The plain point-by-point scan (the paper's Algorithm 1 loop, one row at a time).
 
-    The reference the blocked scan must agree with; O(m^2) Python-level work per
-    row, so for tests and benchmarks only. Continues ``state`` if given.
+    The reference the blocked scan must agree with, the same membership test
+    (:func:`_scan_panel`) row by row; O(m^2) Python-level work per row, so for tests
+    and benchmarks only. Continues ``state`` if given.
     """
     X = np.ascontiguousarray(X, dtype=np.float64)
     if state is None:
@@ -336,6 +365,10 @@ def pointwise_scan(kernel: Kernel, X: np.ndarray, rows: np.ndarray, tol: float, 
             z = np.empty(0)
             dhat, alpha = kxx, 1.0
             delta = np.inf if affine else dhat
-        if delta > tol and dhat > PIVOT_FLOOR * max(abs(kxx), np.finfo(np.float64).tiny):
-            state.append(X[t], int(rows[t]), None if x_aux is None else x_aux[0], z, dhat, alpha)
+        floor = PIVOT_FLOOR * max(abs(kxx), np.finfo(np.float64).tiny)
+        E = state.rounding.row_bound(state.L, z, X[t], x_aux, kxx)
+        if not decide(delta, dhat, floor, E, tol, int(rows[t])):
+            continue
+        state.append(X[t], int(rows[t]), None if x_aux is None else x_aux[0], z, dhat, alpha)
+        entered_resolved(delta, state.last_rounding, tol, int(rows[t]))
     return state

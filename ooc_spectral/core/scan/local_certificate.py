@@ -99,6 +99,16 @@ class LocalCertificate:
     w : ndarray of shape (size, q)
     beta : ndarray of shape (size,)
     affine : bool
+    row_sums : ndarray of shape (size, q)
+        Row sums of ``|W_j|``: the coefficients ``a = W_j' z`` of a row have
+        ``|a|_1 <= row_sums_j . |z|``.
+    frobenius : ndarray of shape (size,)
+        ``||W_j||_F``.
+    gram_error : ndarray of shape (size,)
+        A bound on ``||W_j S_j W_j' - I||_2`` with ``S_j`` the neighbourhood's exact Gram
+        matrix (its computed inverse factor's departure from orthonormalizing it).
+    radius, kmax : float
+        The points' largest distance from the kernel's centre and ``|k(d, d)|``.
     """
 
     kernel: Kernel
@@ -109,6 +119,11 @@ class LocalCertificate:
     w: np.ndarray
     beta: np.ndarray
     affine: bool
+    row_sums: np.ndarray = None
+    frobenius: np.ndarray = None
+    gram_error: np.ndarray = None
+    radius: float = 0.0
+    kmax: float = 1.0
 
     @property
     def size(self) -> int:
@@ -148,9 +163,10 @@ class LocalCertificate:
                     pass
         w = inverse.sum(axis=2)
         return cls(kernel=kernel, points=points, aux=aux, neighbours=neighbours, inverse=inverse,
-                   w=w, beta=np.einsum("ij,ij->i", w, w), affine=bool(affine))
+                   w=w, beta=np.einsum("ij,ij->i", w, w), affine=bool(affine),
+                   **_rounding_constants(kernel, points, aux, S, inverse))
 
-    def upper_bounds(self, X: np.ndarray, x_aux=None) -> tuple[np.ndarray, np.ndarray]:
+    def upper_bounds(self, X: np.ndarray, x_aux=None, with_rounding: bool = False):
         """Upper bounds on ``delta`` for the rows of X, and ``k(x, x)``.
 
         Parameters
@@ -164,6 +180,8 @@ class LocalCertificate:
         bounds : ndarray of shape (c,)
             ``delta_j >= delta`` (NaN where a neighbourhood was unusable).
         kx : ndarray of shape (c,)
+        rounding : ndarray of shape (c,)
+            With ``with_rounding``: a bound on the rounding of each bound (:meth:`_rounding`).
         """
         kernel = self.kernel
         X = np.ascontiguousarray(X, dtype=np.float64)
@@ -175,22 +193,65 @@ class LocalCertificate:
         j = np.argmax(S, axis=1)
         G = kernel.monotone_to_kernel(np.take_along_axis(S, self.neighbours[j], axis=1))
         Z = np.matmul(self.inverse[j], G[:, :, None])[:, :, 0]
-        bounds = kx - np.einsum("ij,ij->i", Z, Z)
+        sq = np.einsum("ij,ij->i", Z, Z)
+        bounds = kx - sq
         if self.affine:
             alpha = 1.0 - np.einsum("ij,ij->i", self.w[j], Z)
             bounds += alpha * alpha / self.beta[j]
-        return bounds, kx
+        if not with_rounding:
+            return bounds, kx
+        return bounds, kx, self._rounding(X, x_aux, kx, j, G, Z, sq)
+
+    def _rounding(self, X, x_aux, kx, j, G, Z, sq) -> np.ndarray:
+        """An upper bound of the rounding in each row's local residual ``kx - |z|^2``.
+
+        With ``a = W_j' z`` and S the neighbourhood's exact Gram matrix, the residual
+        of the coefficients a (an upper bound of the exact distance to the
+        neighbourhood's span, itself above the distance to the dictionary's) is
+        ``(k(x, x) - |z|^2) + 2 z'f + 2 a'e + z' (W S W' - I) z`` exactly, f the
+        rounding of the product ``W g~`` and e the kernel values' (module
+        :mod:`ooc_spectral.core.rounding`)."""
+        from ..rounding import diag_error, entry_error, gamma
+
+        q = self.neighbours.shape[1]
+        eta = entry_error(self.kernel, X, x_aux, kx, self.radius, self.kmax)
+        zn = np.sqrt(np.maximum(sq, 0.0))
+        coef = np.einsum("ij,ij->i", self.row_sums[j], np.abs(Z))
+        gn = np.sqrt(np.einsum("ij,ij->i", G, G))
+        E = (2 * gamma(q + 1) * zn * self.frobenius[j] * gn + 2 * coef * eta
+             + self.gram_error[j] * sq + gamma(q + 2) * (sq + np.abs(kx))
+             + diag_error(self.kernel, X, x_aux, kx))
+        return np.where(np.isnan(E), np.inf, E * (1 + 1e-15))
 
     def certified(self, X: np.ndarray, tol: float, x_aux=None) -> np.ndarray:
-        """Rows of X certainly within ``tol`` of the dictionary (a boolean mask).
+        """Rows of X certainly within ``tol`` of the dictionary (a boolean mask): the local
+        bound plus its rounding (:meth:`_rounding`) at most ``tol``."""
+        bounds, kx, rounding = self.upper_bounds(X, x_aux, with_rounding=True)
+        return bounds + rounding <= tol
 
-        The bound must be below tol by a margin (``1e-6 tol`` plus
-        ``1e3 eps k(x, x)``), which leaves the rows within rounding of tol to the
-        full computation, as in the point-by-point scan.
-        """
-        bounds, kx = self.upper_bounds(X, x_aux)
-        margin = 1e-6 * tol + 1e3 * np.finfo(np.float64).eps * np.abs(kx)
-        return bounds <= tol - margin
+
+def _rounding_constants(kernel: Kernel, points, aux, S: np.ndarray, inverse: np.ndarray) -> dict:
+    """:class:`LocalCertificate`'s rounding constants, O(m q^3)."""
+    from ..rounding import entry_error, gamma, kernel_center
+
+    m, q = inverse.shape[0], inverse.shape[1]
+    c = kernel_center(kernel)
+    P = points if c is None else points - np.asarray(c, dtype=np.float64)
+    radius = float(np.sqrt(np.max(np.einsum("ij,ij->i", P, P)))) * (1 + gamma(P.shape[1] + 2)) if m else 0.0
+    kd = kernel.diag(points, aux)
+    kmax = float(np.max(np.abs(kd))) if m else 1.0
+    eta_d = float(np.max(entry_error(kernel, points, aux, kd, radius, kmax))) if m else 0.0
+    aW = np.abs(inverse)
+    row_sums = aW.sum(axis=2)
+    frob = np.sqrt(np.einsum("ijk,ijk->i", inverse, inverse))
+    H = np.matmul(np.matmul(inverse, S), np.transpose(inverse, (0, 2, 1))) - np.eye(q)
+    HH = np.matmul(np.matmul(aW, np.abs(S)), np.transpose(aW, (0, 2, 1)))
+    gram_error = (np.sqrt(np.einsum("ijk,ijk->i", H, H)) + gamma(2 * q + 2)
+                  * np.sqrt(np.einsum("ijk,ijk->i", HH, HH))
+                  + eta_d * np.einsum("ij,ij->i", row_sums, row_sums))
+    gram_error = np.where(np.isnan(gram_error), np.inf, gram_error * (1 + 1e-15))
+    return {"row_sums": row_sums, "frobenius": frob, "gram_error": gram_error,
+            "radius": radius, "kmax": kmax}
 
 
 _POOL: ThreadPoolExecutor | None = None

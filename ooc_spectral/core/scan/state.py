@@ -17,6 +17,7 @@ import numpy as np
 from ...exceptions import DictionarySizeError
 from ..kernels import Kernel, LaplacianKernel, PolynomialKernel, RBFKernel, SubsetNormalizedKernel
 from ..model import Dictionary
+from .certify import ScanRounding
 from .local_certificate import LocalCertificate, local_certificate_size
 
 __all__ = ["DictionaryState", "ScanProgress", "size_hint"]
@@ -40,6 +41,11 @@ class DictionaryState:
         self._w = np.empty(capacity)
         self._aux: np.ndarray | None = None
         self._local: LocalCertificate | None = None
+        #: the rounding bound's constants as the dictionary grows (the scan's membership
+        #: test, :mod:`ooc_spectral.core.scan.certify`)
+        self.rounding = ScanRounding(kernel)
+        #: the rounding bound of the last point's own residual when it entered
+        self.last_rounding = 0.0
 
     # -- views ------------------------------------------------------------ #
     @property
@@ -114,6 +120,8 @@ class DictionaryState:
                 self._aux = np.empty((self._points.shape[0],) + np.shape(x_aux))
             self._aux[m] = x_aux
         self.size = m + 1
+        self.last_rounding = self.rounding.appended(self.L, self._points[m], x_aux, self.points,
+                                                    self.aux)
         return w_new
 
     def copy(self) -> "DictionaryState":
@@ -130,6 +138,7 @@ class DictionaryState:
         new.beta = self.beta
         new.size = m
         new._local = self._local  # immutable, and built from points the copy shares
+        new.rounding = self.rounding.copy()
         return new
 
     def freeze(self, solver: str = "trsm") -> Dictionary:
@@ -167,6 +176,7 @@ class DictionaryState:
             st._aux = np.empty((st._points.shape[0],) + aux.shape[1:])
             st._aux[:m] = aux
         st.size = m
+        st.rounding = ScanRounding.rebuild(kernel, st.L, st.points, st.aux)
         return st
 
 
