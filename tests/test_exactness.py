@@ -277,7 +277,7 @@ def test_extension_pass_equals_a_full_pass(tol, fast):
     old = type(full)(**{**full.__dict__, "points": full.points[: m - 5], "indices": full.indices[: m - 5],
                         "aux": None if full.aux is None else full.aux[: m - 5],
                         "L": full.L[: m - 5, : m - 5], "w": full.w[: m - 5],
-                        "beta": float(full.w[: m - 5] @ full.w[: m - 5])})
+                        "beta": float(full.w[: m - 5] @ full.w[: m - 5]), "rounding": None})
     Xd = da.from_array(X, chunks=700)
     ex = Executor()
     before = accumulate(Xd, old, "moments", executor=ex)

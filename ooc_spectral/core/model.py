@@ -74,6 +74,12 @@ class Dictionary:
     solver: str = "trsm"
     rounding: object = None
 
+    def __post_init__(self):
+        r = self.rounding
+        if r is not None and getattr(r, "size", None) != self.points.shape[0]:
+            raise ValueError(f"Dictionary: rounding constants of a {getattr(r, 'size', '?')}-point "
+                             f"dictionary given to one of {self.points.shape[0]} points")
+
     @property
     def size(self) -> int:
         return int(self.points.shape[0])

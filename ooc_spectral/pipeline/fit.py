@@ -280,7 +280,7 @@ class FitRun:
         c = self.config
         rows, X = self._search_sample(order)
         state = DictionaryState(kernel, self.source.n_features, c.affine)
-        scan_rows(state, X, rows, -np.inf, limit=c.dictionary_size)
+        scan_rows(state, X, rows, -np.inf, limit=c.dictionary_size, certify=False)
         if state.size < c.dictionary_size:
             raise DictionaryError(
                 f"dictionary_size={c.dictionary_size} cannot be reached: only {state.size} of "

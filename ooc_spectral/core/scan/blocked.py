@@ -109,7 +109,7 @@ def block_coordinates(state: DictionaryState, X: np.ndarray, x_aux, kx: np.ndarr
 
 
 def scan_block(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: float,
-               limit: int | None = None) -> bool:
+               limit: int | None = None, certify: bool = True) -> bool:
     """Scan one block of rows in order, adding those with ``delta > tol``.
 
     The block's coordinates against the dictionary are one triangular solve
@@ -145,7 +145,7 @@ def scan_block(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: flo
     while a < c:
         b = min(a + SCAN_PANEL_ROWS, c) if panels else c
         stopped, done = _scan_panel(state, X[a:b], rows[a:b], tol, limit,
-                                    None if panels else SCAN_PANEL_POINTS)
+                                    None if panels else SCAN_PANEL_POINTS, certify)
         if stopped:
             return True
         panels = panels or a + done < b  # it stopped at SCAN_PANEL_POINTS points
@@ -154,7 +154,7 @@ def scan_block(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: flo
 
 
 def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: float,
-                limit: int | None, max_added: int | None) -> tuple[bool, int]:
+                limit: int | None, max_added: int | None, certify: bool = True) -> tuple[bool, int]:
     """Scan ``X`` in order until its end or until ``max_added`` points entered.
 
     Returns ``(stopped at limit, rows scanned)``. Without ``max_added`` (a panel of
@@ -169,7 +169,9 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
     lowers a residual); one that is not is bounded again against the grown dictionary
     when the walk reaches it. A row not certified enters, if its rounding is resolved
     (:data:`~ooc_spectral.core.scan.certify.RESOLVED`); otherwise the scan stops with
-    :class:`~ooc_spectral.exceptions.NumericalBreakdownError`.
+    :class:`~ooc_spectral.exceptions.NumericalBreakdownError`. With ``certify=False``
+    (a selection that promises no tol: the random dictionary, Algorithm 2's last step)
+    a row enters on its computed ``delta`` alone.
     """
     kernel = state.kernel
     c = X.shape[0]
@@ -184,14 +186,14 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
     # output, c x m0, no copy) and against the points added within the block (Zn).
     if m0:
         Z0, dhat, alpha = block_coordinates(state, X, x_aux, kx)
-        E = rnd.residual_bounds(state.L, Z0, dhat, _residuals(state, dhat, alpha), X, x_aux,
-                                kx, tol)
+        E = (rnd.residual_bounds(state.L, Z0, dhat, _residuals(state, dhat, alpha), X, x_aux,
+                                 kx, tol) if certify else np.zeros(c))
     else:
         Z0 = np.empty((c, 0))
         dhat = kx.copy()
         alpha = np.ones(c)
         E = np.broadcast_to(diag_error(kernel, X, x_aux, kx), (c,)).astype(np.float64)
-    certified = dhat + E <= tol
+    certified = (dhat + E <= tol) if certify else np.ones(c, dtype=bool)
     Zn = np.empty((c, min(c, 32)))
     G = None
 
@@ -218,7 +220,8 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
             return True, i
         w_new = state.append(X[i], int(rows[i]), None if x_aux is None else x_aux[i],
                              zi, float(dhat[i]), float(alpha[i]))
-        entered_resolved(d_i, state.last_rounding, tol, int(rows[i]))
+        if certify:
+            entered_resolved(d_i, state.last_rounding, tol, int(rows[i]))
         pivot = state.L[m, m]
         if i + 1 < c:
             rest = slice(i + 1, c)
@@ -261,7 +264,8 @@ def _scan_blas_threads(size: int):
 
 
 def scan_rows(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: float, *,
-              limit: int | None = None, block_rows: int | None = None) -> bool:
+              limit: int | None = None, block_rows: int | None = None,
+              certify: bool = True) -> bool:
     """Blocked scan of in-memory rows (already in visiting order).
 
     Once the dictionary has a :class:`LocalCertificate`, each block of rows is
@@ -279,21 +283,21 @@ def scan_rows(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: floa
     a = 0
     while a < n:
         with _scan_blas_threads(state.size):
-            stopped, a = _scan_next(state, X, rows, tol, a, limit, block_rows)
+            stopped, a = _scan_next(state, X, rows, tol, a, limit, block_rows, certify)
         if stopped:
             return True
     return False
 
 
 def _scan_next(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: float, a: int,
-               limit: int | None, block_rows: int | None) -> tuple[bool, int]:
+               limit: int | None, block_rows: int | None, certify: bool = True) -> tuple[bool, int]:
     """One block of :func:`scan_rows` from row ``a``: ``(stopped at limit, next row)``."""
     n = X.shape[0]
     size = block_rows or scan_block_rows(state.size)
-    keep = uncertified_rows(state, X[a : a + size], tol)
+    keep = uncertified_rows(state, X[a : a + size], tol) if certify else None
     if keep is None:  # no certificate yet: scan the block as it is
         b = min(a + size, n)
-        return scan_block(state, X[a:b], rows[a:b], tol, limit), b
+        return scan_block(state, X[a:b], rows[a:b], tol, limit, certify), b
     pending, b = [a + keep], min(a + size, n)
     # gather uncertified rows over further rows while they are few; never more
     # than one block of them (the full scan's c x m coordinates stay in budget)
@@ -305,7 +309,7 @@ def _scan_next(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: flo
         held += keep.size
         b = e
     idx = np.concatenate(pending)
-    return bool(idx.size) and scan_block(state, X[idx], rows[idx], tol, limit), b
+    return bool(idx.size) and scan_block(state, X[idx], rows[idx], tol, limit, certify), b
 
 
 def uncertified_rows(state: DictionaryState, X: np.ndarray, tol: float) -> np.ndarray | None:

@@ -78,9 +78,11 @@ def decide(delta: float, dhat: float, floor: float, rounding: float, tol: float,
     the pivot ``floor``); it enters when its ``delta`` exceeds tol (the paper's rule).
     A row not certified enters if its rounding is resolved (at most :data:`RESOLVED` of
     tol: its exact residual is then above ``tol - 2E``) and its pivot above the floor.
+    ``tol <= 0`` asks for every direction of the data: rows numerically in the span are
+    skipped, every other row enters.
     """
     inspan = dhat <= floor
-    if dhat + rounding <= tol:
+    if tol <= 0 or dhat + rounding <= tol:  # tol 0: every direction, none certifiable
         return delta > tol and not inspan
     if inspan or rounding > RESOLVED * tol:
         raise uncertifiable(rounding, tol, row)
@@ -90,7 +92,7 @@ def decide(delta: float, dhat: float, floor: float, rounding: float, tol: float,
 def entered_resolved(delta: float, rounding: float, tol: float, row: int) -> None:
     """After a row entered on ``delta > tol``: raise if its own rounding leaves it possibly
     below ``(1 - RESOLVED) tol`` (its pivot would be rounding noise at this tol)."""
-    if delta > tol and delta - rounding <= (1.0 - RESOLVED) * tol:
+    if tol > 0 and delta > tol and delta - rounding <= (1.0 - RESOLVED) * tol:
         raise uncertifiable(rounding, tol, row)
 
 

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from ...exceptions import DictionaryError
+from ...exceptions import DictionaryError, NumericalBreakdownError
 from ..kernels import Kernel
 from .blocked import scan_rows
 from .state import DictionaryState
@@ -55,7 +55,10 @@ def search_dictionary(kernel: Kernel, X: np.ndarray, rows: np.ndarray, size: int
 
     def trial(base: DictionaryState, eps: float) -> tuple[DictionaryState, bool]:
         st = base.copy()
-        over = scan_rows(st, X, rows, eps, limit=size, block_rows=block_rows)
+        try:
+            over = scan_rows(st, X, rows, eps, limit=size, block_rows=block_rows)
+        except NumericalBreakdownError:  # eps below what float64 resolves: too small a tol
+            return base, True
         return st, over
 
     diag = kernel.diag(X[: min(len(X), 4096)])
@@ -91,8 +94,9 @@ def search_dictionary(kernel: Kernel, X: np.ndarray, rows: np.ndarray, size: int
     # so eps_minus is the tolerance the result guarantees on these rows.
     st = base.copy()
     eps = eps_plus
-    for _ in range(60):
-        if scan_rows(st, X, rows, eps, limit=size, block_rows=block_rows) or st.size == size:
+    for _ in range(60):  # filling up to size: eps_minus is the tol claimed, not eps
+        if (scan_rows(st, X, rows, eps, limit=size, block_rows=block_rows, certify=False)
+                or st.size == size):
             return st, eps_minus
         eps /= 10.0  # the last step is not monotone in rare cases: keep adding
     raise DictionaryError(
