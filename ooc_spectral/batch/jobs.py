@@ -247,6 +247,11 @@ def run_fit_job(job: FitJob) -> dict:
                 "max_residual": result.max_residual,
                 "max_residual_row": result.max_residual_row,
                 "eigenvalue_error_bound": result.eigenvalue_error_bound,
+                # every exact eigenvalue's interval, [lower, upper] per component
+                "eigenvalue_interval": (None if result.eigenvalue_interval is None else
+                                        [[float(a), float(b)] for a, b in result.eigenvalue_interval]),
+                # the certificate's rounding terms (docs/certificate.md)
+                "rounding": result.rounding,
                 "eigenvalues": [float(v) for v in result.spectral_map.eigenvalues],
                 "normalization": config.normalization,
                 "degree_estimate": config.degree_estimate if config.normalization == "divisive" else None,

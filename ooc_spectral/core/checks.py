@@ -10,17 +10,23 @@ still looking within tol: the fit stops with a message saying what to change.
 
 from __future__ import annotations
 
+import logging
 import math
+import warnings
 
 import numpy as np
 from scipy.linalg.lapack import dtrcon
 
-from ..exceptions import NumericalBreakdownError
+from ..exceptions import DictionaryError, DictionaryWarning, NumericalBreakdownError
+from .eigensolve import check_n_components, spent_directions
 from .kernels import Kernel
 from .model import PIVOT_FLOOR, Dictionary
 from .statistics import Certificate
 
-__all__ = ["CONDITION_LIMIT", "check_conditioning", "check_certificate", "certifiable_tol", "nice_ceil",
+log = logging.getLogger("ooc_spectral")
+
+__all__ = ["CONDITION_LIMIT", "check_conditioning", "check_certificate", "check_dictionary",
+           "certifiable_tol", "nice_ceil",
            "feature_space_dimension"]
 
 
@@ -116,3 +122,46 @@ def certifiable_tol(rounding: float, tol: float) -> float:
     rounding is smaller still), rounded up to 1, 2 or 5 times a power of ten, and at
     least 10 tol."""
     return nice_ceil(max(8.0 * float(rounding), 10.0 * float(tol)))
+
+
+def check_dictionary(dictionary: Dictionary, kernel: Kernel, gamma, tol: float, config,
+                     n_rows: int, n_features: int) -> None:
+    """Explain a degenerate dictionary: too small for ``n_components``, or every row."""
+    c, m, n = config, dictionary.size, n_rows
+    spent = spent_directions(c.affine, c.normalization, c.drop_first)
+    width = ""
+    if gamma is not None:
+        width = f" (gamma={gamma:.3g})"
+    wanted = 1 if c.n_components is None else c.n_components  # None: every direction
+    if m < wanted + spent:
+        scale = float(np.max(kernel.diag(dictionary.points)))
+        dim = feature_space_dimension(c.kernel, n_features, c.degree)
+        if dim is not None and m >= dim:
+            raise DictionaryError(
+                f"n_components={c.n_components} exceeds the dimension of the {c.kernel} "
+                f"kernel's feature space on {n_features} features ({dim}), which "
+                f"the {m} dictionary points already span: no tol or gamma can add a "
+                f"direction; lower n_components to at most {max(m - spent, 0)}")
+        if tol >= 0.1 * scale:
+            hint = (f"; tol={tol:.3g} is not small against k(x, x)={scale:.3g}: lower tol "
+                    f"(try tol={scale * 1e-3:.3g})")
+        elif gamma is not None and c.kernel in ("rbf", "laplacian"):
+            hint = (f"; with gamma={gamma:.3g} the {c.kernel} kernel is nearly constant over "
+                    f"the data, so every row is within tol of the first points: use a larger "
+                    f"gamma (gamma=None picks the median heuristic) or a smaller tol")
+        else:
+            hint = f"; lower tol (try tol={tol / 100:.3g})"
+        raise DictionaryError(
+            f"the dictionary has only {m} point{'s' if m != 1 else ''}, so n_components="
+            f"{c.n_components} is not {'below' if spent else 'at most'} the dictionary size"
+            f"{hint}; or lower n_components to at most {max(m - spent, 0)}"
+        )
+    if c.dictionary_size is None and m == n:
+        msg = (f"every one of the {n} rows entered the dictionary{width}: the kernel is so "
+               "narrow that no row is near the span of the others; the result is the exact "
+               "embedding at the cost of the full problem")
+        if gamma is not None and c.kernel in ("rbf", "laplacian"):
+            msg += f"; use a smaller gamma (try gamma={gamma / 10:.3g}) or a larger tol"
+        log.warning(msg)
+        warnings.warn(msg, DictionaryWarning, stacklevel=4)
+    check_n_components(m, wanted, spent)

@@ -114,10 +114,14 @@ def resolve_kernel(config, source) -> tuple[Kernel, float | None]:
     if centred or (c.gamma is None and not (callable(c.kernel) or c.kernel in NO_GAMMA)):
         rows = plan_sample(source.n_rows, GAMMA_SAMPLE_SIZE, c.random_state, SAMPLE_PURPOSE["gamma"])
         sample = source.read_index(rows)
-    gamma = resolve_gamma(c.kernel, c.gamma, source, c.random_state, sample=sample)
+    center = data_center(sample) if centred else None
+    # the heuristic sees the rows as the kernel will (a polynomial's 1 / median |x|^2 of
+    # the moved rows; the distances of rbf and laplacian do not move)
+    gamma = resolve_gamma(c.kernel, c.gamma, source, c.random_state,
+                          sample=None if sample is None else
+                          (sample if center is None else sample - center))
     kernel = make_kernel(c.kernel, gamma=gamma, degree=c.degree, coef0=c.coef0,
-                         kernel_params=c.kernel_params,
-                         center=data_center(sample) if centred else None)
+                         kernel_params=c.kernel_params, center=center)
     return kernel, gamma
 
 

@@ -119,6 +119,9 @@ def save_model(est, path, *, overwrite: bool = False) -> None:
             "eigenvalue_error_bound_": (
                 None if getattr(est, "eigenvalue_error_bound_", None) is None
                 else float(est.eigenvalue_error_bound_)),
+            "eigenvalue_interval_": (
+                None if getattr(est, "eigenvalue_interval_", None) is None
+                else [[float(a), float(b)] for a, b in est.eigenvalue_interval_]),
             "n_features_in_": int(est.n_features_in_),
             "n_samples_fit_": int(est.n_samples_fit_),
             "random_state_": int(est.random_state_),
@@ -204,13 +207,15 @@ def load_model_and_digest(cls, path):
     est.dictionary_ = dictionary.points
     est.dictionary_indices_ = dictionary.indices
     for name, value in fitted.items():
+        if name == "eigenvalue_interval_" and value is not None:
+            value = np.asarray(value, dtype=np.float64).reshape(-1, 2)
         setattr(est, name, value)
     est.resumed_stages_ = []
     preimage = None
     if "preimage_dual_coef" in arr:
         from ..core.preimage import PreimageMap
 
-        preimage = PreimageMap(kernel.without_center(), arr["preimage_centers"], arr["preimage_dual_coef"],
-                               float(meta["preimage_alpha"]))
+        preimage = PreimageMap(kernel.without_center(), arr["preimage_centers"],
+                               arr["preimage_dual_coef"], float(meta["preimage_alpha"]))
     est._set_preimage(preimage)
     return est, digest

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import re
 import time
 import warnings
 from contextlib import contextmanager
@@ -35,7 +34,7 @@ from scipy.linalg import solve_triangular
 
 from .._validation import check_finite
 from ..core import planning
-from ..core.checks import check_certificate, check_conditioning, feature_space_dimension
+from ..core.checks import check_certificate, check_conditioning, check_dictionary
 from ..core.config import FitConfig
 from ..core.eigensolve import (check_n_components, eigenvalue_error_bound, solve_additive,
                                spectrum_allowance, summation_depth,
@@ -56,6 +55,7 @@ from ..exceptions import (DictionaryError, DictionarySizeError, DictionaryWarnin
 from ..io.source import DataSource
 from ..runtime.execution import Executor, compute
 from .accumulate import PartialStore, accumulate, extension_pass
+from .certification import advised, eigenvalue_interval, exact_interval, rounding_report
 from .scan import GreedyScan, Rescan, Selection
 from .writeback import EmbeddingOutput, map_rows
 
@@ -291,45 +291,9 @@ class FitRun:
         return state, float(max(delta.max(), 0.0))
 
     def check_dictionary(self, dictionary: Dictionary, kernel: Kernel, gamma, tol: float) -> None:
-        """Explain a degenerate dictionary: too small for ``n_components``, or every row."""
-        c, m, n = self.config, dictionary.size, self.source.n_rows
-        spent = spent_directions(c.affine, c.normalization, c.drop_first)
-        width = ""
-        if gamma is not None:
-            width = f" (gamma={gamma:.3g})"
-        wanted = 1 if c.n_components is None else c.n_components  # None: every direction
-        if m < wanted + spent:
-            scale = float(np.max(kernel.diag(dictionary.points)))
-            dim = feature_space_dimension(c.kernel, self.source.n_features, c.degree)
-            if dim is not None and m >= dim:
-                raise DictionaryError(
-                    f"n_components={c.n_components} exceeds the dimension of the {c.kernel} "
-                    f"kernel's feature space on {self.source.n_features} features ({dim}), which "
-                    f"the {m} dictionary points already span: no tol or gamma can add a "
-                    f"direction; lower n_components to at most {max(m - spent, 0)}")
-            if tol >= 0.1 * scale:
-                hint = (f"; tol={tol:.3g} is not small against k(x, x)={scale:.3g}: lower tol "
-                        f"(try tol={scale * 1e-3:.3g})")
-            elif gamma is not None and c.kernel in ("rbf", "laplacian"):
-                hint = (f"; with gamma={gamma:.3g} the {c.kernel} kernel is nearly constant over "
-                        f"the data, so every row is within tol of the first points: use a larger "
-                        f"gamma (gamma=None picks the median heuristic) or a smaller tol")
-            else:
-                hint = f"; lower tol (try tol={tol / 100:.3g})"
-            raise DictionaryError(
-                f"the dictionary has only {m} point{'s' if m != 1 else ''}, so n_components="
-                f"{c.n_components} is not {'below' if spent else 'at most'} the dictionary size"
-                f"{hint}; or lower n_components to at most {max(m - spent, 0)}"
-            )
-        if c.dictionary_size is None and m == n:
-            msg = (f"every one of the {n} rows entered the dictionary{width}: the kernel is so "
-                   "narrow that no row is near the span of the others; the result is the exact "
-                   "embedding at the cost of the full problem")
-            if gamma is not None and c.kernel in ("rbf", "laplacian"):
-                msg += f"; use a smaller gamma (try gamma={gamma / 10:.3g}) or a larger tol"
-            log.warning(msg)
-            warnings.warn(msg, DictionaryWarning, stacklevel=3)
-        check_n_components(m, wanted, spent)
+        """:func:`~ooc_spectral.core.checks.check_dictionary` for this fit's data."""
+        check_dictionary(dictionary, kernel, gamma, tol, self.config, self.source.n_rows,
+                         self.source.n_features)
 
     # ------------------------------------------------------------------ #
     # stages: pass 2 and the eigensolve
@@ -413,78 +377,8 @@ class FitRun:
             return with_rounding(dictionary, target=tol, cap=cap)
 
     def advised(self, err: NumericalBreakdownError, kernel: Kernel) -> NumericalBreakdownError:
-        """``err`` with the tol its message advises replaced by one this fit checked
-        (:meth:`advise_tol`): the error of a tol-based fit whose rounding the arithmetic
-        cannot resolve names the smallest tol it can."""
-        c = self.config
-        told = getattr(err, "suggested_tol", None)
-        if told is None or c.dictionary_size is not None or c.tol is None:
-            return err
-        advice, checked = self.advise_tol(kernel, float(c.tol))
-        msg = re.sub(r"Use tol >= [0-9.e+-]+", f"Use tol >= {advice:.2g}", str(err))
-        msg += (f" (tol={advice:.2g} is certified on {checked})" if checked else "")
-        new = NumericalBreakdownError(msg)
-        new.suggested_tol = advice
-        return new
-
-    #: Rows of the sample on which the advised tol of a breakdown is checked.
-    ADVICE_ROWS = 20_000
-
-    def advise_tol(self, kernel: Kernel, tol: float) -> tuple[float, str]:
-        """The smallest tol of the grid ``1, 2, 5 x 10^k`` above ``tol`` whose scan
-        certifies every row of a seeded sample (all rows, in the fit's visiting order,
-        when there are at most :data:`ADVICE_ROWS`), with a conditioning the passes
-        resolve; and what it was checked on. On a sample the advice is doubled: more
-        rows give a larger dictionary."""
-        from ..core.checks import nice_ceil
-
-        c, s = self.config, self.source
-        order = VisitOrder(s.n_rows, c.random_state, window=planning.VISIT_WINDOW_ROWS)
-        if s.n_rows <= self.ADVICE_ROWS:
-            rows = order.global_order()
-            X = s.read_index(np.arange(s.n_rows))[rows]
-            what = f"every row in this fit's order"
-        else:
-            sorted_rows, X = self._sample("advice", self.ADVICE_ROWS)
-            perm = np.random.default_rng(np.random.SeedSequence([c.random_state, 0xAD])).permutation(
-                len(sorted_rows))
-            rows, X = sorted_rows[perm], X[perm]
-            what = f"a seeded sample of {len(rows)} rows"
-        t = tol
-        scale = float(np.max(np.abs(kernel.diag(X[: min(len(X), 4096)])))) or 1.0
-        while t < scale:
-            t = nice_ceil(t, strictly=True)
-            state = DictionaryState(kernel, s.n_features, c.affine)
-            try:
-                scan_rows(state, X, rows, t, limit=c.max_dictionary_size)
-                check_conditioning(state.freeze(), t)
-            except (NumericalBreakdownError, DictionarySizeError):
-                continue
-            return (t if s.n_rows <= self.ADVICE_ROWS else nice_ceil(2 * t)), what
-        return scale, ""
-
-    @staticmethod
-    def eigenvalue_interval(dictionary: Dictionary, stats, smap: SpectralMap,
-                            depth: int) -> np.ndarray:
-        """``[lambda_i - lower_i, lambda_i + b + upper_i]`` for each computed eigenvalue
-        (:func:`~ooc_spectral.core.eigensolve.spectrum_allowance`), shape (p, 2)."""
-        lower, upper = spectrum_allowance(dictionary, stats.m2, smap, stats.sums, depth)
-        b = eigenvalue_error_bound(stats.sums, dictionary.size)
-        lam = np.asarray(smap.eigenvalues, dtype=np.float64)
-        return np.column_stack([lam - lower, lam + b + upper])
-
-    @staticmethod
-    def rounding_report(dictionary: Dictionary, sums) -> dict | None:
-        """The certificate's rounding terms for ``report.json``: the dictionary's
-        constants and pass 2's largest rounding term and sharp-bound count."""
-        r = dictionary.rounding
-        if r is None:
-            return None
-        out = r.to_report()
-        if sums is not None and sums.certified:
-            out.update({"max_rounding": sums.max_rounding, "sharp_rows": sums.sharp_rows,
-                        "sum_certified_residuals": sums.sum_dhat})
-        return out
+        """:func:`~ooc_spectral.pipeline.certification.advised` for this fit."""
+        return advised(self, err, kernel)
 
     def finish_prefix_scan(self, dictionary, X, stats, total, kernel, gamma, tol):
         """After a prefix scan: scan the rows beyond ``tol``, then bring pass 2 up to date.
@@ -554,6 +448,7 @@ class FitRun:
             Xall = s.read_index(np.arange(s.n_rows))
             check_finite(Xall, 0, chunk_starts=s.chunk_starts)
             smap, _, sums = solve_exact(kernel, Xall, c.n_components, affine=c.affine)
+            interval = exact_interval(kernel, Xall, smap)
         preimage = None
         if c.fit_inverse_transform:  # scikit-learn's regression on every row
             with self.stage("preimage"):
@@ -572,7 +467,9 @@ class FitRun:
             tol=c.tol, dictionary=smap.dictionary, spectral_map=smap, max_residual=0.0,
             max_residual_row=0, task_rows=int(X.chunks[0][0]), embedding=embedding,
             tasks=len(X.chunks[0]), reduce_tasks=0, block_rows=self.block_rows(s.n_rows),
-            eigenvalue_error_bound=eigenvalue_error_bound(sums, s.n_rows),
+            # every row is its own dictionary point: the width is the rounding alone
+            eigenvalue_error_bound=float(np.max(interval[:, 1] - smap.eigenvalues)),
+            eigenvalue_interval=interval,
             timings=dict(self.timings), peak_memory=dict(self.peak_memory),
             resumed=list(self.resumed), exact=True, preimage=preimage,
         )
@@ -667,7 +564,7 @@ class FitRun:
         depth = summation_depth(s.n_rows, self.plan.rows, len(X.chunks[0]))
         with self.stage("solve"):
             smap = self.solve(dictionary, stats, total, depth)
-            interval = (self.eigenvalue_interval(dictionary, stats, smap, depth)
+            interval = (eigenvalue_interval(dictionary, stats, smap, depth)
                         if sums is not None else None)
         preimage = None
         if c.fit_inverse_transform:
@@ -686,9 +583,10 @@ class FitRun:
             block_rows=self.block_rows(dictionary.size),
             eigenvalue_error_bound=(eigenvalue_error_bound(sums, dictionary.size)
                                     if sums is not None else None),
-            eigenvalue_interval=interval, rounding=self.rounding_report(dictionary, sums),
+            eigenvalue_interval=interval, rounding=rounding_report(dictionary, sums),
             timings=dict(self.timings), peak_memory=dict(self.peak_memory),
             resumed=list(self.resumed), stats=stats,
             scan_state=None if self.selection is None else self.selection.state,
             preimage=preimage,
         )
+
