@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import zarr
 
-from ooc_spectral import datasets as ds
+from ooc_spectral.io import datasets as ds
 from ooc_spectral.datasets import (
     DATASET_KEY,
     DATASETS,

@@ -313,7 +313,7 @@ def test_loops_that_cannot_be_loaded_fall_back_to_numpy_with_one_warning(monkeyp
     import logging
     import sys
 
-    import ooc_spectral
+    import ooc_spectral._accel
 
     class Refuse(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path, target=None):
@@ -322,7 +322,7 @@ def test_loops_that_cannot_be_loaded_fall_back_to_numpy_with_one_warning(monkeyp
             return None
 
     monkeypatch.delitem(sys.modules, "ooc_spectral._accel.fused_numba", raising=False)
-    monkeypatch.delattr(ooc_spectral, "_fused_numba", raising=False)
+    monkeypatch.delattr(ooc_spectral._accel, "fused_numba", raising=False)
     monkeypatch.setattr(sys, "meta_path", [Refuse(), *sys.meta_path])
     monkeypatch.setattr(_fused, "_loops", once(_fused._import_loops))
     with caplog.at_level(logging.WARNING, logger="ooc_spectral._accel.fused"):
