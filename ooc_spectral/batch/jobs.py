@@ -250,7 +250,7 @@ def run_fit_job(job: FitJob) -> dict:
                 # every exact eigenvalue's interval, [lower, upper] per component
                 "eigenvalue_interval": (None if result.eigenvalue_interval is None else
                                         [[float(a), float(b)] for a, b in result.eigenvalue_interval]),
-                # the certificate's rounding terms (docs/certificate.md)
+                # the certificate's rounding terms (docs/user_guide/certificate.md)
                 "rounding": result.rounding,
                 "eigenvalues": [float(v) for v in result.spectral_map.eigenvalues],
                 "normalization": config.normalization,

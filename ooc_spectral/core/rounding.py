@@ -8,7 +8,7 @@ carry rounding that grows with the coefficients of the projection; at small tol,
 on data far from the origin, it exceeds the residuals themselves. This module bounds
 that rounding, so that ``dhat + E`` is an upper bound of the exact residual.
 
-The bound (the derivation is in ``docs/certificate.md``)
+The bound (the derivation is in ``docs/user_guide/certificate.md``)
 --------------------------------------------------------
 For a row x, let ``k~`` be its computed kernel row against the m dictionary points
 (each entry within ``eta(x)`` of the exact value, :func:`entry_error`), ``L`` the

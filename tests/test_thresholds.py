@@ -1,0 +1,219 @@
+"""Each run-time check and bound at its value.
+
+A check whose tolerance were 100x looser (or tighter) than its derivation would still pass
+tests that corrupt a statistic by a lot; these put the corruption just past each threshold
+(it raises) and just inside (it does not), with the thresholds written out from their
+derivations in ``docs/user_guide/certificate.md``:
+
+- ``check_spectrum``: the trace against the rows' squared norms (``2 gamma_{2m+2}`` of the
+  scale), no eigenvalue below ``-(tau_C + 2 (m + 1) u lambda_max)``, none above
+  ``sum k(x, x)`` plus its rounding;
+- ``check_certificate``: a row beyond ``tol`` by more than the residuals' rounding;
+- ``eigenvalue_error_bound_``: the sum of every row's certified residual, recomputed here
+  from the fitted dictionary, and at least the exact residuals' sum (extended precision);
+- Algorithm 2: the tol it returns holds for every sampled row in extended precision;
+- ``transform`` by ``gemm`` and by ``trsm`` agree on held-out rows;
+- non-positive degrees raise (divisive normalization, at fit and transform time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_circles, make_moons
+
+from ooc_spectral import DictionaryError, GreedySpectralEmbedding
+from ooc_spectral.exceptions import NumericalBreakdownError
+from ooc_spectral.core.checks import check_certificate
+from ooc_spectral.core.eigensolve import accumulation_error, check_spectrum
+from ooc_spectral.core.kernels import RBFKernel
+from ooc_spectral.core.rounding import U, gamma
+from ooc_spectral.core.statistics import Certificate, Moments, RowSums
+
+JUST = 0.02  # "just": 2% of the allowance either side of the threshold
+
+
+def _moments(C: np.ndarray, sq: float, sum_kx: float, n: int = 1000) -> Moments:
+    m = C.shape[0]
+    sums = RowSums(sum_kx=sum_kx, max_kx=1.0, sum_dhat=0.0, sum_sq=sum_kx, certified=True)
+    return Moments(n, np.zeros(m), C, sq, sums, Certificate(0.0, 0))
+
+
+def _spectrum(values: np.ndarray, seed: int = 0) -> np.ndarray:
+    m = len(values)
+    Q, _ = np.linalg.qr(np.random.default_rng(seed).standard_normal((m, m)))
+    return (Q * values) @ Q.T
+
+
+def test_the_trace_check_at_its_value():
+    m = 40
+    values = np.linspace(0.01, 3.0, m)
+    C = _spectrum(values)
+    trace = float(np.trace(C))
+    allowed = 2 * gamma(2 * m + 2)
+    for f, raises in ((1 - JUST, False), (1 + JUST, True)):
+        # sq = trace + d with d = f * allowed * max(sq, trace) (the check's own scale)
+        d = f * allowed * trace / (1 - f * allowed)
+        mom = _moments(C, trace + d, sum_kx=10 * trace)
+        if raises:
+            with pytest.raises(NumericalBreakdownError, match="trace"):
+                check_spectrum(C, np.sort(values), mom)
+        else:
+            check_spectrum(C, np.sort(values), mom)
+
+
+def test_the_gram_check_at_its_value():
+    m, n = 40, 1000
+    values = np.linspace(0.0, 3.0, m)
+    sum_kx = 500.0
+    tau_C = accumulation_error(_moments(np.eye(m), 0.0, sum_kx, n).sums, n)
+    eig_err = 2 * (m + 1) * U * 3.0
+    for f, raises in ((1 - JUST, False), (1 + JUST, True)):
+        vals = values.copy()
+        vals[0] = -f * (tau_C + eig_err)
+        C = np.diag(vals)
+        mom = _moments(C, float(np.trace(C)), sum_kx, n)
+        if raises:
+            with pytest.raises(NumericalBreakdownError, match="a Gram matrix has none"):
+                check_spectrum(C, vals, mom)
+        else:
+            check_spectrum(C, vals, mom)
+
+
+def test_the_largest_eigenvalue_check_at_its_value():
+    m, n = 40, 1000
+    sum_kx = 7.0
+    tau_C = accumulation_error(_moments(np.eye(m), 0.0, sum_kx, n).sums, n)
+    # the allowance above sum k(x, x) at a top eigenvalue h: g sum_kx + tau_C + 2 (m + 1) u h
+    h0 = sum_kx
+    allowance = gamma(n + 2) * sum_kx + tau_C + 2 * (m + 1) * U * h0
+    for f, raises in ((1 - JUST, False), (1 + JUST, True)):
+        vals = np.zeros(m)
+        vals[-1] = sum_kx + f * allowance
+        C = np.diag(vals)
+        mom = _moments(C, float(np.trace(C)), sum_kx, n)
+        if raises:
+            with pytest.raises(NumericalBreakdownError, match="exceeds sum k"):
+                check_spectrum(C, vals, mom)
+        else:
+            check_spectrum(C, vals, mom)
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    X = make_circles(600, factor=0.3, noise=0.05, random_state=0)[0]
+    est = GreedySpectralEmbedding(n_components=4, gamma=2.0, tol=1e-6, random_state=0).fit(X)
+    return X, est
+
+
+def test_the_certificate_check_at_its_value(fitted):
+    X, est = fitted
+    d = est.spectral_map_.dictionary
+    tol = 1e-6
+    m = d.size
+    kmax = float(np.max(np.abs(d.kernel.diag(d.points, d.aux))))
+    rounding = 3e-9
+    sums = RowSums(1.0, kmax, 0.0, 1.0, 0.0, rounding, 0, True)
+    from ooc_spectral.core.model import PIVOT_FLOOR
+
+    slack = (PIVOT_FLOOR + 16.0 * (m + 2) * np.finfo(float).eps) * kmax + rounding
+    check_certificate(Certificate(tol + (1 - JUST) * slack, 5), tol, m, d.kernel, d, kmax, sums)
+    with pytest.raises(NumericalBreakdownError, match="row 5 may be at squared distance") as info:
+        check_certificate(Certificate(tol + (1 + JUST) * slack, 5), tol, m, d.kernel, d, kmax,
+                          sums)
+    assert "Use tol >= " in str(info.value) and info.value.suggested_tol > tol
+
+
+def test_the_eigenvalue_error_bound_is_its_definition(fitted):
+    """b = sum over rows of min(dhat + E, tol) (the certified residuals, capped at tol for a
+    complete scan), recomputed here row block by row block from the fitted dictionary, and
+    at least the sum of the exact residuals."""
+    from extended_precision import true_residuals
+
+    from ooc_spectral.core.rounding import with_rounding
+    from ooc_spectral.core.model import Dictionary
+
+    X, est = fitted
+    d = est.spectral_map_.dictionary
+    if d.rounding is None:
+        d = with_rounding(d, target=est.tol_, cap=est.tol_)
+    total = 0.0
+    for start in range(0, len(X), 128):
+        B = X[start:start + 128]
+        aux = d.kernel.aux(B)
+        K, kx = d.kernel_block(B, aux)
+        Z = d.solve(K)
+        sq = Dictionary.row_norms(Z)
+        dhat = kx - sq
+        bounds, _, E, _ = d.rounding.certify(d, B, aux, kx, sq, dhat,
+                                             d.rounding.cheap_coefficients(Z),
+                                             lambda rows, Z=Z: Z[rows])
+        assert np.all(E > 0)
+        total += float(np.maximum(bounds, 0.0).sum())
+    assert est.eigenvalue_error_bound_ == pytest.approx(total, rel=1e-9)
+    exact = np.maximum(true_residuals(est.kernel_, X, est.dictionary_), 0.0)
+    assert exact.sum() <= est.eigenvalue_error_bound_
+    assert exact.max() <= est.max_residual_ <= est.tol_
+
+
+def test_algorithm2_tol_holds_for_every_sampled_row_in_extended_precision():
+    from extended_precision import true_residuals
+
+    from ooc_spectral.core.scan.search import search_dictionary
+
+    X = make_moons(800, noise=0.05, random_state=1)[0]
+    order = np.random.default_rng(0).permutation(len(X))
+    k = RBFKernel(3.0)
+    for m in (5, 30, 90):
+        st, tol = search_dictionary(k, X[order], order, m)
+        assert st.size == m
+        exact = true_residuals(k, X, st.points)
+        assert exact.max() <= tol, (m, exact.max(), tol)
+
+
+@pytest.mark.parametrize("normalization", ["additive", "divisive"])
+def test_gemm_and_trsm_transforms_agree_on_held_out_rows(normalization):
+    X = make_moons(1500, noise=0.05, random_state=2)[0]
+    train, held = X[:1000], X[1000:] + 0.01
+    fits = {}
+    for solver in ("gemm", "trsm"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est = GreedySpectralEmbedding(n_components=3, gamma=1.0, tol=1e-6, solver=solver,
+                                          normalization=normalization, random_state=0)
+            fits[solver] = est.fit(train)
+    np.testing.assert_array_equal(fits["gemm"].dictionary_indices_, fits["trsm"].dictionary_indices_)
+    a, b = fits["gemm"].transform(held), fits["trsm"].transform(held)
+    # both map the same rows through L^-T (folded or solved): equal to the solve's rounding
+    scale = np.abs(a).max()
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-8 * scale)
+
+
+def test_non_positive_degrees_raise():
+    X = make_moons(400, noise=0.05, random_state=3)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = GreedySpectralEmbedding(n_components=2, gamma=1.0, tol=1e-4,
+                                      normalization="divisive", random_state=0).fit(X)
+    far = X[:3] + 1e3  # k(D, x) underflows to 0: degree 0, not positive
+    for solver in ("gemm", "trsm"):
+        smap = est.spectral_map_
+        moved = dataclasses.replace(smap, dictionary=dataclasses.replace(smap.dictionary,
+                                                                          solver=solver))
+        with pytest.raises(DictionaryError, match="not positive"):
+            moved.embed(far)
+    from ooc_spectral.core.pass2 import check_degrees
+    from ooc_spectral.core.statistics import Degrees
+
+    fields = {f.name for f in dataclasses.fields(Degrees)}
+    assert {"min_degree", "argmin"} <= fields
+    for value, raises in ((0.0, True), (-1e-300, True), (1e-300, False)):
+        stats = Degrees(3, np.eye(2), value, 7, Certificate(0.0, 0), None)
+        if raises:
+            with pytest.raises(DictionaryError, match="row 7"):
+                check_degrees(stats)
+        else:
+            check_degrees(stats)
