@@ -1,0 +1,238 @@
+"""Mutation run over the numerical core: do the tests hold the guarantees at their values?
+
+Each mutant is one single-line fault of the kind an outside audit injected (a tolerance
+10x looser or tighter, a sum halved, a term dropped, a comparison flipped, a centre or
+offset lost), written out below as ``(file, original, mutated)`` so that the run is
+reproducible and a snippet that no longer matches the code fails loudly instead of
+silently testing nothing. For each mutant the package and tests are copied to a scratch
+directory, the fault applied, and the test files that cover that module run with ``-x``
+(stop at the first failure): the mutant is *killed* when a test fails, *survived* when
+all pass. A survivor is then checked for whether it changes a result at all (a fit on
+three probe data sets compared bit for bit with the unmutated package's): survivors that
+change nothing on the probes are listed as candidates for equivalence, with the reason.
+
+    python workflows/bench/mutation.py                 # every mutant (about an hour, 2 cores)
+    python workflows/bench/mutation.py --only 3 7      # some of them
+    python workflows/bench/mutation.py --check         # only that every snippet matches
+
+Writes ``mutation.json`` and ``mutation.md`` to ``--out`` (default
+``workflows/bench/results``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PKG = "ooc_spectral"
+
+EIG = "ooc_spectral/core/eigensolve.py"
+STAT = "ooc_spectral/core/statistics.py"
+ROUND = "ooc_spectral/core/rounding.py"
+CERT = "ooc_spectral/core/scan/certify.py"
+MODEL = "ooc_spectral/core/model.py"
+KERN = "ooc_spectral/core/kernels.py"
+CHECKS = "ooc_spectral/core/checks.py"
+PASS2 = "ooc_spectral/core/pass2.py"
+FUSED = "ooc_spectral/_accel/fused.py"
+
+#: the test files that cover each module (run with -x, in this order: cheap first)
+COVER = {
+    EIG: ["tests/test_thresholds.py", "tests/test_exactness.py"],
+    STAT: ["tests/test_statistics.py", "tests/test_thresholds.py", "tests/test_exactness.py"],
+    ROUND: ["tests/test_certificate.py", "tests/test_thresholds.py"],
+    CERT: ["tests/test_certificate.py", "tests/test_scan.py"],
+    MODEL: ["tests/test_thresholds.py", "tests/test_kernels.py", "tests/test_exactness.py"],
+    KERN: ["tests/test_kernels.py", "tests/test_certificate.py", "tests/test_exactness.py"],
+    CHECKS: ["tests/test_thresholds.py", "tests/test_certificate.py"],
+    PASS2: ["tests/test_statistics.py", "tests/test_thresholds.py", "tests/test_exactness.py"],
+    FUSED: ["tests/test_fused.py", "tests/test_statistics.py"],
+}
+
+MUTANTS = [
+    # eigensolve: the run-time checks' tolerances and the interval
+    (EIG, "trace_allowed = 2 * gamma(2 * m + 2) * scale", "trace_allowed = 200 * gamma(2 * m + 2) * scale"),
+    (EIG, "trace_allowed = 2 * gamma(2 * m + 2) * scale", "trace_allowed = 0.02 * gamma(2 * m + 2) * scale"),
+    (EIG, "eig_err = 2 * (m + 1) * U * max(abs(hi), abs(lo))", "eig_err = 200 * (m + 1) * U * max(abs(hi), abs(lo))"),
+    (EIG, "if lo < -(tau_C + eig_err):", "if lo < -10 * (tau_C + eig_err):"),
+    (EIG, "limit = sum_kx + gamma(depth + 2) * abs(sum_kx) + tau_C + eig_err",
+     "limit = sum_kx + 100 * gamma(depth + 2) * abs(sum_kx) + tau_C + eig_err"),
+    (EIG, "if hi > limit or trace > limit:", "if hi > 2 * limit or trace > 2 * limit:"),
+    (EIG, "        return float(sums.sum_dhat)\n", "        return 0.5 * float(sums.sum_dhat)\n"),
+    (EIG, "return gamma(depth + 4) * 4.0 * abs(scale)", "return gamma(depth + 4) * 0.04 * abs(scale)"),
+    (EIG, "\n    return (g * lam + tau) / (1 + g), g * lam + tau", "\n    return (g * lam + tau) / (1 + g) / 100, g * lam + tau"),
+    (EIG, "\n    return (g * lam + tau) / (1 + g), g * lam + tau", "\n    return (g * lam + tau) / (1 + g), (g * lam + tau) / 100"),
+    # statistics: the tree reduction
+    (STAT, "self.sum_dhat + other.sum_dhat, self.sum_sq + other.sum_sq",
+     "self.sum_dhat, self.sum_sq + other.sum_sq"),
+    (STAT, "return n, mean_a + diff * (nb / n), diff, na * nb / n",
+     "return n, mean_a + diff * (na / n), diff, na * nb / n"),
+    (STAT, "return n, mean_a + diff * (nb / n), diff, na * nb / n",
+     "return n, mean_a + diff * (nb / n), diff, na * nb / (n + 1)"),
+    (STAT, "self.sum_xi2 + other.sum_xi2, max(self.max_rounding, other.max_rounding)",
+     "self.sum_xi2 + other.sum_xi2, min(self.max_rounding, other.max_rounding)"),
+    (STAT, "float(np.maximum(bounds, 0.0).sum()), float(sq.sum()), float(xi @ xi)",
+     "float(np.maximum(bounds, 0.0).max()), float(sq.sum()), float(xi @ xi)"),
+    # rounding: the residual bound
+    (ROUND, "E = (2 * A * (eta + g2m * ell * zn) + theta * A * A",
+     "E = (2 * A * (eta + g2m * ell * zn) + 0 * theta * A * A"),
+    (ROUND, "E = (2 * A * (eta + g2m * ell * zn) + theta * A * A",
+     "E = (0.2 * A * (eta + g2m * ell * zn) + theta * A * A"),
+    (ROUND, "+ gamma(m + 2) * (np.abs(sq) + np.abs(kx)) + kx_error)",
+     "+ gamma(m + 2) * (np.abs(sq) + np.abs(kx)))"),
+    (ROUND, "bounds = np.minimum(dhat + E, self.cap)", "bounds = np.minimum(dhat, self.cap)"),
+    (ROUND, "nu = float(n) * U", "nu = float(n) * U / 100"),
+    (ROUND, "        return np.abs(Z) @ self.inverse_sums\n", "        return 0.01 * (np.abs(Z) @ self.inverse_sums)\n"),
+    # the scan's membership test
+    (CERT, "if tol <= 0 or dhat + rounding <= tol:", "if tol <= 0 or dhat <= tol:"),
+    (CERT, "if inspan or rounding > RESOLVED * tol:", "if inspan or rounding > 4 * tol:"),
+    (CERT, "if tol > 0 and delta > tol and delta - rounding <= (1.0 - RESOLVED) * tol:",
+     "if tol > 0 and delta > tol and delta - rounding <= 0.0 * tol:"),
+    # model: residuals and the affine correction
+    (MODEL, "delta = dhat + alpha * alpha / self.beta", "delta = dhat + alpha * alpha * self.beta"),
+    (MODEL, "alpha = 1.0 - (Z @ self.w if zw is None else zw)", "alpha = 1.0 + (Z @ self.w if zw is None else zw)"),
+    (MODEL, "c0 = -self.center @ W", "c0 = self.center @ W"),
+    # kernels: the centre and the augmented product
+    (KERN, "            B[:, :d] *= 2.0 * g\n", "            B[:, :d] *= 2.0 * g * (1 + 1e-9)\n"),
+    (KERN, "        B[:, d + 1] = -g * yy\n", "        B[:, d + 1] = -g * yy * (1 + 1e-12)\n"),
+    (KERN, "np.minimum(S, 0.0, out=S)  # a distance is never negative", "pass"),
+    # checks: the certificate's slack
+    (CHECKS, "slack = (PIVOT_FLOOR + 16.0 * (m + 2) * eps) * kmax + rounding",
+     "slack = (PIVOT_FLOOR + 16.0 * (m + 2) * eps) * kmax + 100 * rounding"),
+    (CHECKS, "slack = (PIVOT_FLOOR + 16.0 * (m + 2) * eps) * kmax + rounding",
+     "slack = 100 * (PIVOT_FLOOR + 16.0 * (m + 2) * eps) * kmax + rounding"),
+    (CHECKS, "if worst > tol + slack:", "if worst > 2 * tol + slack:"),
+    # pass 2: the certified residual and the degrees
+    (PASS2, "if d[i] > 0:", "if d[i] >= 0:"),
+]
+
+
+def apply(src: Path, file: str, old: str, new: str) -> None:
+    path = src / file
+    text = path.read_text()
+    count = text.count(old)
+    if count != 1:
+        raise SystemExit(f"mutant snippet found {count} times in {file} (expected once): {old!r}")
+    path.write_text(text.replace(old, new))
+
+
+def scratch_copy(dest: Path) -> None:
+    shutil.copytree(ROOT / PKG, dest / PKG, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "tests", dest / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
+
+
+def run_tests(src: Path, files: list[str], timeout: float) -> tuple[str, str, float]:
+    env = dict(os.environ, PYTHONPATH=str(src), PYTHONDONTWRITEBYTECODE="1")
+    t = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+                               "-n", "0", *files], cwd=src, env=env, capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "killed (time-out)", "", time.perf_counter() - t
+    took = time.perf_counter() - t
+    if proc.returncode == 0:
+        return "survived", "", took
+    failed = [ln for ln in proc.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
+    return "killed", (failed[0] if failed else proc.stdout.strip().splitlines()[-1])[:200], took
+
+
+PROBE = r"""
+import json, sys, warnings
+import numpy as np
+from sklearn.datasets import make_circles, make_moons, make_s_curve
+from ooc_spectral import GreedySpectralEmbedding
+out = {}
+for name, X in {"circles": make_circles(400, factor=0.3, noise=0.05, random_state=0)[0] + 10,
+                "moons": make_moons(400, noise=0.05, random_state=0)[0],
+                "s-curve": make_s_curve(400, noise=0.1, random_state=0)[0]}.items():
+    for norm in ("additive", "divisive"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                e = GreedySpectralEmbedding(n_components=3, tol=1e-6, gamma=1.0,
+                                            normalization=norm, random_state=0).fit(X)
+                iv = getattr(e, "eigenvalue_interval_", None)
+                out[f"{name}-{norm}"] = [e.eigenvalues_.tolist(), float(e.max_residual_),
+                                         None if iv is None else np.asarray(iv).tolist(),
+                                         np.asarray(e.embedding_).round(12).tolist()]
+            except Exception as exc:
+                out[f"{name}-{norm}"] = f"{type(exc).__name__}: {exc}"[:200]
+json.dump(out, sys.stdout)
+"""
+
+
+def probe(src: Path) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(src), PYTHONDONTWRITEBYTECODE="1")
+    proc = subprocess.run([sys.executable, "-c", PROBE], cwd=src, env=env, capture_output=True,
+                          text=True, timeout=900)
+    return json.loads(proc.stdout) if proc.returncode == 0 else {"error": proc.stderr[-300:]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", type=int, nargs="*", help="mutant numbers to run")
+    ap.add_argument("--check", action="store_true", help="only check that every snippet matches")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per mutant's tests")
+    ap.add_argument("--out", type=Path, default=ROOT / "workflows" / "bench" / "results")
+    args = ap.parse_args(argv)
+    chosen = [(i, m) for i, m in enumerate(MUTANTS) if not args.only or i in args.only]
+    with tempfile.TemporaryDirectory(prefix="mutation-") as tmp:
+        tmp = Path(tmp)
+        for i, (file, old, new) in chosen:  # every snippet matches before anything runs
+            d = tmp / f"check{i}"
+            shutil.copytree(ROOT / PKG, d / PKG, ignore=shutil.ignore_patterns("__pycache__"))
+            apply(d, file, old, new)
+            shutil.rmtree(d)
+        if args.check:
+            print(f"{len(chosen)} mutants: every snippet found once")
+            return 0
+        base = tmp / "base"
+        scratch_copy(base)
+        reference = None
+        rows = []
+        for i, (file, old, new) in chosen:
+            src = tmp / f"m{i}"
+            scratch_copy(src)
+            apply(src, file, old, new)
+            outcome, why, took = run_tests(src, COVER[file], args.timeout)
+            row = {"id": i, "file": file, "original": old.strip(), "mutant": new.strip(),
+                   "outcome": outcome, "first_failure": why, "seconds": round(took, 1)}
+            if outcome == "survived":
+                reference = reference or probe(base)
+                row["changes_a_result"] = probe(src) != reference
+            rows.append(row)
+            print(f"[{i}] {outcome:18s} {took:7.1f} s  {file}: {new.strip()[:70]}", flush=True)
+            shutil.rmtree(src)
+    changing = [r for r in rows if r["outcome"] != "survived" or r.get("changes_a_result")]
+    killed = [r for r in changing if r["outcome"] != "survived"]
+    score = len(killed) / len(changing) if changing else 1.0
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "mutation.json").write_text(json.dumps({"score": score, "mutants": rows}, indent=1))
+    lines = ["# Mutation run over the numerical core", "",
+             f"{len(killed)} of {len(changing)} mutants that change a result killed "
+             f"({100 * score:.0f}%); {len(rows)} mutants in all "
+             "(`python workflows/bench/mutation.py`).", "",
+             "| # | file | mutant | outcome | first failing test |", "|---|---|---|---|---|"]
+    for r in rows:
+        what = r["outcome"] + ("" if r["outcome"] != "survived" else
+                               (", changes a result" if r["changes_a_result"]
+                                else ", no change on the probes"))
+        lines.append(f"| {r['id']} | `{Path(r['file']).name}` | `{r['mutant'][:80]}` | {what} | "
+                     f"{r['first_failure'].replace('|', '/')[:90]} |")
+    (args.out / "mutation.md").write_text("\n".join(lines) + "\n")
+    print(f"score {100 * score:.0f}% ({len(killed)}/{len(changing)})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
