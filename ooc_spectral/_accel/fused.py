@@ -136,14 +136,23 @@ def centre_rows(Z: np.ndarray, mean: np.ndarray, w: np.ndarray | None):
         else:
             loops.centre_rows_w(Z, mean, w, sq, zw)
         return sq, zw
-    step = max(1, CENTRE_PIECE_ELEMENTS // max(m, 1))
-    for a in range(0, c, step):
+    _centre_pieces(Z, mean, w, sq, zw)
+    return sq, zw
+
+
+def _centre_pieces(Z, mean, w, sq, zw, weights=None, cz=None) -> None:
+    """NumPy's :func:`centre_rows` (and :func:`centre_rows_weighted` with ``weights``), in
+    pieces of about :data:`CENTRE_PIECE_ELEMENTS` that stay in the cache."""
+    step = max(1, CENTRE_PIECE_ELEMENTS // max(Z.shape[1], 1))
+    for a in range(0, Z.shape[0], step):
         P = Z[a:a + step]
         np.einsum("ij,ij->i", P, P, out=sq[a:a + step])
         if zw is not None:
             np.matmul(P, w, out=zw[a:a + step])
+        if cz is not None:
+            with np.errstate(invalid="ignore"):
+                np.matmul(np.abs(P), weights, out=cz[a:a + step])
         P -= mean
-    return sq, zw
 
 
 def centre_rows_weighted(Z: np.ndarray, mean: np.ndarray, w: np.ndarray | None,
@@ -170,15 +179,7 @@ def centre_rows_weighted(Z: np.ndarray, mean: np.ndarray, w: np.ndarray | None,
         else:
             loops.centre_rows_wc(Z, mean, w, weights, sq, zw, cz)
         return sq, zw, cz
-    step = max(1, CENTRE_PIECE_ELEMENTS // max(m, 1))
-    for a in range(0, c, step):
-        P = Z[a:a + step]
-        np.einsum("ij,ij->i", P, P, out=sq[a:a + step])
-        if zw is not None:
-            np.matmul(P, w, out=zw[a:a + step])
-        with np.errstate(invalid="ignore"):
-            np.matmul(np.abs(P), weights, out=cz[a:a + step])
-        P -= mean
+    _centre_pieces(Z, mean, w, sq, zw, weights, cz)
     return sq, zw, cz
 
 
