@@ -145,7 +145,7 @@ def solve(E, Dy, k):
     dinv = 1.0 / np.sqrt(np.where(Dy > 0, Dy, np.inf))
     S = dinv[:, None] * E * dinv[None, :]
     S = 0.5 * (S + S.T)
-    if m <= 300 or k >= m // 4:
+    if True:  # eigsh (ARPACK) misses copies of a repeated eigenvalue 1 (a graph in pieces)
         mu, V = sl.eigh(S, subset_by_index=[m - k, m - 1])
     else:
         import scipy.sparse as sp
@@ -173,8 +173,8 @@ def unit(E):
 
 
 class RepSC:
-    def __init__(self, k, m=500, K=5, factor=10, method="kmeans", rep_iter=20, sigma_scale=1.0,
-                 normalize=True, sigma_mode="global", drop_first=False, n_comp=None, sigma_sample=20000, kmeans_sample=100000,
+    def __init__(self, k, m=1000, K=5, factor=10, method="pp", rep_iter=10, sigma_scale=1.0,
+                 normalize=True, sigma_mode="rowmean", drop_first=False, n_comp=None, sigma_sample=20000, kmeans_sample=100000,
                  n_init=10, chunk=20000, seed=0):
         self.__dict__.update(locals()); del self.__dict__["self"]
 
@@ -182,7 +182,7 @@ class RepSC:
         t0 = time.perf_counter(); times = {}
         X = np.asarray(X, dtype=np.float64)
         n = X.shape[0]
-        R = representatives(X, self.m, self.seed, self.factor, self.method, self.rep_iter)
+        R = representatives(X, min(self.m, -(-n // 2)), self.seed, self.factor, self.method, self.rep_iter)
         r2 = np.einsum("ij,ij->i", R, R)
         K = min(self.K, R.shape[0])
         times["reps"] = time.perf_counter() - t0
