@@ -72,6 +72,7 @@ from typing import ClassVar
 
 import numpy as np
 import scipy.linalg
+from scipy.spatial import cKDTree
 
 try:
     from ooc_spectral._validation import check_finite
@@ -96,6 +97,11 @@ __all__ = [
 
 #: Bytes of the distance block a sub-block of rows holds (rows x m float64).
 DISTANCE_BLOCK_BYTES = 32 * 2**20
+#: Up to this many features the nearest representatives come from a k-d tree (scipy's
+#: ``cKDTree``, exact), above it from blocked products and a partial sort: at m = 1000,
+#: 2e4 rows, one thread, the tree took 0.05 s at d = 2-3 against 0.6 s, was even at
+#: d = 8 and slower beyond (0.74 s against 0.48 s at d = 16).
+KDTREE_MAX_FEATURES = 8
 #: Eigenvalues ``mu`` below this are treated as 0 when a coordinate divides by ``sqrt(mu)``.
 TINY_EIGENVALUE = 1e-12
 
@@ -113,6 +119,22 @@ def unit_rows(E: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- #
 def _sq_norms(A: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", A, A)
+
+
+def _with_ones(X: np.ndarray) -> np.ndarray:
+    """``[X, 1]``: with :func:`_scaled_with_norms`, one product gives ``|r|^2 - 2 x.r``."""
+    A = np.empty((X.shape[0], X.shape[1] + 1))
+    A[:, :-1] = X
+    A[:, -1] = 1.0
+    return A
+
+
+def _scaled_with_norms(R: np.ndarray) -> np.ndarray:
+    """``[-2 R, |R|^2]`` (rows ``[-2 r, |r|^2]``)."""
+    A = np.empty((R.shape[0], R.shape[1] + 1))
+    np.multiply(R, -2.0, out=A[:, :-1])
+    A[:, -1] = _sq_norms(R)
+    return A
 
 
 def kmeans_plusplus(S: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarray:
@@ -152,14 +174,15 @@ def lloyd(S: np.ndarray, C: np.ndarray, max_iter: int) -> np.ndarray:
 
     C = np.array(C, dtype=np.float64, copy=True)
     m, n = C.shape[0], S.shape[0]
+    A = _with_ones(S) if S.shape[1] > KDTREE_MAX_FEATURES else None
     label = None
     ones = np.ones(n)
     cols = np.arange(n)
     for _ in range(max_iter):
-        d = S @ C.T
-        d *= -2.0
-        d += _sq_norms(C)[None, :]
-        new = np.argmin(d, axis=1)
+        if S.shape[1] <= KDTREE_MAX_FEATURES:
+            new = cKDTree(C).query(S, k=1)[1]
+        else:
+            new = np.argmin(A @ _scaled_with_norms(C).T, axis=1)  # argmin |c|^2 - 2 s.c
         if label is not None and np.array_equal(new, label):
             break
         label = new
@@ -209,8 +232,8 @@ class Representatives:
     points: np.ndarray
     n_neighbors: int
     _center: np.ndarray = field(init=False, repr=False)
-    _moved: np.ndarray = field(init=False, repr=False)
-    _sq: np.ndarray = field(init=False, repr=False)
+    _augmented: np.ndarray = field(init=False, repr=False)
+    _tree: cKDTree | None = field(init=False, repr=False)
 
     def __post_init__(self):
         P = np.ascontiguousarray(self.points, dtype=np.float64)
@@ -221,8 +244,12 @@ class Representatives:
         object.__setattr__(self, "points", P)
         object.__setattr__(self, "n_neighbors", int(self.n_neighbors))
         object.__setattr__(self, "_center", center)
-        object.__setattr__(self, "_moved", moved)
-        object.__setattr__(self, "_sq", _sq_norms(moved))
+        object.__setattr__(self, "_augmented", _scaled_with_norms(moved))
+        object.__setattr__(self, "_tree", cKDTree(moved) if P.shape[1] <= KDTREE_MAX_FEATURES
+                           else None)
+
+    def __reduce__(self):  # shipped to workers without the derived arrays and tree
+        return (type(self), (self.points, self.n_neighbors))
 
     @property
     def size(self) -> int:
@@ -248,19 +275,21 @@ class Representatives:
         c, K, m = X.shape[0], self.n_neighbors, self.size
         index = np.empty((c, K), dtype=np.int64)
         d2 = np.empty((c, K))
+        if self._tree is not None:
+            d, index = self._tree.query(X - self._center, k=K)
+            index = np.asarray(index, dtype=np.int64).reshape(c, K)
+            return index, np.square(np.asarray(d).reshape(c, K))
         step = self.block_rows()
         for a in range(0, c, step):
             Xm = X[a:a + step] - self._center
-            D = Xm @ self._moved.T
-            D *= -2.0
-            D += self._sq[None, :]
-            D += _sq_norms(Xm)[:, None]
-            np.maximum(D, 0.0, out=D)
+            D = _with_ones(Xm) @ self._augmented.T  # |r|^2 - 2 x.r: the order of |x - r|^2
             if K < m:
                 j = np.argpartition(D, K - 1, axis=1)[:, :K]
             else:
                 j = np.broadcast_to(np.arange(m), D.shape)
             dj = np.take_along_axis(D, j, axis=1)
+            dj += _sq_norms(Xm)[:, None]
+            np.maximum(dj, 0.0, out=dj)
             order = np.lexsort((j, dj), axis=1)  # by distance, then by number
             index[a:a + step] = np.take_along_axis(j, order, axis=1)
             d2[a:a + step] = np.take_along_axis(dj, order, axis=1)

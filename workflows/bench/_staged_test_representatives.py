@@ -54,10 +54,11 @@ def test_sub_blocks_and_chunks_sum_to_the_same_statistic():
     np.testing.assert_allclose(whole.cross.sum(axis=1), whole.degrees, rtol=1e-12)  # E 1 = D_Y 1
 
 
-def test_nearest_matches_brute_force_far_from_the_origin():
+@pytest.mark.parametrize("d", [3, 12])  # the k-d tree, the blocked products
+def test_nearest_matches_brute_force_far_from_the_origin(d):
     rng = np.random.default_rng(0)
-    X = rng.standard_normal((500, 7)) + 1e4
-    P = rng.standard_normal((80, 7)) + 1e4
+    X = rng.standard_normal((500, d)) + 1e4
+    P = rng.standard_normal((80, d)) + 1e4
     reps = R.Representatives(P, 6)
     index, d2 = reps.nearest(X)
     full = ((X[:, None, :] - P[None, :, :]) ** 2).sum(-1)
