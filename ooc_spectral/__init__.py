@@ -3,27 +3,23 @@
 Kernel PCA and spectral clustering / Laplacian eigenmaps from a small greedy
 dictionary (Ouimet & Bengio, 2005), out of core on dask arrays read from zarr.
 
-The modules follow the data flow:
+The sub-packages are layers; a module imports only from its own layer or below
+(``docs/architecture.md`` draws them, ``tests/test_architecture.py`` checks it):
 
-``source``      the input matrix (numpy, dask, zarr, or a zarr path)
-``kernels``     kernel blocks in float64
-``planning``    visiting order, task sizes, samples (pure arithmetic)
-``scan``        pass 1: the sequential dictionary scan (Algorithms 1 and 2)
-``prefix_scan`` pass 1 as an object, and the prefix scan's completion after pass 2
-``statistics``  pass 2's typed statistics, each with its ``combine``
-``accumulate``  pass 2: parallel map and ordered tree reduction
-``eigensolve``  the m x m eigenproblem
-``model``       the fitted model: the frozen dictionary and the spectral map
-``writeback``   pass 3: ``map_rows`` (a fitted map over every row), written to zarr
-``pipeline``    the stages strung together, with checkpoints
-``estimator``   the scikit-learn-style estimator
-``persistence`` models as zarr groups with JSON attributes
+``_accel``       compiled and BLAS helpers (OpenBLAS through ctypes, Intel MKL, numba)
+``core``         the numerics on blocks in memory: kernels, planning, pass 1's scan,
+                 pass 2's chunk statistics, the eigensolve, the fitted model
+``io``           storage and integrity: sources, URLs, checkpoints, saved models, data sets
+``runtime``      where the passes run: executors, the embedded cluster, monitoring
+``pipeline``     the fit's stages over a source as dask graphs (passes 1, 2 and 3, FitRun)
+``estimators``   GreedySpectralEmbedding, GreedySpectralClustering, the manifold family
+``baselines``    the papers' baselines (exact, Nyström, Gaussian projection)
+``experiments``  the papers' protocols and reproductions
+``batch``        the batch job and the ``ooc-spectral`` command line
 
-Around them: ``clustering`` (spectral clustering), ``manifold`` (Laplacian
-eigenmaps, diffusion maps, MDS, Isomap, LLE), ``baselines`` (exact, Nyström,
-Gaussian projection), ``evaluation`` and ``experiments`` (the papers' protocols),
-``datasets`` and ``loaders`` (data), and the batch layer (``checkpoint``,
-``jobs``, ``cli``, ``workflow``).
+Public paths: this package's names, :mod:`ooc_spectral.manifold`,
+:mod:`ooc_spectral.clustering`, :mod:`ooc_spectral.baselines`,
+:mod:`ooc_spectral.datasets`, :mod:`ooc_spectral.exceptions`.
 """
 
 from . import exceptions
@@ -50,7 +46,7 @@ from .exceptions import (
     WorkflowError,
 )
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "GreedySpectralEmbedding",
@@ -63,7 +59,8 @@ __all__ = [
 #: The estimators, imported on first use (``ooc_spectral.GreedySpectralEmbedding``):
 #: they bring scikit-learn and dask.array, which the command line's other commands
 #: and the worker processes need not import.
-_LAZY = {"GreedySpectralEmbedding": ".estimator", "GreedySpectralClustering": ".clustering"}
+_LAZY = {"GreedySpectralEmbedding": ".estimators.embedding",
+         "GreedySpectralClustering": ".estimators.clustering"}
 
 
 def __getattr__(name):

@@ -1,25 +1,27 @@
-"""Parameter checks shared by every estimator of the package.
+"""Checks shared by every layer: parameters, fitted state, and the rows read.
 
 scikit-learn convention: ``__init__`` only stores parameters, ``fit`` checks
 them with these helpers, which raise
 :class:`~ooc_spectral.exceptions.InvalidParameterError` with a message naming
 the estimator (``owner``, left out when None), the parameter, the value found
-and what is expected. :class:`~ooc_spectral.config.FitConfig` applies them to
-its declared fields.
+and what is expected. :class:`~ooc_spectral.core.config.FitConfig` applies them to
+its declared fields. :func:`check_finite` is the one check on values: every pass
+applies it to the rows it reads, and the error names the row and its storage chunk.
+
+Base layer: imports only :mod:`ooc_spectral.exceptions`.
 """
 
 from __future__ import annotations
 
 import numbers
-import threading
 
 import numpy as np
 
 from . import exceptions
-from .exceptions import InvalidInputError, InvalidParameterError
+from .exceptions import InvalidInputError, InvalidParameterError, NonFiniteInputError
 
 __all__ = ["check_int", "check_float", "check_choice", "check_bool", "check_str", "check_fitted",
-           "check_n_features", "config_flag", "once", "contiguous_float64"]
+           "check_n_features", "check_finite"]
 
 
 def _is_int(value) -> bool:
@@ -83,54 +85,6 @@ def check_bool(owner: str | None, name: str, value) -> bool:
     return bool(value)
 
 
-class once:
-    """A zero-argument ``loader`` run at most once per process, under a lock, its result
-    (None included) kept: the optional libraries the passes load (MKL, numba's loops).
-
-    Call it for the value; :meth:`peek` says whether it has run, without running it.
-    """
-
-    def __init__(self, loader):
-        self.loader = loader
-        self._lock = threading.Lock()
-        self._value: list = []  # [the result] once run
-
-    def __call__(self):
-        if not self._value:
-            with self._lock:
-                if not self._value:
-                    self._value.append(self.loader())
-        return self._value[0]
-
-    def peek(self) -> tuple[bool, object]:
-        """``(True, result)`` once the loader has run, else ``(False, None)``."""
-        return (True, self._value[0]) if self._value else (False, None)
-
-
-def contiguous_float64(*arrays, orders: str = "C", writeable: bool = False) -> bool:
-    """True if every array is float64 and contiguous in its order of ``orders`` (``"C"``
-    or ``"F"`` per array, the last one repeated), and writeable if asked: what compiled
-    code and the BLAS calls through ``ctypes`` take as they are."""
-    for i, a in enumerate(arrays):
-        order = orders[min(i, len(orders) - 1)]
-        contiguous = a.flags.c_contiguous if order == "C" else a.flags.f_contiguous
-        if a.dtype != np.float64 or not contiguous or (writeable and not a.flags.writeable):
-            return False
-    return True
-
-
-def config_flag(key: str, default: bool) -> bool:
-    """The dask config ``key`` as a bool: the strings ``""``, ``0``, ``false``, ``no`` and
-    ``off`` (any case, as an environment variable gives them) are False, other strings
-    True, anything else by its truth value."""
-    import dask
-
-    value = dask.config.get(key, default)
-    if isinstance(value, str):
-        return value.strip().lower() not in ("", "0", "false", "no", "off")
-    return bool(value)
-
-
 def check_str(owner: str | None, name: str, value) -> str:
     """``value`` if it is a string."""
     if not isinstance(value, str):
@@ -157,3 +111,33 @@ def check_n_features(owner: str, found: int, fitted: int) -> None:
         raise InvalidInputError(
             f"X has {found} features, but {owner} was fitted with {fitted} features; pass rows "
             "with the training columns")
+
+
+def check_finite(block: np.ndarray, row_offset: int, source=None,
+                 chunk_starts: np.ndarray | None = None) -> None:
+    """Raise :class:`NonFiniteInputError` naming the first NaN/inf row of ``block``.
+
+    ``row_offset`` is the global row number of ``block[0]``; the storage chunk that
+    holds it is named from ``chunk_starts`` (the first rows of the chunks, then n), or
+    from those of ``source`` (a :class:`~ooc_spectral.io.source.DataSource`).
+    """
+    if np.isfinite(block).all():
+        return
+    bad = ~np.isfinite(block)
+    local = int(np.flatnonzero(bad.any(axis=1))[0])
+    col = int(np.flatnonzero(bad[local])[0])
+    row = row_offset + local
+    value = block[local, col]
+    starts = source.chunk_starts if source is not None else chunk_starts
+    if starts is not None:
+        c = int(np.searchsorted(starts, row, side="right") - 1)
+        where = f"row {row}, column {col} (chunk {c} of {len(starts) - 1}, rows {int(starts[c])}-{int(starts[c + 1]) - 1})"
+    else:
+        c = None
+        where = f"row {row}, column {col}"
+    kind = "NaN" if np.isnan(value) else "infinity"
+    raise NonFiniteInputError(
+        f"X contains {kind} at {where}; remove or impute non-finite values before fitting",
+        row=row,
+        chunk=c,
+    )

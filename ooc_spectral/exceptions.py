@@ -139,8 +139,9 @@ _LAZY_LOCK = threading.Lock()
 
 def __getattr__(name):
     # NotFittedError subclasses scikit-learn's, whose import takes most of the
-    # package's import time (about 1 s); the command line and the worker processes
-    # never raise it, so it is defined on first use (once: under a lock).
+    # package's import time (docs/measurements.md, "Start-up and resident costs"); the
+    # command line and the worker processes never raise it, so it is defined on first
+    # use (once: under a lock).
     if name == "NotFittedError":
         with _LAZY_LOCK:
             if "NotFittedError" not in globals():

@@ -59,7 +59,7 @@ def _mkl_setting(on: bool):
 def mkl_backend(on: bool = True):
     """Pass 2's solve and accumulation on MKL (``on``) or OpenBLAS within the block;
     skips the test where MKL is not installed."""
-    from ooc_spectral import _blas
+    from ooc_spectral._accel import blas as _blas
 
     with _mkl_setting(on):
         if on and _blas.mkl() is None:
@@ -70,9 +70,9 @@ def mkl_backend(on: bool = True):
 @pytest.fixture(scope="session", autouse=True)
 def workers_by_forkserver():
     """The tests' own LocalClusters start workers as the embedded one does: forked from
-    one server that imported the pass modules once (:func:`ooc_spectral.cluster.
-    embedded_worker_start`), not each a fresh interpreter (about 2 s of CPU each)."""
-    from ooc_spectral.cluster import embedded_worker_start
+    one server that imported the pass modules once (:func:`ooc_spectral.runtime.
+    cluster.embedded_worker_start`), not each a fresh interpreter (about 2 s of CPU each)."""
+    from ooc_spectral.runtime.cluster import embedded_worker_start
 
     with embedded_worker_start():
         yield

@@ -18,8 +18,8 @@ from scipy.linalg import eigh, solve_triangular
 from sklearn.datasets import make_swiss_roll
 
 from ooc_spectral import GreedySpectralEmbedding
-from ooc_spectral.cluster import ClusterOptions
-from ooc_spectral.jobs import FitJob, run_fit_job
+from ooc_spectral.runtime.cluster import ClusterOptions
+from ooc_spectral.batch.jobs import FitJob, run_fit_job
 
 from test_cli import cli
 from test_resume import kill_when
@@ -194,7 +194,7 @@ def test_a_float32_output_stays_float32_after_an_update(rows, tmp_path, cluster)
 @pytest.mark.parametrize("case", ["fewer-rows", "unfinished-run-then-appended"])
 def test_another_row_count_that_is_no_update_refits_instead_of_refusing(rows, tmp_path, cluster,
                                                                          case, caplog):
-    from ooc_spectral.checkpoint import RunDirectory
+    from ooc_spectral.io.checkpoint import RunDirectory
 
     arr = write_input(tmp_path / "x.zarr", rows[:N_OLD])
     fit(tmp_path / "x.zarr", tmp_path / "out", cluster)

@@ -18,7 +18,7 @@ from ooc_spectral import (
     StoreNotFoundError,
     UsageError,
 )
-from ooc_spectral.planning import plan_sample
+from ooc_spectral.core.planning import plan_sample
 
 from conftest import write_zarr
 
@@ -149,7 +149,7 @@ def test_not_fitted():
 def test_unwritable_output_fails_before_any_work(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    import ooc_spectral.prefix_scan as prefix_scan
+    import ooc_spectral.pipeline.scan as prefix_scan
 
     def no_scan(*a, **k):  # pragma: no cover - must not be reached
         raise AssertionError("the scan started before the output was checked")

@@ -38,7 +38,7 @@ from ooc_spectral.exceptions import (
     InvalidParameterError,
     NotFittedError,
 )
-from ooc_spectral.kernels import RBFKernel
+from ooc_spectral.core.kernels import RBFKernel
 
 
 @pytest.fixture(autouse=True, scope="module")

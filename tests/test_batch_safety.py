@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import zarr
 
-from ooc_spectral.checkpoint import RunDirectory
+from ooc_spectral.io.checkpoint import RunDirectory
 from ooc_spectral.exceptions import InterruptedRun, OutputNotWritableError
 from test_cli import EXE, FAST, cli, last_json
 
@@ -89,14 +89,14 @@ def test_sigterm_in_pass2_marks_interrupted_releases_the_lock_and_the_rerun_resu
                             text=True, start_new_session=True)
     try:
         wait_until(proc, lambda: in_pass2(out))
-        t0 = time.time()
         proc.send_signal(sig)  # SIGTERM: what systemd, SLURM and Kubernetes send
-        stdout, stderr = proc.communicate(timeout=60)
+        # liveness, not speed: the run ends (a hang raises TimeoutExpired); no wall-clock
+        # assertion, so a loaded machine cannot fail it
+        stdout, stderr = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 1, stderr  # "rerun"
-    assert time.time() - t0 < 30
     assert f"interrupted by {sig.name}" in stderr and "resumes" in stderr
     assert json.loads(stdout.strip().splitlines()[-1])["status"] == "interrupted"
     attrs = run_attrs(out)
@@ -118,8 +118,8 @@ def test_a_signal_whose_exception_python_dropped_still_interrupts_the_run(
     import gc
     import weakref
 
-    from ooc_spectral import execution
-    from ooc_spectral.cli import main
+    from ooc_spectral.runtime import execution
+    from ooc_spectral.batch.cli import main
 
     original = execution.Executor.run
     sent = []
@@ -160,7 +160,7 @@ def test_a_signal_dropped_after_the_last_step_is_logged_and_never_reaches_a_late
     """Dropped after the run's last check (writing the report): the run is complete, exit 0
     with a warning, and nothing is left pending for the next run in this process."""
     from ooc_spectral import exceptions
-    from ooc_spectral.cli import main
+    from ooc_spectral.batch.cli import main
 
     original = RunDirectory.write_report
     seen = []
@@ -211,17 +211,17 @@ def test_all_workers_killed_in_pass2_exit_1_within_the_bound_and_the_lock_is_rel
         procs.append(fit)
         wait_until(fit, lambda: in_pass2(out))
         os.killpg(worker.pid, signal.SIGKILL)  # the only worker: none is left
-        t0 = time.time()
+        # liveness, not speed: the run must end (3 s without a worker, then it fails); the
+        # bound is generous so that a loaded machine cannot fail it, and the message names
+        # the 3 s that ended it
         try:
-            _, stderr = fit.communicate(timeout=120)
+            _, stderr = fit.communicate(timeout=240)
         except subprocess.TimeoutExpired:
             fit.send_signal(signal.SIGABRT)
             _, stderr = fit.communicate(timeout=60)
-            pytest.fail(f"the run did not end 120 s after its last worker died; its threads:\n"
+            pytest.fail(f"the run did not end 240 s after its last worker died; its threads:\n"
                         f"{stderr[-12000:]}")
-        elapsed = time.time() - t0
         assert fit.returncode == 1, stderr
-        assert elapsed < 30, elapsed  # 3 s without a worker, then the run ends
         assert "no dask worker has been connected to the scheduler for 3 s" in stderr
         assert run_attrs(out)["status"] == "failed"
         assert not (out / ".lock").exists()
@@ -236,9 +236,8 @@ def test_all_workers_killed_in_pass2_exit_1_within_the_bound_and_the_lock_is_rel
 
 def test_memory_limit_too_small_for_a_worker_is_exit_2_before_any_work(small, tmp_path):
     out = tmp_path / "out"
-    t0 = time.time()
     proc = cli("fit", small, "--out", out, "--memory-limit", "100MiB", *FAST)
-    assert proc.returncode == 2 and time.time() - t0 < 20
+    assert proc.returncode == 2, proc.stderr  # "before any work": nothing is created (below)
     assert "--memory-limit 100MiB is too small" in proc.stderr
     assert "pass --memory-limit 512MiB or more" in proc.stderr
     assert not out.exists()
@@ -319,11 +318,11 @@ def test_a_scheduler_address_that_is_not_dask_is_exit_2_within_the_timeout(small
     try:
         port = srv.getsockname()[1]
         env = dict(os.environ, DASK_OOC_SPECTRAL__CONNECT_TIMEOUT="2s")
-        t0 = time.time()
+        # liveness, not speed: the command ends (a hang raises TimeoutExpired after a
+        # generous bound); the message names the 2 s time-out that ended it
         proc = cli("fit", small, "--out", tmp_path / "o", "--scheduler", f"tcp://127.0.0.1:{port}",
-                   "-q", env=env, timeout=60)
+                   "-q", env=env, timeout=240)
         assert proc.returncode == 2, proc.stderr
-        assert time.time() - t0 < 15
         assert words in proc.stderr and "not a dask scheduler" in proc.stderr
         assert not (tmp_path / "o" / ".lock").exists()
     finally:
@@ -401,7 +400,7 @@ def test_a_real_sigkill_after_an_empty_lock_resumes_with_the_same_command(small,
 
 TAKEOVER = r'''
 import json, os, sys, time
-from ooc_spectral.checkpoint import RunDirectory
+from ooc_spectral.io.checkpoint import RunDirectory
 from ooc_spectral.exceptions import LockedError
 
 root, rounds = sys.argv[1], int(sys.argv[2])
@@ -516,7 +515,7 @@ def test_workflow_root_above_the_working_directory_is_refused(tmp_path):
 
 
 def test_the_quickstart_root_from_the_repository_root_stays_valid(monkeypatch):
-    from ooc_spectral.workflow import load_workflow
+    from ooc_spectral.batch.workflow import load_workflow
 
     repo = Path(__file__).resolve().parents[1]
     monkeypatch.chdir(repo)
@@ -585,7 +584,7 @@ def test_finite_values_whose_squared_norms_overflow_are_named(tmp_path, scale):
 
 
 def test_inspect_names_a_live_holder_only(tmp_path):
-    from ooc_spectral.inspection import inspect_path
+    from ooc_spectral.batch.inspection import inspect_path
 
     out = tmp_path / "out"
     rundir = RunDirectory(out)
@@ -654,7 +653,7 @@ def test_a_full_disk_through_the_cli_is_exit_1_and_the_rerun_with_space_finishes
 def test_a_full_disk_while_creating_the_embedding_is_a_runtime_failure(tmp_path, monkeypatch):
     import errno
 
-    from ooc_spectral import writeback
+    from ooc_spectral.pipeline import writeback
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -676,7 +675,7 @@ def test_a_result_lost_with_the_last_worker_before_it_is_gathered_ends_the_pass(
     from distributed import Client, LocalCluster
 
     from ooc_spectral.exceptions import WorkersLostError
-    from ooc_spectral.execution import Executor
+    from ooc_spectral.runtime.execution import Executor
 
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                       dashboard_address=None) as cluster, Client(cluster) as client:
@@ -688,7 +687,19 @@ def test_a_result_lost_with_the_last_worker_before_it_is_gathered_ends_the_pass(
                 assert time.time() < deadline
                 time.sleep(0.01)
             cluster.sync(next(iter(cluster.workers.values())).close)
-            t = time.time()
-            with pytest.raises(WorkersLostError, match="before its result was gathered"):
-                ex._result("pass 2", fut)
-            assert time.time() - t < 20
+            # liveness, not speed: _result must end (raise) rather than wait for ever; it runs
+            # in a daemon thread so that a hang fails the test after a generous bound
+            outcome: list = []
+
+            def wait_for_result():
+                try:
+                    outcome.append(ex._result("pass 2", fut))
+                except BaseException as exc:  # noqa: BLE001 -- examined below
+                    outcome.append(exc)
+
+            waiter = threading.Thread(target=wait_for_result, daemon=True)
+            waiter.start()
+            waiter.join(timeout=240)
+            assert outcome, "_result still waiting 240 s after the last worker left"
+            assert isinstance(outcome[0], WorkersLostError), outcome[0]
+            assert "before its result was gathered" in str(outcome[0])

@@ -1,4 +1,4 @@
-"""The GIL-free triangular solve of pass 2 (:mod:`ooc_spectral._blas`)."""
+"""The GIL-free triangular solve of pass 2 (:mod:`ooc_spectral._accel.blas`)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 from scipy.linalg import solve_triangular
 
-from ooc_spectral._blas import gil_free_trsm, longest_gil_stall, solve_lower_transposed
-from ooc_spectral.kernels import RBFKernel
+from ooc_spectral._accel.blas import solve_lower_transposed
+from ooc_spectral._accel.ctypes_blas import gil_free_trsm
+from ooc_spectral._accel.threads import longest_gil_stall
+from ooc_spectral.core.kernels import RBFKernel
 
 
 def _factor(m, seed=0, jitter=1e-10):
@@ -18,7 +20,7 @@ def _factor(m, seed=0, jitter=1e-10):
 
 
 def test_the_capsule_is_found_on_this_scipy():
-    from ooc_spectral._blas import gil_free_dgemm
+    from ooc_spectral._accel.ctypes_blas import gil_free_dgemm
 
     assert gil_free_trsm() is not None and gil_free_dgemm() is not None
 
@@ -78,7 +80,7 @@ def test_the_blocked_row_solve_solves_in_place_to_the_accuracy_of_one_trsm(c, m,
     diagonal, down to ``leaf`` rows) on ill-conditioned Gaussian factors: in place, and
     as close to the exact solution as one ``dtrsm`` is (the residual ``L Z - K`` at the
     same level)."""
-    from ooc_spectral._blas import solve_lower_rows
+    from ooc_spectral._accel.blas import solve_lower_rows
 
     L, rng = _factor(m)
     K = rng.standard_normal((c, m))
@@ -94,7 +96,7 @@ def test_the_blocked_row_solve_solves_in_place_to_the_accuracy_of_one_trsm(c, m,
 
 
 def test_the_blocked_row_solve_refuses_another_layout_and_handles_empty_blocks():
-    from ooc_spectral._blas import solve_lower_rows
+    from ooc_spectral._accel.blas import solve_lower_rows
 
     L, rng = _factor(10)
     with pytest.raises(ValueError, match="C-ordered"):
@@ -105,7 +107,7 @@ def test_the_blocked_row_solve_refuses_another_layout_and_handles_empty_blocks()
 
 
 def test_the_blocked_row_solve_without_the_capsules_gives_the_same_result(monkeypatch):
-    import ooc_spectral._blas as blas
+    import ooc_spectral._accel.blas as blas
 
     L, rng = _factor(150)
     K = np.ascontiguousarray(rng.standard_normal((400, 150)).T)
@@ -120,7 +122,7 @@ def test_the_blocked_row_solve_without_the_capsules_gives_the_same_result(monkey
 def test_another_thread_runs_during_the_blocked_row_solve(backend):
     from conftest import mkl_backend
 
-    from ooc_spectral._blas import solve_lower_rows
+    from ooc_spectral._accel.blas import solve_lower_rows
 
     L, rng = _factor(400, jitter=1e-6)
     KT = np.ascontiguousarray(rng.standard_normal((40_000, 400)).T)
@@ -135,7 +137,8 @@ def test_the_dictionarys_coordinates_equal_one_trsm_whatever_the_kernel_blocks_l
     goes to one dtrsm: the coordinates, residuals and projections agree to rounding."""
     from sklearn.datasets import make_swiss_roll
 
-    from ooc_spectral.scan import DictionaryState, scan_rows
+    from ooc_spectral.core.scan.blocked import scan_rows
+    from ooc_spectral.core.scan.state import DictionaryState
 
     X = make_swiss_roll(12_000, random_state=0)[0]
     st = DictionaryState(RBFKernel(0.05), 3, affine=True)
@@ -169,14 +172,15 @@ def test_the_gram_accumulates_in_place_on_the_lower_triangle(c, m, order, backen
 
 
 def test_the_gram_of_no_columns_adds_nothing():
-    from ooc_spectral._blas import add_gram_lower
+    from ooc_spectral._accel.blas import add_gram_lower
 
     acc = np.zeros((0, 0), order="F")
     assert add_gram_lower(acc, np.zeros((5, 0), order="F")).shape == (0, 0)  # no illegal ldc = 0
 
 
 def _check_gram_in_place(c, m, order="F"):
-    from ooc_spectral._blas import add_gram_lower, gil_free_syrk, symmetric_from_lower
+    from ooc_spectral._accel.blas import add_gram_lower, symmetric_from_lower
+    from ooc_spectral._accel.ctypes_blas import gil_free_syrk
 
     assert gil_free_syrk() is not None
     rng = np.random.default_rng(c + m)
@@ -195,7 +199,7 @@ def _check_gram_in_place(c, m, order="F"):
 
 
 def test_the_gram_of_other_layouts_takes_numpys_product(monkeypatch):
-    import ooc_spectral._blas as blas
+    import ooc_spectral._accel.blas as blas
 
     rng = np.random.default_rng(0)
     Z = rng.standard_normal((400, 30))[::2]  # neither C nor F contiguous: the whole product is added
@@ -214,7 +218,7 @@ def test_the_gram_of_other_layouts_takes_numpys_product(monkeypatch):
 def test_another_thread_runs_during_the_gram_accumulation(backend):
     from conftest import mkl_backend
 
-    from ooc_spectral._blas import add_gram_lower
+    from ooc_spectral._accel.blas import add_gram_lower
 
     rng = np.random.default_rng(0)
     Z = np.asfortranarray(rng.standard_normal((40_000, 400)))
@@ -229,7 +233,7 @@ def test_another_thread_runs_during_the_gram_accumulation(backend):
 def test_mkl_solves_and_accumulates_as_openblas_does_to_rounding():
     from conftest import mkl_backend
 
-    from ooc_spectral import _blas
+    from ooc_spectral._accel import blas as _blas
 
     L, rng = _factor(301)
     KT = rng.standard_normal((301, 2000))
@@ -257,7 +261,7 @@ def test_mkl_is_off_when_the_config_says_so_at_every_call(value, on):
 
     from conftest import mkl_backend
 
-    from ooc_spectral import _blas
+    from ooc_spectral._accel import blas as _blas
 
     with mkl_backend(True):  # loaded once; the config decides at each call
         with dask.config.set({"ooc-spectral.mkl": value}):
@@ -271,7 +275,7 @@ def test_mkl_is_loaded_once_and_sequential_under_concurrent_first_calls():
 
     from conftest import mkl_backend
 
-    from ooc_spectral import _blas
+    from ooc_spectral._accel import blas as _blas
 
     with mkl_backend(True):
         got = []
@@ -293,7 +297,7 @@ def test_mkl_calls_pin_their_thread_on_a_library_someone_else_loaded(monkeypatch
     set), each call runs under mkl_set_num_threads_local(1), restored after."""
     from conftest import mkl_backend
 
-    from ooc_spectral import _blas
+    from ooc_spectral._accel import blas as _blas
 
     L, rng = _factor(50)
     K = rng.standard_normal((20, 50))
@@ -333,7 +337,7 @@ def test_the_row_solve_reads_a_c_ordered_factor_as_it_is(backend):
 
 
 def test_the_c_ordered_sub_blocks_hold_a_few_mib_of_kernel_block():
-    from ooc_spectral.planning import MIN_BLOCK_ROWS, ROW_BLOCK_BYTES, solve_block_rows
+    from ooc_spectral.core.planning import MIN_BLOCK_ROWS, ROW_BLOCK_BYTES, solve_block_rows
 
     assert solve_block_rows(6990, 300, "F") == 6990  # the F order keeps the planned size
     assert solve_block_rows(6990, 300, "C") == ROW_BLOCK_BYTES // (8 * 300) == 1747

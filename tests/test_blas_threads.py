@@ -19,12 +19,13 @@ import numpy as np
 from sklearn.datasets import make_swiss_roll
 from threadpoolctl import threadpool_limits
 
-from ooc_spectral._blas import blas_thread_counts
+from ooc_spectral._accel.threads import blas_thread_counts
 
-from ooc_spectral.kernels import make_kernel
-from ooc_spectral.planning import VisitOrder
-from ooc_spectral.scan import DictionaryState, scan_source
-from ooc_spectral.source import open_source
+from ooc_spectral.core.kernel_choice import make_kernel
+from ooc_spectral.core.planning import VisitOrder
+from ooc_spectral.core.scan.state import DictionaryState
+from ooc_spectral.pipeline.scan import scan_source
+from ooc_spectral.io.source import open_source
 
 
 def _scan(X, threads: int, kernel_name: str):
@@ -53,7 +54,7 @@ def test_tasks_on_the_default_threaded_scheduler_use_one_blas_thread_each():
     ``scheduler="threads"``; the synchronous scheduler keeps every thread."""
     import dask
 
-    from ooc_spectral.execution import compute
+    from ooc_spectral.runtime.execution import compute
 
     tasks = [dask.delayed(blas_thread_counts, pure=False)() for _ in range(4)]
     with threadpool_limits(limits=2, user_api="blas"):  # conftest pins the session to one
@@ -69,7 +70,7 @@ def test_the_scan_runs_blas_on_one_thread_while_the_dictionary_is_small(monkeypa
     """Below ``SCAN_ONE_BLAS_THREAD_BELOW`` points a block's BLAS calls are too small to
     share (the second OpenBLAS thread only spins); from there on every thread is used.
     The selection is the same either way (the test above)."""
-    import ooc_spectral.scan as scan
+    import ooc_spectral.core.scan.blocked as scan
 
     seen = []
     block = scan.scan_block

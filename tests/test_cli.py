@@ -77,7 +77,7 @@ def test_fit_writes_embedding_model_and_report(data, fitted):
         assert key in report
     assert report["n_samples"] == 6000 and report["n_features"] == 3
     assert report["blas"] == "openblas (scipy)"  # the suite's default reaches the command (conftest)
-    from ooc_spectral._fused import loops_backend
+    from ooc_spectral._accel.fused import loops_backend
 
     assert report["compiled_loops"] == loops_backend()  # numba's loops where installed
     if importlib.util.find_spec("numba") is not None:  # the test extra installs it
@@ -161,7 +161,7 @@ def test_second_run_on_a_locked_outdir_refuses(data, tmp_path):
     # a live holder: a process holding the lock's flock (what a running fit does)
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time\n"
-        "from ooc_spectral.checkpoint import RunDirectory\n"
+        "from ooc_spectral.io.checkpoint import RunDirectory\n"
         f"r = RunDirectory({str(out)!r}); r.acquire('holder'); print('held', flush=True)\n"
         "time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
     try:

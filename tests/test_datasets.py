@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import zarr
 
-from ooc_spectral import datasets as ds
+from ooc_spectral.io import datasets as ds
 from ooc_spectral.datasets import (
     DATASET_KEY,
     DATASETS,
@@ -122,7 +122,7 @@ def test_attributes_describe_the_data(tmp_path):
 
 
 def test_default_chunk_rows_and_source_integration(tmp_path):
-    from ooc_spectral.source import open_source
+    from ooc_spectral.io.source import open_source
 
     assert ds.default_chunk_rows(10**9, 32, "float32") == 1 << 16
     assert ds.default_chunk_rows(10**9, 3, "float64") == 1 << 18

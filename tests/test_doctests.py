@@ -18,7 +18,8 @@ def test_the_estimators_carry_examples():
     finder = doctest.DocTestFinder()
     examples = {name for name in MODULES
                 if any(t.examples for t in finder.find(importlib.import_module(name)))}
-    assert {"ooc_spectral.estimator", "ooc_spectral.clustering", "ooc_spectral.manifold"} <= examples
+    assert {"ooc_spectral.estimators.embedding", "ooc_spectral.estimators.clustering",
+            "ooc_spectral.estimators.manifold"} <= examples
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,11 +1,11 @@
 """The engine for the size, tasks for every thread, memory by budget, float32 output (issue 18).
 
-- :func:`~ooc_spectral.cluster.choose_engine`: threads in this process for small
+- :func:`~ooc_spectral.runtime.cluster.choose_engine`: threads in this process for small
   inputs, the embedded LocalCluster for large ones, a scheduler address always wins;
-- :func:`~ooc_spectral.planning.plan_tasks`: at least two tasks per thread when the
+- :func:`~ooc_spectral.core.planning.plan_tasks`: at least two tasks per thread when the
   input allows it (a task may read a row range of a storage chunk), a requested
   ``chunk_rows`` used as given;
-- sub-blocks (:func:`~ooc_spectral.planning.plan_block_rows`): a task's kernel block
+- sub-blocks (:func:`~ooc_spectral.core.planning.plan_block_rows`): a task's kernel block
   within the budget whatever m; splitting changes nothing but rounding, and a
   storage-chunk layout change changes nothing;
 - ``output_dtype="float32"``: the float64 values rounded once.
@@ -21,13 +21,13 @@ import zarr
 
 from conftest import write_zarr
 from ooc_spectral import GreedySpectralEmbedding
-from ooc_spectral.accumulate import chunk_moments, combine
-from ooc_spectral.cluster import ClusterOptions, choose_engine
+from ooc_spectral.core.pass2 import chunk_moments, combine
+from ooc_spectral.runtime.cluster import ClusterOptions, choose_engine
 from ooc_spectral.exceptions import InvalidParameterError
-from ooc_spectral.planning import (BALANCE_TOLERANCE, DEFAULT_TASK_MEMORY, MIN_TASK_ROWS,
-                                   balanced_tail, makespan_loss, plan_block_rows, plan_tasks,
-                                   row_chunks, tasks_tag)
-from ooc_spectral.writeback import EmbeddingOutput, _embed_block
+from ooc_spectral.core.planning import (BALANCE_TOLERANCE, DEFAULT_TASK_MEMORY, MIN_TASK_ROWS,
+                                        balanced_tail, makespan_loss, plan_block_rows, plan_tasks,
+                                        row_chunks, tasks_tag)
+from ooc_spectral.pipeline.writeback import EmbeddingOutput, _embed_block
 
 PARAMS = dict(n_components=3, gamma=0.05, tol=1e-3, random_state=0)
 
@@ -63,9 +63,9 @@ def _worker_view():
     import os
     import sys
 
-    from ooc_spectral._blas import blas_thread_counts
+    from ooc_spectral._accel.threads import blas_thread_counts
 
-    return os.getppid(), "ooc_spectral.pipeline" in sys.modules, sorted(blas_thread_counts())
+    return os.getppid(), "ooc_spectral.pipeline.fit" in sys.modules, sorted(blas_thread_counts())
 
 
 @pytest.mark.parametrize("method", ["forkserver", "spawn"])
@@ -76,7 +76,7 @@ def test_embedded_workers_start_by_the_configured_method_with_one_blas_thread(me
 
     import dask
 
-    from ooc_spectral.cluster import dask_client
+    from ooc_spectral.runtime.cluster import dask_client
 
     with dask.config.set({"ooc-spectral.worker-start-method": method}), \
             dask_client(ClusterOptions(workers=2, quiet=True)) as client:
@@ -97,7 +97,7 @@ def test_embedded_workers_keep_glibc_allocator_thresholds_unless_configured():
     workers leave it unset, keep distributed's other variables, and take a configured one."""
     import dask
 
-    from ooc_spectral.cluster import worker_pre_spawn_environ
+    from ooc_spectral.runtime.cluster import worker_pre_spawn_environ
 
     env = worker_pre_spawn_environ()
     assert "MALLOC_TRIM_THRESHOLD_" not in env
@@ -117,7 +117,7 @@ def test_a_variable_set_after_the_fork_server_started_reaches_later_workers(monk
     """Forked workers inherit the fork server's environment, frozen at the process's first
     cluster; a credential or endpoint set after it must still reach a later cluster's
     workers, as it would reach spawned ones."""
-    from ooc_spectral.cluster import dask_client
+    from ooc_spectral.runtime.cluster import dask_client
 
     with dask_client(ClusterOptions(workers=1, quiet=True)):
         pass  # the server runs from here on
@@ -143,7 +143,7 @@ def test_the_embedded_workers_run_without_the_dashboards_diagnostics_unless_aske
     the client process's config is as it was afterwards."""
     import dask
 
-    from ooc_spectral.cluster import dask_client
+    from ooc_spectral.runtime.cluster import dask_client
 
     before = _worker_diagnostics()
     setting = {} if diagnostics is None else {"ooc-spectral.cluster-diagnostics": diagnostics}
@@ -161,7 +161,7 @@ def test_the_embedded_workers_run_without_the_dashboards_diagnostics_unless_aske
 def test_worker_start_method_fork_is_refused():
     import dask
 
-    from ooc_spectral.cluster import dask_client
+    from ooc_spectral.runtime.cluster import dask_client
 
     with dask.config.set({"ooc-spectral.worker-start-method": "fork"}), \
             pytest.raises(InvalidParameterError, match="'forkserver' or 'spawn'"):
@@ -253,8 +253,8 @@ def test_accumulate_runs_the_re_split_tasks_after_the_whole_ones(fitted):
     equal tasks."""
     import dask.array as da
 
-    from ooc_spectral.accumulate import accumulate
-    from ooc_spectral.execution import Executor
+    from ooc_spectral.pipeline.accumulate import accumulate
+    from ooc_spectral.runtime.execution import Executor
 
     class Recording(Executor):
         def run(self, label, parts, on_result=None, *, keep=True):
@@ -287,8 +287,8 @@ def test_partials_of_a_re_split_tail_resume_only_the_same_tasks(fitted):
     (tasks_tag) differs and every segment is computed afresh."""
     import dask.array as da
 
-    from ooc_spectral.accumulate import accumulate
-    from ooc_spectral.execution import Executor
+    from ooc_spectral.pipeline.accumulate import accumulate
+    from ooc_spectral.runtime.execution import Executor
 
     class Store:
         def __init__(self):
@@ -335,7 +335,7 @@ def test_a_fit_with_a_balanced_tail_equals_one_without(tmp_path, restore_logging
     (six tasks), pass 3 writes the five whole chunks; the embedding equals that of the
     plain five tasks (``--chunk-rows 8192``) to rounding. Kernel PCA, and spectral
     embedding (its two reductions, the kernel sums and the degrees)."""
-    from ooc_spectral.cli import main
+    from ooc_spectral.batch.cli import main
 
     rng = np.random.default_rng(5)
     X = rng.standard_normal((5 * 8192, 3))
@@ -468,7 +468,7 @@ def test_float32_output_is_the_float64_embedding_rounded(tmp_path, fitted):
 def test_cli_float32_auto_engine_and_tasks_in_the_report(tmp_path, swiss_roll, restore_logging):
     """``fit --output-dtype float32`` (in process: the command line's parsing and job),
     on the auto engine (threads here), then ``transform`` with that model."""
-    from ooc_spectral.cli import main
+    from ooc_spectral.batch.cli import main
 
     X = swiss_roll[0]
     write_zarr(tmp_path / "x.zarr", X, len(X))  # one storage chunk: tasks split it

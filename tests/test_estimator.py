@@ -20,8 +20,8 @@ from sklearn.base import clone
 from sklearn.decomposition import KernelPCA
 
 from ooc_spectral import GreedySpectralEmbedding
-from ooc_spectral.config import parameter_fields
-from ooc_spectral.kernels import RBFKernel
+from ooc_spectral.core.config import parameter_fields
+from ooc_spectral.core.kernels import RBFKernel
 
 from conftest import write_zarr
 

@@ -19,7 +19,7 @@ from threadpoolctl import threadpool_limits
 
 from ooc_spectral import GreedySpectralEmbedding
 from ooc_spectral.baselines import ExactKernelEmbedding
-from ooc_spectral.evaluation import (
+from ooc_spectral.experiments.evaluation import (
     Z95,
     ErrorEstimate,
     Protocol,
@@ -34,7 +34,7 @@ from ooc_spectral.evaluation import (
     threshold_accuracy,
 )
 from ooc_spectral.exceptions import InvalidInputError, InvalidParameterError
-from ooc_spectral.kernels import RBFKernel
+from ooc_spectral.core.kernels import RBFKernel
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -1,5 +1,5 @@
-"""The one-pass loops of pass 2 (``ooc_spectral._fused``, compiled by numba) and MKL's
-vector ``exp`` and kernel product (``ooc_spectral._blas``) against the NumPy calls they
+"""The one-pass loops of pass 2 (``ooc_spectral._accel.fused``, compiled by numba) and MKL's
+vector ``exp`` and kernel product (``ooc_spectral._accel.blas``) against the NumPy calls they
 replace: the same values to rounding, the same moments, and the fallbacks where they
 do not apply."""
 
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from conftest import mkl_backend
-from ooc_spectral import _blas, _fused
-from ooc_spectral._validation import once
-from ooc_spectral.accumulate import chunk_moments
-from ooc_spectral.kernels import RBFKernel
-from ooc_spectral.model import Dictionary
+from ooc_spectral._accel import blas as _blas, fused as _fused
+from ooc_spectral._accel.support import once
+from ooc_spectral.core.pass2 import chunk_moments
+from ooc_spectral.core.kernels import RBFKernel
+from ooc_spectral.core.model import Dictionary
 
 numba = pytest.importorskip("numba")
 
@@ -151,7 +151,7 @@ def test_mkl_kernel_product_equals_numpys(shape):
 
 
 def _in_task():
-    from ooc_spectral import _blas
+    from ooc_spectral._accel import blas as _blas
 
     return _blas.one_task_at_a_time()
 
@@ -239,7 +239,7 @@ def test_the_report_names_the_loops_without_importing_numba():
     import subprocess
     import sys
 
-    code = ("import sys; from ooc_spectral._fused import loops_backend; "
+    code = ("import sys; from ooc_spectral._accel.fused import loops_backend; "
             "print(loops_backend(), 'numba' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["numba", numba.__version__, "False"]
@@ -313,19 +313,19 @@ def test_loops_that_cannot_be_loaded_fall_back_to_numpy_with_one_warning(monkeyp
     import logging
     import sys
 
-    import ooc_spectral
+    import ooc_spectral._accel
 
     class Refuse(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path, target=None):
-            if name == "ooc_spectral._fused_numba":
+            if name == "ooc_spectral._accel.fused_numba":
                 raise RuntimeError("cannot cache function 'centre_rows_w': no locator available")
             return None
 
-    monkeypatch.delitem(sys.modules, "ooc_spectral._fused_numba", raising=False)
-    monkeypatch.delattr(ooc_spectral, "_fused_numba", raising=False)
+    monkeypatch.delitem(sys.modules, "ooc_spectral._accel.fused_numba", raising=False)
+    monkeypatch.delattr(ooc_spectral._accel, "fused_numba", raising=False)
     monkeypatch.setattr(sys, "meta_path", [Refuse(), *sys.meta_path])
     monkeypatch.setattr(_fused, "_loops", once(_fused._import_loops))
-    with caplog.at_level(logging.WARNING, logger="ooc_spectral._fused"):
+    with caplog.at_level(logging.WARNING, logger="ooc_spectral._accel.fused"):
         assert _fused.numba_loops() is None
         assert _fused.numba_loops() is None
     warnings = [r for r in caplog.records if "compiled loops are not available" in r.message]
@@ -364,8 +364,9 @@ def test_exponentials_before_the_clip_do_not_warn_or_raise_on_overflow():
 
 
 def _moments_in_worker(X, D):
-    from ooc_spectral import _blas, kernels
-    from ooc_spectral.accumulate import chunk_moments
+    from ooc_spectral._accel import blas as _blas
+    from ooc_spectral.core import kernels
+    from ooc_spectral.core.pass2 import chunk_moments
 
     used = []
     real = kernels.matmul_nt_into

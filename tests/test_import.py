@@ -9,9 +9,9 @@ import pytest
 import zarr
 
 from ooc_spectral import GreedySpectralEmbedding
-from ooc_spectral.cli import main
+from ooc_spectral.batch.cli import main
 from ooc_spectral.exceptions import IncompleteInputError, InvalidInputError
-from ooc_spectral.importing import import_table
+from ooc_spectral.io.importing import import_table
 
 pd = pytest.importorskip("pandas")
 pa = pytest.importorskip("pyarrow")

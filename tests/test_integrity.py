@@ -21,7 +21,7 @@ from distributed import Client, LocalCluster
 from zarr.storage import LocalStore, WrapperStore
 
 from ooc_spectral import GreedySpectralEmbedding
-from ooc_spectral.cluster import ClusterOptions
+from ooc_spectral.runtime.cluster import ClusterOptions
 from ooc_spectral.datasets import make_data
 from ooc_spectral.exceptions import (
     DamagedDataError,
@@ -30,7 +30,7 @@ from ooc_spectral.exceptions import (
     TransientReadError,
     UsageError,
 )
-from ooc_spectral.jobs import FitJob, run_fit_job
+from ooc_spectral.batch.jobs import FitJob, run_fit_job
 
 from test_cli import EXE, cli  # noqa: F401
 from test_resume import in_pass2, kill_when
@@ -122,7 +122,7 @@ def test_replaced_input_on_a_complete_outdir_gives_the_new_result(roll, cluster,
 
 def test_transform_of_a_replaced_input_is_never_the_old_result(roll, cluster, complete_run,
                                                                tmp_path):
-    from ooc_spectral.jobs import TransformJob, run_transform_job
+    from ooc_spectral.batch.jobs import TransformJob, run_transform_job
 
     ref_out, _ = complete_run
     inp, out = tmp_path / "new.zarr", tmp_path / "t"
@@ -148,7 +148,7 @@ def test_input_changed_while_the_fit_ran_is_never_marked_complete(roll, cluster,
     model of the old ones. It exited 0 with such a mix before (an outside audit); now
     the run fails (exit 1), nothing is complete, and the rerun equals a fresh fit."""
     from ooc_spectral.exceptions import InputChangedError
-    from ooc_spectral.pipeline import FitRun
+    from ooc_spectral.pipeline.fit import FitRun
 
     inp, out = tmp_path / "in.zarr", tmp_path / "out"
     shutil.copytree(roll / "in.zarr", inp)
@@ -190,7 +190,7 @@ def test_an_output_inside_the_input_is_exit_2_and_leaves_the_input_alone(roll, t
 def test_transform_with_a_refitted_model_is_never_the_old_result(roll, cluster, tmp_path, caplog):
     """The same transform command after the model at the same path was refitted: the
     old rows are not reported (they were, with exit 0, before; an outside audit)."""
-    from ooc_spectral.jobs import TransformJob, run_transform_job
+    from ooc_spectral.batch.jobs import TransformJob, run_transform_job
 
     X1 = zarr.open_array(str(roll / "in.zarr" / "data"))[...]
     X2 = zarr.open_array(str(roll / "in2.zarr" / "data"))[...]
@@ -420,9 +420,9 @@ def test_transient_read_errors_that_persist_exit_1(roll, cluster, tmp_path, monk
         # the read settings travel with the task (read in the client when the graph is made)
         GreedySpectralEmbedding(**PARAMS).fit(arr, output=str(tmp_path / "out"))
     assert not isinstance(info.value, UsageError)  # the CLI maps it to exit 1
-    from ooc_spectral.cli import EXIT_FAILURE, main
+    from ooc_spectral.batch.cli import EXIT_FAILURE, main
 
-    monkeypatch.setattr("ooc_spectral.cli.cmd_fit", lambda args: (_ for _ in ()).throw(info.value))
+    monkeypatch.setattr("ooc_spectral.batch.cli.cmd_fit", lambda args: (_ for _ in ()).throw(info.value))
     assert main(["fit", "x", "--out", str(tmp_path / "o")]) == EXIT_FAILURE
 
 
@@ -468,7 +468,7 @@ def test_workers_in_another_directory_and_relative_paths(roll, complete_run, tmp
 
 def test_the_worker_preflight_names_the_path_as_the_worker_sees_it(roll, cluster, tmp_path):
     from ooc_spectral.exceptions import MissingChunkError, StoreNotFoundError
-    from ooc_spectral.integrity import check_readable_here
+    from ooc_spectral.io.verify import check_readable_here
 
     with Client(cluster) as client:
         seen = client.submit(check_readable_here, str(roll / "in.zarr"), pure=False).result()
@@ -494,7 +494,7 @@ def test_a_missing_input_chunk_exits_2_naming_it(roll, cluster, tmp_path):
     assert "chunk 'c/6/0' (rows 12000-13999)" in proc.stderr
     assert f"of the input {inp}/data does not exist" in proc.stderr
     with pytest.raises(StoreReadError, match="c/6/0"):
-        from ooc_spectral.source import open_source
+        from ooc_spectral.io.source import open_source
 
         open_source(str(inp)).fingerprint()
 
@@ -551,7 +551,7 @@ def test_stale_consolidated_metadata_never_hides_appended_rows(tmp_path, zarr_fo
     before; an outside audit)."""
     import warnings
 
-    from ooc_spectral.source import open_source
+    from ooc_spectral.io.source import open_source
 
     loc = tmp_path / "in.zarr"
     g = zarr.open_group(str(loc), mode="w", zarr_format=zarr_format)

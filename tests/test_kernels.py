@@ -7,13 +7,9 @@ import pytest
 from sklearn.metrics.pairwise import laplacian_kernel, linear_kernel, polynomial_kernel, rbf_kernel
 
 from ooc_spectral import InvalidParameterError
-from ooc_spectral.kernels import (
-    SubsetNormalizedKernel,
-    kernel_from_attrs,
-    kernel_to_attrs,
-    make_kernel,
-    median_heuristic_gamma,
-)
+from ooc_spectral.core.kernel_choice import (kernel_from_attrs, kernel_to_attrs, make_kernel,
+                                             median_heuristic_gamma)
+from ooc_spectral.core.kernels import SubsetNormalizedKernel
 
 rng = np.random.default_rng(0)
 X = rng.normal(size=(40, 5)) * 3
@@ -89,7 +85,7 @@ def test_pieces_and_pairwise_dot_equal_the_whole_block_for_every_kernel(name):
     """Kernel blocks are computed in cache-sized row pieces and pass 3 multiplies each
     piece by the folded map: for every kernel at its defaults, a block of many pieces
     equals the block computed at once, and ``pairwise_dot`` equals ``pairwise @ G``."""
-    from ooc_spectral.kernels import PIECE_ELEMENTS, PIECE_MIN_ROWS
+    from ooc_spectral.core.kernels import PIECE_ELEMENTS, PIECE_MIN_ROWS
 
     rng = np.random.default_rng(5)
     m, d = 300, 6
@@ -127,7 +123,7 @@ def test_the_dictionarys_kernel_block_is_the_same_in_either_order(name, backend)
     Fortran-ordered transpose of k(D, X): the same values to rounding, for every kernel."""
     from conftest import mkl_backend
 
-    from ooc_spectral.model import Dictionary
+    from ooc_spectral.core.model import Dictionary
 
     rng = np.random.default_rng(7)
     m, d = 300, 6

@@ -29,7 +29,7 @@ from sklearn.decomposition import PCA
 
 from ooc_spectral.datasets import generate
 from ooc_spectral.exceptions import InvalidInputError, InvalidParameterError, NotFittedError
-from ooc_spectral.kernels import RBFKernel
+from ooc_spectral.core.kernels import RBFKernel
 from ooc_spectral.manifold import (
     DiffusionMap,
     Isomap,

@@ -88,7 +88,7 @@ def s3():
 
 
 def run(*argv) -> int:
-    from ooc_spectral.cli import main
+    from ooc_spectral.batch.cli import main
 
     return main([str(a) for a in argv])
 
@@ -168,7 +168,7 @@ def test_fit_from_and_to_s3_equals_the_local_fit_and_the_rerun_is_a_no_op(
     assert ls(fs, out) == before
     # verify reads every chunk back from S3; inspect summarises the run there
     assert run("verify", out, "-q") == 0
-    from ooc_spectral.inspection import inspect_path
+    from ooc_spectral.batch.inspection import inspect_path
 
     text, info = inspect_path(out)
     assert text.startswith(f"ooc-spectral run at {out}") and info["status"] == "complete"
@@ -177,7 +177,7 @@ def test_fit_from_and_to_s3_equals_the_local_fit_and_the_rerun_is_a_no_op(
 
 def test_a_changed_input_on_s3_is_detected_by_its_etags(data, s3, tmp_path):
     """Issue 9 on S3: the same key rewritten with other bytes changes the fingerprint."""
-    from ooc_spectral.source import open_source
+    from ooc_spectral.io.source import open_source
 
     url = f"s3://{BUCKET}/changing.zarr"
     s3["fs"].copy(f"{BUCKET}/roll.zarr", f"{BUCKET}/changing.zarr", recursive=True)
@@ -249,7 +249,7 @@ def test_concurrent_fit_is_refused_naming_the_holder_and_sigkill_in_pass_2_resum
 
 def test_object_lock_conditional_create_lease_and_takeover(s3, monkeypatch):
     from ooc_spectral.exceptions import LockedError
-    from ooc_spectral.storage import ObjectLock
+    from ooc_spectral.io.storage import ObjectLock
 
     fs, url = s3["fs"], f"s3://{BUCKET}/locks/a/.lock"
     # eight runs start together: exactly one creates the lock object
@@ -397,7 +397,7 @@ class Hide(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Hide())
 for m in [m for m in sys.modules if m == "s3fs" or m.startswith("s3fs.")]:
     del sys.modules[m]
-from ooc_spectral.cli import main
+from ooc_spectral.batch.cli import main
 codes = [main(a) for a in ARGS]
 print(codes)
 """
@@ -438,7 +438,7 @@ def _writing_command(command: str, data, tmp_path) -> list[str]:
 def test_an_unknown_scheme_is_exit_2_and_creates_nothing(data, tmp_path, monkeypatch, command,
                                                          capsys, url, says):
     from ooc_spectral.exceptions import StorageBackendError
-    from ooc_spectral.checkpoint import RunDirectory
+    from ooc_spectral.io.checkpoint import RunDirectory
 
     monkeypatch.chdir(tmp_path)
     args = _writing_command(command, data, tmp_path)

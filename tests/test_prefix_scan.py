@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ooc_spectral import GreedySpectralEmbedding, planning
+from ooc_spectral import GreedySpectralEmbedding
+from ooc_spectral.core import planning
 from ooc_spectral.datasets import generate
 
 from test_scan import residuals_against
@@ -49,7 +50,7 @@ def test_prefix_scan_selects_the_full_scans_dictionary(small_windows, roll, norm
 
 
 def test_prefix_scan_without_late_growth_needs_one_pass(small_windows, roll, monkeypatch):
-    from ooc_spectral import pipeline
+    from ooc_spectral.pipeline import fit as pipeline
 
     passes = []
     original, extend = pipeline.FitRun.accumulate, pipeline.extension_pass

@@ -133,8 +133,8 @@ def test_loading_a_tampered_model_is_an_error_not_code(tmp_path):
 
 
 def test_workflow_paths_resolve_relative_to_the_file_and_may_not_escape(tmp_path):
-    from ooc_spectral.cli import build_parser
-    from ooc_spectral.workflow import run_workflow
+    from ooc_spectral.batch.cli import build_parser
+    from ooc_spectral.batch.workflow import run_workflow
 
     wf = tmp_path / "wf" / "w.toml"
     wf.parent.mkdir()

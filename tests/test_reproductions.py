@@ -25,7 +25,7 @@ from ooc_spectral.exceptions import (
     StoreNotFoundError,
 )
 from ooc_spectral.experiments import available
-from ooc_spectral.loaders import downscale, load_digits, load_mnist, read_idx
+from ooc_spectral.io.loaders import downscale, load_digits, load_mnist, read_idx
 
 EXE = shutil.which("ooc-spectral") or "ooc-spectral"
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,15 +24,17 @@ from sklearn.metrics.pairwise import rbf_kernel
 
 from conftest import write_zarr
 from ooc_spectral import GreedySpectralEmbedding
-from ooc_spectral.checkpoint import RunCheckpoint
-from ooc_spectral.config import FitConfig
+from ooc_spectral.io.checkpoint import RunCheckpoint
+from ooc_spectral.core.config import FitConfig
 from ooc_spectral.exceptions import DictionaryError, DictionarySizeError, InvalidParameterError
-from ooc_spectral.kernels import RBFKernel
-from ooc_spectral.pipeline import SAMPLE_PURPOSE, FitRun
-from ooc_spectral.planning import plan_sample
-from ooc_spectral.rpcholesky import rpcholesky_rows
-from ooc_spectral.scan import DictionaryState, scan_rows
-from ooc_spectral.source import open_source
+from ooc_spectral.core.kernels import RBFKernel
+from ooc_spectral.core.planning import SAMPLE_PURPOSE
+from ooc_spectral.pipeline.fit import FitRun
+from ooc_spectral.core.planning import plan_sample
+from ooc_spectral.core.scan.rpcholesky import rpcholesky_rows
+from ooc_spectral.core.scan.blocked import scan_rows
+from ooc_spectral.core.scan.state import DictionaryState
+from ooc_spectral.io.source import open_source
 from test_cli import EXE, cli
 
 

@@ -7,19 +7,15 @@ import pytest
 from scipy.linalg import solve_triangular
 
 from ooc_spectral import DictionarySizeError, GreedySpectralEmbedding
-from ooc_spectral.kernels import LaplacianKernel, LinearKernel, PolynomialKernel, RBFKernel
+from ooc_spectral.core.kernels import LaplacianKernel, LinearKernel, PolynomialKernel, RBFKernel
 from sklearn.datasets import make_swiss_roll
 
-from ooc_spectral import local_certificate
-from ooc_spectral.planning import SCAN_ONE_BLAS_THREAD_BELOW, VisitOrder
-from ooc_spectral.scan import (
-    DictionaryState,
-    LocalCertificate,
-    pointwise_scan,
-    scan_rows,
-    search_dictionary,
-    uncertified_rows,
-)
+from ooc_spectral.core.scan import local_certificate
+from ooc_spectral.core.planning import SCAN_ONE_BLAS_THREAD_BELOW, VisitOrder
+from ooc_spectral.core.scan.blocked import pointwise_scan, scan_rows, uncertified_rows
+from ooc_spectral.core.scan.local_certificate import LocalCertificate
+from ooc_spectral.core.scan.search import search_dictionary
+from ooc_spectral.core.scan.state import DictionaryState
 
 from conftest import write_zarr
 
@@ -241,8 +237,8 @@ def test_window_reader_decodes_each_shared_chunk_once_and_reads_the_same_rows(tm
     holds the input decodes each chunk once (a window per read decoded a 3000-row chunk
     three times); with no budget every window decodes its chunks, with a small one
     somewhere between, the rows still the same."""
-    from ooc_spectral.scan import WindowReader
-    from ooc_spectral.source import open_source
+    from ooc_spectral.pipeline.scan import WindowReader
+    from ooc_spectral.io.source import open_source
 
     X = np.random.default_rng(0).normal(size=(10_500, 3)).astype(np.float32)
     src = open_source(write_zarr(tmp_path / "x.zarr", X, chunk_rows))
@@ -269,8 +265,8 @@ def test_window_reader_decodes_each_shared_chunk_once_and_reads_the_same_rows(tm
 
 def test_window_reader_names_the_row_of_a_nan_in_the_input(tmp_path):
     from ooc_spectral import NonFiniteInputError
-    from ooc_spectral.scan import WindowReader
-    from ooc_spectral.source import open_source
+    from ooc_spectral.pipeline.scan import WindowReader
+    from ooc_spectral.io.source import open_source
 
     X = np.random.default_rng(0).normal(size=(5000, 3))
     X[4321, 1] = np.nan
@@ -284,8 +280,8 @@ def test_window_reader_names_the_row_of_a_nan_in_the_input(tmp_path):
 def test_block_coordinates_on_the_scan_threads_equal_the_single_thread_ones_bit_for_bit():
     """Below SCAN_ONE_BLAS_THREAD_BELOW a block's coordinates are computed in one part per
     thread: each row's kernel row and solve are its own, so the bits are the same."""
-    from ooc_spectral._blas import one_blas_thread
-    from ooc_spectral.scan import _row_coordinates, block_coordinates
+    from ooc_spectral._accel.threads import one_blas_thread
+    from ooc_spectral.core.scan.blocked import _row_coordinates, block_coordinates
 
     X = make_swiss_roll(30_000, random_state=0)[0]
     for kernel in (RBFKernel(0.05), LaplacianKernel(0.05)):
@@ -303,7 +299,7 @@ def test_block_coordinates_on_the_scan_threads_equal_the_single_thread_ones_bit_
 
 
 def test_scan_selects_the_same_rows_with_and_without_the_scan_threads(monkeypatch):
-    import ooc_spectral.scan as scan
+    import ooc_spectral.core.scan.blocked as scan
 
     X = make_swiss_roll(30_000, random_state=1)[0]
     out = []

@@ -23,9 +23,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.linalg import solve_triangular
 
-from ooc_spectral.kernels import LaplacianKernel, LinearKernel, PolynomialKernel, RBFKernel
-from ooc_spectral import local_certificate
-from ooc_spectral.scan import PIVOT_FLOOR, DictionaryState, pointwise_scan, scan_rows
+from ooc_spectral.core.kernels import LaplacianKernel, LinearKernel, PolynomialKernel, RBFKernel
+from ooc_spectral.core.scan import local_certificate
+from ooc_spectral.core.model import PIVOT_FLOOR
+from ooc_spectral.core.scan.blocked import pointwise_scan, scan_rows
+from ooc_spectral.core.scan.state import DictionaryState
 
 SLACK = 1e-9
 

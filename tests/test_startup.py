@@ -26,8 +26,8 @@ def _modules_after(code: str) -> set[str]:
 
 
 def test_the_fit_command_path_does_not_import_scikit_learn():
-    mods = _modules_after("import ooc_spectral.cli, ooc_spectral.jobs, ooc_spectral.accumulate, "
-                          "ooc_spectral.writeback")
+    mods = _modules_after("import ooc_spectral.batch.cli, ooc_spectral.batch.jobs, "
+                          "ooc_spectral.pipeline.accumulate, ooc_spectral.pipeline.writeback")
     assert "ooc_spectral" in mods and "dask" in mods
     assert "sklearn" not in mods
 
@@ -46,7 +46,7 @@ def test_the_estimators_and_star_import_resolve():
     exec("from ooc_spectral import *", namespace)
     for name in ooc_spectral.__all__:
         assert name in namespace, name
-    from ooc_spectral.estimator import GreedySpectralEmbedding
+    from ooc_spectral.estimators.embedding import GreedySpectralEmbedding
 
     assert namespace["GreedySpectralEmbedding"] is GreedySpectralEmbedding
     assert "GreedySpectralClustering" in dir(ooc_spectral)

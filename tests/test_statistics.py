@@ -8,10 +8,10 @@ import pytest
 from sklearn.datasets import make_swiss_roll
 
 from ooc_spectral import GreedySpectralEmbedding
-from ooc_spectral.accumulate import (chunk_cross_moments, chunk_degrees, chunk_gram,
+from ooc_spectral.core.pass2 import (chunk_cross_moments, chunk_degrees, chunk_gram,
                                      chunk_kernel_cross, chunk_ksums, chunk_moments, combine)
-from ooc_spectral.statistics import (KINDS, BeyondTol, Certificate, Moments, PreimageSums,
-                                     from_flat)
+from ooc_spectral.core.statistics import (KINDS, BeyondTol, Certificate, Moments, PreimageSums,
+                                          from_flat)
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +116,7 @@ def test_partials_folded_as_they_arrive_in_any_order_equal_the_fold_at_the_end(f
     """Pass 2 folds its segment partials in segment order as they arrive (holding only
     the early ones), instead of holding all until the end: the same combine calls in
     the same order, so the bits are the same."""
-    from ooc_spectral.accumulate import _combine_many, _InOrder
+    from ooc_spectral.core.pass2 import _combine_many, _InOrder
 
     X, d = fitted
     parts = [chunk_moments(X[a:a + 100], d, a) for a in range(0, len(X), 100)]
@@ -138,8 +138,8 @@ def test_partials_folded_as_they_arrive_in_any_order_equal_the_fold_at_the_end(f
 def test_the_executor_hands_every_result_over_and_keeps_none_when_asked(engine, tmp_path):
     import dask
 
-    from ooc_spectral.cluster import ClusterOptions, compute_engine
-    from ooc_spectral.execution import Executor
+    from ooc_spectral.runtime.cluster import ClusterOptions, compute_engine
+    from ooc_spectral.runtime.execution import Executor
 
     parts = {i: dask.delayed(lambda i: i * i, pure=True)(i) for i in range(6)}
     with compute_engine(ClusterOptions(workers=1, threads_per_worker=2, engine=engine,
@@ -202,7 +202,7 @@ def _moments_both_ways(X, d, block_rows):
     """``chunk_moments`` on MKL and on OpenBLAS, and the block order each used."""
     from conftest import mkl_backend
 
-    from ooc_spectral._blas import fast_solve_order
+    from ooc_spectral._accel.blas import fast_solve_order
 
     with mkl_backend(False):
         ref, ref_order = chunk_moments(X, d, 0, tol_check=1e-4, block_rows=block_rows), fast_solve_order()
@@ -237,8 +237,8 @@ def test_moments_by_rows_of_few_rows_other_kernels_and_the_exact_path(rows, kern
     coordinates are the kernel rows)."""
     import dataclasses
 
-    from ooc_spectral.kernels import make_kernel
-    from ooc_spectral.model import Dictionary
+    from ooc_spectral.core.kernel_choice import make_kernel
+    from ooc_spectral.core.model import Dictionary
 
     rng = np.random.default_rng(rows)
     P, X = rng.standard_normal((40, 3)), rng.standard_normal((rows, 3))

@@ -3,7 +3,7 @@
 Every estimator here has the interface of
 :class:`~ooc_spectral.GreedySpectralEmbedding` (``fit`` / ``transform`` /
 ``embedding_`` / ``eigenvalues_``, scikit-learn parameter conventions, the same
-input types through :func:`~ooc_spectral.source.open_source`) and the same two
+input types through :func:`~ooc_spectral.io.source.open_source`) and the same two
 normalizations:
 
 ``normalization="additive"`` (kernel PCA, metric MDS)
@@ -18,7 +18,7 @@ normalizations:
 ``transform`` is the Nystrom formula of Bengio et al. (2003, eqs. 8-12) for the
 data-dependent kernel of each normalization; on training rows it gives back the
 training embedding (exactly for :class:`ExactKernelEmbedding`). Each column's
-sign is fixed as in :func:`~ooc_spectral.eigensolve.top_eigenpairs`: the entry
+sign is fixed as in :func:`~ooc_spectral.core.eigensolve.top_eigenpairs`: the entry
 of largest magnitude of the eigenvector is positive.
 
 The estimators
@@ -58,6 +58,9 @@ Modules
     :class:`NystromEmbedding`.
 ``gaussian_projection``
     :class:`GaussianProjectionEmbedding` and its scratch arrays.
+
+Layer 6, beside :mod:`ooc_spectral.estimators`: may import the estimators' shared
+helpers, :mod:`ooc_spectral.pipeline` and every layer below it.
 """
 
 from ._common import (

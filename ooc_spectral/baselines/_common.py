@@ -5,7 +5,7 @@ and :class:`~ooc_spectral.baselines.NystromEmbedding`; :func:`_dense_fit` the
 eigen-decomposition of a normalized dense Gram matrix both use;
 :func:`kernel_matmul` the out-of-core product ``k(Xa, Xb) @ V`` of
 :class:`~ooc_spectral.baselines.GaussianProjectionEmbedding` (and of
-:mod:`ooc_spectral.evaluation`); :class:`_KernelEmbeddingBase` the parameter
+:mod:`ooc_spectral.experiments.evaluation`); :class:`_KernelEmbeddingBase` the parameter
 checks, the ``fit`` skeleton and the ``transform`` of all three.
 """
 
@@ -17,17 +17,19 @@ import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
-from .._sklearn import FeatureNamesMixin
+from ..estimators._sklearn import FeatureNamesMixin
 from .._validation import (check_bool, check_choice, check_fitted, check_float, check_int,
                            check_n_features)
-from ..config import resolve_seed
-from ..eigensolve import top_eigenpairs
+from ..core.config import resolve_seed
+from ..core.eigensolve import top_eigenpairs
 from ..exceptions import InvalidInputError, InvalidParameterError
-from ..execution import Executor
-from ..kernels import KERNELS, Kernel, first_nonpositive, make_kernel, resolve_gamma
-from ..planning import whole_chunks
-from ..source import DataSource, check_finite, open_source
-from ..writeback import map_rows
+from ..runtime.execution import Executor
+from ..core.kernel_choice import KERNELS, make_kernel, resolve_gamma
+from ..core.kernels import Kernel, first_nonpositive
+from ..core.planning import whole_chunks
+from .._validation import check_finite
+from ..io.source import DataSource, open_source
+from ..pipeline.writeback import map_rows
 
 NORMALIZATIONS = ("additive", "divisive")
 
@@ -73,7 +75,7 @@ def _checked_dask(source: DataSource, chunk_rows: int | None) -> da.Array:
 
 
 def _numpy_for_numpy(source: DataSource, out: da.Array):
-    """``out`` computed (through the :class:`~ooc_spectral.execution.Executor`) when
+    """``out`` computed (through the :class:`~ooc_spectral.runtime.execution.Executor`) when
     ``source`` is numpy input, else the lazy dask array."""
     return Executor().values("transform", out)[0] if source.kind == "numpy" else out
 

@@ -9,9 +9,9 @@ import dask.array as da
 
 from .._params import store_params
 from ..exceptions import InvalidInputError
-from ..kernels import Kernel
-from ..planning import parse_bytes
-from ..source import DataSource
+from ..core.kernels import Kernel
+from ..core.planning import parse_bytes
+from ..io.source import DataSource
 from ._common import NystromModel, _dense_fit, _KernelEmbeddingBase, _task_rows
 
 __all__ = ["ExactKernelEmbedding"]

@@ -12,11 +12,11 @@ import numpy as np
 
 from .._params import store_params
 from .._validation import check_int
-from ..eigensolve import top_eigenpairs
+from ..core.eigensolve import top_eigenpairs
 from ..exceptions import InvalidInputError, InvalidParameterError
-from ..execution import Executor
-from ..kernels import Kernel
-from ..source import DataSource
+from ..runtime.execution import Executor
+from ..core.kernels import Kernel
+from ..io.source import DataSource
 from ._common import (
     _block_start,
     _checked_dask,

@@ -10,9 +10,9 @@ import numpy as np
 from .._params import store_params
 from .._validation import check_choice, check_int
 from ..exceptions import InvalidInputError, InvalidParameterError
-from ..kernels import Kernel
-from ..planning import plan_sample
-from ..source import DataSource
+from ..core.kernels import Kernel
+from ..core.planning import plan_sample
+from ..io.source import DataSource
 from ._common import NystromModel, _dense_fit, _embed_source, _KernelEmbeddingBase
 from .selection import (
     _PURPOSE,

@@ -26,11 +26,12 @@ import dask
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
-from ..accumulate import tree_reduce
+from ..pipeline.accumulate import tree_reduce
 from ..exceptions import DictionaryError, InvalidParameterError
-from ..execution import Executor
-from ..kernels import Kernel, SubsetNormalizedKernel, subset_means
-from ..source import DataSource, check_finite
+from ..runtime.execution import Executor
+from ..core.kernels import Kernel, SubsetNormalizedKernel, subset_means
+from .._validation import check_finite
+from ..io.source import DataSource
 from ._common import _f64, _row_random, _task_rows
 
 __all__ = ["SubsetCenteredKernel", "selection_kernel", "metropolis_volume_sample",

@@ -5,7 +5,11 @@ function ``run(out: pathlib.Path, **params) -> dict``: it writes its tables
 (markdown) and figures (PNG) under ``out`` and returns a JSON-able summary.
 Modules are found by name, so adding an experiment means adding a module; the
 parameters come from ``--param key=value`` (or the step's ``params`` table in
-a workflow file) and are checked by the experiment itself.
+a workflow file) and are checked by the experiment itself. ``evaluation`` holds the
+papers' protocol that they share (splits, alignment by regression, confidence
+intervals); modules whose name starts with ``_`` are helpers, not experiments.
+
+Layer 7: may import the estimators, the baselines and every layer below them.
 """
 
 from __future__ import annotations

@@ -109,8 +109,8 @@ def load_dataset(name: str, n: int | None, *, seed: int = 0, noise: float | None
     permutation). ``mnist``: classes 0 and 1 at 14 x 14 from the local file(s)
     ``mnist`` (never downloaded).
     """
-    from ..datasets import generate
-    from ..loaders import load_digits, load_mnist
+    from ..io.datasets import generate
+    from ..io.loaders import load_digits, load_mnist
 
     if name == "digits":
         X, y = load_digits()
@@ -137,8 +137,8 @@ def load_dataset(name: str, n: int | None, *, seed: int = 0, noise: float | None
 
 def median_gamma(X: np.ndarray, seed: int = 0, sample: int = 2000) -> float:
     """``1 / median ||x - y||^2`` over a seeded sample of rows
-    (:func:`~ooc_spectral.kernels.median_heuristic_gamma` for ``rbf``)."""
-    from ..kernels import median_heuristic_gamma
+    (:func:`~ooc_spectral.core.kernel_choice.median_heuristic_gamma` for ``rbf``)."""
+    from ..core.kernel_choice import median_heuristic_gamma
 
     rows = np.random.default_rng(seed).permutation(len(X))[:sample]
     return median_heuristic_gamma("rbf", X[rows])
@@ -288,7 +288,7 @@ def pyplot():
 # cached protocol references
 # --------------------------------------------------------------------------- #
 def cached_protocol(cache_dir: Path | None, key: dict, X: np.ndarray, **kwargs):
-    """A :class:`~ooc_spectral.evaluation.Protocol`, its reference kept in a cache.
+    """A :class:`~ooc_spectral.experiments.evaluation.Protocol`, its reference kept in a cache.
 
     The exact reference on ``D2 U D3`` is the costliest step of the section 5
     protocol and is the same for the Table 1, Figure 3 and Figure 4
@@ -296,7 +296,7 @@ def cached_protocol(cache_dir: Path | None, key: dict, X: np.ndarray, **kwargs):
     ``cache_dir`` (None: no cache) with the split it belongs to, and reused
     only when the split is the same.
     """
-    from ..evaluation import Protocol, split_indices
+    from .evaluation import Protocol, split_indices
 
     if cache_dir is None:
         return Protocol(X, **kwargs)

@@ -29,13 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..baselines import (
-    ExactKernelEmbedding,
-    GaussianProjectionEmbedding,
-    NystromEmbedding,
-)
-from ..estimator import GreedySpectralEmbedding
-from ..evaluation import (
+from ..baselines.exact import ExactKernelEmbedding
+from ..baselines.gaussian_projection import GaussianProjectionEmbedding
+from ..baselines.nystrom import NystromEmbedding
+from ..estimators.embedding import GreedySpectralEmbedding
+from .evaluation import (
     align,
     clustering_ari,
     kernel_reconstruction_error,
@@ -126,7 +124,7 @@ def run_fishbowl(out: Path, n=2000, gamma=4.0, m_gp=10, m_nys=None, n_components
     approximation onto the exact coordinates (0: the exact embedding up to a
     linear map), over ``repeats`` seeds; and the relative error of the
     normalized kernel matrix the embedding implies, on sampled entries
-    (:func:`~ooc_spectral.evaluation.kernel_reconstruction_error`).
+    (:func:`~ooc_spectral.experiments.evaluation.kernel_reconstruction_error`).
     """
     n, m_gp, p = pc.as_int("n", n, 10), pc.as_int("m_gp", m_gp, 2), pc.as_int("n_components", n_components)
     gamma = pc.as_float("gamma", gamma, 0.0)

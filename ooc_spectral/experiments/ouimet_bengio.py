@@ -1,6 +1,6 @@
 """Reproductions of Ouimet & Bengio (2005), section 5: Table 1, Figure 3, Figure 4.
 
-All three use the section 5 protocol (:class:`~ooc_spectral.evaluation.Protocol`):
+All three use the section 5 protocol (:class:`~ooc_spectral.experiments.evaluation.Protocol`):
 a random split D1 / D2 / D3, the exact embedding of D2 U D3 as the reference,
 training on (part of) D1, the out-of-sample embedding of D2 aligned to the
 reference by linear regression, and the mean squared difference with its 95%
@@ -40,9 +40,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..baselines import ExactKernelEmbedding, NystromEmbedding
-from ..estimator import GreedySpectralEmbedding
-from ..evaluation import paired_difference
+from ..baselines.exact import ExactKernelEmbedding
+from ..baselines.nystrom import NystromEmbedding
+from ..estimators.embedding import GreedySpectralEmbedding
+from .evaluation import paired_difference
 from ..exceptions import InvalidParameterError, OocSpectralError
 from . import _paper_common as pc
 

@@ -106,8 +106,8 @@ def split_sizes(n: int, fraction: float) -> tuple[int, int]:
 def _model_factory(method: str, *, n_neighbors: int, gamma, tol: float, seed: int
                    ) -> Callable[[np.ndarray], tuple[np.ndarray, Callable]]:
     """``fit(X) -> (embedding, transform)`` for one method (2-D embeddings)."""
-    from ..estimator import GreedySpectralEmbedding
-    from ..manifold import Isomap, LocallyLinearEmbedding, MetricMDS
+    from ..estimators.embedding import GreedySpectralEmbedding
+    from ..estimators.manifold import Isomap, LocallyLinearEmbedding, MetricMDS
 
     def make():
         if method == "mds":
@@ -275,7 +275,7 @@ def run_stability(out: Path, *, n: int = 698, dataset: str = "swiss-roll", noise
     dict
         Paths of the outputs, the rows of the table and the substitution equivalents.
     """
-    from ..datasets import generate
+    from ..io.datasets import generate
 
     n = check_int("stability", "n", n, low=10)
     n_loo = check_int("stability", "n_loo", n_loo, low=2)

@@ -3,9 +3,9 @@
 Two processes (one per core, BLAS on one thread each, as the embedded cluster's
 workers) each run the pass's chunk function over ``--blocks`` blocks of 65,536
 in-memory float32 rows, ``d`` columns, against a dictionary of ``m`` points
-(rbf): pass 2's :func:`~ooc_spectral.accumulate.chunk_moments` (kernel block,
+(rbf): pass 2's :func:`~ooc_spectral.core.pass2.chunk_moments` (kernel block,
 triangular solve, residuals, ``Z'Z``) and pass 3's embedding product
-(``k(X, D) G``, :meth:`~ooc_spectral.kernels.Kernel.pairwise_dot`). The floors
+(``k(X, D) G``, :meth:`~ooc_spectral.core.kernels.Kernel.pairwise_dot`). The floors
 are those of ``cli_floors.py`` (2-core gemm and ``exp`` rates measured in the
 same run; no read, since the rows are in memory): a pass through the command
 line cannot do better than its chunk code does here.
@@ -39,8 +39,8 @@ ROWS = 65_536
 def _dictionary(m: int, d: int):
     from scipy.linalg import solve_triangular
 
-    from ooc_spectral.kernels import RBFKernel
-    from ooc_spectral.model import Dictionary
+    from ooc_spectral.core.kernels import RBFKernel
+    from ooc_spectral.core.model import Dictionary
 
     rng = np.random.default_rng(0)
     P = rng.standard_normal((m, d))
@@ -54,7 +54,7 @@ def _worker(args) -> float:
     m, d, blocks, block_rows, which = args
     from threadpoolctl import threadpool_limits
 
-    from ooc_spectral.accumulate import chunk_moments
+    from ooc_spectral.core.pass2 import chunk_moments
 
     D, rng = _dictionary(m, d)
     X = rng.standard_normal((ROWS, d)).astype(np.float32)
@@ -82,7 +82,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = ap.parse_args()
-    from ooc_spectral.planning import plan_block_rows
+    from ooc_spectral.core.planning import plan_block_rows
 
     rows = []
     with mp.get_context("spawn").Pool(2) as pool:

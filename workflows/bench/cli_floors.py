@@ -63,8 +63,8 @@ def gemm_gflops(threads: int) -> float:
 
 def mkl_gemm_gflops(threads: int) -> float | None:
     """MKL's float64 gemm rate, one sequential product per thread side by side (as pass 2
-    runs it), or None where pass 2 does not use MKL (``ooc_spectral._blas.mkl``)."""
-    from ooc_spectral._blas import mkl
+    runs it), or None where pass 2 does not use MKL (``ooc_spectral._accel.blas.mkl``)."""
+    from ooc_spectral._accel.blas import mkl
 
     sys.path.insert(0, str(Path(__file__).parent))
     from solve_layouts import mkl_matmul

@@ -3,7 +3,7 @@
 Runs ``ooc-spectral fit`` on ``n x d`` float32 swiss-roll rows from zarr (the
 embedded ``LocalCluster``, ``--dictionary-size m``), alternately with the dask
 config ``ooc-spectral.cluster-diagnostics`` off (the default: no worker profiler,
-a 500 ms tick, a 2 s system monitor; ``ooc_spectral.cluster.EMBEDDED_DIAGNOSTICS_OFF``)
+a 500 ms tick, a 2 s system monitor; ``ooc_spectral.runtime.cluster.EMBEDDED_DIAGNOSTICS_OFF``)
 and on (distributed's defaults). Once the workers are busy (pass 2), it reads the
 CPU time of every thread of the process tree over ``--window`` seconds: each
 worker's busiest thread (the task thread), the workers' other threads (event loop,

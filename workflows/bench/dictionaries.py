@@ -124,10 +124,10 @@ def run_method(method: str, X: np.ndarray, gamma: float, m: int, seed: int) -> t
 
 
 def bench(name: str, seeds: int | None, methods) -> dict:
-    from ooc_spectral.kernels import median_heuristic_gamma
-    from ooc_spectral.pipeline import SAMPLE_PURPOSE
-    from ooc_spectral.planning import plan_sample
-    from ooc_spectral.kernels import GAMMA_SAMPLE_SIZE
+    from ooc_spectral.core.kernel_choice import median_heuristic_gamma
+    from ooc_spectral.core.planning import SAMPLE_PURPOSE
+    from ooc_spectral.core.planning import plan_sample
+    from ooc_spectral.core.kernel_choice import GAMMA_SAMPLE_SIZE
 
     X = load(name)
     rows = plan_sample(len(X), GAMMA_SAMPLE_SIZE, 0, SAMPLE_PURPOSE["gamma"])

@@ -45,7 +45,7 @@ from pathlib import Path
 import psutil
 
 from ooc_spectral.datasets import make_data
-from ooc_spectral.monitor import tree_rss
+from ooc_spectral.runtime.monitor import tree_rss
 
 
 def tree_cpu(pid: int) -> float:

@@ -28,7 +28,7 @@ from scipy.linalg import solve_triangular
 from scipy.linalg.blas import dsyrk
 from threadpoolctl import threadpool_limits
 
-from ooc_spectral._blas import longest_gil_stall as longest_stall
+from ooc_spectral._accel.threads import longest_gil_stall as longest_stall
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ At each size, streams a swiss roll (3 features, float32, zarr) to disk, runs
 m (RP-Cholesky on a seeded sample) on the embedded LocalCluster, and samples
 the resident set size of the command and all its descendants (client, nannies,
 workers) every 50 ms, as ``memory_flat.py`` does. The pre-image map needs one
-more parallel pass (the m x m and m x d sums of :mod:`ooc_spectral.preimage`).
+more parallel pass (the m x m and m x d sums of :mod:`ooc_spectral.core.preimage`).
 Then loads the saved model and measures the pre-images of 2000 seeded rows:
 ``|inverse_transform(transform(x)) - x|`` relative to the rows' RMS distance to
 their mean.
@@ -33,7 +33,7 @@ from memory_flat import run_sampled  # noqa: E402
 
 from ooc_spectral import GreedySpectralEmbedding  # noqa: E402
 from ooc_spectral.datasets import make_data  # noqa: E402
-from ooc_spectral.source import open_source  # noqa: E402
+from ooc_spectral.io.source import open_source  # noqa: E402
 
 
 def preimage_error(model_dir: Path, data: Path, rows: int = 2000) -> float:

@@ -28,7 +28,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from ooc_spectral.monitor import tree_rss
+from ooc_spectral.runtime.monitor import tree_rss
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 
 from ooc_spectral.datasets import make_data
-from ooc_spectral.monitor import tree_rss
+from ooc_spectral.runtime.monitor import tree_rss
 
 
 def run_sampled(cmd: list[str], interval: float = 0.05) -> tuple[int, float, int]:

@@ -1,6 +1,6 @@
 """Where one sub-block of pass 2 spends its time, part by part (issue 18, item 1).
 
-Runs the steps of :func:`ooc_spectral.accumulate.chunk_moments` one after the
+Runs the steps of :func:`ooc_spectral.core.pass2.chunk_moments` one after the
 other, as the chunk function does, on one BLAS thread (what each task of a pass
 has), and times each: the float64 copy and finiteness check, the kernel block
 ``k(D, X)`` (product and exponentials), the triangular solve, the residuals, the
@@ -27,12 +27,12 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from ooc_spectral._blas import add_gram_lower, blas_backend, fast_solve_order
-from ooc_spectral._fused import centre_rows
-from ooc_spectral.accumulate import _column_means, _kernel_scratch, chunk_moments
-from ooc_spectral.planning import solve_block_rows
-from ooc_spectral.source import check_finite
-from ooc_spectral.statistics import RowSums
+from ooc_spectral._accel.blas import add_gram_lower, blas_backend, fast_solve_order
+from ooc_spectral._accel.fused import centre_rows
+from ooc_spectral.core.pass2 import _column_means, _kernel_scratch, chunk_moments
+from ooc_spectral.core.planning import solve_block_rows
+from ooc_spectral._validation import check_finite
+from ooc_spectral.core.statistics import RowSums
 
 sys.path.insert(0, str(Path(__file__).parent))
 from solve_layouts import SHAPES, dictionary, one_thread_gemm_flops  # noqa: E402
@@ -40,7 +40,7 @@ from solve_layouts import SHAPES, dictionary, one_thread_gemm_flops  # noqa: E40
 
 def parts_once(X32: np.ndarray, D) -> dict:
     """c rows, step by step as ``chunk_moments`` does them (in sub-blocks of
-    :func:`~ooc_spectral.planning.solve_block_rows` rows in the order this BLAS solves
+    :func:`~ooc_spectral.core.planning.solve_block_rows` rows in the order this BLAS solves
     fastest): seconds per step, summed over the sub-blocks."""
     t, out = time.perf_counter(), {}
 

@@ -43,9 +43,10 @@ from threadpoolctl import threadpool_limits
 
 from ooc_spectral import GreedySpectralEmbedding
 from ooc_spectral.datasets import make_data
-from ooc_spectral import local_certificate
-from ooc_spectral.scan import DictionaryState, pointwise_scan, scan_rows, uncertified_rows
-from ooc_spectral.source import open_source
+from ooc_spectral.core.scan import local_certificate
+from ooc_spectral.core.scan.blocked import pointwise_scan, scan_rows, uncertified_rows
+from ooc_spectral.core.scan.state import DictionaryState
+from ooc_spectral.io.source import open_source
 
 
 def best_rate(fn, flops: float, repeat: int = 5) -> float:

@@ -100,7 +100,7 @@ def child(args) -> None:
 
 
 def run_sampled(cmd: list[str]) -> tuple[int, int, str]:
-    from ooc_spectral.monitor import tree_rss
+    from ooc_spectral.runtime.monitor import tree_rss
 
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = 0

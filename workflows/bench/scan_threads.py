@@ -4,7 +4,7 @@ Pass 1 is sequential, but each block's coordinates against the dictionary (a
 c x m kernel block and a triangular solve against the m x m factor) are
 independent row by row. Below ``planning.SCAN_ONE_BLAS_THREAD_BELOW`` points the
 scan runs BLAS on one thread and cuts each block in one part per core
-(``scan.block_coordinates``); above it, OpenBLAS shares each call. This script
+(``blocked.block_coordinates``); above it, OpenBLAS shares each call. This script
 times the scan of the same rows both ways, at several dictionary sizes, to place
 that size:
 
@@ -31,10 +31,11 @@ from pathlib import Path
 import numpy as np
 from sklearn.datasets import make_swiss_roll
 
-import ooc_spectral.scan as scan
-from ooc_spectral.kernels import make_kernel
-from ooc_spectral.planning import VisitOrder
-from ooc_spectral.source import open_source
+import ooc_spectral.core.scan.blocked as scan
+from ooc_spectral.core.kernel_choice import make_kernel
+from ooc_spectral.core.planning import VisitOrder
+from ooc_spectral.io.source import open_source
+from ooc_spectral.pipeline.scan import scan_source
 
 GAMMAS = (0.1, 0.2, 0.3, 0.5)
 TOL = 1e-3
@@ -44,7 +45,7 @@ def timed_scan(X: np.ndarray, gamma: float, below: int) -> tuple[float, np.ndarr
     scan.SCAN_ONE_BLAS_THREAD_BELOW = below
     state = scan.DictionaryState(make_kernel("rbf", gamma=gamma), X.shape[1], affine=True)
     t = time.perf_counter()
-    scan.scan_source(open_source(X), VisitOrder(len(X), 0), state, tol=TOL, max_size=20_000)
+    scan_source(open_source(X), VisitOrder(len(X), 0), state, tol=TOL, max_size=20_000)
     return time.perf_counter() - t, state.indices.copy()
 
 

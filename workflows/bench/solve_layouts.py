@@ -31,10 +31,10 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from ooc_spectral._blas import solve_lower_rows, solve_lower_transposed
-from ooc_spectral.accumulate import chunk_moments
-from ooc_spectral.kernels import make_kernel
-from ooc_spectral.model import Dictionary
+from ooc_spectral._accel.blas import solve_lower_rows, solve_lower_transposed
+from ooc_spectral.core.pass2 import chunk_moments
+from ooc_spectral.core.kernel_choice import make_kernel
+from ooc_spectral.core.model import Dictionary
 
 SHAPES = ((800, 16, 2621), (300, 32, 6990))
 BLOCKS = (16, 32, 48, 64)
@@ -53,7 +53,7 @@ def one_thread_gemm_flops(rng) -> float:
     """float64 gemm FLOP/s of the calling thread (a 2048 x 1024 by 1024 x 1024 product,
     best of 9), for callers that hold BLAS to one thread: NumPy's, or MKL's where it is
     in use and faster (its ``dgemm``, sequential)."""
-    from ooc_spectral._blas import mkl
+    from ooc_spectral._accel.blas import mkl
 
     a, b = rng.random((2048, 1024)), rng.random((1024, 1024))
     best = best_ms(lambda: a @ b)
@@ -66,8 +66,8 @@ def one_thread_gemm_flops(rng) -> float:
 def mkl_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
     """``out = a @ b`` by MKL's sequential ``dgemm`` on the calling thread, for C-ordered
     float64 ``a`` (r x k), ``b`` (k x s) and ``out`` (r x s): the gemm rate of the library
-    pass 2 runs on where it is in use (``ooc_spectral._blas.mkl``)."""
-    from ooc_spectral._blas import _mkl_call
+    pass 2 runs on where it is in use (``ooc_spectral._accel.blas.mkl``)."""
+    from ooc_spectral._accel.blas import _mkl_call
 
     (r, k), s = a.shape, b.shape[1]
     # column-major terms: out' (s x r) = b' (s x k) a' (k x r)

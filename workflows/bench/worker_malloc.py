@@ -5,7 +5,7 @@ distributed starts every worker with ``MALLOC_TRIM_THRESHOLD_=65536`` (its
 threshold at 128 KiB, so every array of a sub-block above that size (the float64
 rows, the augmented rows, the m x m product, the decoded chunk) is a fresh
 ``mmap``, faulted in page by page, and unmapped when freed. ooc_spectral's
-embedded cluster leaves it unset (``ooc_spectral.cluster.worker_pre_spawn_environ``;
+embedded cluster leaves it unset (``ooc_spectral.runtime.cluster.worker_pre_spawn_environ``;
 the dask config ``ooc-spectral.worker-malloc-trim-threshold`` restores one).
 
 This runs ``ooc-spectral fit`` (``--engine cluster``) on the same input with the
@@ -43,7 +43,7 @@ def run_fit(data: str, out: str, m: int, trim) -> dict:
     env = dict(os.environ)
     env.pop("MALLOC_TRIM_THRESHOLD_", None)
     code = ("import dask, sys\n"
-            "from ooc_spectral.cli import main\n"
+            "from ooc_spectral.batch.cli import main\n"
             f"dask.config.set({{'ooc-spectral.worker-malloc-trim-threshold': {trim!r}}})\n"
             "sys.exit(main(sys.argv[1:]))\n")
     cmd = [sys.executable, "-c", code, "fit", data, "--out", out, "--dictionary-size", str(m),

@@ -1,0 +1,241 @@
+"""Loops over a block that read it once, where NumPy's calls read it two or three times.
+
+Pass 2 spends most of a sub-block in BLAS (the kernel product, the triangular solve,
+the m x m accumulation); between those calls it walks the block elementwise: the
+kernel values clipped at 1 and added up by column, then the coordinates' squared
+norms, their products with ``w`` and the centring. As NumPy calls, each of these is
+one more pass over the block (or over its 1 MiB pieces), under the GIL between
+calls. Compiled by numba, each is one pass.
+
+Where numba is installed (the ``numba`` extra) and not turned off by the dask config
+``ooc-spectral.numba`` (env ``DASK_OOC_SPECTRAL__NUMBA=False``; read at every call),
+the compiled loops of :mod:`ooc_spectral._accel.fused_numba` are used: imported, and so
+compiled or loaded from numba's disk cache, on first use in each process. Otherwise
+NumPy gives the same values to rounding (the sums are taken in another order;
+``tests/test_fused.py``).
+
+The compiled loops take a fraction of NumPy's time on a sub-block in the cache, and a
+whole chunk of pass 2 is faster with them (docs/measurements.md, "numba's one-pass
+loops").
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+
+from .support import config_flag, contiguous_float64, once
+
+__all__ = ["numba_loops", "loops_backend", "centre_rows", "centre_rows_weighted", "clip_unit_col_sums", "clip_unit_dot",
+           "CENTRE_PIECE_ELEMENTS", "DOT_MAX_COLUMNS"]
+
+#: Entries of a C-ordered block that the NumPy form of :func:`centre_rows` takes at a
+#: time (a piece of 1 MiB, read once into the core's cache for its three uses; as the
+#: kernel's pieces, :data:`~ooc_spectral.core.kernels.PIECE_ELEMENTS`).
+CENTRE_PIECE_ELEMENTS = 2**17
+
+#: Most columns of ``G`` for which :func:`clip_unit_dot` takes the compiled loop (one
+#: pass over a row per column, the row in the core's first-level cache); wider ``G`` go
+#: to BLAS.
+DOT_MAX_COLUMNS = 8
+
+log = logging.getLogger(__name__)
+
+
+def _jit_disabled() -> bool:
+    """numba's ``NUMBA_DISABLE_JIT``: its loops would run as Python, thousands of times
+    slower than NumPy's calls. Read from the environment, without importing numba."""
+    return os.environ.get("NUMBA_DISABLE_JIT", "0").strip() not in ("", "0")
+
+
+def numba_loops():
+    """The compiled loops (:mod:`ooc_spectral._accel.fused_numba`), or None.
+
+    None where numba is not installed, where the dask config ``ooc-spectral.numba`` is
+    False, where ``NUMBA_DISABLE_JIT`` is set, or where the loops cannot be compiled or
+    loaded in this process (for instance no writable place for numba's disk cache: a
+    read-only installation without a writable ``~/.cache``). A failure is logged once,
+    as a warning naming it, and NumPy's calls are used from then on.
+    """
+    if not config_flag("ooc-spectral.numba", True) or _jit_disabled():
+        return None
+    return _loops()
+
+
+def _import_loops():
+    try:
+        from . import fused_numba
+    except ImportError:  # numba is not installed: the NumPy calls, silently
+        return None
+    except Exception as exc:  # installed but unusable here: say so, once
+        log.warning("numba's compiled loops are not available (%s: %s); pass 2 uses NumPy's "
+                    "calls, with the same values, more slowly. Set NUMBA_CACHE_DIR to a "
+                    "writable directory if numba cannot write its cache, or "
+                    "DASK_OOC_SPECTRAL__NUMBA=False to silence this", type(exc).__name__, exc)
+        return None
+    return fused_numba
+
+
+#: :func:`_import_loops` once per process (the compiled module or None)
+_loops = once(_import_loops)
+
+
+def loops_backend() -> str | None:
+    """``"numba <version>"`` where pass 2's loops are compiled in this installation and
+    configuration, else None (the report's ``compiled_loops``: the view of this process;
+    an external cluster's workers decide by their own installation).
+
+    Read from the installed package's metadata where this process has not loaded the
+    loops, so that reporting them does not import numba (its memory and import time:
+    docs/measurements.md, "Start-up and resident costs").
+    """
+    if not config_flag("ooc-spectral.numba", True) or _jit_disabled():
+        return None
+    loaded, loops = _loops.peek()
+    if loaded and loops is None:
+        return None
+    from importlib import metadata
+
+    try:
+        return f"numba {metadata.version('numba')}"
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def centre_rows(Z: np.ndarray, mean: np.ndarray, w: np.ndarray | None):
+    """The squared norms and products with ``w`` of the rows of Z, then ``Z -= mean``.
+
+    Compiled, one pass over Z; with NumPy, piece by piece (:data:`CENTRE_PIECE_ELEMENTS`),
+    so that each piece is read from memory once for the three.
+
+    Parameters
+    ----------
+    Z : ndarray of shape (c, m)
+        The coordinates of a sub-block, C-ordered; centred in place.
+    mean : ndarray of shape (m,)
+    w : ndarray of shape (m,) or None
+
+    Returns
+    -------
+    sq : ndarray of shape (c,)
+        ``|z_t|^2`` of the rows before the centring.
+    zw : ndarray of shape (c,) or None
+        ``z_t . w`` of the rows before the centring; None without ``w``.
+    """
+    c, m = Z.shape
+    sq = np.empty(c)
+    zw = None if w is None else np.empty(c)
+    loops = numba_loops()
+    if (loops is not None and c and m and mean.shape == (m,)
+            and (w is None or w.shape == (m,))
+            and contiguous_float64(Z, mean, *(() if w is None else (w,)), writeable=True)):
+        if w is None:
+            loops.centre_rows(Z, mean, sq)
+        else:
+            loops.centre_rows_w(Z, mean, w, sq, zw)
+        return sq, zw
+    step = max(1, CENTRE_PIECE_ELEMENTS // max(m, 1))
+    for a in range(0, c, step):
+        P = Z[a:a + step]
+        np.einsum("ij,ij->i", P, P, out=sq[a:a + step])
+        if zw is not None:
+            np.matmul(P, w, out=zw[a:a + step])
+        P -= mean
+    return sq, zw
+
+
+def centre_rows_weighted(Z: np.ndarray, mean: np.ndarray, w: np.ndarray | None,
+                         weights: np.ndarray):
+    """:func:`centre_rows`, and in the same pass ``|z_t| . weights`` of each row before the
+    centring (the certificate's cheap bound on the row's projection coefficients,
+    :meth:`~ooc_spectral.core.rounding.FactorRounding.cheap_coefficients`).
+
+    Returns
+    -------
+    sq, zw : as :func:`centre_rows`
+    cz : ndarray of shape (c,)
+    """
+    c, m = Z.shape
+    sq, cz = np.empty(c), np.empty(c)
+    zw = None if w is None else np.empty(c)
+    loops = numba_loops()
+    if (loops is not None and c and m and mean.shape == (m,) and weights.shape == (m,)
+            and (w is None or w.shape == (m,)) and np.all(np.isfinite(weights))
+            and contiguous_float64(Z, mean, weights, *(() if w is None else (w,)),
+                                   writeable=True)):
+        if w is None:
+            loops.centre_rows_c(Z, mean, weights, sq, cz)
+        else:
+            loops.centre_rows_wc(Z, mean, w, weights, sq, zw, cz)
+        return sq, zw, cz
+    step = max(1, CENTRE_PIECE_ELEMENTS // max(m, 1))
+    for a in range(0, c, step):
+        P = Z[a:a + step]
+        np.einsum("ij,ij->i", P, P, out=sq[a:a + step])
+        if zw is not None:
+            np.matmul(P, w, out=zw[a:a + step])
+        with np.errstate(invalid="ignore"):
+            np.matmul(np.abs(P), weights, out=cz[a:a + step])
+        P -= mean
+    return sq, zw, cz
+
+
+def clip_unit_col_sums(S: np.ndarray, col_sums: np.ndarray) -> np.ndarray:
+    """``S = min(S, 1)`` in place and ``col_sums += S``'s column sums.
+
+    For kernel values ``exp(s)`` with ``s <= 0`` up to rounding:
+    ``min(exp(s), 1) == exp(min(s, 0))`` for any ``exp`` that is monotone with
+    ``exp(0) = 1``, so clipping after the exponentials gives the same block as
+    clipping the exponent before them.
+
+    Parameters
+    ----------
+    S : ndarray of shape (r, m)
+        Kernel values of a piece, clipped in place.
+    col_sums : ndarray of shape (m,)
+        The sums of S's columns are added to it, in place.
+
+    Returns
+    -------
+    S : ndarray of shape (r, m)
+    """
+    loops = numba_loops()
+    if (loops is not None and S.ndim == 2 and S.size and col_sums.shape == (S.shape[1],)
+            and contiguous_float64(S, col_sums, writeable=True)):
+        loops.clip_unit_col_sums(S, col_sums)
+        return S
+    np.minimum(S, 1.0, out=S)
+    col_sums += np.ones(S.shape[0]) @ S
+    return S
+
+
+def clip_unit_dot(S: np.ndarray, G: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out = min(S, 1) @ G``.
+
+    Compiled for at most :data:`DOT_MAX_COLUMNS` columns (G Fortran-ordered, out
+    C-ordered): one pass over each row of S for up to four columns, where NumPy clips
+    the block in one pass and multiplies in another (docs/measurements.md, "numba's
+    one-pass loops").
+
+    Parameters
+    ----------
+    S : ndarray of shape (r, m)
+        Kernel values of a piece; may be clipped in place.
+    G : ndarray of shape (m, p)
+    out : ndarray of shape (r, p)
+        Written in place.
+
+    Returns
+    -------
+    out : ndarray of shape (r, p)
+    """
+    loops = numba_loops()
+    if (loops is not None and S.ndim == 2 and 0 < G.shape[1] <= DOT_MAX_COLUMNS and S.size
+            and out.shape == (S.shape[0], G.shape[1]) and G.shape[0] == S.shape[1]
+            and contiguous_float64(S, G, out, orders="CFC", writeable=True)):
+        loops.clip_unit_dot(S, G, out)
+        return out
+    np.minimum(S, 1.0, out=S)
+    return np.matmul(S, G, out=out)

@@ -1,0 +1,384 @@
+"""The ``ooc-spectral`` command line.
+
+Subcommands: ``make-data``, ``fit``, ``transform``, ``run``, ``plot``, ``evaluate``,
+``inspect``.
+Only parsing, signals and reporting live here; each subcommand is a function of
+:mod:`ooc_spectral.batch.commands` (``run`` is here: it runs a workflow file,
+:mod:`ooc_spectral.batch.workflow`, whose steps are those functions).
+
+Exit codes: 0 success, 1 runtime failure, 2 usage, configuration or input
+error. Logs go to stderr; a failure prints one line ``ooc-spectral: error: ...``
+on stderr; with ``--json`` a final machine-readable summary line goes to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Sequence
+
+from .._version import __version__
+from .commands import (CommandError, _storage_options, cmd_evaluate, cmd_fit, cmd_import,
+                       cmd_inspect, cmd_make_data, cmd_plot, cmd_transform, cmd_verify, run_command)
+from ..core.config import parameter_fields
+from ..exceptions import (InterruptedRun, UsageError, clear_interrupt, note_interrupt,
+                          take_interrupt)
+
+__all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+log = logging.getLogger("ooc_spectral")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so workflows can report the step.
+
+    It also keeps, in public attributes, what the workflow runner reads to map a
+    step's keys to a command's arguments: ``arguments`` (every argument added,
+    in order), ``kinds`` (dest -> the ``action=`` it was added with, "store" by
+    default) and, on the top-level parser, ``commands`` (name -> subparser).
+    """
+
+    def __init__(self, *args, **kwargs):
+        self.arguments: list[argparse.Action] = []
+        self.kinds: dict[str, str] = {}
+        self.commands: dict[str, "_Parser"] = {}
+        super().__init__(*args, **kwargs)
+
+    def _record(self, action: argparse.Action, kwargs: dict) -> argparse.Action:
+        self.arguments.append(action)
+        kind = kwargs.get("action", "store")
+        self.kinds[action.dest] = kind if isinstance(kind, str) else kind.__name__
+        return action
+
+    def add_argument(self, *args, **kwargs):
+        return self._record(super().add_argument(*args, **kwargs), kwargs)
+
+    def add_argument_group(self, *args, **kwargs):
+        """A group whose arguments are also listed in :attr:`arguments`."""
+        group = super().add_argument_group(*args, **kwargs)
+        add = group.add_argument
+
+        def add_argument(*a, **k):
+            return self._record(add(*a, **k), k)
+
+        group.add_argument = add_argument
+        return group
+
+    def error(self, message):
+        raise CommandError(f"{self.prog}: {message}")
+
+
+# --------------------------------------------------------------------------- #
+# options
+# --------------------------------------------------------------------------- #
+def _add_common(p: argparse.ArgumentParser, func) -> None:
+    """The options every command takes (last in its help), and ``func``, which runs it."""
+    p.add_argument("--storage-options", metavar="JSON", default=None,
+                   help="options of the file system of every URL of the command (s3://, gs://, "
+                   "...) as a JSON object, or @FILE.json; they add to the backend's own "
+                   "configuration (for S3 the AWS_* variables, AWS_ENDPOINT_URL included, and "
+                   "profiles), e.g. '{\"endpoint_url\": \"http://127.0.0.1:9000\"}'; their "
+                   "values are never logged nor written to outputs")
+    p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr (for cron)")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument("--json", action="store_true", help="print a one-line JSON summary on stdout at the end")
+    p.set_defaults(func=func)
+
+
+def _add_cluster(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("engine and cluster (default: threads in this process for inputs "
+                             "up to 128 MiB, an embedded LocalCluster for larger ones)")
+    g.add_argument("--engine", choices=("auto", "threads", "cluster"), default="auto",
+                   help="where the parallel passes run without --scheduler: threads in this "
+                   "process (no start-up cost), an embedded LocalCluster of worker processes "
+                   "(held to --memory-limit), or auto: threads for inputs of at most 128 MiB "
+                   "stored, the cluster for larger ones or when --memory-limit is given "
+                   "(default: auto)")
+    g.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                   help="address of an existing dask scheduler (default: $DASK_SCHEDULER_ADDRESS)")
+    g.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="worker processes of the embedded cluster (default: number of cores); "
+                   "the threads engine runs WORKERS x THREADS-PER-WORKER threads")
+    g.add_argument("--threads-per-worker", type=int, default=1, metavar="T")
+    g.add_argument("--memory-limit", default="auto", metavar="SIZE",
+                   help="per worker of the embedded cluster, e.g. 4GiB (default: auto)")
+
+
+def _add_estimator_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("estimator (see GreedySpectralEmbedding)")
+    for f in parameter_fields():
+        meta = f.metadata
+        if not meta["cli"]:  # Python objects (a callable kernel's keyword arguments)
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if f.name == "random_state":
+            g.add_argument("--seed", "--random-state", dest="random_state", type=int, default=0,
+                           metavar="S", help=meta["help"].replace("%", "%%") + " (default: 0)")
+            continue
+        if meta["type"] is bool:
+            g.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
+                           default=f.default, help=meta["help"].replace("%", "%%"))
+            continue
+        kw = dict(dest=f.name, type=meta["type"], default=f.default,
+                  help=f"{meta['help'].replace('%', '%%')} (default: {f.default})")
+        if meta["choices"]:
+            kw["choices"] = meta["choices"]
+        g.add_argument(flag, **kw)
+
+
+# --------------------------------------------------------------------------- #
+# the command that runs a workflow file
+# --------------------------------------------------------------------------- #
+def cmd_run(args) -> dict:
+    from .workflow import run_workflow
+
+    return run_workflow(args.workflow, overrides=args.set, parser=build_parser(),
+                        allow=workflow_permissions(args), quiet=bool(args.quiet),
+                        storage_options=_storage_options(args))
+
+
+def workflow_permissions(args) -> frozenset:
+    """What a workflow file may do beyond the defaults: ``--allow`` or ``$OOC_SPECTRAL_ALLOW``."""
+    from .workflow import PERMISSIONS
+
+    given = list(args.allow or [])
+    given += [v for v in os.environ.get("OOC_SPECTRAL_ALLOW", "").replace(",", " ").split() if v]
+    unknown = sorted(set(given) - set(PERMISSIONS))
+    if unknown:
+        raise CommandError(f"--allow {unknown[0]!r} is not one of {', '.join(PERMISSIONS)} "
+                           "(also checked in $OOC_SPECTRAL_ALLOW)")
+    return frozenset(given)
+
+
+# --------------------------------------------------------------------------- #
+def build_parser() -> argparse.ArgumentParser:
+    from ..io.datasets import DATASETS
+
+    parser = _Parser(prog="ooc-spectral", description=(
+        "Greedy spectral embedding (kernel PCA, spectral clustering) of data larger than RAM, "
+        "out of core on dask and zarr."),
+        epilog="Exit codes: 0 success, 1 runtime failure, 2 usage, configuration or input error.")
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("make-data", help="stream a synthetic data set to zarr",
+                       description="Stream a synthetic data set to a zarr group (array 'data' "
+                       "plus its generating parameter or label), in flat memory.")
+    p.add_argument("name", choices=sorted(DATASETS),
+                   help="; ".join(f"{k}: {v.description}" for k, v in sorted(DATASETS.items())))
+    p.add_argument("--n", type=int, required=True, help="number of rows")
+    p.add_argument("--out", required=True, help="zarr group to create")
+    p.add_argument("--dim", type=int, default=None, help="pad with noise dimensions up to D columns")
+    p.add_argument("--noise", type=float, default=None, help="std of noise added to every coordinate")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--chunk-rows", type=int, default=None, help="rows per zarr chunk")
+    p.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    p.add_argument("--param", action="append", metavar="KEY=VALUE",
+                   help="a parameter of the data set (repeatable)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing store (an identical complete one is reused anyway)")
+    _add_common(p, cmd_make_data)
+
+    p = sub.add_parser("import", help="stream a Parquet, CSV, .npy or HDF5 table into zarr",
+                       description="Stream a table into a zarr group (array 'data', float64 by "
+                       "default), batch by batch in flat memory; fit and transform then read it.")
+    p.add_argument("input", help="a .parquet, .csv (.tsv, .csv.gz), .npy or .h5/.hdf5 file")
+    p.add_argument("--out", required=True, help="zarr group to create")
+    p.add_argument("--columns", default=None, metavar="A,B,...",
+                   help="columns to keep: names (Parquet, CSV) or indices (.npy, HDF5); "
+                   "default: every numeric column")
+    p.add_argument("--format", default=None, choices=("parquet", "csv", "npy", "hdf5"),
+                   help="default: from the file name")
+    p.add_argument("--dataset", default=None, help="HDF5: the 2-D dataset (default: the only one)")
+    p.add_argument("--chunk-rows", type=int, default=None, help="rows per zarr chunk (65536)")
+    p.add_argument("--dtype", default="float64", choices=("float32", "float64"))
+    p.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    _add_common(p, cmd_import)
+
+    p = sub.add_parser("fit", help="embed a zarr array (the whole pipeline, resumable)",
+                       description="Fit the greedy spectral embedding on INPUT and write OUTDIR: "
+                       "embedding, model, report.json. Rerunning the same command resumes.")
+    p.add_argument("input", help="zarr array, or the group make-data wrote")
+    p.add_argument("--out", required=True, metavar="OUTDIR", help="output directory (a zarr group)")
+    _add_estimator_options(p)
+    _add_cluster(p)
+    g = p.add_argument_group("batch")
+    g.add_argument("--checkpoint-every", type=int, default=4, metavar="K",
+                   help="save the scan's state every K windows of 65536 rows (default: 4)")
+    g.add_argument("--overwrite", action="store_true",
+                   help="discard what OUTDIR holds, even a run of another configuration")
+    g.add_argument("--performance-report", metavar="FILE.html", default=None,
+                   help="write dask's performance report of the run")
+    _add_common(p, cmd_fit)
+
+    p = sub.add_parser("transform", help="out-of-sample embedding with a saved model")
+    p.add_argument("model", help="a saved model, or a fit OUTDIR")
+    p.add_argument("input", help="zarr array of new rows")
+    p.add_argument("--out", required=True, help="output group for the embedding")
+    p.add_argument("--chunk-rows", type=int, default=None)
+    p.add_argument("--overwrite", action="store_true")
+    _add_cluster(p)
+    _add_common(p, cmd_transform)
+
+    p = sub.add_parser("run", help="run a declarative workflow file (TOML)")
+    p.add_argument("workflow", help="a .toml workflow file")
+    p.add_argument("--set", action="append", metavar="STEP.KEY=VALUE", default=[],
+                   help="override a step's parameter, e.g. --set fit.n_components=3 "
+                   "(STEP is the step's id, its action, or its index)")
+    p.add_argument("--allow", action="append", metavar="WHAT", default=[],
+                   choices=("scheduler", "overwrite", "outside-cwd"),
+                   help="let the workflow file connect to the dask scheduler it names (a dask "
+                   "scheduler runs code in this process: trust it), delete outputs with "
+                   "overwrite = true, or set a root above the current directory (repeatable; "
+                   "also $OOC_SPECTRAL_ALLOW=scheduler,overwrite)")
+    _add_common(p, cmd_run)
+
+    p = sub.add_parser("plot", help="scatter or density plot of an embedding")
+    p.add_argument("outdir", help="a fit or transform OUTDIR")
+    p.add_argument("--out", required=True, help="PNG file to write")
+    p.add_argument("--color-by", choices=("label", "coordinate", "none"), default="label",
+                   help="colour by the input's stored label/parameter, or by the next coordinate")
+    p.add_argument("--dims", default="0,1", help="the two coordinates to plot (default: 0,1)")
+    p.add_argument("--density", choices=("auto", "always", "never"), default="auto",
+                   help="density rendering read chunk by chunk (auto: for n >= 10^6)")
+    p.add_argument("--title", default=None)
+    _add_common(p, cmd_plot)
+
+    p = sub.add_parser("evaluate", help="run an evaluation or a paper reproduction",
+                       description="Run an experiment of ooc_spectral.experiments; it writes "
+                       "markdown tables and PNG figures under --out.")
+    p.add_argument("experiment", nargs="?", help="experiment name (see --list)")
+    p.add_argument("--out", default=None, help="directory for the tables and figures")
+    p.add_argument("--param", action="append", metavar="KEY=VALUE",
+                   help="a parameter of the experiment (repeatable; VALUE read as JSON if it can be)")
+    p.add_argument("--list", action="store_true", help="list the experiments and exit")
+    _add_common(p, cmd_evaluate)
+
+    p = sub.add_parser("verify", help="re-read every chunk of an OUTDIR (or model) and report "
+                       "missing or damaged ones (exit 1 when any)")
+    p.add_argument("outdir", help="output directory of `fit` (or a saved model)")
+    _add_common(p, cmd_verify)
+
+    p = sub.add_parser("inspect", help="readable summary of an OUTDIR, a model or a data set")
+    p.add_argument("path")
+    _add_common(p, cmd_inspect)
+    parser.commands = dict(sub.choices)
+    return parser
+
+
+def configure_logging(quiet: bool = False, verbose: bool = False) -> None:
+    level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s",
+                                           "%Y-%m-%d %H:%M:%S"))
+    root = logging.getLogger("ooc_spectral")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+    for name in ("distributed", "tornado", "asyncio", "bokeh"):
+        # --quiet: our one-line error says what failed; dask's tracebacks and nanny warnings
+        # (workers restarted, memory) are noise for cron
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1 if quiet else logging.WARNING)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _runtime_failure(exc: BaseException) -> str:
+    """The one-line message of a runtime failure (exit 1), with the fix where one is known."""
+    text = f"{type(exc).__name__}: {_one_line(exc)}"
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        text += ("; the disk is full: free space (or point --out at a larger disk) and rerun "
+                 "the same command, it resumes")
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit code."""
+    want_json = "--json" in (argv if argv is not None else sys.argv[1:])
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version
+        return int(exc.code or 0)
+    except UsageError as exc:
+        return _fail(EXIT_USAGE, _one_line(exc), want_json)
+    configure_logging(args.quiet, args.verbose)
+    clear_interrupt()
+    previous = _interrupt_on_signals()
+    try:
+        summary = run_command(args)
+        _note_a_late_signal()
+    except UsageError as exc:
+        return _fail(EXIT_USAGE, _one_line(exc), args.json)
+    except KeyboardInterrupt as exc:
+        clear_interrupt()
+        name = signal.Signals(getattr(exc, "signum", signal.SIGINT)).name
+        return _fail(EXIT_FAILURE, f"interrupted by {name}; the run is marked interrupted and "
+                     "the same command resumes it", args.json, status="interrupted")
+    except Exception as exc:  # a runtime failure
+        log.debug("traceback", exc_info=True)
+        return _fail(EXIT_FAILURE, _runtime_failure(exc), args.json)
+    finally:
+        _restore_signals(previous)
+        clear_interrupt()  # nothing noted here reaches a later run of this process
+    if args.json:
+        print(json.dumps({"exit_code": EXIT_OK, **(summary or {})}, default=str), flush=True)
+    return EXIT_OK
+
+
+def _fail(code: int, message: str, want_json: bool, status: str = "error") -> int:
+    print(f"ooc-spectral: error: {message}", file=sys.stderr, flush=True)
+    if want_json:
+        print(json.dumps({"status": status, "exit_code": code, "error": message}), flush=True)
+    return code
+
+
+def _note_a_late_signal() -> None:
+    """A signal whose exception Python dropped after the run's last step: the run is
+    complete (every stage finished and OUTDIR says so); say so rather than hide it."""
+    signum = take_interrupt()
+    if signum is not None:
+        log.warning("%s arrived as the run ended, after its last step; the run is complete",
+                    signal.Signals(signum).name)
+
+
+def _interrupt_on_signals() -> dict:
+    """SIGTERM and SIGINT raise :class:`InterruptedRun` in the main thread (once).
+
+    The job then marks its OUTDIR ``interrupted``, releases the lock and the
+    command exits 1 ("rerun"). A second signal during that cleanup ends the
+    process at once, as the signal's default action would.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    fired = []
+
+    def handler(signum, frame):
+        if fired:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        fired.append(signum)
+        note_interrupt(signum)  # raised again where the run moves on, if this one is dropped
+        raise InterruptedRun(signum)
+
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _restore_signals(previous: dict) -> None:
+    for sig, old in previous.items():
+        signal.signal(sig, old)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

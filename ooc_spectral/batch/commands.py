@@ -1,0 +1,219 @@
+"""The subcommands of ``ooc-spectral``, each a function of its parsed arguments.
+
+``cmd_make_data``, ``cmd_import``, ``cmd_fit``, ``cmd_transform``, ``cmd_plot``,
+``cmd_evaluate``, ``cmd_inspect`` and ``cmd_verify`` check what argparse cannot and
+hand the work to :mod:`ooc_spectral.batch.jobs`, :mod:`ooc_spectral.io.datasets`,
+:mod:`ooc_spectral.io.importing`, :mod:`ooc_spectral.batch.plotting` and the others;
+:func:`run_command` runs one of them with its URLs checked first and its storage
+options in effect (the command line, :mod:`ooc_spectral.batch.cli`, and a workflow's
+steps, :mod:`ooc_spectral.batch.workflow`, both run commands through it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from ..core.config import parameter_fields
+from ..exceptions import UsageError
+
+__all__ = ["CommandError", "run_command", "estimator_params", "LOCATION_ARGS"]
+
+
+class CommandError(UsageError):
+    """A usage error found after parsing (exit code 2)."""
+
+
+def estimator_params(args: argparse.Namespace) -> dict:
+    return {f.name: getattr(args, f.name) for f in parameter_fields() if f.metadata["cli"]}
+
+
+def _cluster_options(args):
+    from ..runtime.cluster import ClusterOptions
+    from ..runtime.memory import check_memory_limit
+
+    for name in ("workers", "threads_per_worker"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise CommandError(f"--{name.replace('_', '-')}={value} must be at least 1")
+    check_memory_limit(args.memory_limit)  # exit 2 before any work
+    return ClusterOptions(scheduler=args.scheduler, workers=args.workers,
+                          threads_per_worker=args.threads_per_worker,
+                          memory_limit=args.memory_limit, quiet=bool(args.quiet),
+                          engine=args.engine)
+
+
+# --------------------------------------------------------------------------- #
+# subcommands
+# --------------------------------------------------------------------------- #
+def cmd_make_data(args) -> dict:
+    from ..io.datasets import make_data
+
+    if args.n < 1:
+        raise CommandError(f"--n {args.n} must be at least 1")
+    params = _key_values(args.param)
+    path = make_data(args.name, args.n, args.out, dim=args.dim, noise=args.noise, seed=args.seed,
+                     chunk_rows=args.chunk_rows, dtype=args.dtype, overwrite=args.overwrite,
+                     reuse=True, **params)
+    return {"status": "complete", "out": str(path), "n": args.n, "name": args.name}
+
+
+def cmd_import(args) -> dict:
+    from ..io.importing import import_table
+
+    columns = None
+    if args.columns:
+        columns = [c.strip() for c in args.columns.split(",") if c.strip()]
+    result = import_table(args.input, args.out, columns=columns, format=args.format,
+                          dataset=args.dataset, chunk_rows=args.chunk_rows, dtype=args.dtype,
+                          overwrite=args.overwrite)
+    return {"status": "complete", **result}
+
+
+def cmd_fit(args) -> dict:
+    from .jobs import FitJob, run_fit_job
+
+    if args.checkpoint_every < 1:
+        raise CommandError(f"--checkpoint-every {args.checkpoint_every} must be at least 1")
+    if args.performance_report:
+        try:
+            import bokeh  # noqa: F401  (dask's performance report is drawn with bokeh)
+        except ImportError:
+            raise CommandError("--performance-report needs bokeh: pip install "
+                               "'ooc_spectral[report]'") from None
+    job = FitJob(input=args.input, outdir=args.out, params=estimator_params(args),
+                 cluster=_cluster_options(args), checkpoint_every=args.checkpoint_every,
+                 overwrite=args.overwrite, performance_report=args.performance_report,
+                 attrs=getattr(args, "workflow_attrs", None) or {})
+    report = run_fit_job(job)
+    return {k: report.get(k) for k in ("status", "outdir", "n_samples", "dictionary_size",
+                                       "max_residual", "gamma", "wall_seconds", "resumed_stages",
+                                       "config_hash", "update")}
+
+
+def cmd_transform(args) -> dict:
+    from .jobs import TransformJob, run_transform_job
+
+    report = run_transform_job(TransformJob(model=args.model, input=args.input, out=args.out,
+                                            cluster=_cluster_options(args),
+                                            overwrite=args.overwrite, chunk_rows=args.chunk_rows))
+    return {"status": report.get("status"), "out": args.out, "n_samples": report.get("n_samples")}
+
+
+def cmd_plot(args) -> dict:
+    from .plotting import plot_embedding
+
+    try:
+        dims = tuple(int(v) for v in args.dims.split(","))
+    except ValueError:
+        raise CommandError(f"--dims {args.dims!r} must be two integers like 0,1") from None
+    if len(dims) != 2:
+        raise CommandError(f"--dims {args.dims!r} must be two integers like 0,1")
+    info = plot_embedding(args.outdir, args.out, color_by=args.color_by, dims=dims,
+                          density=args.density, title=args.title)
+    return {"status": "complete", "out": args.out, **info}
+
+
+def cmd_evaluate(args) -> dict:
+    from ..experiments import available, run_experiment
+
+    if args.list:
+        for name, func in sorted(available().items()):
+            doc = (func.__doc__ or "").strip().splitlines()
+            print(f"{name}: {doc[0] if doc else ''}")
+        return {"experiments": sorted(available())}
+    if not args.experiment or not args.out:
+        raise CommandError("evaluate needs an experiment name and --out (or --list)")
+    return {"status": "complete", "experiment": args.experiment, "out": args.out,
+            **(run_experiment(args.experiment, args.out, **_key_values(args.param)) or {})}
+
+
+def cmd_inspect(args) -> dict:
+    from .inspection import inspect_path
+
+    text, info = inspect_path(args.path)
+    if not args.json:
+        print(text)
+    return info
+
+
+def cmd_verify(args) -> dict:
+    from ..exceptions import OutputDamagedError, StoreNotFoundError
+    from ..io.verify import verify_group
+
+    try:
+        report = verify_group(args.outdir)
+    except FileNotFoundError as exc:  # zarr's GroupNotFoundError included
+        raise StoreNotFoundError(f"no zarr group at {args.outdir!r}; check the path") from exc
+    bad = report["missing"] + report["damaged"] + report["digest_mismatch"]
+    for line in bad:
+        print(line, file=sys.stderr if args.json else sys.stdout)
+    if bad:
+        raise OutputDamagedError(
+            f"{args.outdir}: {len(report['missing'])} missing and {len(report['damaged'])} "
+            f"damaged chunk(s), {len(report['digest_mismatch'])} digest mismatch(es) in "
+            f"{report['arrays']} arrays; rerun the same `ooc-spectral fit` to repair the output"
+        )
+    if not args.json:
+        print(f"{args.outdir}: {report['chunks']} chunks of {report['arrays']} arrays intact")
+    return {"status": "intact", **report}
+
+
+def _key_values(items) -> dict:
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise CommandError(f"--param {item!r} must look like key=value")
+        k, v = item.split("=", 1)
+        try:
+            out[k.replace("-", "_")] = json.loads(v)
+        except ValueError:
+            out[k.replace("-", "_")] = v
+    return out
+
+
+#: The arguments of a subcommand that name a place (a local path or a URL).
+LOCATION_ARGS = ("input", "out", "outdir", "model", "path")
+
+
+def _storage_options(args) -> dict:
+    """``--storage-options`` as a dict (JSON, or ``@FILE`` holding JSON)."""
+    from ..io.storage import parse_storage_options
+
+    text = getattr(args, "storage_options", None)
+    if isinstance(text, str) and text.startswith("@"):
+        try:
+            with open(text[1:]) as f:
+                text = f.read()
+        except OSError as exc:
+            raise CommandError(f"--storage-options {text}: cannot read the file: {exc}") from None
+    return parse_storage_options(text)
+
+
+def run_command(args) -> dict:
+    """Run one parsed subcommand: its URLs checked first (an unknown scheme or a missing
+    backend is exit 2, before anything is created), with its storage options in effect."""
+    from ..io.storage import check_location, protocol, storage_options_scope
+
+    locations = [getattr(args, name, None) for name in LOCATION_ARGS]
+    locations = [loc for loc in locations if isinstance(loc, (str, os.PathLike))]
+    local_only = {cmd_plot: ("out",), cmd_evaluate: ("out",)}.get(args.func, ())
+    for name in LOCATION_ARGS:
+        value = getattr(args, name, None)
+        if isinstance(value, (str, os.PathLike)):
+            what = {"out": "--out", "outdir": "OUTDIR"}.get(name, name)
+            if name in local_only:
+                from ..io.checkpoint import local_output_path
+
+                local_output_path(value)  # a PNG or tables: a local file, never s3:/...
+            else:
+                check_location(value, what)
+            if name == "out" and protocol(value) == "memory":
+                raise CommandError(
+                    f"--out {value}: a memory:// store lives only as long as this command's "
+                    "process, so the result would be gone when it reports success; write to a "
+                    "local path or an object store (s3://bucket/key)")
+    with storage_options_scope(_storage_options(args), locations):
+        return args.func(args)

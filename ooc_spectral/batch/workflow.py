@@ -1,0 +1,297 @@
+"""Declarative workflow files: TOML data, never executed.
+
+A workflow is a list of steps, each a command-line subcommand with its
+options written as TOML keys::
+
+    [workflow]
+    name = "quickstart"
+    root = ".."                    # paths below are relative to this (itself
+                                   # relative to the file's directory)
+
+    [[step]]
+    run = "make-data"              # make-data | fit | transform | plot | evaluate | inspect
+    id = "data"                    # optional; --set uses it
+    name = "swiss-roll"
+    n = 1_000_000
+    out = "results/quickstart/data.zarr"
+
+    [[step]]
+    run = "fit"
+    input = "results/quickstart/data.zarr"
+    out = "results/quickstart/fit"
+    n_components = 2
+
+Keys are the long options of the subcommand with ``-`` written ``_``
+(``n_components`` for ``--n-components``), plus its positional arguments by
+name (``input``, ``model``, ``outdir``, ``path``, ``name``). Every key is checked
+against the subcommand before any step runs; an unknown key, a bad value or a
+missing required key is a :class:`~ooc_spectral.exceptions.WorkflowError`
+naming the file, the step and the key. Paths (``input``, ``out``, ``outdir``,
+``model``, ``path``, ``performance_report``) resolve relative to the workflow's
+root and may not escape it (an absolute path is taken as written). ``ooc-spectral run FILE --set STEP.KEY=VALUE`` overrides a key (VALUE is
+read as a TOML value, or else as a string). The fit step stores the resolved
+step in its output's attributes.
+
+Object storage: any path may be a URL (``s3://bucket/run``); a top-level
+``[storage_options]`` table (and a step's own ``storage_options`` table, and
+``run --storage-options``, in increasing precedence) adds file-system options
+such as ``endpoint_url`` to the backend's own configuration. Keep secrets in
+the backend's configuration (``AWS_*`` variables, profiles) rather than in the
+file; the values are never written to outputs (the fit step records the
+option names only).
+
+Trust model: a workflow file is data that anyone may have written, so by
+itself it can only read inputs and create outputs. What could hurt the host
+needs the command line's permission (``run --allow WHAT`` or
+``$OOC_SPECTRAL_ALLOW``): ``scheduler`` (a dask scheduler is trusted code:
+dask's protocol unpickles what it sends, so connecting runs its code here;
+refused without it), ``overwrite`` (ignored with a warning without it; even with
+it only an ooc-spectral output is ever deleted) and ``outside-cwd`` (a
+``root`` above both the current directory and the file's directory; refused
+without it). ``--set`` overrides come from the command line and need no
+permission.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from .commands import run_command
+from ..exceptions import UsageError, WorkflowError
+from ..io.storage import check_local_path
+
+__all__ = ["load_workflow", "run_workflow", "STEP_ACTIONS", "PATH_KEYS"]
+
+log = logging.getLogger("ooc_spectral")
+
+STEP_ACTIONS = ("make-data", "fit", "transform", "plot", "evaluate", "inspect")
+#: What a workflow file may do only when the command line allows it (``run --allow``).
+PERMISSIONS = ("scheduler", "overwrite", "outside-cwd")
+PATH_KEYS = {"input", "out", "outdir", "model", "path", "performance_report", "workflow"}
+_CONTROL = {"help", "func", "json", "quiet", "verbose", "command"}
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The commands of :func:`ooc_spectral.batch.cli.build_parser` (its ``commands``)."""
+    commands = getattr(parser, "commands", None)
+    if not commands:  # pragma: no cover - a parser not made by build_parser
+        raise RuntimeError("the parser has no commands; use ooc_spectral.batch.cli.build_parser()")
+    return commands
+
+
+def _parse_value(text: str):
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def load_workflow(path, overrides=(), allow=frozenset()) -> dict:
+    """Read and validate the structure of a workflow file (no step runs).
+
+    The file is data from anyone: its ``root`` may not lie above both the
+    file's directory and the current directory unless ``allow`` holds
+    ``"outside-cwd"``.
+    """
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise WorkflowError(f"{path}: no such workflow file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise WorkflowError(f"{path}: not valid TOML: {exc}") from None
+    unknown = set(data) - {"workflow", "step", "storage_options"}
+    if unknown:
+        raise WorkflowError(f"{path}: unknown top-level key {sorted(unknown)[0]!r}; expected "
+                            "[workflow], [storage_options] and [[step]] tables")
+    storage_options = data.get("storage_options", {})
+    if not isinstance(storage_options, dict):
+        raise WorkflowError(f"{path}: storage_options must be a table of file-system options "
+                            "([storage_options] endpoint_url = \"...\")")
+    meta = data.get("workflow", {})
+    extra = set(meta) - {"name", "description", "root"}
+    if extra:
+        raise WorkflowError(f"{path}: [workflow]: unknown key {sorted(extra)[0]!r}; known keys: "
+                            "name, description, root")
+    steps = data.get("step", [])
+    if not isinstance(steps, list) or not steps:
+        raise WorkflowError(f"{path}: no [[step]] tables; a workflow needs at least one step")
+    ids = []
+    from_command_line: set[tuple[int, str]] = set()  # (step, key) given with --set
+    for i, step in enumerate(steps):
+        action = step.get("run")
+        if action not in STEP_ACTIONS:
+            raise WorkflowError(f"{path}: step {i}: key 'run' is {action!r}; expected one of "
+                                f"{', '.join(STEP_ACTIONS)}")
+        ids.append(str(step.get("id", action)))
+    for item in overrides:
+        target, _, value = item.partition("=")
+        step_key, dot, key = target.rpartition(".")
+        if not _ or not dot or not key:
+            raise WorkflowError(f"{path}: --set {item!r} must look like STEP.KEY=VALUE")
+        matches = [i for i, s in enumerate(steps)
+                   if step_key in (str(i), str(s.get("id", "")), s.get("run"))]
+        if len(matches) != 1:
+            raise WorkflowError(f"{path}: --set {item!r}: step {step_key!r} matches "
+                                f"{len(matches)} steps; use a step id or index (ids: {', '.join(ids)})")
+        steps[matches[0]][key] = _parse_value(value)
+        from_command_line.add((matches[0], key))
+    root = (path.parent / meta.get("root", ".")).resolve()
+    cwd = Path.cwd().resolve()
+    if ("outside-cwd" not in allow and not root.is_relative_to(path.parent.resolve())
+            and not root.is_relative_to(cwd)):
+        raise WorkflowError(
+            f"{path}: [workflow] root = {meta.get('root')!r} is {root}, above the directory the "
+            f"command runs in ({cwd}) and the file's own directory; a workflow file may not "
+            "reach there unless the command line allows it (ooc-spectral run --allow outside-cwd)"
+        )
+    return {"file": str(path.resolve()), "name": meta.get("name", path.stem), "root": root,
+            "storage_options": storage_options,
+            "steps": steps, "ids": ids, "from_command_line": from_command_line, "allow": allow}
+
+
+#: argparse actions whose workflow value must be a TOML boolean.
+_BOOLEAN_KINDS = frozenset({"BooleanOptionalAction", "store_true", "store_false"})
+
+
+def _step_argv(wf: dict, i: int, step: dict, sub: argparse.ArgumentParser) -> tuple[list[str], dict]:
+    """Command-line arguments equivalent to one step, with the paths resolved."""
+    where = f"{wf['file']}: step {i} ({wf['ids'][i]})"
+    positionals = [a for a in sub.arguments if not a.option_strings and a.dest not in _CONTROL]
+    options = {}  # every spelling of an option: its dest and each long flag (seed, random_state)
+    for a in sub.arguments:
+        if a.option_strings and a.dest not in _CONTROL:
+            options[a.dest] = a
+            for flag in a.option_strings:
+                if flag.startswith("--"):
+                    options[flag[2:].replace("-", "_")] = a
+    known = {a.dest for a in positionals} | set(options)
+    resolved = {}
+    for key, value in step.items():
+        if key in ("run", "id"):
+            continue
+        if key not in known:
+            raise WorkflowError(f"{where}: unknown key {key!r}; known keys: {', '.join(sorted(known))}")
+        if (key in options and sub.kinds.get(options[key].dest) in _BOOLEAN_KINDS
+                and not isinstance(value, bool)):
+            # a quoted "false" is a non-empty string, which Python reads as true
+            raise WorkflowError(
+                f"{where}: key {key!r} = {value!r} must be true or false (a TOML boolean), "
+                f"found {type(value).__name__}; write {key} = "
+                f"{str(value).strip().lower() if str(value).strip().lower() in ('true', 'false') else 'true'}"
+                " without quotes")
+        trusted = (i, key) in wf.get("from_command_line", ())
+        if key == "scheduler" and value and not trusted and "scheduler" not in wf.get("allow", ()):
+            raise WorkflowError(
+                f"{where}: scheduler = {value!r}: a workflow file may connect to a dask scheduler "
+                "only when the command line allows it (ooc-spectral run --allow scheduler, or "
+                "OOC_SPECTRAL_ALLOW=scheduler): a dask scheduler runs code in this process"
+            )
+        if key == "overwrite" and value and not trusted and "overwrite" not in wf.get("allow", ()):
+            log.warning("%s: overwrite = true ignored: the command line did not allow it "
+                        "(ooc-spectral run --allow overwrite)", where)
+            continue
+        if key == "storage_options":
+            if not isinstance(value, dict):
+                raise WorkflowError(f"{where}: key 'storage_options' must be a table of "
+                                    "file-system options")
+            resolved[key] = value
+            continue
+        if key in PATH_KEYS:
+            if not isinstance(value, str) or not value or "\x00" in value:
+                raise WorkflowError(f"{where}: key {key!r} must be a path (a non-empty string)")
+            if "://" not in value:
+                check_local_path(value, f"{where}: key {key!r} =")  # s3:/x, ~/x: exit 2
+                value = _resolve_path(wf, where, key, value)
+        resolved[key] = value
+    argv = [step["run"]]
+    for a in positionals:
+        if a.dest not in resolved:
+            raise WorkflowError(f"{where}: missing required key {a.dest!r}")
+        argv.append(str(resolved[a.dest]))
+    for key, value in resolved.items():
+        if key not in options or key == "storage_options":  # set on the parsed step
+            continue
+        a = options[key]
+        flag = a.option_strings[0] if a.option_strings[0].startswith("--") else max(a.option_strings, key=len)
+        kind = sub.kinds.get(a.dest, "store")
+        if kind == "BooleanOptionalAction":
+            argv.append(flag if value else "--no-" + flag[2:])
+        elif kind == "store_true":
+            if value:
+                argv.append(flag)
+        elif kind == "append":
+            items = value if isinstance(value, list) else [value]
+            if isinstance(value, dict):  # KEY=VALUE options: VALUE as JSON keeps its type
+                items = [f"{k}={v if isinstance(v, str) else json.dumps(v)}"
+                         for k, v in value.items()]
+            for v in items:
+                argv += [flag, str(v)]
+        else:
+            if isinstance(value, (dict, list)):
+                raise WorkflowError(f"{where}: key {key!r} must be a single value, not {type(value).__name__}")
+            argv += [flag, str(value)]
+    return argv, resolved
+
+
+def _resolve_path(wf: dict, where: str, key: str, value: str) -> str:
+    """A step's path: relative ones resolve against the root and must stay inside it."""
+    p = Path(value)
+    if p.is_absolute():
+        return str(p)
+    resolved = (wf["root"] / p).resolve()
+    if not resolved.is_relative_to(wf["root"]):
+        raise WorkflowError(
+            f"{where}: key {key!r} = {value!r} escapes the workflow's root {wf['root']}; "
+            "write an absolute path if you mean a place outside it"
+        )
+    return str(resolved)
+
+
+def run_workflow(path, *, overrides=(), parser: argparse.ArgumentParser,
+                 allow=frozenset(), quiet: bool = False, storage_options: dict | None = None) -> dict:
+    """Validate every step, then run them in order; returns a summary.
+
+    ``allow`` (a subset of :data:`PERMISSIONS`, from the command line) lets the
+    file name a dask scheduler, set ``overwrite = true`` (otherwise ignored
+    with a warning) or put its root above the current directory.
+    """
+    wf = load_workflow(path, overrides, allow=frozenset(allow))
+    subs = _subparsers(parser)
+    planned = []
+    for i, step in enumerate(wf["steps"]):
+        argv, resolved = _step_argv(wf, i, step, subs[step["run"]])
+        try:
+            args = parser.parse_args(argv)
+        except UsageError as exc:
+            raise WorkflowError(f"{wf['file']}: step {i} ({wf['ids'][i]}): {exc}") from None
+        args.quiet, args.verbose = quiet, False  # ``run -q``: every step's cluster is quiet too
+        args.json = True  # inspect: no text dump in the middle of a workflow
+        options = {**wf["storage_options"], **resolved.get("storage_options", {}),
+                   **(storage_options or {})}
+        args.storage_options = json.dumps(options) if options else None
+        if "storage_options" in resolved:  # the names only: values may be secrets
+            from ..io.storage import redact
+
+            resolved = {**resolved, "storage_options": redact(resolved["storage_options"])}
+        if step["run"] == "fit":
+            args.workflow_attrs = {"workflow": {"file": wf["file"], "name": wf["name"],
+                                                "step": wf["ids"][i], "resolved": resolved}}
+        planned.append((i, args))
+    results = []
+    for i, args in planned:
+        log.info("workflow %s: step %d (%s)", wf["name"], i, wf["ids"][i])
+        try:
+            results.append({"step": wf["ids"][i], **(run_command(args) or {})})
+        except UsageError as exc:
+            raise type(exc)(f"{wf['file']}: step {i} ({wf['ids'][i]}): {exc}") from exc
+    return {"status": "complete", "workflow": wf["file"], "steps": results}

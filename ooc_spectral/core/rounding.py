@@ -1,0 +1,587 @@
+"""Rounding bounds: what turns a computed residual into a certified one.
+
+The certificate of a fit (``max_residual_``) claims that every row's squared
+feature-space distance to the span of the dictionary, computed in exact arithmetic
+from the same float64 rows and the same kernel, is at most a stated number. The
+residuals the passes compute, ``dhat = k(x, x) - |z|^2`` with ``z = L^-1 k(D, x)``,
+carry rounding that grows with the coefficients of the projection; at small tol, or
+on data far from the origin, it exceeds the residuals themselves. This module bounds
+that rounding, so that ``dhat + E`` is an upper bound of the exact residual.
+
+The bound (the derivation is in ``docs/certificate.md``)
+--------------------------------------------------------
+For a row x, let ``k~`` be its computed kernel row against the m dictionary points
+(each entry within ``eta(x)`` of the exact value, :func:`entry_error`), ``L`` the
+float64 factor the passes use and ``Delta = L L' - M`` its distance to the exact
+dictionary Gram matrix ``M`` (``|Delta_ij| <= theta``, measured by
+:func:`factor_error`), ``z`` the computed coordinates, satisfying
+``(L + F) z = k~`` with ``|F| <= gamma_{2m} |L|`` (a backward-stable triangular solve),
+and ``a`` any coefficient vector, ``y = L' a``. Since the exact residual is the
+minimum over all coefficient vectors of ``|phi(x) - sum_i a_i phi(d_i)|^2``,
+
+    r*(x) <= Q(a) = (k(x,x) - |z|^2) + |y - z|^2 + 2 a'(e - F z) - a' Delta a
+
+with ``e = k~ - k``, an identity in exact arithmetic. Bounding each term,
+
+    r*(x) <= dhat + 2 A (eta + gamma_{2m} l |z|) + theta A^2 + m (gamma_{2m} l A)^2
+             + gamma_{m+1} (|z|^2 + |k(x,x)|) + |k~(x,x) - k(x,x)|
+
+with ``A = |a|_1`` and ``l`` the largest row norm of L. ``a`` is either ``L^-T z``
+itself (then ``y = z``, the fourth term vanishes, and ``A <= c'|z|`` with ``c`` an
+upper bound of the row sums of ``|L^-1|``, :func:`inverse_row_sums`: the cheap bound,
+O(m) a row) or the computed solution of ``L' a = z`` (the sharp bound, O(m^2) a row,
+for the rows the cheap one cannot certify). ``theta`` is measured, not assumed: the
+product ``L L'`` is formed without rounding (:func:`exact_gram`, the error-free
+splitting of Ozaki et al. on top of BLAS) and compared with the dictionary's Gram
+matrix in extended precision (:func:`accurate_gram`).
+
+Everything here is pure NumPy on small arrays: m x m once per dictionary, O(m) or
+O(m^2) per row.
+
+References
+----------
+N. J. Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., SIAM 2002
+(Thm 3.1 and Lemma 3.1 for inner products, Thm 8.5 for triangular systems).
+K. Ozaki, T. Ogita, S. Oishi and S. M. Rump, *Error-free transformations of matrix
+multiplication by using fast routines of matrix multiplication and its
+applications*, Numerical Algorithms 59 (2012).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "U",
+    "gamma",
+    "exact_gram",
+    "EXTENDED",
+    "accurate_gram",
+    "factor_error",
+    "inverse_row_sums",
+    "entry_error",
+    "diag_error",
+    "kernel_center",
+    "FactorRounding",
+    "residual_rounding",
+    "with_rounding",
+]
+
+#: Unit roundoff of float64 (half the machine epsilon).
+U = float(np.finfo(np.float64).eps) / 2
+
+#: The extended-precision type where it has at least a 64-bit significand (x87's
+#: 80-bit format on x86-64, IEEE quad on aarch64 Linux), else None (where
+#: ``long double`` is float64: Windows, macOS on ARM); :func:`accurate_gram` then
+#: works in compensated float64 with a larger, stated error.
+EXTENDED = np.longdouble if np.finfo(np.longdouble).nmant >= 63 else None
+
+
+def gamma(n: float) -> float:
+    """``gamma_n = n u / (1 - n u)``: the relative error bound of n roundings (Higham 3.1)."""
+    nu = float(n) * U
+    if nu >= 1.0:
+        return math.inf
+    return nu / (1.0 - nu)
+
+
+# --------------------------------------------------------------------------- #
+# L L' without rounding
+# --------------------------------------------------------------------------- #
+def _slice_bits(m: int) -> int:
+    """Bits per slice so that any product of two slices summed over m terms is exact:
+    each entry of a slice has at most ``beta + 1`` significant bits on its row's grid, a
+    product at most ``2 beta + 2``, a sum of m of them at most ``2 beta + 2 + log2 m``."""
+    return (51 - max(1, math.ceil(math.log2(max(m, 2))))) // 2
+
+
+def _slices(A: np.ndarray, count: int, beta: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """``A = S_1 + ... + S_count + R`` row by row, without rounding.
+
+    Row i of ``S_p`` holds multiples of ``2^(tau_i - p beta)`` with ``|A_ij| <= 2^tau_i``;
+    ``|R_ij| <= 2^(tau_i - count beta - 1)``. Each slice is extracted with one addition and
+    one subtraction of ``sigma = 0.75 * 2^(tau_i - p beta + 53)``, which round the
+    remainder to that grid exactly (the two operands stay in sigma's binade).
+    """
+    mu = np.max(np.abs(A), axis=1)
+    _, tau = np.frexp(np.where(mu > 0, mu, 1.0))  # mu <= 2^tau
+    tau = tau.astype(np.float64)
+    R = np.array(A, dtype=np.float64, copy=True)
+    out = []
+    for p in range(1, count + 1):
+        sigma = (0.75 * np.exp2(tau - p * beta + 53))[:, None]
+        S = (R + sigma) - sigma
+        R -= S  # exact: S is R rounded to a grid finer than R's own ulp allows
+        out.append(S)
+    return out, R
+
+
+def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def exact_gram(L: np.ndarray, start: int = 0) -> tuple[np.ndarray, np.ndarray, float]:
+    """Rows ``start:`` of ``L L'`` as an unevaluated sum ``hi + lo``, and a bound on what
+    it leaves out.
+
+    The rows of L are split into four slices (:func:`_slices`) whose pairwise products
+    are exact in float64 whatever order BLAS sums them in; the products of slice orders
+    ``p + q <= 5`` are formed by ``gemm`` and added without rounding (two-sum), so
+    ``|hi + lo - L L'| <= neglected`` entrywise, with ``neglected`` about
+    ``m 2^(-4 beta)`` times the rows' largest entries (``beta`` about 20): below
+    ``1e-21`` of ``max |L|^2`` for m up to 10^4.
+
+    Returns
+    -------
+    hi, lo : ndarray of shape (m - start, m)
+    neglected : float
+    """
+    L = np.ascontiguousarray(L, dtype=np.float64)
+    m = L.shape[0]
+    k = m - int(start)
+    if m == 0 or k <= 0:
+        return np.zeros((max(k, 0), m)), np.zeros((max(k, 0), m)), 0.0
+    beta = _slice_bits(m)
+    S, _ = _slices(L, 4, beta)
+    hi = np.zeros((k, m))
+    lo = np.zeros((k, m))
+    for p in range(4):
+        for q in range(4):
+            if p + q + 2 > 5:
+                continue
+            hi, e = _two_sum(hi, S[p][start:] @ S[q].T)
+            lo += e
+    mu = np.max(np.abs(L), axis=1)
+    scale = float(np.max(mu)) ** 2 * 4.0  # 2^tau_i <= 2 mu_i
+    neglected = m * scale * 32.0 * 2.0 ** (-4 * beta) + 16 * U * U * scale  # and the two-sums'
+    return hi, lo, neglected
+
+
+# --------------------------------------------------------------------------- #
+# the dictionary's Gram matrix, accurately
+# --------------------------------------------------------------------------- #
+def kernel_center(kernel) -> np.ndarray | None:
+    """The centre a kernel moves its rows by before evaluating (its base kernel's for a
+    subset-normalized one), or None."""
+    base = getattr(kernel, "base", None)
+    return getattr(base if base is not None else kernel, "center", None)
+
+
+def accurate_gram(kernel, P: np.ndarray, start: int = 0) -> tuple[np.ndarray, np.ndarray, float]:
+    """Rows ``start:`` of the exact Gram matrix ``M = k(P, P)`` of the float64 rows P, as
+    ``hi + lo``, and a bound ``err`` on ``|hi + lo - M|`` (entrywise, absolute).
+
+    Computed from the rows themselves (differences, not the expanded square of the fast
+    path) in :data:`EXTENDED` precision where available (``err`` about ``1e-18`` of the
+    entries), else in float64 (``err`` a few units of ``eps``). A kernel this module does
+    not know (a user's callable) is taken as computed, with an assumed error of
+    ``16 eps`` of its largest value: a user's function can only be trusted as far as it
+    is accurate.
+    """
+    from .kernels import (CosineKernel, LaplacianKernel, LinearKernel, PolynomialKernel,
+                          RBFKernel, SubsetNormalizedKernel)
+
+    P = np.ascontiguousarray(P, dtype=np.float64)
+    R = P[int(start):]
+    m = P.shape[0]
+    T = EXTENDED if EXTENDED is not None else np.float64
+    ext = EXTENDED is not None
+    rel = (P.shape[1] + 8.0) * float(np.finfo(T).eps)
+    c = kernel_center(kernel)
+    if isinstance(kernel, (RBFKernel, LaplacianKernel)):
+        Pt, Rt = P.astype(T), R.astype(T)
+        acc = np.zeros((R.shape[0], m), dtype=T)
+        for j in range(P.shape[1]):
+            diff = Rt[:, j:j + 1] - Pt[None, :, j]
+            acc += diff * diff if isinstance(kernel, RBFKernel) else np.abs(diff)
+        K = np.exp(-T(kernel.gamma) * acc)
+        if not ext:  # float64 differences: each term within 3u, the sum within (d + 2) u
+            d = P.shape[1]
+            t_err = gamma(d + 3) / math.e  # k * t * relerr(t) <= relerr / e
+            return K, np.zeros_like(K), float(t_err + 4 * U)
+    elif isinstance(kernel, (LinearKernel, PolynomialKernel, CosineKernel)):
+        Pt, Rt = P.astype(T), R.astype(T)
+        if c is not None:
+            Pt = Pt - np.asarray(c, dtype=np.float64).astype(T)
+            Rt = Rt - np.asarray(c, dtype=np.float64).astype(T)
+        G = Rt @ Pt.T if not ext or R.shape[0] * P.shape[1] * m <= 5e7 else _extended_products(Rt, Pt)
+        dG = np.einsum("ik,ik->i", Rt, Rt)  # the rows' own squared norms
+        if isinstance(kernel, LinearKernel):
+            K = G
+        elif isinstance(kernel, PolynomialKernel):
+            p = int(kernel.degree)
+            K = (T(kernel.gamma) * G + T(kernel.coef0)) ** p
+            mag = (float(kernel.gamma) * float(np.max(np.einsum("ik,ik->i", Pt, Pt)))
+                   + abs(float(kernel.coef0))) ** p
+            rel *= (p + 2) * mag / max(float(np.max(np.abs(K))), 1e-300)
+        else:
+            nr, npn = np.sqrt(dG), np.sqrt(np.einsum("ik,ik->i", Pt, Pt))
+            inv_r = np.where(nr > 0, 1 / np.where(nr > 0, nr, 1), 0)
+            inv_p = np.where(npn > 0, 1 / np.where(npn > 0, npn, 1), 0)
+            K = G * inv_r[:, None] * inv_p[None, :]
+        if not ext:
+            mag = np.abs(Pt).sum(axis=1)
+            bound = gamma(P.shape[1] + 4) * float(np.max(mag)) ** 2
+            if isinstance(kernel, LinearKernel):
+                return K, np.zeros_like(K), bound
+            return K, np.zeros_like(K), float(16 * U * np.max(np.abs(K)) + bound * 64)
+    elif isinstance(kernel, SubsetNormalizedKernel):
+        hi, lo, err = accurate_gram(kernel.base, P, start)
+        deg = kernel.aux(P)[:, 1]  # the weights are part of this kernel's definition
+        s = 1.0 / np.sqrt(deg)
+        K = (hi + lo) * s[int(start):, None] * s[None, :]
+        return K, np.zeros_like(K), float(err * np.max(s) ** 2 + 8 * U * np.max(np.abs(K)))
+    else:
+        K = np.asarray(kernel(R, P), dtype=np.float64)
+        return K, np.zeros_like(K), float(16 * U * np.max(np.abs(K)) if K.size else 0.0)
+    hi = K.astype(np.float64)
+    lo = (K - hi.astype(T)).astype(np.float64)
+    return hi, lo, float(rel * float(np.max(np.abs(hi)))) if m else 0.0
+
+
+def _extended_products(Rt: np.ndarray, Pt: np.ndarray) -> np.ndarray:
+    """``Rt Pt'`` for extended-precision rows, blockwise (NumPy's extended matmul has no
+    BLAS; blocks keep its temporaries small)."""
+    out = np.empty((Rt.shape[0], Pt.shape[0]), dtype=Pt.dtype)
+    step = 256
+    for a in range(0, Rt.shape[0], step):
+        out[a:a + step] = np.einsum("ik,jk->ij", Rt[a:a + step], Pt)
+    return out
+
+
+def factor_error(kernel, points: np.ndarray, L: np.ndarray, start: int = 0) -> np.ndarray:
+    """Per row i of L (from ``start``), an upper bound of ``max_j |(L L' - M)_ij|``, M the
+    exact Gram matrix.
+
+    ``L L'`` is formed without rounding (:func:`exact_gram`), M accurately
+    (:func:`accurate_gram`); the difference of the two double-double matrices is taken
+    with its own rounding bounded (``3u`` of itself), so the result is a measurement of
+    the factor's backward error, not the a-priori ``gamma_{m+1} |L||L'|`` (which is
+    about m times larger).
+    """
+    m = L.shape[0]
+    if m == 0 or start >= m:
+        return np.zeros(0)
+    hi, lo, neglected = exact_gram(L, start)
+    mh, ml, err = accurate_gram(kernel, points, start)
+    D = (hi - mh) + (lo - ml)
+    bound = np.abs(D) * (1 + 4 * U) + (neglected + err + 2 * U * U * np.abs(hi))
+    return np.max(bound, axis=1)
+
+
+def inverse_row_sums(L: np.ndarray) -> np.ndarray:
+    """An upper bound of the row sums of ``|L^-1|`` (``+inf`` where none can be certified).
+
+    From the computed inverse X and its residual ``R = I - X L`` (taken in float64 with
+    its rounding, ``gamma_m |X||L|``, added): ``|L^-1| <= |X| + |L^-1||R|``, so the row
+    sums ``s`` of ``|L^-1|`` satisfy ``s (1 - ||R||_inf) <= |X| 1`` once
+    ``||R||_inf < 1/2``.
+    """
+    from scipy.linalg import solve_triangular
+
+    L = np.asarray(L, dtype=np.float64)
+    m = L.shape[0]
+    if m == 0:
+        return np.zeros(0)
+    X = solve_triangular(L, np.eye(m), lower=True, check_finite=False)
+    aX, aL = np.abs(X), np.abs(L)
+    R = np.eye(m) - X @ L
+    r = float(np.max(np.abs(R).sum(axis=1) + gamma(m + 1) * (aX @ aL).sum(axis=1)))
+    if not np.isfinite(r) or r >= 0.5:
+        return np.full(m, np.inf)
+    return aX.sum(axis=1) * (1 + gamma(m)) / (1.0 - r)
+
+
+# --------------------------------------------------------------------------- #
+# the fast path's kernel values
+# --------------------------------------------------------------------------- #
+def _expm1_bound(s: np.ndarray | float):
+    """``e^s (1 + 2u) - 1`` for the exponent error s (the exp itself within 1 ulp)."""
+    return np.expm1(s) * (1 + 2 * U) + 2 * U
+
+
+def entry_error(kernel, X: np.ndarray, x_aux, kx: np.ndarray, radius: float,
+                kmax: float = 1.0, min_weight: float | None = None) -> np.ndarray:
+    """For each row of X, a bound on ``|k~(x, d) - k(x, d)|`` over every dictionary point d.
+
+    ``k~`` is the value the passes compute (:meth:`~ooc_spectral.kernels.Kernel.pairwise`),
+    ``k`` the exact kernel of the float64 rows. ``radius`` is the largest distance of a
+    dictionary point from the kernel's centre (its norm where there is no centre);
+    ``kx`` the rows' computed ``k(x, x)``; ``kmax`` the largest ``|k(d, d)|``;
+    ``min_weight`` the dictionary's smallest degree (subset-normalized kernels only).
+
+    - rbf, ``exp(-gamma |x~ - d~|^2)`` from one product of rows augmented with their
+      squared norms (x~ = x - centre): the exponent is within
+      ``sigma = gamma (|x~| + |d~|)^2 (2 dim + 8) u`` (the product of length dim + 2, the
+      norms, the scaling and the centring), so the value within ``k (e^sigma (1 + 2u) - 1)``;
+      as ``k gamma |x - d|^2 <= 1/e``, also within about
+      ``(8 gamma |x~|^2 + 2/e)(2 dim + 8) u``: the smaller of the two.
+    - laplacian, from differences: the exponent within ``gamma_{dim+1}`` of itself, the
+      value within ``gamma_{dim+1} / e + 2u``.
+    - linear, ``x~ . d~``: ``(gamma_dim + 2u) |x~| |d~|``; polynomial and cosine likewise
+      through their outer functions.
+    """
+    from .kernels import (CosineKernel, LaplacianKernel, LinearKernel, PolynomialKernel,
+                          RBFKernel, SubsetNormalizedKernel)
+
+    X = np.asarray(X)
+    dim = X.shape[1]
+    c = X.shape[0]
+    if isinstance(kernel, RBFKernel):
+        sq = np.asarray(x_aux if x_aux is not None else kernel.aux(X), dtype=np.float64)
+        xn = np.sqrt(np.maximum(sq, 0.0)) * (1 + 2 * U)
+        coef = (2 * dim + 8) * U * 1.01
+        g = float(kernel.gamma)
+        sig_far = g * (xn + radius) ** 2 * coef
+        direct = _expm1_bound(sig_far)
+        # k sigma with k <= exp(-g |x - d|^2): at most (8 g |x~|^2 + 2/e) coef, times e^sigma
+        weighted = (8 * g * sq + 2 / math.e) * coef * np.exp(np.minimum(sig_far, 50.0)) + 2 * U
+        return np.minimum(direct, weighted)
+    if isinstance(kernel, LaplacianKernel):
+        return np.full(c, gamma(dim + 1) / math.e * 1.01 + 2 * U * 1.01)
+    if isinstance(kernel, LinearKernel):
+        xn = np.sqrt(np.maximum(np.abs(kx), 0.0))
+        return (gamma(dim) + 4 * U) * xn * radius * 1.01
+    if isinstance(kernel, PolynomialKernel):
+        xn = np.sqrt(np.maximum(np.einsum("ij,ij->i", X, X), 0.0)) * (1 + gamma(dim))
+        g, c0, p = float(kernel.gamma), float(kernel.coef0), int(kernel.degree)
+        v = g * xn * radius + abs(c0)  # bounds |gamma x.d + coef0|
+        dv = g * xn * radius * (gamma(dim) + 2 * U) + U * v
+        return (p * (v + dv) ** max(p - 1, 0) * dv * 1.01 + 4 * U * v ** p)
+    if isinstance(kernel, CosineKernel):
+        return np.full(c, (2 * dim + 10) * U * 1.01)
+    if isinstance(kernel, SubsetNormalizedKernel):
+        base = kernel.base
+        aux = kernel.aux(X) if x_aux is None else x_aux
+        b_aux = aux[:, 0] if base.has_aux else None
+        deg = aux[:, 1]
+        b_kx = base.diag(X, b_aux)
+        eta = entry_error(base, X, b_aux, b_kx, radius, 1.0)
+        # the degrees are the kernel's weights (part of its definition); the base values
+        # are divided by sqrt(deg_x deg_d), deg_d >= the dictionary's smallest degree
+        dmin = float(min_weight) if min_weight is not None else float(np.min(deg))
+        return eta / np.sqrt(deg * dmin) * (1 + 4 * U) + 4 * U * kmax / np.sqrt(deg * dmin)
+    # a user's callable: assumed accurate to a few ulp of its largest value
+    return np.full(c, 16 * U * max(kmax, 1.0))
+
+
+def diag_error(kernel, X: np.ndarray, x_aux, kx: np.ndarray) -> np.ndarray | float:
+    """A bound on ``|k~(x, x) - k(x, x)|`` for the rows of X (0 where the diagonal is exact)."""
+    from .kernels import LinearKernel, PolynomialKernel, SubsetNormalizedKernel
+
+    dim = np.shape(X)[1]
+    if isinstance(kernel, LinearKernel):  # |x~|^2, centring included
+        return (gamma(dim) + 4 * U) * np.abs(kx) * 1.01
+    if isinstance(kernel, PolynomialKernel):
+        p = int(kernel.degree)
+        return np.abs(kx) * (p * (gamma(dim + 2) + 2 * U) * 1.01 + 4 * U)
+    if isinstance(kernel, SubsetNormalizedKernel):
+        return 8 * U * np.abs(kx)
+    return 0.0  # rbf, laplacian, cosine: 1 (or 0) exactly; a callable: taken as it is
+
+
+# --------------------------------------------------------------------------- #
+# per dictionary, per row
+# --------------------------------------------------------------------------- #
+@dataclass(frozen=True)
+class FactorRounding:
+    """What the residual bound needs of a dictionary, computed once (O(m^3), BLAS).
+
+    Attributes
+    ----------
+    size : int
+        m.
+    theta : float
+        Upper bound of ``max |L L' - M|`` (:func:`factor_error`).
+    ell : float
+        Largest row norm of L (times ``1 + 4u``).
+    inverse_sums : ndarray of shape (m,)
+        Upper bounds of the row sums of ``|L^-1|`` (:func:`inverse_row_sums`; ``inf``
+        where none could be certified: only the sharp bound is then used).
+    radius : float
+        Largest distance of a dictionary point from the kernel's centre.
+    kmax : float
+        Largest ``|k(d, d)|``.
+    min_weight : float or None
+        The dictionary's smallest degree (subset-normalized kernels).
+    target : float
+        The residual the fit promises (its tol, or ``inf``): rows whose cheap bound
+        exceeds it get the sharp one (:meth:`certify`).
+    cap : float
+        A bound every row's exact residual already has (the tol of a scan that
+        certified each row it skipped, ``inf`` otherwise): :meth:`certify` returns at
+        most this.
+    """
+
+    size: int
+    theta: float
+    ell: float
+    inverse_sums: np.ndarray
+    radius: float
+    kmax: float
+    min_weight: float | None = None
+    target: float = math.inf
+    cap: float = math.inf
+
+    @classmethod
+    def of(cls, kernel, points: np.ndarray, L: np.ndarray, aux=None, *, target: float = math.inf,
+           cap: float = math.inf) -> "FactorRounding":
+        points = np.ascontiguousarray(points, dtype=np.float64)
+        m = points.shape[0]
+        if m == 0 or L is None:
+            return cls(m, 0.0, 0.0, np.zeros(m), 0.0, 0.0, None, float(target), float(cap))
+        theta = float(np.max(factor_error(kernel, points, L)))
+        ell = float(np.sqrt(np.max(np.einsum("ij,ij->i", L, L)))) * (1 + 4 * U) * (1 + gamma(m))
+        c = kernel_center(kernel)
+        P = points if c is None else points - np.asarray(c, dtype=np.float64)
+        radius = float(np.sqrt(np.max(np.einsum("ij,ij->i", P, P)))) * (1 + gamma(P.shape[1] + 2))
+        aux = aux if aux is not None else kernel.aux(points)
+        kd = kernel.diag(points, aux)
+        weight = None
+        if getattr(kernel, "name", "") == "subset-normalized":
+            weight = float(np.min(aux[:, 1]))
+        return cls(m, theta, ell, inverse_row_sums(L), radius, float(np.max(np.abs(kd))), weight,
+                   float(target), float(cap))
+
+    def row_errors(self, kernel, X, x_aux, kx) -> np.ndarray:
+        """``eta(x)`` of :func:`entry_error` for the rows of X against this dictionary."""
+        return entry_error(kernel, X, x_aux, kx, self.radius, self.kmax, self.min_weight)
+
+    def cheap_coefficients(self, Z: np.ndarray) -> np.ndarray:
+        """An upper bound of ``|L^-T z|_1`` for each row z of Z (``c' |z|``)."""
+        if not np.all(np.isfinite(self.inverse_sums)):
+            return np.full(Z.shape[0], np.inf)
+        return np.abs(Z) @ self.inverse_sums
+
+    def sharp_coefficients(self, L: np.ndarray, Z: np.ndarray) -> np.ndarray:
+        """``|a|_1`` for ``a`` the computed solution of ``L' a = z``, each row z of Z (any
+        vector a works in the bound; the solve's residual enters through
+        :func:`residual_rounding`'s ``solved`` term)."""
+        from scipy.linalg import solve_triangular
+
+        if Z.shape[0] == 0:
+            return np.zeros(0)
+        A = solve_triangular(L, np.ascontiguousarray(Z.T), lower=True, trans="T",
+                             check_finite=False)
+        return np.abs(A).sum(axis=0)
+
+    def bound(self, sq, kx, eta, coef, *, solved: bool, kx_error=0.0,
+              shift=0.0) -> np.ndarray:
+        """:func:`residual_rounding` with this dictionary's constants."""
+        return residual_rounding(self.size, self.theta, self.ell, sq, kx, eta, coef,
+                                 solved=solved, kx_error=kx_error, shift=shift)
+
+    def certify(self, dictionary, X: np.ndarray, x_aux, kx: np.ndarray, sq: np.ndarray,
+                dhat: np.ndarray, cheap: np.ndarray | None, uncentred, shift: float = 0.0):
+        """Every row's certified residual: an upper bound of its exact squared distance to
+        the dictionary's span.
+
+        Parameters
+        ----------
+        dictionary : Dictionary
+            Its kernel and factor.
+        X, x_aux, kx : the rows, their ``kernel.aux`` and computed ``k(x, x)``
+        sq, dhat : ndarray of shape (c,)
+            The computed ``|z|^2`` and ``k(x, x) - |z|^2``.
+        cheap : ndarray of shape (c,) or None
+            ``|z| . inverse_sums`` (:meth:`cheap_coefficients`), None where not computed.
+        uncentred : callable
+            ``uncentred(rows)``: those rows' coordinates (c' x m), for the sharp bound.
+        shift : float
+            How far those coordinates may be from the computed ones, per entry (0 when
+            they are the computed ones; the rounding of a centring and its undoing else).
+
+        Returns
+        -------
+        bounds : ndarray of shape (c,)
+            ``min(dhat + E, cap)``.
+        xi : ndarray of shape (c,)
+            Each row's coordinate perturbation bound ``eta + gamma_{2m} l |z|`` (the
+            eigenvalues' lower allowance, :func:`eigenvalue_allowance`).
+        rounding : ndarray of shape (c,)
+            E.
+        sharp : int
+            Rows that needed the sharp bound.
+        """
+        kernel, m = dictionary.kernel, self.size
+        eta = self.row_errors(kernel, X, x_aux, kx)
+        kerr = diag_error(kernel, X, x_aux, kx)
+        if cheap is None:
+            cheap = np.full(X.shape[0], np.inf)
+        E = self.bound(sq, kx, eta, cheap, solved=False, kx_error=kerr)
+        pos = np.maximum(dhat, 0.0)
+        need = np.flatnonzero((dhat + E > self.target) & (E > 1e-3 * pos))
+        sharp = int(need.size)
+        if sharp:
+            coef = self.sharp_coefficients(dictionary.L, uncentred(need))
+            kerr_n = kerr if np.ndim(kerr) == 0 else kerr[need]
+            shift_n = shift * (np.sqrt(np.maximum(sq[need], 0.0)) + math.sqrt(m)) if shift else 0.0
+            E[need] = np.minimum(E[need], self.bound(sq[need], kx[need], eta[need], coef,
+                                                     solved=True, kx_error=kerr_n, shift=shift_n))
+        bounds = np.minimum(dhat + E, self.cap)
+        xi = eta + gamma(2 * m + 2) * self.ell * np.sqrt(np.maximum(sq, 0.0) * (1 + gamma(m)))
+        return bounds, xi, E, sharp
+
+    def to_report(self) -> dict:
+        """The constants, for ``report.json``."""
+        finite = self.inverse_sums[np.isfinite(self.inverse_sums)]
+        return {"factor_backward_error": self.theta, "factor_row_norm": self.ell,
+                "inverse_row_sum_max": float(np.max(finite)) if finite.size == self.size
+                and self.size else None,
+                "dictionary_radius": self.radius}
+
+
+def with_rounding(dictionary, *, target: float = math.inf, cap: float = math.inf):
+    """``dictionary`` with its :class:`FactorRounding` attached (O(m^3) once): what pass 2
+    certifies every row's residual with. ``target`` and ``cap`` as there."""
+    import dataclasses
+
+    if dictionary.L is None:
+        return dictionary
+    r = FactorRounding.of(dictionary.kernel, dictionary.points, dictionary.L, dictionary.aux,
+                          target=target, cap=cap)
+    return dataclasses.replace(dictionary, rounding=r)
+
+
+def residual_rounding(m: int, theta: float, ell: float, sq, kx, eta, coef, *,
+                      solved: bool, kx_error=0.0, shift=0.0) -> np.ndarray:
+    """``E``: the computed residual ``dhat`` plus E bounds the exact one (module docstring).
+
+    Parameters
+    ----------
+    m : int
+    theta, ell : float
+        :class:`FactorRounding`'s constants.
+    sq : ndarray of shape (c,)
+        The computed ``|z|^2`` of the rows.
+    kx : ndarray of shape (c,)
+        The computed ``k(x, x)``.
+    eta : ndarray of shape (c,)
+        The rows' kernel-entry error bounds (:func:`entry_error`).
+    coef : ndarray of shape (c,)
+        ``|a|_1`` (sharp, ``solved=True``) or an upper bound of ``|L^-T z|_1`` (cheap).
+    solved : bool
+        Whether ``coef`` belongs to a computed solution of ``L' a = z`` (adds its
+        residual's square, second order).
+    kx_error : float or ndarray
+        :func:`diag_error`.
+    shift : float or ndarray
+        With ``solved``: how far (2-norm) the coordinates solved for may be from the
+        computed ones (:meth:`FactorRounding.certify`).
+    """
+    sq = np.asarray(sq, dtype=np.float64)
+    g2m = gamma(2 * m + 2)
+    zn = np.sqrt(np.maximum(sq, 0.0) * (1 + gamma(m)))
+    A = np.asarray(coef, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        E = (2 * A * (eta + g2m * ell * zn) + theta * A * A
+             + gamma(m + 2) * (np.abs(sq) + np.abs(kx)) + kx_error)
+        if solved:  # |L' a - z|^2: the solve's residual and any shift of z
+            E = E + (math.sqrt(m) * g2m * ell * A + shift) ** 2
+    E = E * (1 + 8 * U)
+    return np.where(np.isnan(E), np.inf, E)

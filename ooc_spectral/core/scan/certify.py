@@ -1,0 +1,276 @@
+"""The scan's membership test, with the rounding of every residual bounded.
+
+The scan skips a row only when the row is certainly within ``tol`` of the span of
+the dictionary: its computed residual plus a bound on the rounding of that residual
+(:mod:`ooc_spectral.core.rounding`) is at most ``tol``. A row it cannot certify
+enters the dictionary, provided the rounding is small against ``tol`` (at most
+:data:`RESOLVED` of it: the entering row's pivot is then resolved, not rounding
+noise); otherwise float64 cannot decide the row at this ``tol`` with this dictionary,
+and the scan stops with :class:`~ooc_spectral.exceptions.NumericalBreakdownError`
+naming the smallest tol the rounding allows. Every row the scan skipped is then
+within ``tol`` in exact arithmetic, with the final dictionary too (adding points
+only lowers a residual): pass 2's certificate is capped at ``tol``.
+
+:class:`ScanRounding` keeps the bound's constants as the dictionary grows, as a
+function of the dictionary alone (its factor, points and kernel), so that a scan
+resumed from a checkpoint makes the decisions of an uninterrupted one:
+
+- the row sums ``c`` of ``|L^-1|`` (the cheap bound ``|a|_1 <= c'|z|``), one per
+  point, from the point's own coefficients ``a = L^-T z`` when it entered, inflated
+  by :data:`COEF_SAFETY` for the rounding of that solve;
+- the factor's backward error: measured (:func:`~ooc_spectral.core.rounding.factor_error`)
+  for the rows added since the last measurement each time the dictionary reaches a
+  size of the grid :func:`measure_size`, and for the points added since, the a-priori
+  bound of their own row (a triangular solve and a square root: ``gamma_{2m} l |z| + eta +
+  gamma_{m+2} (|z|^2 + k(x, x))``); the bound's ``theta A^2`` term becomes
+  ``theta_o A^2 + 2 theta_n A A_n`` with ``A_n`` the coefficients' weight on the new
+  points.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.linalg import solve_triangular
+
+from ...exceptions import NumericalBreakdownError
+from ..rounding import U, diag_error, entry_error, factor_error, gamma, kernel_center
+
+__all__ = ["ScanRounding", "RESOLVED", "COEF_SAFETY", "measure_size", "decide", "entered_resolved",
+           "uncertifiable"]
+
+#: Largest rounding bound, as a fraction of tol, with which a row may enter the
+#: dictionary: below it, a row that is not certainly within tol is certainly beyond
+#: tol minus this fraction, so its pivot is resolved.
+RESOLVED = 0.25
+
+#: Factor on the coefficient sums computed by the scan's own solves: it covers their
+#: forward error while it is below 100%, which the factor's conditioning check
+#: (:data:`~ooc_spectral.core.checks.CONDITION_LIMIT`, eps cond <= 1e-4) leaves far behind.
+COEF_SAFETY = 2.0
+
+#: The factor's backward error is measured at every size up to this one, then each time
+#: the dictionary has grown by a sixteenth (the cost stays a small multiple of one
+#: measurement of the whole factor, O(m^3) by BLAS).
+MEASURE_EVERY_UP_TO = 64
+
+
+def measure_size(size: int) -> int:
+    """The largest size of the measurement grid not above ``size``: every size up to
+    :data:`MEASURE_EVERY_UP_TO`, then ``g + g // 16``."""
+    if size <= MEASURE_EVERY_UP_TO:
+        return int(size)
+    g = MEASURE_EVERY_UP_TO
+    while g + g // 16 <= size:
+        g += g // 16
+    return g
+
+
+def decide(delta: float, dhat: float, floor: float, rounding: float, tol: float,
+           row: int) -> bool:
+    """Whether a row enters the dictionary: False to skip it, True to add it; raises
+    :class:`~ooc_spectral.exceptions.NumericalBreakdownError` when float64 cannot decide.
+
+    ``rounding`` is E of the row's residual ``dhat`` (its exact residual is at most
+    ``dhat + E``). A row certified within tol (``dhat + E <= tol``) is skipped when its
+    ``delta`` is within tol too, or when it is numerically in the span (``dhat`` below
+    the pivot ``floor``); it enters when its ``delta`` exceeds tol (the paper's rule).
+    A row not certified enters if its rounding is resolved (at most :data:`RESOLVED` of
+    tol: its exact residual is then above ``tol - 2E``) and its pivot above the floor.
+    ``tol <= 0`` asks for every direction of the data: rows numerically in the span are
+    skipped, every other row enters.
+    """
+    inspan = dhat <= floor
+    if tol <= 0 or dhat + rounding <= tol:  # tol 0: every direction, none certifiable
+        return delta > tol and not inspan
+    if inspan or rounding > RESOLVED * tol:
+        raise uncertifiable(rounding, tol, row)
+    return True
+
+
+def entered_resolved(delta: float, rounding: float, tol: float, row: int) -> None:
+    """After a row entered on ``delta > tol``: raise if its own rounding leaves it possibly
+    below ``(1 - RESOLVED) tol`` (its pivot would be rounding noise at this tol)."""
+    if tol > 0 and delta > tol and delta - rounding <= (1.0 - RESOLVED) * tol:
+        raise uncertifiable(rounding, tol, row)
+
+
+def uncertifiable(rounding: float, tol: float, row: int | None = None) -> NumericalBreakdownError:
+    """The error of a scan that cannot decide a row at ``tol``."""
+    from ..checks import certifiable_tol
+
+    which = f"row {row}" if row is not None else "a row"
+    advice = certifiable_tol(rounding, tol)
+    err = NumericalBreakdownError(
+        f"at tol={tol:.3g} the rounding of {which}'s residual reaches {rounding:.2g} (more than "
+        f"{RESOLVED:g} of tol): the dictionary's Cholesky factor is too ill-conditioned for "
+        f"float64 arithmetic to tell whether the row is within tol. Use tol >= "
+        f"{advice:.2g}, or a smaller gamma")
+    err.suggested_tol = advice
+    return err
+
+
+class ScanRounding:
+    """The rounding bound's constants of a growing dictionary (see the module docstring).
+
+    ``coef`` (m,), ``apriori`` (m,): each point's inverse row sum and a-priori backward
+    error; ``measured``/``theta_o``: the measured prefix and its backward error; the
+    largest row norm of L, distance from the kernel's centre and ``|k(d, d)|``.
+    """
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.coef = np.empty(0)
+        self.apriori = np.empty(0)
+        self.measured = 0
+        self.theta_o = 0.0
+        self.ell = 0.0
+        self.radius = 0.0
+        self.kmax = 0.0
+        self.min_weight = math.inf
+
+    def copy(self) -> "ScanRounding":
+        new = ScanRounding(self.kernel)
+        new.__dict__.update({k: (v.copy() if isinstance(v, np.ndarray) else v)
+                             for k, v in self.__dict__.items()})
+        return new
+
+    # -- growth ------------------------------------------------------------ #
+    def appended(self, L: np.ndarray, x: np.ndarray, x_aux, points: np.ndarray, aux) -> float:
+        """Account for the point just appended as row ``m = len(L) - 1`` of L.
+
+        Returns the rounding bound of its own residual when it entered (the E of
+        its row against the dictionary before it), for the scan's check.
+        """
+        m = L.shape[0] - 1
+        z, pivot = L[m, :m], float(L[m, m])
+        kernel = self.kernel
+        X = x[None, :]
+        xa = None if x_aux is None else np.asarray(x_aux)[None, ...]
+        kx = kernel.diag(X, xa)
+        sq = float(z @ z)
+        eta = float(entry_error(kernel, X, xa, kx, self.radius, max(self.kmax, 1e-300),
+                                None if math.isinf(self.min_weight) else self.min_weight)[0]) if m else 0.0
+        a = (solve_triangular(L[:m, :m], z, lower=True, trans="T", check_finite=False)
+             if m else np.empty(0))
+        A = float(np.abs(a).sum())
+        An = float(np.abs(a[self.measured:]).sum())
+        E = self.bound(m, np.array([sq]), kx, np.array([eta]), np.array([A]), np.array([An]),
+                       solved=True, kx_error=diag_error(kernel, X, xa, kx))[0] if m else 0.0
+        # this point's row of L^-1 is [-a'/p, 1/p]; its sum of magnitudes:
+        self.coef = np.append(self.coef, COEF_SAFETY * (A + 1.0) / pivot * (1 + gamma(m + 2)))
+        g2 = gamma(2 * m + 2)
+        row = (g2 * self.ell * math.sqrt(sq) + eta + gamma(m + 2) * (sq + abs(float(kx[0])))
+               + 4 * U * pivot * pivot) * (1 + 8 * U)
+        self.apriori = np.append(self.apriori, row)
+        self.ell = max(self.ell, math.sqrt(sq + pivot * pivot) * (1 + gamma(m + 2)))
+        c = kernel_center(kernel)
+        dx = x if c is None else x - np.asarray(c, dtype=np.float64)
+        self.radius = max(self.radius, float(np.sqrt(dx @ dx)) * (1 + gamma(len(x) + 2)))
+        self.kmax = max(self.kmax, abs(float(kx[0])))
+        if getattr(kernel, "name", "") == "subset-normalized":
+            self.min_weight = min(self.min_weight, float(np.asarray(xa)[0, 1]))
+        g = measure_size(m + 1)
+        if g > self.measured:
+            self.remeasure(L, points, g)
+        return E
+
+    def remeasure(self, L: np.ndarray, points: np.ndarray, g: int) -> None:
+        """Measure the backward error of rows ``measured:g`` of L (their exact products
+        with every row before them against the exact kernel values; O(k g^2) for k rows)."""
+        new = factor_error(self.kernel, points[:g], L[:g, :g], start=self.measured)
+        if new.size:
+            self.theta_o = max(self.theta_o, float(np.max(new)))
+        self.measured = g
+
+    @classmethod
+    def rebuild(cls, kernel, L: np.ndarray, points: np.ndarray, aux) -> "ScanRounding":
+        """The constants of a dictionary restored from a checkpoint: the same computation,
+        point by point, as while the scan added them."""
+        r = cls(kernel)
+        for m in range(L.shape[0]):
+            r.appended(L[: m + 1, : m + 1], points[m], None if aux is None else aux[m],
+                       points[: m + 1], None)
+        return r
+
+    # -- the bound --------------------------------------------------------- #
+    @property
+    def theta_n(self) -> float:
+        """The largest a-priori backward error of the points added since the measurement."""
+        tail = self.apriori[self.measured:]
+        return float(np.max(tail)) if tail.size else 0.0
+
+    def bound(self, m: int, sq, kx, eta, A, An, *, solved: bool, kx_error=0.0) -> np.ndarray:
+        """E of :func:`~ooc_spectral.core.rounding.residual_rounding` with the backward
+        error split between the measured prefix and the points added since."""
+        sq = np.asarray(sq, dtype=np.float64)
+        A = np.asarray(A, dtype=np.float64)
+        An = np.minimum(np.asarray(An, dtype=np.float64), A)
+        g2m = gamma(2 * m + 2)
+        zn = np.sqrt(np.maximum(sq, 0.0) * (1 + gamma(m)))
+        if self.measured:
+            theta_o, theta_n = self.theta_o, self.theta_n
+        else:  # nothing measured yet: the a-priori bound on every point
+            theta_o, theta_n, An = 0.0, self.theta_n, A
+        with np.errstate(over="ignore", invalid="ignore"):
+            E = (2 * A * (eta + g2m * self.ell * zn) + theta_o * A * A
+                 + theta_n * (2 * A - An) * An
+                 + gamma(m + 2) * (np.abs(sq) + np.abs(kx)) + kx_error)
+            if solved:
+                E = E + (math.sqrt(max(m, 1)) * g2m * self.ell * A) ** 2
+        E = E * (1 + 8 * U)
+        return np.where(np.isnan(E), np.inf, E)
+
+    def row_errors(self, X, x_aux, kx) -> np.ndarray:
+        return entry_error(self.kernel, X, x_aux, kx, self.radius, max(self.kmax, 1e-300),
+                           None if math.isinf(self.min_weight) else self.min_weight)
+
+    def cheap(self, Z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(A, A_n)`` bounds for each row z of Z (c x m): ``c'|z|`` and its part on the
+        points after the measured prefix."""
+        m = Z.shape[1]
+        aZ = np.abs(Z)
+        A = aZ @ self.coef[:m]
+        An = aZ[:, self.measured:] @ self.coef[self.measured:m] if m > self.measured else np.zeros(len(Z))
+        return A, An
+
+    @staticmethod
+    def sharp(L: np.ndarray, Z: np.ndarray, measured: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(|a|_1, |a_n|_1)`` for a the computed solutions of ``L' a = z``."""
+        if Z.shape[0] == 0 or L.shape[0] == 0:
+            return np.zeros(Z.shape[0]), np.zeros(Z.shape[0])
+        A = solve_triangular(L, np.ascontiguousarray(Z.T), lower=True, trans="T", check_finite=False)
+        aA = np.abs(A)
+        return aA.sum(axis=0), aA[measured:].sum(axis=0)
+
+    def residual_bounds(self, L: np.ndarray, Z: np.ndarray, dhat: np.ndarray, delta: np.ndarray,
+                        X: np.ndarray, x_aux, kx: np.ndarray, tol: float) -> np.ndarray:
+        """E for each row of a block against the dictionary L (c x m coordinates Z): the
+        cheap bound, and the sharp one for the rows the cheap one does not certify."""
+        m = L.shape[0]
+        eta = self.row_errors(X, x_aux, kx)
+        kerr = diag_error(self.kernel, X, x_aux, kx)
+        A, An = self.cheap(Z)
+        E = self.bound(m, np.einsum("ij,ij->i", Z, Z), kx, eta, A, An, solved=False, kx_error=kerr)
+        undecided = np.flatnonzero(dhat + E > tol)
+        if undecided.size:
+            Zu = Z[undecided]
+            As, Ans = self.sharp(L, Zu, self.measured)
+            ku = kerr if np.ndim(kerr) == 0 else kerr[undecided]
+            E[undecided] = np.minimum(E[undecided], self.bound(
+                m, np.einsum("ij,ij->i", Zu, Zu), kx[undecided], eta[undecided], As, Ans,
+                solved=True, kx_error=ku))
+        return E
+
+    def row_bound(self, L: np.ndarray, z: np.ndarray, x: np.ndarray, x_aux, kxx: float) -> float:
+        """E of one row against the dictionary L (the sharp bound)."""
+        m = L.shape[0]
+        if m == 0:
+            return float(np.max(np.atleast_1d(diag_error(self.kernel, x[None, :], x_aux, np.array([kxx])))))
+        X = x[None, :]
+        kx = np.array([kxx])
+        eta = self.row_errors(X, x_aux, kx)
+        A, An = self.sharp(L, z[None, :], self.measured)
+        return float(self.bound(m, np.array([float(z @ z)]), kx, eta, A, An, solved=True,
+                                kx_error=diag_error(self.kernel, X, x_aux, kx))[0])

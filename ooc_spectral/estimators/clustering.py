@@ -1,0 +1,300 @@
+"""Spectral clustering out of core: :class:`GreedySpectralClustering`.
+
+The algorithm of Ng, Jordan & Weiss (2002), as Bengio et al. (2003, section
+2.2) write it, on the greedy spectral embedding:
+
+1. the divisive embedding: the ``n_components`` (default ``n_clusters``)
+   leading unit eigenvectors of ``D^-1/2 K D^-1/2``, the first one (eigenvalue
+   1, proportional to ``sqrt(d)``) *kept*, from
+   :class:`~ooc_spectral.GreedySpectralEmbedding` with
+   ``normalization="divisive", drop_first=False``;
+2. every row of the embedding scaled to unit length;
+3. k-means on those rows, out of core: k-means++ with ``n_init`` restarts on a
+   seeded in-memory sample of ``kmeans_sample_size`` rows gives the initial
+   centres, then Lloyd iterations over the whole embedding, each one a
+   parallel pass that reduces per-chunk ``(sums, counts, inertia)`` of the
+   rows assigned to each centre (``k x (p + 2)`` numbers per chunk), combined
+   in chunk order so the result does not depend on which worker finished
+   first.
+
+Nothing of size n is held in memory for dask, zarr or path input: ``labels_``
+is then a lazy dask array (one task per chunk of the embedding), and each Lloyd
+iteration recomputes the embedding of each chunk from X unless ``fit`` was
+given ``output=`` (the embedding is then written to zarr once and read back).
+For numpy input every result is numpy.
+
+``predict`` embeds new rows with the Nyström formula of the embedding
+(Bengio et al. 2003, eq. 11), scales them to unit length and returns the
+nearest centre; on training rows it gives back ``labels_``.
+"""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+from sklearn.base import BaseEstimator, ClusterMixin
+
+from .._params import EMBEDDING_PARAMS, params_of, store_params
+from ._sklearn import SparseInputMixin
+from .._validation import check_fitted, check_float, check_int, check_n_features
+from ..core.config import resolve_seed
+from .embedding import GreedySpectralEmbedding
+from ..exceptions import InvalidInputError
+from ..runtime.execution import Executor
+from ..core.planning import plan_sample
+from ..io.source import open_source
+
+__all__ = ["GreedySpectralClustering", "unit_rows"]
+
+#: ``purpose`` tag of the k-means initialisation sample (see :func:`plan_sample`).
+KMEANS_SAMPLE_PURPOSE = 0x4B
+#: Rows per block when the embedding is a numpy array.
+NUMPY_BLOCK_ROWS = 65536
+
+
+def unit_rows(E: np.ndarray) -> np.ndarray:
+    """``E`` with every row scaled to unit Euclidean length (zero rows stay zero)."""
+    E = np.asarray(E, dtype=np.float64)
+    norms = np.sqrt(np.einsum("ij,ij->i", E, E))
+    norms[norms == 0.0] = 1.0
+    return E / norms[:, None]
+
+
+def _sq_distances(U: np.ndarray, centers: np.ndarray) -> np.ndarray:
+    d2 = np.einsum("ij,ij->i", U, U)[:, None] + np.einsum("ij,ij->i", centers, centers)[None, :]
+    d2 -= 2.0 * (U @ centers.T)
+    np.maximum(d2, 0.0, out=d2)
+    return d2
+
+
+def _block_labels(E: np.ndarray, centers: np.ndarray) -> np.ndarray:
+    """Nearest centre of each unit-scaled row of the embedding block ``E``."""
+    return np.argmin(_sq_distances(unit_rows(E), centers), axis=1).astype(np.int64)
+
+
+def _block_stats(E: np.ndarray, centers: np.ndarray) -> np.ndarray:
+    """``k x (p + 2)``: per centre, the sum of the rows assigned, their count, their inertia."""
+    U = unit_rows(E)
+    k, p = centers.shape
+    d2 = _sq_distances(U, centers)
+    lab = np.argmin(d2, axis=1)
+    out = np.empty((k, p + 2))
+    for j in range(p):
+        out[:, j] = np.bincount(lab, weights=U[:, j], minlength=k)
+    out[:, p] = np.bincount(lab, minlength=k)
+    out[:, p + 1] = np.bincount(lab, weights=d2[np.arange(lab.size), lab], minlength=k)
+    return out
+
+
+def _stats(E, centers: np.ndarray) -> np.ndarray:
+    """One Lloyd pass over the embedding: the reduced :func:`_block_stats`, in chunk order."""
+    k, p = centers.shape
+    if isinstance(E, da.Array):
+        nb = len(E.chunks[0])
+        parts = E.map_blocks(_block_stats, centers, chunks=((k,) * nb, (p + 2,)),
+                             dtype=np.float64, meta=np.empty((0, p + 2)),
+                             name="ooc-spectral-kmeans-stats")
+        (values,) = Executor().values("k-means pass", parts)
+        return np.asarray(values).reshape(nb, k, p + 2).sum(axis=0)
+    total = np.zeros((k, p + 2))
+    for a in range(0, E.shape[0], NUMPY_BLOCK_ROWS):
+        total += _block_stats(E[a:a + NUMPY_BLOCK_ROWS], centers)
+    return total
+
+
+def _labels(E, centers: np.ndarray):
+    if isinstance(E, da.Array):
+        return E.map_blocks(_block_labels, centers, drop_axis=1, dtype=np.int64,
+                            meta=np.empty((0,), dtype=np.int64), name="ooc-spectral-kmeans-labels")
+    return np.concatenate([_block_labels(E[a:a + NUMPY_BLOCK_ROWS], centers)
+                           for a in range(0, E.shape[0], NUMPY_BLOCK_ROWS)])
+
+
+class GreedySpectralClustering(SparseInputMixin, ClusterMixin, BaseEstimator):
+    """Spectral clustering (Ng, Jordan & Weiss) from a greedy dictionary, out of core.
+
+    The divisive embedding of :class:`~ooc_spectral.GreedySpectralEmbedding`
+    (unit eigenvectors of ``D^-1/2 K D^-1/2``, the first one kept), rows scaled
+    to unit length, then k-means over the chunks of the embedding: k-means++
+    on a seeded sample for the initial centres, Lloyd iterations as parallel
+    passes with an ordered reduction.
+
+    Parameters
+    ----------
+    n_clusters : int, default=2
+        Number of clusters k (at least 2).
+    n_components : int, default=None
+        Embedding coordinates p, the first trivial one included; None: ``n_clusters``
+        (Ng, Jordan & Weiss).
+    kernel, gamma, degree, coef0, tol, dictionary_size, selection, max_dictionary_size, \
+affine, degree_estimate, degree_subset_size, sample_size, chunk_rows
+        Parameters of the embedding; see :class:`~ooc_spectral.GreedySpectralEmbedding`.
+        The kernel must have positive values (rbf or laplacian) for the degrees
+        to be positive; ``gamma`` sets the scale at which clusters separate.
+    n_init : int, default=10
+        k-means++ restarts on the in-memory sample; the best (lowest inertia on
+        the sample) gives the initial centres of the full iterations.
+    max_iter : int, default=100
+        Most Lloyd iterations (passes) over the whole embedding.
+    kmeans_tol : float, default=1e-6
+        Stop when the sum of squared moves of the centres in one iteration is at
+        most this (the rows are on the unit sphere, so this is an absolute scale).
+    kmeans_sample_size : int, default=100000
+        Rows of the seeded sample for the k-means++ initialisation.
+    random_state : int, RandomState or Generator, default=None
+        Seed of the embedding (visiting order, samples) and of k-means.
+
+    Attributes
+    ----------
+    labels_ : ndarray or dask array of shape (n_samples,)
+        Cluster of each training row; numpy for numpy input, a lazy dask array
+        otherwise.
+    cluster_centers_ : ndarray of shape (n_clusters, n_components)
+        Centres in the unit-row embedding space.
+    embedding_ : ndarray or dask array of shape (n_samples, n_components)
+        The unit-row embedding that was clustered.
+    embedding_estimator_ : GreedySpectralEmbedding
+        The fitted embedding (its ``transform`` is what ``predict`` applies).
+    eigenvalues_ : ndarray of shape (n_components,)
+        Eigenvalues of ``D^-1/2 K D^-1/2`` (the first is 1).
+    inertia_ : float
+        Sum of squared distances of the unit rows to their centre.
+    n_iter_ : int
+        Lloyd iterations run over the whole embedding.
+    n_features_in_ : int
+    random_state_ : int
+        The seed used.
+
+    References
+    ----------
+    A. Y. Ng, M. I. Jordan and Y. Weiss, *On spectral clustering: analysis and
+    an algorithm*, NIPS 2002.
+    Y. Bengio et al., *Out-of-Sample Extensions for LLE, Isomap, MDS,
+    Eigenmaps, and Spectral Clustering*, NIPS 2003 (section 2.2, eq. 11).
+    M. Ouimet and Y. Bengio, *Greedy Spectral Embedding*, AISTATS 2005.
+
+    Examples
+    --------
+    >>> from ooc_spectral.clustering import GreedySpectralClustering
+    >>> from ooc_spectral.datasets import generate
+    >>> X, labels = generate("halo-ball", 2000, seed=0)
+    >>> sc = GreedySpectralClustering(2, gamma=5.0, random_state=0).fit(X)
+    >>> sc.labels_.shape
+    (2000,)
+    """
+
+    def __init__(self, n_clusters=2, *, n_components=None, kernel="rbf", gamma=None, degree=3,
+                 coef0=1.0, tol=1e-3, dictionary_size=None, selection="greedy",
+                 max_dictionary_size=5000, affine=True, degree_estimate="exact",
+                 degree_subset_size=1000, sample_size=20000, chunk_rows=None, n_init=10,
+                 max_iter=100, kmeans_tol=1e-6, kmeans_sample_size=100000, random_state=None):
+        store_params(self, locals())
+
+    # ------------------------------------------------------------------ #
+    def _check_params(self) -> tuple[int, int]:
+        name = type(self).__name__
+        k = check_int(name, "n_clusters", self.n_clusters, low=2)
+        p = check_int(name, "n_components", self.n_components, low=1, none=True)
+        check_int(name, "n_init", self.n_init, low=1)
+        check_int(name, "max_iter", self.max_iter, low=0)
+        check_float(name, "kmeans_tol", self.kmeans_tol, low=0.0)
+        check_int(name, "kmeans_sample_size", self.kmeans_sample_size, low=k)
+        return k, (k if p is None else p)
+
+    def _embedding_estimator(self, n_components: int, seed: int) -> GreedySpectralEmbedding:
+        return GreedySpectralEmbedding(
+            n_components=n_components, **params_of(self, EMBEDDING_PARAMS),
+            normalization="divisive", degree_estimate=self.degree_estimate,
+            degree_subset_size=self.degree_subset_size, drop_first=False, random_state=seed)
+
+    def fit(self, X, y=None, *, output=None):
+        """Embed X, then cluster the unit-length rows of the embedding with k-means.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr array, or str
+            The n x d data or the path/URL of a zarr array (as for
+            :meth:`GreedySpectralEmbedding.fit`).
+        y : ignored
+        output : str or os.PathLike, optional
+            Zarr group where the embedding is written once (array ``embedding``);
+            the k-means passes then read it instead of recomputing it from X.
+
+        Returns
+        -------
+        self
+        """
+        k, p = self._check_params()
+        seed = resolve_seed(self.random_state)
+        est = self._embedding_estimator(p, seed).fit(X, output=output)
+        n = est.n_samples_fit_
+        if n < k:
+            raise InvalidInputError(
+                f"{type(self).__name__}: X has {n} rows, fewer than n_clusters={k}; "
+                "lower n_clusters or pass more rows")
+        E = est.embedding_
+        if isinstance(E, da.Array) and len(E.chunks[1]) > 1:
+            E = E.rechunk({1: -1})
+        centers = self._initial_centers(E, k, seed)
+        stats = _stats(E, centers)
+        n_iter = 0
+        while n_iter < self.max_iter:
+            counts = stats[:, p]
+            new = centers.copy()
+            filled = counts > 0  # an empty cluster keeps its centre
+            new[filled] = stats[filled, :p] / counts[filled, None]
+            shift = float(np.sum((new - centers) ** 2))
+            centers = new
+            n_iter += 1
+            stats = _stats(E, centers)
+            if shift <= self.kmeans_tol:
+                break
+        self.embedding_estimator_ = est
+        self.cluster_centers_ = centers
+        self.embedding_ = (E.map_blocks(unit_rows, dtype=np.float64) if isinstance(E, da.Array)
+                           else unit_rows(E))
+        self.labels_ = _labels(E, centers)
+        self.inertia_ = float(stats[:, p + 1].sum())
+        self.n_iter_ = n_iter
+        self.eigenvalues_ = est.eigenvalues_.copy()
+        self.n_features_in_ = est.n_features_in_
+        self.random_state_ = seed
+        return self
+
+    def _initial_centers(self, E, k: int, seed: int) -> np.ndarray:
+        """k-means++ with ``n_init`` restarts on a seeded sample of the unit rows."""
+        from sklearn.cluster import KMeans
+
+        rows = plan_sample(E.shape[0], self.kmeans_sample_size, seed, KMEANS_SAMPLE_PURPOSE)
+        sample = E[rows]
+        if isinstance(sample, da.Array):
+            (sample,) = Executor().values("k-means sample", sample)
+        U = unit_rows(sample)
+        km = KMeans(n_clusters=k, init="k-means++", n_init=self.n_init, random_state=seed).fit(U)
+        return np.ascontiguousarray(km.cluster_centers_, dtype=np.float64)
+
+    # ------------------------------------------------------------------ #
+    def _check_fitted(self) -> GreedySpectralEmbedding:
+        return check_fitted(self, "embedding_estimator_")
+
+    def predict(self, X):
+        """Cluster of new rows: Nyström embedding, unit length, nearest centre.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr array, or str
+            New rows, with the ``n_features_in_`` columns of the training data.
+
+        Returns
+        -------
+        ndarray or dask array of shape (n_rows,)
+            numpy for numpy input, a lazy dask array otherwise. On training rows
+            this gives back ``labels_``.
+        """
+        est = self._check_fitted()
+        source = open_source(X)
+        check_n_features(type(self).__name__, source.n_features, est.n_features_in_)
+        E = est.transform(source)
+        if isinstance(E, da.Array) and len(E.chunks[1]) > 1:
+            E = E.rechunk({1: -1})
+        return _labels(E, self.cluster_centers_)

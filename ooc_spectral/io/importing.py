@@ -1,0 +1,286 @@
+"""``ooc-spectral import``: stream a table (Parquet, CSV, .npy, HDF5) into a zarr array.
+
+The rows are read in batches (pyarrow's ``ParquetFile.iter_batches``, pandas'
+``read_csv(chunksize=...)``, a memory map of the .npy file, h5py slices of an HDF5
+dataset) and written batch by batch to the array ``data`` of a zarr v3 group
+(dimension names ``sample`` and ``feature``, so ``xarray.open_zarr`` opens it),
+so memory stays flat in the number of rows: one batch at a time.
+
+Columns: names for Parquet and CSV (default: every numeric column), indices for
+.npy and HDF5 (default: all). Values are stored in ``dtype`` (float64 by
+default); a column that does not convert to numbers is refused with its name. The
+group's attribute ``ooc_spectral_import`` records the source and the columns,
+with ``complete: false`` until the last batch is written: an interrupted import
+is refused as input (:class:`~ooc_spectral.exceptions.IncompleteInputError`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from .dataset_store import create_group
+from ..exceptions import InvalidInputError, InvalidParameterError
+from .layout import DATA_ARRAY_NAME, IMPORT_KEY, table_format
+
+log = logging.getLogger("ooc_spectral")
+
+__all__ = ["import_table"]
+
+#: Rows per batch read and written (a multiple of the chunk rows).
+DEFAULT_CHUNK_ROWS = 65536
+
+
+def _numeric(block: np.ndarray, names: Sequence, dtype) -> np.ndarray:
+    try:
+        return np.ascontiguousarray(block, dtype=dtype)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(
+            f"the columns {list(names)} do not all convert to numbers ({exc}); choose numeric "
+            "columns with --columns") from exc
+
+
+# --------------------------------------------------------------------------- #
+# readers: (column names, number of rows or None, iterator of 2-D batches)
+# --------------------------------------------------------------------------- #
+def _need(module: str, extra: str = "tables"):
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        from ..exceptions import StorageBackendError
+
+        raise StorageBackendError(
+            f"reading this format needs {module.split('.')[0]}: pip install "
+            f"'ooc_spectral[{extra}]'") from None
+
+
+def _table_columns(path, columns, names: list, numeric: list) -> list:
+    """The named columns checked against the table's ``names``, or (``columns`` None)
+    its ``numeric`` ones."""
+    if columns is None:
+        columns = numeric
+        if not columns:
+            raise InvalidInputError(f"{path} has no numeric column; choose columns with --columns")
+    missing = [c for c in columns if c not in names]
+    if missing:
+        raise InvalidInputError(f"{path} has no column {missing[0]!r}; its columns are "
+                                f"{', '.join(map(str, names))}")
+    return columns
+
+
+def _parquet(path, columns, batch_rows):
+    pa = _need("pyarrow")
+    pq = _need("pyarrow.parquet")
+
+    pf = pq.ParquetFile(path, pre_buffer=False)  # pre-buffering reads the whole file
+    schema = pf.schema_arrow
+    numeric = [f.name for f in schema if pa.types.is_integer(f.type)
+               or pa.types.is_floating(f.type) or pa.types.is_boolean(f.type)]
+    columns = _table_columns(path, columns, schema.names, numeric)
+
+    def batches():
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=list(columns)):
+            if batch.num_rows:
+                cols = [batch.column(c).to_numpy(zero_copy_only=False) for c in columns]
+                yield np.column_stack(cols)
+
+    return list(columns), int(pf.metadata.num_rows), batches()
+
+
+def _csv(path, columns, batch_rows):
+    pd = _need("pandas")
+
+    sep = "\t" if os.fspath(path).lower().endswith(".tsv") else ","
+    # exact decimal round trip: pandas 3's default; older pandas needs asking for it
+    exact = {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}
+    head = pd.read_csv(path, sep=sep, nrows=256, **exact)
+    numeric = [c for c in head.columns if pd.api.types.is_numeric_dtype(head[c])]
+    if columns is None:
+        _mostly_numeric_is_an_error(path, head, numeric, pd)
+    columns = _table_columns(path, columns, list(head.columns), numeric)
+
+    def batches():
+        for frame in pd.read_csv(path, sep=sep, usecols=list(columns), chunksize=batch_rows,
+                                 **exact):
+            yield frame[list(columns)].to_numpy()
+
+    return list(columns), None, batches()
+
+
+def _mostly_numeric_is_an_error(path, head, numeric: list, pd) -> None:
+    """With no ``--columns``, the numeric columns are imported and text ones skipped. A
+    column of numbers with one bad value among its first rows (``1.2x``) is not a text
+    column: skipping it silently dropped a feature (an outside audit), so it is an
+    error naming the value; true text columns are named in the log."""
+    skipped = []
+    for c in head.columns:
+        if c in numeric:
+            continue
+        values = head[c].dropna()
+        parsed = pd.to_numeric(values, errors="coerce")
+        if len(values) and parsed.notna().mean() >= 0.5:
+            row = int(parsed.index[parsed.isna()][0])
+            raise InvalidInputError(
+                f"{path}: column {c!r} holds numbers, but row {row} holds {values[row]!r}, "
+                "which is not one; fix that value, or choose the columns to import with "
+                "--columns (leaving this one out)")
+        skipped.append(str(c))
+    if skipped:
+        log.warning("%s: skipping the non-numeric column(s) %s (choose columns with --columns)",
+                    path, ", ".join(skipped))
+
+
+def _indices(columns, d: int, path) -> list[int]:
+    if columns is None:
+        return list(range(d))
+    try:
+        idx = [int(c) for c in columns]
+    except (TypeError, ValueError):
+        raise InvalidParameterError(
+            f"{path} is an array without column names: give columns as indices "
+            f"(e.g. --columns 0,2), not {list(columns)}") from None
+    bad = [i for i in idx if not -d <= i < d]
+    if bad:
+        raise InvalidParameterError(f"column {bad[0]} is out of range for {path} ({d} columns)")
+    return [i % d for i in idx]
+
+
+def _array_batches(arr, idx, n, batch_rows) -> Iterator[np.ndarray]:
+    for a in range(0, n, batch_rows):
+        block = np.asarray(arr[a:min(a + batch_rows, n)])
+        yield block[:, idx]
+
+
+def _npy(path, columns, batch_rows):
+    arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    if arr.ndim != 2:
+        raise InvalidInputError(f"{path} holds a {arr.ndim}-D array of shape {arr.shape}; "
+                                "expected 2-D (rows, columns)")
+    idx = _indices(columns, arr.shape[1], path)
+    return idx, int(arr.shape[0]), _array_batches(arr, idx, arr.shape[0], batch_rows)
+
+
+def _hdf5(path, columns, batch_rows, dataset):
+    h5py = _need("h5py")
+
+    f = h5py.File(path, "r")
+    if dataset is None:
+        found = []
+        f.visititems(lambda name, obj: found.append(name)
+                     if isinstance(obj, h5py.Dataset) and obj.ndim == 2 else None)
+        if len(found) != 1:
+            f.close()
+            raise InvalidParameterError(
+                f"{path} holds {len(found)} 2-D datasets ({', '.join(found) or 'none'}); name one "
+                "with --dataset")
+        dataset = found[0]
+    if dataset not in f or not isinstance(f[dataset], h5py.Dataset):
+        f.close()
+        raise InvalidInputError(f"{path} has no dataset {dataset!r}")
+    arr = f[dataset]
+    if arr.ndim != 2:
+        f.close()
+        raise InvalidInputError(f"the dataset {dataset!r} of {path} is {arr.ndim}-D; expected 2-D")
+    idx = _indices(columns, arr.shape[1], path)
+
+    def batches():
+        try:
+            yield from _array_batches(arr, idx, arr.shape[0], batch_rows)
+        finally:
+            f.close()
+
+    return idx, int(arr.shape[0]), batches()
+
+
+def import_table(source: str | os.PathLike, out: str | os.PathLike, *,
+                 columns: Sequence | None = None, format: str | None = None,
+                 dataset: str | None = None, chunk_rows: int | None = None,
+                 dtype="float64", overwrite: bool = False) -> dict:
+    """Stream the table ``source`` into the zarr group ``out`` (array ``data``).
+
+    Parameters
+    ----------
+    source : path
+        A Parquet, CSV (or TSV), .npy or HDF5 file.
+    out : path or URL
+        The zarr group to create.
+    columns : sequence, optional
+        Column names (Parquet, CSV) or indices (.npy, HDF5); default: every
+        numeric column.
+    format : {"parquet", "csv", "npy", "hdf5"}, optional
+        Default: from the file's suffix.
+    dataset : str, optional
+        HDF5: the 2-D dataset (default: the only one).
+    chunk_rows : int, optional
+        Rows per zarr chunk (default 65536); batches are this many rows.
+    dtype : {"float64", "float32"}
+    overwrite : bool
+        Replace an existing store at ``out``.
+
+    Returns
+    -------
+    dict
+        ``{"out", "n", "columns", "format"}``.
+    """
+    from .integrity import checksummed
+
+    src = os.fspath(source)
+    if not os.path.isfile(src):
+        raise InvalidInputError(f"no file at {src!r}; check the path")
+    fmt = format or table_format(src)
+    if fmt not in ("parquet", "csv", "npy", "hdf5"):
+        raise InvalidParameterError(
+            f"cannot tell the format of {src!r} from its name; pass --format parquet, csv, npy "
+            "or hdf5")
+    dt = np.dtype(dtype)
+    if dt.name not in ("float32", "float64"):
+        raise InvalidParameterError(f"dtype={dtype!r}: expected float32 or float64")
+    rows = int(chunk_rows or DEFAULT_CHUNK_ROWS)
+    if rows < 1:
+        raise InvalidParameterError(f"chunk_rows={rows} must be at least 1")
+    if columns is not None and len(columns) == 0:
+        raise InvalidParameterError("columns is empty; name at least one column")
+    if fmt == "parquet":
+        names, n, batches = _parquet(src, columns, rows)
+    elif fmt == "csv":
+        names, n, batches = _csv(src, columns, rows)
+    elif fmt == "npy":
+        names, n, batches = _npy(src, columns, rows)
+    else:
+        names, n, batches = _hdf5(src, columns, rows, dataset)
+    d = len(names)
+    loc = os.fspath(out)
+    group = create_group(loc, overwrite)
+    meta = {"source": os.path.abspath(src), "format": fmt,
+            "columns": [str(c) if fmt in ("parquet", "csv") else int(c) for c in names],
+            "dtype": dt.name, "chunk_rows": rows}
+    group.attrs[IMPORT_KEY] = {**meta, "complete": False}
+    arr = group.create_array(DATA_ARRAY_NAME, shape=(n or 0, d), chunks=(rows, d), dtype=dt,
+                             dimension_names=("sample", "feature"), **checksummed())
+    written = 0
+    for block in batches:
+        block = _numeric(block, names, dt)
+        if not np.isfinite(block).all():
+            local = int(np.flatnonzero(~np.isfinite(block).all(axis=1))[0])
+            raise InvalidInputError(
+                f"row {written + local} of {src} has a missing or non-finite value; the "
+                "embedding needs finite numbers: fill or drop those rows first (the output "
+                f"at {loc} is marked incomplete)")
+        end = written + block.shape[0]
+        if n is None and end > arr.shape[0]:  # CSV: the row count is known at the end
+            arr.resize((end, d))
+        arr[written:end] = block
+        written = end
+    if n is not None and written != n:
+        raise InvalidInputError(f"{src} announced {n} rows but {written} were read")
+    if n is None and arr.shape[0] != written:
+        arr.resize((written, d))
+    if written == 0:
+        raise InvalidInputError(f"{src} has no rows")
+    group.attrs[IMPORT_KEY] = {**meta, "n": written, "complete": True}
+    return {"out": loc, "n": written, "columns": meta["columns"], "format": fmt}

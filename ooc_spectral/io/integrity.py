@@ -1,0 +1,199 @@
+"""Integrity of inputs and outputs: fingerprints, checksums, chunk audits, ``verify``.
+
+Inputs
+    :func:`input_fingerprint` describes a zarr input cheaply, without reading its
+    values: a digest of its metadata and of the listing of its chunk objects
+    (key, size and modification time, or the ETag/mtime an object store gives).
+    A batch job records it and compares it before it reports "already complete"
+    or resumes, so a replaced input is never answered with yesterday's result or
+    mixed with it. The listing also shows chunks that do not exist: zarr reads
+    a missing chunk as the fill value, which for an input would be silent
+    zeros, so :func:`input_fingerprint` raises :class:`MissingChunkError`
+    naming the first missing chunk.
+
+Outputs
+    Every array ooc_spectral writes (embedding, model, checkpoint) carries a
+    CRC-32C checksum per chunk (zarr v3's ``crc32c`` codec, :func:`checksummed`):
+    a flipped bit makes the read fail instead of returning 1.6e308. Models and
+    checkpoint parts also record a SHA-256 of their arrays' values
+    (:func:`arrays_digest`), which catches deleted chunk files (read back as the
+    fill value) as well. :func:`~ooc_spectral.io.verify.verify_group` re-reads
+    every chunk of every array of an output and lists the missing and damaged ones
+    (``ooc-spectral verify OUTDIR``), from these pieces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..exceptions import MissingChunkError
+
+__all__ = ["checksummed", "arrays_digest", "input_fingerprint", "chunk_keys",
+           "missing_chunks", "damaged_chunks", "fingerprint_changes"]
+
+
+def checksummed() -> dict:
+    """Keyword arguments of ``create_array`` that give every chunk a CRC-32C checksum."""
+    from zarr.codecs import Crc32cCodec
+
+    return {"compressors": [Crc32cCodec()]}
+
+
+def arrays_digest(arrays: dict[str, np.ndarray]) -> str:
+    """SHA-256 over the names, dtypes, shapes and values of ``arrays`` (sorted by name)."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        value = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}|{value.dtype.str}|{value.shape}|".encode())
+        h.update(value.tobytes())
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- #
+# chunk keys and store listings
+# --------------------------------------------------------------------------- #
+def _local_root(store) -> Path | None:
+    """The directory of a local store (looking through wrapper stores), else None."""
+    from zarr.storage import LocalStore
+
+    seen = 0
+    while store is not None and seen < 8:
+        if isinstance(store, LocalStore):
+            return Path(store.root)
+        store = getattr(store, "_store", None)
+        seen += 1
+    return None
+
+
+def _array_prefix(arr) -> str:
+    path = arr.path or ""
+    return f"{path}/" if path else ""
+
+
+def chunk_keys(arr) -> list[tuple[tuple[int, ...], str]]:
+    """Every chunk (or shard) of ``arr``: its grid coordinates and store key."""
+    grid = arr.cdata_shape if getattr(arr, "shards", None) is None else tuple(
+        -(-s // c) for s, c in zip(arr.shape, arr.shards))
+    prefix = _array_prefix(arr)
+    return [(coords, prefix + arr.metadata.encode_chunk_key(coords))
+            for coords in itertools.product(*(range(g) for g in grid))]
+
+
+def _listing(arr) -> dict[str, tuple]:
+    """Key -> (size, mtime or ETag) of every object under the array's prefix."""
+    prefix = _array_prefix(arr)
+    root = _local_root(arr.store)
+    out: dict[str, tuple] = {}
+    if root is not None:
+        base = root / prefix if prefix else root
+        for dirpath, _, files in os.walk(base):
+            for f in files:
+                p = Path(dirpath) / f
+                try:
+                    st = p.stat()
+                except OSError:
+                    continue
+                out[str(p.relative_to(root)).replace(os.sep, "/")] = (st.st_size, st.st_mtime_ns)
+        return out
+    fs = getattr(arr.store, "fs", None)
+    if fs is not None:  # fsspec: sizes and ETag or modification time in one listing
+        spath = str(getattr(arr.store, "path", "")).rstrip("/")
+        full = f"{spath}/{prefix}".rstrip("/")
+        if hasattr(fs, "invalidate_cache"):  # a listing cached by this process may be stale
+            fs.invalidate_cache(full)
+        if getattr(fs, "asynchronous", False):  # zarr's async instance: on zarr's loop
+            from zarr.core.sync import sync
+
+            found = sync(fs._find(full, detail=True))
+        else:
+            found = fs.find(full, detail=True)
+        for key, info in found.items():
+            rel = key[len(spath):].lstrip("/") if key.startswith(spath) else key
+            stamp = info.get("ETag") or info.get("etag") or info.get("mtime") or \
+                info.get("LastModified") or info.get("last_modified") or info.get("updated")
+            out[rel] = (int(info.get("size") or 0), str(stamp))
+        return out
+    from zarr.core.sync import sync
+
+    async def collect():
+        keys = [k async for k in arr.store.list_prefix(prefix)]
+        return {k: (await arr.store.getsize(k), None) for k in keys}
+
+    return sync(collect())
+
+
+def missing_chunks(arr, listing: dict | None = None) -> list[tuple[tuple[int, ...], str]]:
+    """The chunks of ``arr`` that have no object in the store."""
+    listing = _listing(arr) if listing is None else listing
+    return [(c, k) for c, k in chunk_keys(arr) if k not in listing]
+
+
+def _chunk_region(arr, coords) -> tuple[slice, ...]:
+    shape = arr.shards if getattr(arr, "shards", None) is not None else arr.chunks
+    return tuple(slice(c * s, min((c + 1) * s, n)) for c, s, n in zip(coords, shape, arr.shape))
+
+
+def damaged_chunks(arr, coords_list=None) -> list[tuple[tuple[int, ...], str, str]]:
+    """The chunks of ``arr`` that fail to decode (checksum, codec): (coords, key, error)."""
+    out = []
+    for coords, key in (chunk_keys(arr) if coords_list is None else coords_list):
+        try:
+            arr[_chunk_region(arr, coords)]
+        except Exception as exc:  # a checksum or codec failure inside zarr
+            out.append((coords, key, f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"))
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# input fingerprint
+# --------------------------------------------------------------------------- #
+def input_fingerprint(arr, url: str | None = None) -> dict:
+    """Fingerprint of a zarr input: metadata digest plus chunk listing digest.
+
+    Raises :class:`MissingChunkError` naming the first chunk without an object
+    (it would read as fill values).
+    """
+    listing = _listing(arr)
+    missing = missing_chunks(arr, listing)
+    where = url or str(arr.store_path)
+    if missing:
+        coords, key = missing[0]
+        rows = _chunk_region(arr, coords)[0]
+        raise MissingChunkError(
+            f"chunk {key!r} (rows {rows.start}-{rows.stop - 1}) of the input {where} does not "
+            f"exist ({len(missing)} of {len(chunk_keys(arr))} chunks are missing); zarr would "
+            "read it as fill values: restore or regenerate the input"
+        )
+    meta = json.dumps(arr.metadata.to_dict(), sort_keys=True, default=str)
+    h = hashlib.sha256()
+    for key in sorted(listing):
+        size, stamp = listing[key]
+        h.update(f"{key}|{size}|{stamp}\n".encode())
+    return {
+        "metadata_sha256": hashlib.sha256(meta.encode()).hexdigest(),
+        "listing_sha256": h.hexdigest(),
+        "n_objects": len(listing),
+        "bytes": int(sum(int(v[0] or 0) for v in listing.values())),
+        "newest": max((v[1] for v in listing.values() if isinstance(v[1], int)), default=None),
+    }
+
+
+def fingerprint_changes(old: dict | None, new: dict | None) -> list[str]:
+    """What differs between two fingerprints, in words (empty when they agree)."""
+    if not old or not new:
+        return []
+    out = []
+    if old.get("metadata_sha256") != new.get("metadata_sha256"):
+        out.append("its metadata")
+    if old.get("listing_sha256") != new.get("listing_sha256"):
+        what = "its chunk objects (sizes or modification times)"
+        if old.get("bytes") != new.get("bytes"):
+            what += f", {old.get('bytes')} -> {new.get('bytes')} bytes"
+        out.append(what)
+    return out

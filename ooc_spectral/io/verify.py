@@ -1,0 +1,114 @@
+"""Audits of stores: an output re-read chunk by chunk, an input checked from where a task runs.
+
+:func:`verify_group` re-reads every chunk of every array of an output (an OUTDIR, a
+saved model) and lists the missing and damaged ones and the model arrays whose values
+no longer match their digest (``ooc-spectral verify OUTDIR``).
+:func:`check_readable_here` opens an input where it runs (a dask worker, before the
+passes) and checks that its first chunk exists there. Both are built from the
+checksums, digests and listings of :mod:`ooc_spectral.io.integrity`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import zarr
+
+from ..exceptions import MissingChunkError
+from .integrity import _chunk_region, arrays_digest, chunk_keys, damaged_chunks, missing_chunks
+from .persistence import MODEL_KEY
+
+__all__ = ["verify_group", "check_readable_here"]
+
+
+def _arrays(group, prefix: str = ""):
+    import warnings
+
+    with warnings.catch_warnings():  # report.json, .lock: not zarr nodes, and not ours to check
+        warnings.simplefilter("ignore")
+        members = sorted(group.members(), key=lambda kv: kv[0])
+    for name, node in members:
+        if isinstance(node, zarr.Group):
+            yield from _arrays(node, f"{prefix}{name}/")
+        else:
+            yield f"{prefix}{name}", node
+
+
+def verify_group(path) -> dict[str, Any]:
+    """Re-read every chunk of every array under the zarr group at ``path``.
+
+    Returns ``{"arrays": n, "chunks": n, "missing": [...], "damaged": [...],
+    "digest_mismatch": [...]}``; each entry names the array and chunk key.
+    Arrays whose chunks may legitimately be absent (the per-chunk markers, the
+    scan slot not in use) are only decoded, not required.
+    """
+    group = zarr.open_group(os.fspath(path), mode="r")
+    report: dict[str, Any] = {"arrays": 0, "chunks": 0, "missing": [], "damaged": [],
+                              "digest_mismatch": []}
+    for name, arr in _arrays(group):
+        report["arrays"] += 1
+        keys = chunk_keys(arr)
+        report["chunks"] += len(keys)
+        optional = name.endswith("embedding_written")
+        if not optional:
+            for _, key in missing_chunks(arr):
+                report["missing"].append(f"{name}: chunk {key}")
+        for _, key, err in damaged_chunks(arr, keys):
+            report["damaged"].append(f"{name}: chunk {key} ({err})")
+    # the model's digest of its values
+    for gname in ("", "model"):
+        try:
+            g = group[gname] if gname else group
+        except KeyError:
+            continue
+        meta = g.attrs.get(MODEL_KEY) if isinstance(g, zarr.Group) else None
+        if meta and meta.get("arrays_sha256"):
+            try:
+                values = {k: np.asarray(g[k][...]) for k in g.array_keys()}
+            except Exception:
+                continue  # already listed as damaged
+            if arrays_digest(values) != meta["arrays_sha256"]:
+                report["digest_mismatch"].append(f"{gname or '.'}: the model's arrays")
+    return report
+
+
+# --------------------------------------------------------------------------- #
+# checks a batch job makes
+# --------------------------------------------------------------------------- #
+def check_readable_here(url: str, storage_options=None) -> str:
+    """Open the input at ``url`` and check that its first chunk exists, where this runs.
+
+    Meant to run on a dask worker before the passes: a worker that cannot see
+    the input (another working directory, another mount, no credentials for
+    the bucket) would otherwise read every chunk as fill values or fail late.
+    Raises :class:`StoreNotFoundError` or :class:`MissingChunkError` naming the
+    path as this process sees it. ``storage_options`` (a
+    :class:`~ooc_spectral.io.storage.StorageOptions`) are the command's options
+    for a URL.
+    """
+    import socket
+
+    from zarr.core.sync import sync
+
+    from ..exceptions import StoreNotFoundError
+    from .source import open_zarr_array
+    from .storage import is_url
+
+    where = f"on {socket.gethostname()} (pid {os.getpid()}, working directory {os.getcwd()})"
+    need = ("workers must reach the store with the client's settings (the backend's "
+            "variables, e.g. AWS_*, on the workers, or --storage-options)" if is_url(url)
+            else "workers must see the input at the same path as the client")
+    options = storage_options.to_dict() if storage_options else None
+    try:
+        arr = open_zarr_array(url, storage_options=options)
+    except StoreNotFoundError as exc:
+        raise StoreNotFoundError(f"{exc} [{where}]; {need}") from None
+    coords, key = chunk_keys(arr)[0]
+    if not sync(arr.store.exists(key)):
+        raise MissingChunkError(
+            f"chunk {key!r} of the input {url} does not exist {where}; {need}"
+        )
+    arr[_chunk_region(arr, coords)]
+    return where

@@ -1,0 +1,123 @@
+"""The fit's certificate around its passes: the spectrum's interval, the rounding report,
+and the advice of a breakdown checked before it is given.
+
+- :func:`eigenvalue_interval`: every exact eigenvalue's interval from pass 2's certified
+  sums and the eigensolve (:func:`~ooc_spectral.core.eigensolve.spectrum_allowance`);
+  :func:`exact_interval`, the exact path's.
+- :func:`rounding_report`: the certificate's rounding terms for ``report.json``.
+- :func:`advised` / :func:`advise_tol`: a :class:`~ooc_spectral.exceptions.NumericalBreakdownError`
+  of a tol-based fit names the smallest tol whose scan certifies every row of this data
+  (all of it when small, a seeded sample otherwise), found by scanning, not guessed: a
+  user who follows the message gets a certified fit.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..core import planning
+from ..core.checks import check_conditioning, nice_ceil
+from ..core.eigensolve import eigenvalue_error_bound, spectrum_allowance
+from ..core.kernels import Kernel
+from ..core.model import Dictionary, SpectralMap
+from ..core.planning import VisitOrder
+from ..core.rounding import U, entry_error, kernel_center
+from ..core.scan.blocked import scan_rows
+from ..core.scan.state import DictionaryState
+from ..exceptions import DictionarySizeError, NumericalBreakdownError
+
+__all__ = ["ADVICE_ROWS", "advised", "advise_tol", "eigenvalue_interval", "exact_interval",
+           "rounding_report"]
+
+#: Rows of the sample on which the advised tol of a breakdown is checked.
+ADVICE_ROWS = 20_000
+
+
+def eigenvalue_interval(dictionary: Dictionary, stats, smap: SpectralMap, depth: int) -> np.ndarray:
+    """``[lambda_i - lower_i, lambda_i + b + upper_i]`` for each computed eigenvalue
+    (:func:`~ooc_spectral.core.eigensolve.spectrum_allowance`), shape (p, 2)."""
+    lower, upper = spectrum_allowance(dictionary, stats.m2, smap, stats.sums, depth)
+    b = eigenvalue_error_bound(stats.sums, dictionary.size)
+    lam = np.asarray(smap.eigenvalues, dtype=np.float64)
+    return np.column_stack([lam - lower, lam + b + upper])
+
+
+def exact_interval(kernel: Kernel, X: np.ndarray, smap: SpectralMap) -> np.ndarray:
+    """The exact path's eigenvalue interval (p, 2): the computed n x n Gram matrix is within
+    ``n eta`` of the exact one in the 2-norm (every entry within ``eta``,
+    :func:`~ooc_spectral.core.rounding.entry_error`; centring does not enlarge it), and the
+    eigensolver adds its backward error (``8 n u lambda_1``), so each exact eigenvalue is
+    within the sum of the two (Weyl)."""
+    n = X.shape[0]
+    aux = kernel.aux(X)
+    kx = kernel.diag(X, aux)
+    c = kernel_center(kernel)
+    P = X if c is None else X - np.asarray(c, dtype=np.float64)
+    radius = float(np.sqrt(np.max(np.einsum("ij,ij->i", P, P)))) * (1 + 1e-14)
+    eta = float(np.max(entry_error(kernel, X, aux, kx, radius, float(np.max(np.abs(kx))))))
+    lam = np.asarray(smap.eigenvalues, dtype=np.float64)
+    a = n * eta + 8 * n * U * float(np.max(np.abs(lam)))
+    return np.column_stack([lam - a, lam + a])
+
+
+def rounding_report(dictionary: Dictionary, sums) -> dict | None:
+    """The certificate's rounding terms for ``report.json``: the dictionary's constants
+    (:meth:`FactorRounding.to_report <ooc_spectral.core.rounding.FactorRounding.to_report>`)
+    and pass 2's largest rounding term and count of rows that needed the sharp bound."""
+    r = dictionary.rounding
+    if r is None:
+        return None
+    out = r.to_report()
+    if sums is not None and sums.certified:
+        out.update({"max_rounding": sums.max_rounding, "sharp_rows": sums.sharp_rows,
+                    "sum_certified_residuals": sums.sum_dhat})
+    return out
+
+
+def advised(run, err: NumericalBreakdownError, kernel: Kernel) -> NumericalBreakdownError:
+    """``err`` with the tol its message advises replaced by one :func:`advise_tol` checked
+    on the data of ``run`` (a :class:`~ooc_spectral.pipeline.fit.FitRun`); ``err`` itself
+    where it advises no tol or the fit is not tol-based."""
+    c = run.config
+    if getattr(err, "suggested_tol", None) is None or c.dictionary_size is not None or c.tol is None:
+        return err
+    advice, checked = advise_tol(run, kernel, float(c.tol))
+    msg = re.sub(r"Use tol >= [0-9.e+-]+", f"Use tol >= {advice:.2g}", str(err))
+    if checked:
+        msg += f" (tol={advice:.2g} is certified on {checked})"
+    new = NumericalBreakdownError(msg)
+    new.suggested_tol = advice
+    return new
+
+
+def advise_tol(run, kernel: Kernel, tol: float) -> tuple[float, str]:
+    """The smallest tol of the grid ``1, 2, 5 x 10^k`` above ``tol`` whose scan certifies
+    every row of the data (in the fit's visiting order, when it has at most
+    :data:`ADVICE_ROWS` rows; else of a seeded sample of that many, and the advice is
+    then doubled, since more rows make a larger dictionary) with a factor the passes
+    resolve; and what it was checked on ("" if no tol below ``k(x, x)`` is)."""
+    c, s = run.config, run.source
+    if s.n_rows <= ADVICE_ROWS:
+        rows = VisitOrder(s.n_rows, c.random_state, window=planning.VISIT_WINDOW_ROWS).global_order()
+        X = s.read_index(np.arange(s.n_rows))[rows]
+        what = "every row in this fit's order"
+    else:
+        sorted_rows, X = run._sample("advice", ADVICE_ROWS)
+        perm = np.random.default_rng(np.random.SeedSequence([c.random_state, 0xAD])).permutation(
+            len(sorted_rows))
+        rows, X = sorted_rows[perm], X[perm]
+        what = f"a seeded sample of {len(rows)} rows"
+    scale = float(np.max(np.abs(kernel.diag(X[: min(len(X), 4096)])))) or 1.0
+    t = tol
+    while t < scale:
+        t = nice_ceil(t, strictly=True)
+        state = DictionaryState(kernel, s.n_features, c.affine)
+        try:
+            scan_rows(state, X, rows, t, limit=c.max_dictionary_size)
+            check_conditioning(state.freeze(), t)
+        except (NumericalBreakdownError, DictionarySizeError):
+            continue
+        return (t if s.n_rows <= ADVICE_ROWS else nice_ceil(2 * t)), what
+    return nice_ceil(scale), ""

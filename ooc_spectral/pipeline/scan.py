@@ -1,0 +1,294 @@
+"""Pass 1 over a data source: the windows read, the greedy scan driven, the prefix scan completed.
+
+Algorithm 1 visits the rows in a seeded order (:class:`~ooc_spectral.core.planning.VisitOrder`),
+window by window (:func:`scan_source`): :class:`WindowReader` reads each window (the
+next one in a background thread while the current one is scanned) and the blocked scan
+of :mod:`ooc_spectral.core.scan.blocked` takes its rows. With ``scan="prefix"`` it
+stops once the dictionary stopped growing for ``prefix_patience`` windows; pass 2 then
+checks every row anyway (it computes the residuals for the certificate) and
+returns the rows beyond ``tol`` (:class:`~ooc_spectral.core.statistics.BeyondTol`).
+Scanning those rows, in visiting order, against the growing dictionary selects
+exactly the points the full scan would have: a row within ``tol`` stays within
+it as the span grows.
+
+:class:`GreedyScan` owns what that needs between pass 1 and the completion: the
+growing dictionary (``state``), the visiting order and how many windows were
+scanned, the tol, the checkpoint it saves to. The pipeline keeps one object
+instead of loose attributes; RP-Cholesky's completion
+(:class:`~ooc_spectral.pipeline.rpcholesky.RPCholeskySelection`) has the same interface
+(:class:`Selection`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import numpy as np
+
+from .._validation import check_finite
+from ..core.planning import SCAN_READ_CACHE_BYTES, VisitOrder, chunks_of_rows
+from ..core.scan.blocked import scan_rows
+from ..core.scan.state import DictionaryState, ScanProgress, _size_error
+from ..core.statistics import VIOLATOR_CAP, BeyondTol, Certificate
+from ..exceptions import raise_if_interrupted
+from ..io.source import DataSource
+
+__all__ = ["WindowReader", "scan_source", "Rescan", "Selection", "GreedyScan"]
+
+log = logging.getLogger("ooc_spectral")
+
+
+class WindowReader:
+    """The scan's windows, read so that storage chunks shared by windows are decoded once.
+
+    A window of the visiting order (:data:`~ooc_spectral.core.planning.VISIT_WINDOW_ROWS`
+    rows) is often part of a larger storage chunk (zarr chunks of 131,072 or
+    262,144 rows), and the windows are visited in a seeded random order: reading
+    each window from the store decoded its whole chunk once per window, most of a
+    fast scan's time (docs/measurements.md, "The scan's read cache").
+    The visiting order is known in advance
+    (:meth:`~ooc_spectral.core.planning.VisitOrder.chunk_visits`), so a decoded chunk
+    is kept while a later window needs it, within
+    :data:`~ooc_spectral.core.planning.SCAN_READ_CACHE_BYTES`; when the budget is
+    full, the chunk needed farthest ahead is the one not kept (Belady's rule).
+    The rows and their order are those of ``source.read_rows``: only how often a
+    chunk is decoded changes. Used by one thread at a time.
+    """
+
+    def __init__(self, source, order: VisitOrder, start_window: int = 0,
+                 budget: int = SCAN_READ_CACHE_BYTES):
+        self.source, self.order, self.budget = source, order, int(budget)
+        self.windows = order.windows
+        self.starts = np.asarray(source.chunk_starts, dtype=np.int64)
+        self.keeps = source.kind != "numpy"  # reading numpy rows decodes nothing
+        self.visits = order.chunk_visits(self.starts, start_window) if self.keeps else {}
+        self.chunks: dict[int, np.ndarray] = {}
+        self.decoded = 0  # chunks read from the source (for tests and benchmarks)
+
+    def _next_visit(self, j: int, k: int) -> float:
+        """The first position from ``k`` on whose window needs chunk ``j`` (inf: none)."""
+        v = self.visits.get(j, [])
+        i = bisect.bisect_left(v, k)
+        return v[i] if i < len(v) else math.inf
+
+    def _chunk(self, j: int, k: int) -> np.ndarray:
+        """Storage chunk ``j`` for the window at position ``k``, kept if a later one needs it."""
+        chunk = self.chunks.pop(j, None)
+        if chunk is None:
+            chunk = self.source.read_raw(int(self.starts[j]), int(self.starts[j + 1]))
+            self.decoded += 1
+        kept = {i: self._next_visit(i, k) for i in self.chunks}  # maybe this window's next
+        kept[j] = self._next_visit(j, k + 1)
+        while kept and (sum(self.chunks[i].nbytes for i in kept if i != j)
+                        + (chunk.nbytes if j in kept else 0)) > self.budget:
+            del kept[max(kept, key=kept.get)]  # needed farthest ahead (or never)
+        self.chunks = {i: self.chunks[i] for i in kept if i != j and kept[i] < math.inf}
+        if j in kept and kept[j] < math.inf:
+            self.chunks[j] = chunk
+        return chunk
+
+    def read(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The window at position ``k`` of the visiting order: its rows in visiting
+        order as float64 (checked finite) and their row numbers."""
+        w = self.windows[k]
+        a, b = self.order.window_bounds(w)
+        if not self.keeps:
+            raw = self.source.read_raw(a, b)
+        else:
+            parts = []
+            for j in chunks_of_rows(self.starts, a, b):
+                c0 = int(self.starts[j])
+                parts.append(self._chunk(j, k)[max(a, c0) - c0: min(b, int(self.starts[j + 1])) - c0])
+            raw = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        check_finite(raw, a, self.source)
+        perm = self.order.rows_in_window(w)
+        return np.ascontiguousarray(raw[perm], dtype=np.float64), a + perm
+
+
+def scan_source(
+    source,
+    order: VisitOrder,
+    state: DictionaryState,
+    *,
+    tol: float,
+    max_size: int,
+    start_window: int = 0,
+    block_rows: int | None = None,
+    on_window: Callable[[DictionaryState, ScanProgress], None] | None = None,
+    patience: int | None = None,
+) -> int:
+    """Algorithm 1, steps 1-16, over a :class:`~ooc_spectral.io.source.DataSource`.
+
+    Reads the windows of ``order`` from ``start_window`` on (the next window is
+    read in a background thread while the current one is scanned), permutes each
+    window's rows, and scans them in blocks. ``on_window`` is called after each
+    window with the state and a :class:`ScanProgress` (checkpoints hook in there).
+
+    With ``patience=k`` the scan stops early, after ``k`` consecutive windows
+    that each added at most ``size // 1000`` points (the *prefix scan*; the rows
+    left must then be checked by a parallel pass, see
+    :func:`~ooc_spectral.pipeline.fit.FitRun.build_dictionary`).
+
+    Returns
+    -------
+    int
+        The number of windows of ``order`` scanned so far (``order.n_windows``
+        unless the prefix scan stopped early).
+
+    Raises
+    ------
+    DictionarySizeError
+        The dictionary would grow past ``max_size``.
+    NonFiniteInputError
+        A row holds NaN or infinity.
+    """
+    windows = order.windows
+    n_windows = len(windows)
+    t0 = time.perf_counter()
+    rows_done = int(sum(order.window_bounds(w)[1] - order.window_bounds(w)[0]
+                        for w in windows[:start_window]))
+    read = WindowReader(source, order, start_window).read
+
+    stable = 0
+    done = start_window
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ooc-scan-read") as pool:
+        nxt = pool.submit(read, start_window) if start_window < n_windows else None
+        for k in range(start_window, n_windows):
+            raise_if_interrupted()
+            Xw, rw = nxt.result()
+            nxt = pool.submit(read, k + 1) if k + 1 < n_windows else None
+            before = state.size
+            if scan_rows(state, Xw, rw, tol, limit=max_size, block_rows=block_rows):
+                raise _size_error(state, max_size, rows_done, order.n_rows, tol)
+            rows_done += Xw.shape[0]
+            done = k + 1
+            if on_window is not None:
+                on_window(state, ScanProgress(k + 1, n_windows, rows_done, order.n_rows,
+                                              state.size, time.perf_counter() - t0))
+            stable = stable + 1 if state.size - before <= state.size // 1000 else 0
+            if patience is not None and stable >= patience and done < n_windows:
+                if nxt is not None:
+                    nxt.cancel()
+                break
+    return done
+
+
+@dataclass(frozen=True)
+class Rescan:
+    """What scanning the rows pass 2 found beyond tol did (the prefix scan's end)."""
+
+    grew: bool  #: points entered the dictionary
+    rescanned_all: bool  #: too many rows beyond tol: the rest of the data was scanned instead
+    certificate: Certificate  #: bounds every row's residual with the final dictionary
+
+
+class Selection(Protocol):
+    """A dictionary selection the pipeline holds between pass 1 and pass 2."""
+
+    state: DictionaryState
+
+    def complete_from(self, beyond: BeyondTol, tol: float) -> Rescan:
+        """Bring the rows pass 2 found beyond ``tol`` within it."""
+
+
+class GreedyScan:
+    """Algorithm 1 over ``source`` in ``order``, resumable, and its prefix completion.
+
+    Parameters
+    ----------
+    source : DataSource
+    order : VisitOrder
+        The seeded visiting order, in windows.
+    state : DictionaryState
+        The dictionary grown so far (empty, or restored from a checkpoint).
+    tol : float
+    windows_done : int
+        Windows of ``order`` already scanned into ``state``.
+    limit : int
+        The scan's size limit (a :class:`~ooc_spectral.exceptions.DictionarySizeError`
+        past it).
+    max_dictionary_size : int
+        The limit the completion enforces.
+    checkpoint : optional
+        ``save_scan(state, windows_done, tol, prefix_done=...)`` and ``every``.
+    on_scan : callable, optional
+        Called with a :class:`~ooc_spectral.core.scan.state.ScanProgress` after each window.
+    """
+
+    def __init__(self, source: DataSource, order, state: DictionaryState, tol: float, *,
+                 windows_done: int = 0, limit: int, max_dictionary_size: int,
+                 checkpoint=None, on_scan: Callable[[ScanProgress], None] | None = None):
+        self.source, self.order, self.state, self.tol = source, order, state, float(tol)
+        self.windows_done = int(windows_done)
+        self.limit, self.max_dictionary_size = limit, max_dictionary_size
+        self.checkpoint, self.on_scan = checkpoint, on_scan
+
+    @property
+    def complete(self) -> bool:
+        """Whether every window was scanned."""
+        return self.windows_done >= self.order.n_windows
+
+    def run(self, patience: int | None = None) -> bool:
+        """Scan the windows left; with ``patience``, stop once the dictionary stopped
+        growing for that many windows (the prefix scan). Returns :attr:`complete`."""
+        self.windows_done = self._scan_windows(self.windows_done, patience)
+        if not self.complete:
+            log.info("prefix scan: the dictionary stopped growing after %d of %d windows (%d "
+                     "points); pass 2 checks the other rows", self.windows_done,
+                     self.order.n_windows, self.state.size)
+            if self.checkpoint is not None:
+                self.checkpoint.save_scan(self.state, self.windows_done, self.tol, prefix_done=True)
+        return self.complete
+
+    def _scan_windows(self, start: int, patience: int | None = None) -> int:
+        every = self.checkpoint.every if self.checkpoint is not None else 0
+
+        def on_window(st: DictionaryState, progress: ScanProgress) -> None:
+            if self.on_scan is not None:
+                self.on_scan(progress)
+            done = progress.windows_done
+            if self.checkpoint is not None and (done % every == 0 or done == progress.n_windows):
+                self.checkpoint.save_scan(st, done, self.tol)
+
+        return scan_source(self.source, self.order, self.state, tol=self.tol, max_size=self.limit,
+                           start_window=start, on_window=on_window, patience=patience)
+
+    def complete_from(self, beyond: BeyondTol, tol: float) -> Rescan:
+        """Scan the rows pass 2 found beyond ``tol``, in visiting order.
+
+        Afterwards every row is within ``tol``. If pass 2 found more than
+        ``VIOLATOR_CAP`` such rows, the sequential scan goes on over the rest of
+        the data instead. The certificate of the result bounds every row's residual
+        with the final dictionary: the largest of the pass-2 residuals within
+        ``tol`` (they can only have shrunk) and of the scanned rows' final residuals.
+        """
+        state, order = self.state, self.order
+        rows, Xv = beyond.rows, beyond.X
+        before = state.size
+        rescanned_all = len(rows) > VIOLATOR_CAP
+        if rescanned_all:
+            log.info("prefix scan: more than %d rows beyond tol; scanning the rest of the data",
+                     VIOLATOR_CAP)
+            self.windows_done = self._scan_windows(self.windows_done)
+        elif len(rows):
+            sequence = np.argsort(order.sort_keys(rows), kind="stable")
+            if scan_rows(state, Xv[sequence], rows[sequence], tol, limit=self.max_dictionary_size):
+                raise _size_error(state, self.max_dictionary_size, self.source.n_rows,
+                                  self.source.n_rows, tol)
+            log.info("prefix scan: %d rows beyond tol, %d entered the dictionary", len(rows),
+                     state.size - before)
+        if self.checkpoint is not None:
+            self.checkpoint.save_scan(state, order.n_windows, tol)
+        cert = beyond.within
+        if len(rows) and not rescanned_all:
+            _, delta = state.freeze().project(Xv)
+            i = int(np.argmax(delta))
+            if delta[i] > cert.max_delta:
+                cert = Certificate(float(delta[i]), int(rows[i]))
+        return Rescan(state.size > before, rescanned_all, cert)

@@ -1,0 +1,122 @@
+"""Reference answers that do not share the library's arithmetic.
+
+The certificate and the eigenvalue interval are checked against quantities computed
+another way: kernel values from the rows' differences (never the expanded square the
+library uses), in extended precision (``numpy.longdouble``, a 64-bit significand on
+x86-64), and the residuals by a Cholesky factorization and triangular solves in that
+precision (not the float64 factor the fit returns). Slow (no BLAS), so for the small
+data sets of the tests.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+LD = np.longdouble
+HAS_EXTENDED = np.finfo(LD).nmant >= 63
+
+
+def _center(kernel):
+    base = getattr(kernel, "base", None)
+    c = getattr(base if base is not None else kernel, "center", None)
+    return None if c is None else np.asarray(c, dtype=np.float64)
+
+
+def kernel_matrix(kernel, X, Y) -> np.ndarray:
+    """``k(X, Y)`` of the library's kernel object, in extended precision, from differences."""
+    name = kernel.name
+    X = np.asarray(X, dtype=np.float64)
+    Y = np.asarray(Y, dtype=np.float64)
+    if name in ("rbf", "laplacian"):
+        Xl, Yl = X.astype(LD), Y.astype(LD)
+        acc = np.zeros((X.shape[0], Y.shape[0]), dtype=LD)
+        for j in range(X.shape[1]):
+            diff = Xl[:, j:j + 1] - Yl[None, :, j]
+            acc += diff * diff if name == "rbf" else np.abs(diff)
+        return np.exp(-LD(kernel.gamma) * acc)
+    c = _center(kernel)
+    Xl, Yl = X.astype(LD), Y.astype(LD)
+    if c is not None:
+        Xl, Yl = Xl - c.astype(LD), Yl - c.astype(LD)
+    G = np.einsum("ik,jk->ij", Xl, Yl)
+    if name == "linear":
+        return G
+    if name == "polynomial":
+        return (LD(kernel.gamma) * G + LD(kernel.coef0)) ** int(kernel.degree)
+    if name == "cosine":
+        nx = np.sqrt(np.einsum("ik,ik->i", Xl, Xl))
+        ny = np.sqrt(np.einsum("ik,ik->i", Yl, Yl))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            K = G / nx[:, None] / ny[None, :]
+        return np.where(np.isfinite(K), K, LD(0))
+    raise ValueError(f"no extended-precision reference for kernel {name!r}")
+
+
+def kernel_diag(kernel, X) -> np.ndarray:
+    """``k(x, x)`` for every row, in extended precision."""
+    X = np.asarray(X, dtype=np.float64)
+    name = kernel.name
+    if name in ("rbf", "laplacian"):
+        return np.ones(len(X), dtype=LD)
+    c = _center(kernel)
+    Xl = X.astype(LD) if c is None else X.astype(LD) - c.astype(LD)
+    sq = np.einsum("ik,ik->i", Xl, Xl)
+    if name == "linear":
+        return sq
+    if name == "polynomial":
+        return (LD(kernel.gamma) * sq + LD(kernel.coef0)) ** int(kernel.degree)
+    if name == "cosine":
+        return (sq > 0).astype(LD)
+    raise ValueError(f"no extended-precision reference for kernel {name!r}")
+
+
+def cholesky(M: np.ndarray) -> np.ndarray:
+    M = np.array(M, dtype=LD)
+    m = M.shape[0]
+    L = np.zeros_like(M)
+    for j in range(m):
+        s = M[j, j] - L[j, :j] @ L[j, :j]
+        if not s > 0:
+            raise np.linalg.LinAlgError(f"the dictionary's Gram matrix is not positive definite "
+                                        f"in extended precision at pivot {j} ({float(s):.3g})")
+        L[j, j] = np.sqrt(s)
+        if j + 1 < m:
+            L[j + 1:, j] = (M[j + 1:, j] - L[j + 1:, :j] @ L[j, :j]) / L[j, j]
+    return L
+
+
+def forward(L: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """``L^-1 B`` for lower-triangular L (m x m) and B (m x n), in extended precision."""
+    B = np.array(B, dtype=LD)
+    X = np.empty_like(B)
+    for i in range(L.shape[0]):
+        X[i] = (B[i] - L[i, :i] @ X[:i]) / L[i, i]
+    return X
+
+
+def true_residuals(kernel, X, D) -> np.ndarray:
+    """Every row's squared feature-space distance to the span of the dictionary rows D
+    (exact arithmetic up to about 1e-19 relative), as float64."""
+    M = kernel_matrix(kernel, D, D)
+    L = cholesky(M)
+    Z = forward(L, kernel_matrix(kernel, D, X))
+    return (kernel_diag(kernel, X) - np.sum(Z * Z, axis=0)).astype(np.float64)
+
+
+def reference_eigenvalues(kernel, X, p: int) -> tuple[np.ndarray, float]:
+    """The p largest eigenvalues of the exact centred Gram matrix and their rounding.
+
+    The Gram matrix from differences in extended precision, rounded once to float64,
+    centred and eigensolved by LAPACK (``eigh``). The allowance covers the one rounding
+    of every entry (``n u max|K|`` in the 2-norm) and the eigensolver's backward error
+    (``8 n u lambda_1``).
+    """
+    X = np.asarray(X, dtype=np.float64)
+    n = X.shape[0]
+    K = kernel_matrix(kernel, X, X)
+    mu = K.mean(axis=0)
+    Kc = (K - mu[None, :] - mu[:, None] + mu.mean()).astype(np.float64)
+    vals = np.linalg.eigvalsh(0.5 * (Kc + Kc.T))[::-1][:p]
+    u = np.finfo(np.float64).eps / 2
+    allowance = n * u * float(np.max(np.abs(Kc))) * 2 + 8 * n * u * float(vals[0])
+    return vals, allowance
