@@ -39,7 +39,8 @@ from ._sklearn import SparseInputMixin
 from .._validation import check_fitted, check_float, check_int, check_n_features
 from ..core.config import resolve_seed
 from .embedding import GreedySpectralEmbedding
-from ..exceptions import InvalidInputError
+from ..exceptions import InvalidInputError, InvalidParameterError
+from . import _representatives
 from ..runtime.execution import Executor
 from ..core.planning import plan_sample
 from ..io.source import open_source
@@ -48,6 +49,9 @@ __all__ = ["GreedySpectralClustering", "unit_rows"]
 
 #: ``purpose`` tag of the k-means initialisation sample (see :func:`plan_sample`).
 KMEANS_SAMPLE_PURPOSE = 0x4B
+#: The graphs the clustering can be made on: the kernel of the greedy dictionary's
+#: embedding, or each row's nearest representatives (``estimators/_representatives.py``).
+AFFINITIES = ("kernel", "representatives")
 #: Rows per block when the embedding is a numpy array.
 NUMPY_BLOCK_ROWS = 65536
 
@@ -183,7 +187,8 @@ affine, degree_estimate, degree_subset_size, sample_size, chunk_rows
     (2000,)
     """
 
-    def __init__(self, n_clusters=2, *, n_components=None, kernel="rbf", gamma=None, degree=3,
+    def __init__(self, n_clusters=2, *, affinity="kernel", n_representatives=1000, n_neighbors=5,
+                 n_components=None, kernel="rbf", gamma=None, degree=3,
                  coef0=1.0, tol=1e-3, dictionary_size=None, selection="greedy",
                  max_dictionary_size=5000, affine=True, degree_estimate="exact",
                  degree_subset_size=1000, sample_size=20000, chunk_rows=None, n_init=10,
@@ -199,6 +204,9 @@ affine, degree_estimate, degree_subset_size, sample_size, chunk_rows
         check_int(name, "max_iter", self.max_iter, low=0)
         check_float(name, "kmeans_tol", self.kmeans_tol, low=0.0)
         check_int(name, "kmeans_sample_size", self.kmeans_sample_size, low=k)
+        if self.affinity not in AFFINITIES:
+            raise InvalidParameterError(
+                f"{name}: affinity={self.affinity!r}; expected one of {', '.join(AFFINITIES)}")
         return k, (k if p is None else p)
 
     def _embedding_estimator(self, n_components: int, seed: int) -> GreedySpectralEmbedding:
@@ -226,6 +234,11 @@ affine, degree_estimate, degree_subset_size, sample_size, chunk_rows
         """
         k, p = self._check_params()
         seed = resolve_seed(self.random_state)
+        if self.affinity == "representatives":
+            # k non-trivial coordinates and the constant one (docs/representatives.md)
+            _representatives.fit(self, X, k, k + 1 if self.n_components is None else p, seed)
+            return self
+        self.cluster_map_ = None
         est = self._embedding_estimator(p, seed).fit(X, output=output)
         n = est.n_samples_fit_
         if n < k:
@@ -274,8 +287,8 @@ affine, degree_estimate, degree_subset_size, sample_size, chunk_rows
         return np.ascontiguousarray(km.cluster_centers_, dtype=np.float64)
 
     # ------------------------------------------------------------------ #
-    def _check_fitted(self) -> GreedySpectralEmbedding:
-        return check_fitted(self, "embedding_estimator_")
+    def _check_fitted(self):
+        return check_fitted(self, "cluster_centers_")
 
     def predict(self, X):
         """Cluster of new rows: Nyström embedding, unit length, nearest centre.
@@ -291,7 +304,10 @@ affine, degree_estimate, degree_subset_size, sample_size, chunk_rows
             numpy for numpy input, a lazy dask array otherwise. On training rows
             this gives back ``labels_``.
         """
-        est = self._check_fitted()
+        self._check_fitted()
+        if getattr(self, "cluster_map_", None) is not None:
+            return _representatives.predict(self, X)
+        est = self.embedding_estimator_
         source = open_source(X)
         check_n_features(type(self).__name__, source.n_features, est.n_features_in_)
         E = est.transform(source)

@@ -74,17 +74,16 @@ import numpy as np
 import scipy.linalg
 from scipy.spatial import cKDTree
 
-try:
-    from ooc_spectral._validation import check_finite
-except ImportError:  # staged before the restructure
-    from ooc_spectral.source import check_finite
-try:
-    from ooc_spectral.core.statistics import Statistic
-except ImportError:  # staged before the restructure
-    from ooc_spectral.statistics import Statistic
+from .._validation import check_finite
+from .statistics import Statistic
 
 __all__ = [
     "BipartiteSums",
+    "ClusterMap",
+    "combine_in_order",
+    "embed_block",
+    "label_block",
+    "nearest_center",
     "Representatives",
     "TransferCutMap",
     "chunk_bipartite",
@@ -409,3 +408,60 @@ def solve_transfer_cut(sums: BipartiteSums, reps: Representatives,
     C = np.zeros((m, p))
     C[used] = dinv[used][:, None] * W * scale[None, :]
     return TransferCutMap(reps, C, mu)
+
+
+# --------------------------------------------------------------------------- #
+# pass 3: coordinates and labels of a block of rows
+# --------------------------------------------------------------------------- #
+def combine_in_order(parts: list) -> BipartiteSums:
+    """The partials of consecutive chunks combined left to right (a tree node)."""
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.combine(part)
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class ClusterMap:
+    """Rows to their unit-length transfer-cut coordinates (Ng, Jordan & Weiss) and,
+    given the k-means ``centers`` in that space, to their cluster.
+
+    ``embed`` has the contract of :func:`~ooc_spectral.pipeline.writeback.map_rows`
+    (``embed(X) -> (len(X), p)``, ``n_components``).
+    """
+
+    tmap: TransferCutMap
+    centers: np.ndarray | None = None
+
+    @property
+    def n_components(self) -> int:
+        return self.tmap.n_components
+
+    def embed(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        if X.shape[0] == 0:
+            return np.empty((0, self.n_components))
+        return unit_rows(self.tmap.embed(X))
+
+    def labels(self, X: np.ndarray) -> np.ndarray:
+        return nearest_center(self.embed(X), self.centers)
+
+
+def embed_block(block, tmap: TransferCutMap, offset: int = 0, chunk_starts=None) -> np.ndarray:
+    """Unit-length transfer-cut coordinates ``(len(block), p)`` of a block of rows
+    (checked finite; errors name the global row ``offset + i``)."""
+    X = np.ascontiguousarray(block, dtype=np.float64)
+    check_finite(X, int(offset), chunk_starts=chunk_starts)
+    return ClusterMap(tmap).embed(X)
+
+
+def nearest_center(U: np.ndarray, centers: np.ndarray) -> np.ndarray:
+    """The number of the nearest of ``centers`` for each row of ``U`` (ties: the lower)."""
+    d2 = _sq_norms(centers)[None, :] - 2.0 * (U @ centers.T)
+    return np.argmin(d2, axis=1).astype(np.int64)
+
+
+def label_block(block, tmap: TransferCutMap, centers: np.ndarray, offset: int = 0,
+                chunk_starts=None) -> np.ndarray:
+    """The cluster of each row of a block: its unit coordinates' nearest centre."""
+    return nearest_center(embed_block(block, tmap, offset, chunk_starts), centers)
