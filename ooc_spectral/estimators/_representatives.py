@@ -61,7 +61,7 @@ def fit(est, X, k: int, p: int, seed: int) -> None:
     est.cluster_centers_ = cmap.centers
     est.eigenvalues_ = cmap.tmap.eigenvalues.copy()
     est.inertia_ = result.inertia
-    est.n_iter_ = 0
+    est.n_iter_ = result.n_iter
     est.stage_times_ = dict(result.times)
     est.n_features_in_ = source.n_features
     est.random_state_ = seed

@@ -67,6 +67,8 @@ class RepresentativesFit:
         k-means inertia on the sample.
     sample_size : int
         Rows of the k-means sample.
+    n_iter : int
+        Lloyd iterations of the best k-means run on the sample.
     times : dict
         Seconds per stage.
     """
@@ -75,6 +77,7 @@ class RepresentativesFit:
     sums: BipartiteSums
     inertia: float
     sample_size: int
+    n_iter: int
     times: dict = field(default_factory=dict)
 
 
@@ -180,7 +183,8 @@ def fit_representatives(source, *, n_clusters: int, n_components: int, n_represe
     km = KMeans(n_clusters=n_clusters, init="k-means++", n_init=n_init, random_state=seed).fit(U)
     centers = np.ascontiguousarray(km.cluster_centers_, dtype=np.float64)
     times["k-means"] = time.perf_counter() - t
-    return RepresentativesFit(ClusterMap(tmap, centers), sums, float(km.inertia_), len(rows), times)
+    return RepresentativesFit(ClusterMap(tmap, centers), sums, float(km.inertia_), len(rows),
+                              int(km.n_iter_), times)
 
 
 def embed_and_label(source, cmap: ClusterMap, chunk_rows: int | None = None):
