@@ -132,6 +132,12 @@ def _same_partition(a, b):
     return adjusted_rand_score(np.asarray(a), np.asarray(b)) == 1.0
 
 
+def _same_embedding(E, F):
+    """Equal up to a rotation: well-separated clusters repeat the eigenvalue 1, whose
+    eigenvectors rounding may turn within their space; the rows' inner products stay."""
+    np.testing.assert_allclose(E[:300] @ E[:300].T, F[:300] @ F[:300].T, atol=1e-7)
+
+
 @pytest.fixture(scope="module")
 def blobs8():
     X, y = skd.make_blobs(6000, centers=6, n_features=10, cluster_std=2.0, random_state=3)
@@ -150,8 +156,7 @@ def test_numpy_dask_and_zarr_give_the_same_labels(blobs8, tmp_path):
         labels = np.asarray(sc.labels_.compute())
         assert _same_partition(labels, ref.labels_)
         np.testing.assert_array_equal(np.asarray(sc.predict(inp).compute()), labels)
-        np.testing.assert_allclose(np.abs(np.asarray(sc.embedding_.compute())),
-                                   np.abs(ref.embedding_), atol=1e-8)
+        _same_embedding(np.asarray(sc.embedding_.compute()), ref.embedding_)
     assert adjusted_rand_score(y, ref.labels_) > 0.9
 
 
@@ -211,3 +216,69 @@ def test_parameters_are_checked():
     X[7, 1] = np.nan
     with pytest.raises(NonFiniteInputError, match="7"):
         _reps(2).fit(X)
+
+
+# --------------------------------------------------------------------------- #
+# the command line: ooc-spectral fit IN --out OUT --affinity representatives
+# --------------------------------------------------------------------------- #
+def _fit_cli(inp, out, *extra):
+    from ooc_spectral.batch.cli import main
+
+    return main(["fit", str(inp), "--out", str(out), "--affinity", "representatives",
+                 "--n-clusters", "6", "--n-representatives", "200", "--engine", "threads",
+                 "--quiet", *extra])
+
+
+def test_cli_writes_labels_beside_the_embedding_and_resumes(blobs8, tmp_path, monkeypatch):
+    import json
+    import zarr
+    from ooc_spectral.pipeline import cluster_output, representatives as prep
+
+    X, y = blobs8
+    write_zarr(tmp_path / "in.zarr", X, 500)
+    ref = _reps(6, n_representatives=200).fit(X)
+
+    real_write = cluster_output._write_both
+
+    def write_early(block, cmap, url, start, *a, **kw):  # the run stops with half written
+        return 0 if start >= 3000 else real_write(block, cmap, url, start, *a, **kw)
+
+    def stop(self):
+        raise OSError("disk went away")
+
+    monkeypatch.setattr(cluster_output, "_write_both", write_early)
+    monkeypatch.setattr(cluster_output.ClusterOutput, "mark_complete", stop)
+    assert _fit_cli(tmp_path / "in.zarr", tmp_path / "out", "--chunk-rows", "1000") == 1
+    marks = zarr.open_array(str(tmp_path / "out" / "labels_written"))[:]
+    assert 0 < marks.sum() < len(marks)
+
+    # the rerun reuses the pass's saved partials (the pass is not run again) and the
+    # chunks already written
+    monkeypatch.setattr(cluster_output, "_write_both", real_write)
+    monkeypatch.undo()
+    monkeypatch.setattr(prep, "chunk_bipartite", lambda *a, **k: 1 / 0)
+    assert json.loads((tmp_path / "out" / "zarr.json").read_text())["attributes"]["ooc_spectral_run"][
+        "status"] == "failed"
+    assert _fit_cli(tmp_path / "in.zarr", tmp_path / "out", "--chunk-rows", "1000") == 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["status"] == "complete" and report["resumed"]
+    assert report["rows_written"] < len(X)
+    labels = zarr.open_array(str(tmp_path / "out" / "labels"))[:]
+    E = zarr.open_array(str(tmp_path / "out" / "embedding"))[:]
+    assert E.shape == (len(X), 7) and labels.dtype == np.int32
+    assert _same_partition(labels, ref.labels_)
+    _same_embedding(E, ref.embedding_)
+    # a third run finds the complete result; another configuration is refused
+    assert _fit_cli(tmp_path / "in.zarr", tmp_path / "out", "--chunk-rows", "1000") == 0
+    assert _fit_cli(tmp_path / "in.zarr", tmp_path / "out", "--chunk-rows", "1000",
+                    "--n-neighbors", "4") == 2
+
+
+def test_cli_refuses_n_clusters_without_representatives(tmp_path, blobs8):
+    from ooc_spectral.batch.cli import main
+
+    write_zarr(tmp_path / "in.zarr", blobs8[0][:100], 50)
+    assert main(["fit", str(tmp_path / "in.zarr"), "--out", str(tmp_path / "o"),
+                 "--n-clusters", "3", "--quiet"]) == 2
+    assert main(["fit", str(tmp_path / "in.zarr"), "--out", str(tmp_path / "o"),
+                 "--affinity", "representatives", "--quiet"]) == 2

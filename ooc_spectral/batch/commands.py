@@ -87,10 +87,35 @@ def cmd_fit(args) -> dict:
                  cluster=_cluster_options(args), checkpoint_every=args.checkpoint_every,
                  overwrite=args.overwrite, performance_report=args.performance_report,
                  attrs=getattr(args, "workflow_attrs", None) or {})
+    if getattr(args, "affinity", "kernel") == "representatives":
+        return _fit_representatives(args, job)
+    if getattr(args, "n_clusters", None) is not None:
+        raise CommandError("--n-clusters needs --affinity representatives (the kernel fit "
+                           "writes the embedding only)")
     report = run_fit_job(job)
     return {k: report.get(k) for k in ("status", "outdir", "n_samples", "dictionary_size",
                                        "max_residual", "gamma", "wall_seconds", "resumed_stages",
                                        "config_hash", "update")}
+
+
+def _fit_representatives(args, job) -> dict:
+    from ..core.config import FitConfig
+    from .representatives_job import run_representatives_job
+
+    if args.n_clusters is None or args.n_clusters < 2:
+        raise CommandError("--affinity representatives needs --n-clusters K, K at least 2")
+    for flag, value in (("--n-representatives", args.n_representatives),
+                        ("--n-neighbors", args.n_neighbors)):
+        if value < 1:
+            raise CommandError(f"{flag} {value} must be at least 1")
+    default_p = FitConfig.__dataclass_fields__["n_components"].default
+    p = None if args.n_components == default_p else args.n_components  # not given: K + 1
+    report = run_representatives_job(job, n_clusters=args.n_clusters,
+                                     n_representatives=args.n_representatives,
+                                     n_neighbors=args.n_neighbors, n_components=p)
+    return {k: report.get(k) for k in ("status", "outdir", "n_samples", "n_clusters",
+                                       "n_representatives", "cluster_sizes", "wall_seconds",
+                                       "config_hash")}
 
 
 def cmd_transform(args) -> dict:

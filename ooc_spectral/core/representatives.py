@@ -444,7 +444,11 @@ class ClusterMap:
         return unit_rows(self.tmap.embed(X))
 
     def labels(self, X: np.ndarray) -> np.ndarray:
-        return nearest_center(self.embed(X), self.centers)
+        return self.labels_of(self.embed(X))
+
+    def labels_of(self, U: np.ndarray) -> np.ndarray:
+        """The cluster of rows given their coordinates ``U`` (from :meth:`embed`)."""
+        return nearest_center(U, self.centers)
 
 
 def embed_block(block, tmap: TransferCutMap, offset: int = 0, chunk_starts=None) -> np.ndarray:
