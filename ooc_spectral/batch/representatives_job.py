@@ -70,7 +70,7 @@ def run_representatives_job(job: FitJob, *, n_clusters: int, n_representatives: 
     in whole storage chunks).
     """
     seed = int(job.params.get("random_state") or 0)
-    p = int(n_components) if n_components else int(n_clusters) + 1
+    p = int(n_components) if n_components else None  # None: k or k + 1 (coordinates_for)
     _output_outside_input(job.outdir, job.input)
     source = open_source(job.input)
     fingerprint = source.fingerprint()

@@ -14,8 +14,8 @@ graph are in :mod:`ooc_spectral.core.representatives`; the passes over a source 
   ``B' D_X^-1 B v = (1 - lambda)^2 D_Y v``; a row's coordinates are
   ``u_t = (b_t / d_t) D_Y^-1/2 W diag(mu)^-1/2``, the row part of the ``(n + m)``-node
   eigenvectors.
-* The ``n_components`` (default ``n_clusters``) leading coordinates, the constant one
-  kept, each row scaled to unit length (Ng, Jordan & Weiss), then k-means (k-means++
+* The ``n_components`` leading coordinates (default ``n_clusters + 1``, the constant
+  one kept; ``n_clusters`` when the graph is in that many pieces), each row scaled to unit length (Ng, Jordan & Weiss), then k-means (k-means++
   with ``n_init`` restarts) on a seeded sample of ``kmeans_sample_size`` rows.
 * ``predict(X_new)``: a new row's ``K`` nearest representatives, its weights, the same
   map, unit length, the nearest centre. The map is a function of the row alone (the
@@ -40,7 +40,7 @@ def check_params(est) -> None:
     check_int(name, "n_neighbors", est.n_neighbors, low=1)
 
 
-def fit(est, X, k: int, p: int, seed: int) -> None:
+def fit(est, X, k: int, p: int | None, seed: int) -> None:
     """Fit ``est`` (a :class:`~ooc_spectral.GreedySpectralClustering`) on ``X``."""
     check_params(est)
     source = open_source(X)

@@ -152,8 +152,9 @@ class GreedySpectralClustering(SparseInputMixin, ClusterMixin, BaseEstimator):
     ``D_X^-1/2 B D_Y^-1/2``), not an approximation of them. One pass sums
     ``B' D_X^-1 B`` and ``B' 1`` chunk by chunk; ``B`` is never stored.
 
-    **Clustering and predict.** The ``n_components`` (default ``n_clusters + 1``: the
-    constant coordinate and k others) leading coordinates, rows at unit length, k-means
+    **Clustering and predict.** The ``n_components`` leading coordinates (default:
+    the constant one and ``n_clusters`` others; ``n_clusters`` when the graph falls
+    into at least that many pieces, whose indicators they then are), rows at unit length, k-means
     on a seeded sample of ``kmeans_sample_size`` rows, every row to its nearest centre.
     ``predict`` applies the same function of the row alone (its nearest
     representatives, its weights, the fixed map and centres), so on training rows it
@@ -172,8 +173,9 @@ class GreedySpectralClustering(SparseInputMixin, ClusterMixin, BaseEstimator):
         ``K``, the representatives each row is joined to (``affinity="representatives"``).
     n_components : int, default=None
         Embedding coordinates p, the first trivial one included; None: ``n_clusters``
-        (Ng, Jordan & Weiss) for the kernel affinity, ``n_clusters + 1`` for the
-        representatives.
+        (Ng, Jordan & Weiss) for the kernel affinity; for the representatives
+        ``n_clusters + 1``, or ``n_clusters`` when the graph is in at least that many
+        pieces.
     kernel, gamma, degree, coef0, tol, dictionary_size, selection, max_dictionary_size, \
 affine, degree_estimate, degree_subset_size, sample_size, chunk_rows
         Parameters of the embedding; see :class:`~ooc_spectral.GreedySpectralEmbedding`.
@@ -297,8 +299,7 @@ affine, degree_estimate, degree_subset_size, sample_size, chunk_rows
         k, p = self._check_params()
         seed = resolve_seed(self.random_state)
         if self.affinity == "representatives":
-            # k non-trivial coordinates and the constant one (docs/representatives.md)
-            _representatives.fit(self, X, k, k + 1 if self.n_components is None else p, seed)
+            _representatives.fit(self, X, k, self.n_components, seed)
             return self
         self.cluster_map_ = None
         est = self._embedding_estimator(p, seed).fit(X, output=output)
