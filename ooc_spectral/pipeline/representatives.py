@@ -51,6 +51,11 @@ TASK_ROWS = 1 << 16
 #: ``purpose`` tags of :func:`plan_sample` (each use draws its own rows).
 REPRESENTATIVES_PURPOSE = 0x52
 KMEANS_PURPOSE = 0x4C
+#: The stages in the client (selection, an in-memory pass, the solve, k-means) run on
+#: one BLAS/OpenMP thread: small products, and on a shared machine more threads spin.
+#: The dense solve at m = 899 (digits) took 0.12-0.26 s on one thread and 0.9-3.8 s on
+#: two, 2 cores under load (docs/representatives.md).
+CLIENT_THREADS = 1
 #: An eigenvalue ``mu`` of the transfer cut within this of 1 counts a piece of the graph.
 PIECES_TOL = 1e-10
 #: Stage name of the bipartite pass's partials in a checkpoint.
@@ -181,32 +186,40 @@ def fit_representatives(source, *, n_clusters: int, n_components: int | None,
     ``n_components=None``: :func:`coordinates_for` chooses ``k`` or ``k + 1``."""
     from sklearn.cluster import KMeans
 
+    from threadpoolctl import threadpool_limits
+
     times = {}
     t0 = time.perf_counter()
-    reps = choose_representatives(source, n_representatives, n_neighbors, seed,
-                                  sample_factor=sample_factor)
+    with threadpool_limits(CLIENT_THREADS):
+        reps = choose_representatives(source, n_representatives, n_neighbors, seed,
+                                      sample_factor=sample_factor)
     times["representatives"] = time.perf_counter() - t0
     t = time.perf_counter()
     if source.kind == "numpy":  # in memory: the same sums, without a graph
         X = source._numpy
         step = task_rows(source, chunk_rows)
-        sums = combine_in_order([chunk_bipartite(X[a:a + step], reps, a)
-                                 for a in range(0, source.n_rows, step)])
+        with threadpool_limits(CLIENT_THREADS):
+            sums = combine_in_order([chunk_bipartite(X[a:a + step], reps, a)
+                                     for a in range(0, source.n_rows, step)])
     else:
         X = source.to_dask(task_rows(source, chunk_rows))
         sums = bipartite_pass(X, reps, executor=executor or Executor(),
                               chunk_starts=source.chunk_starts, store=store)
     times["bipartite pass"] = time.perf_counter() - t
     t = time.perf_counter()
-    tmap = solve_transfer_cut(sums, reps, min(int(n_components or n_clusters + 1),
-                                              int((sums.degrees > 0).sum())))
+    with threadpool_limits(CLIENT_THREADS):
+        tmap = solve_transfer_cut(sums, reps, min(int(n_components or n_clusters + 1),
+                                                  int((sums.degrees > 0).sum())))
     if n_components is None:
         tmap = coordinates_for(tmap, n_clusters)
     times["solve"] = time.perf_counter() - t
     t = time.perf_counter()
     rows = plan_sample(source.n_rows, kmeans_sample_size, seed, KMEANS_PURPOSE)
-    U = ClusterMap(tmap).embed(source.read_index(rows))
-    km = KMeans(n_clusters=n_clusters, init="k-means++", n_init=n_init, random_state=seed).fit(U)
+    sample = source.read_index(rows)
+    with threadpool_limits(CLIENT_THREADS):
+        U = ClusterMap(tmap).embed(sample)
+        km = KMeans(n_clusters=n_clusters, init="k-means++", n_init=n_init,
+                    random_state=seed).fit(U)
     centers = np.ascontiguousarray(km.cluster_centers_, dtype=np.float64)
     times["k-means"] = time.perf_counter() - t
     return RepresentativesFit(ClusterMap(tmap, centers), sums, float(km.inertia_), len(rows),
