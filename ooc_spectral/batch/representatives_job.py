@@ -60,6 +60,16 @@ def _save_model(url: str, fit) -> None:
                         "n_neighbors": int(tmap.representatives.n_neighbors)}
 
 
+def _cluster_sizes(url: str, k: int) -> np.ndarray:
+    """Rows per cluster, read one chunk of the labels at a time (memory flat in n)."""
+    arr = zarr.open_array(url, mode="r")
+    step = int(arr.chunks[0])
+    counts = np.zeros(k, dtype=np.int64)
+    for a in range(0, arr.shape[0], step):
+        counts += np.bincount(np.asarray(arr[a:a + step]), minlength=k)[:k]
+    return counts
+
+
 def run_representatives_job(job: FitJob, *, n_clusters: int, n_representatives: int = 1000,
                             n_neighbors: int = 5, n_components: int | None = None,
                             n_init: int = 10, kmeans_sample_size: int = 100_000) -> dict:
@@ -116,8 +126,7 @@ def run_representatives_job(job: FitJob, *, n_clusters: int, n_representatives: 
                 times["write-back"] = time.perf_counter() - t
                 _save_model(rundir.url, fit)
                 where = engine.report()
-            counts = np.bincount(np.asarray(zarr.open_array(rundir.join("labels"), mode="r")[:]),
-                                 minlength=n_clusters)
+            counts = _cluster_sizes(rundir.join("labels"), n_clusters)
             report = {
                 "status": "complete", "affinity": "representatives",
                 "input": resolved["input"], "input_fingerprint": fingerprint,
