@@ -115,10 +115,13 @@ def bipartite_pass(X: da.Array, reps: Representatives, *, executor: Executor,
     r_key = shared(reps)
     starts_key = shared(np.asarray(chunk_starts)) if chunk_starts is not None else None
     segs = segments(len(blocks), max_segments)
+    # the partials belong to these representatives (a resumed run on another machine may
+    # round its selection differently) and to these tasks
+    stage = f"{STAGE}-" + dask.base.tokenize(reps.points, reps.n_neighbors, X.chunks[0])[:16]
     fold = _InOrder()
     todo = {}
     for s, seg in enumerate(segs):
-        found = store.load_partial(STAGE, s) if store is not None else None
+        found = store.load_partial(stage, s) if store is not None else None
         if found is not None:
             fold.add(s, _from_flat(found))
             continue
@@ -128,7 +131,7 @@ def bipartite_pass(X: da.Array, reps: Representatives, *, executor: Executor,
 
     def keep(s, part):
         if store is not None:
-            store.save_partial(STAGE, s, part.to_flat())
+            store.save_partial(stage, s, part.to_flat())
         fold.add(s, part)
 
     executor.run("representatives: bipartite sums", todo, on_result=keep, keep=False)
