@@ -280,6 +280,14 @@ def test_cli_writes_labels_beside_the_embedding_and_resumes(blobs8, tmp_path, mo
     assert E.shape == ref.embedding_.shape and labels.dtype == np.int32
     assert _same_partition(labels, ref.labels_)
     _same_embedding(E, ref.embedding_)
+    # transform with the fit's OUTDIR: predict, written the same way
+    from ooc_spectral.batch.cli import main
+
+    write_zarr(tmp_path / "new.zarr", X[:2500], 500)
+    assert main(["transform", str(tmp_path / "out"), str(tmp_path / "new.zarr"), "--out",
+                 str(tmp_path / "pred"), "--engine", "threads", "--quiet"]) == 0
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "pred" / "labels"))[:],
+                                  labels[:2500])
     # a third run finds the complete result; another configuration is refused
     assert _fit_cli(tmp_path / "in.zarr", tmp_path / "out", "--chunk-rows", "1000") == 0
     assert _fit_cli(tmp_path / "in.zarr", tmp_path / "out", "--chunk-rows", "1000",

@@ -120,7 +120,14 @@ def _fit_representatives(args, job) -> dict:
 
 def cmd_transform(args) -> dict:
     from .jobs import TransformJob, run_transform_job
+    from .representatives_job import load_cluster_map, run_representatives_transform
 
+    found = load_cluster_map(args.model)
+    if found is not None:  # the OUTDIR of fit --affinity representatives: predict
+        report = run_representatives_transform(args.model, *found, args.input, args.out,
+                                               _cluster_options(args), args.overwrite)
+        return {"status": report.get("status"), "out": args.out,
+                "n_samples": report.get("n_samples"), "cluster_sizes": report.get("cluster_sizes")}
     report = run_transform_job(TransformJob(model=args.model, input=args.input, out=args.out,
                                             cluster=_cluster_options(args),
                                             overwrite=args.overwrite, chunk_rows=args.chunk_rows))

@@ -152,3 +152,74 @@ def run_representatives_job(job: FitJob, *, n_clusters: int, n_representatives: 
         except BaseException as exc:
             _mark_stopped(rundir, exc)
             raise
+
+
+def load_cluster_map(outdir: str):
+    """``(ClusterMap, digest)`` of the ``representatives_model`` a fit wrote in ``outdir``,
+    or None when ``outdir`` holds none."""
+    from ..core.representatives import ClusterMap, Representatives, TransferCutMap
+    from ..io.integrity import arrays_digest
+    from ..io.storage import join
+
+    try:
+        g = zarr.open_group(join(str(outdir), MODEL), mode="r")
+        meta = g.attrs["model"]
+    except Exception:
+        return None
+    arrays = {name: np.asarray(g[name][...]) for name in
+              ("representatives", "coefficients", "eigenvalues", "centers")}
+    reps = Representatives(arrays["representatives"], int(meta["n_neighbors"]))
+    tmap = TransferCutMap(reps, arrays["coefficients"], arrays["eigenvalues"])
+    return ClusterMap(tmap, arrays["centers"]), arrays_digest(arrays)
+
+
+def run_representatives_transform(model: str, cmap, digest: str, input, out: str, cluster,
+                                  overwrite: bool = False) -> dict:
+    """``ooc-spectral transform FIT_OUTDIR IN --out OUT`` for a representatives fit: the
+    coordinates and labels of new rows (``predict``), written and resumable as the fit's."""
+    from ..exceptions import InvalidInputError
+    from ..io.storage import absolute
+
+    _output_outside_input(out, input)
+    source = open_source(input)
+    d = cmap.tmap.representatives.n_features
+    if source.n_features != d:
+        raise InvalidInputError(f"{input} has {source.n_features} features, but the model was "
+                                f"fitted with {d}; pass rows with the training columns")
+    resolved = {"model": absolute(model), "input": input_identity(source)}
+    fingerprint = source.fingerprint()
+    rundir = RunDirectory(out)
+    with rundir:
+        rundir.acquire(description=f"transform {input} (representatives)")
+        extra = {"input_fingerprint": fingerprint, "model_sha256": digest}
+        resuming = rundir.begin(resolved, overwrite=overwrite, extra=extra)
+        if resuming:
+            resuming = _same_input_or_restart(rundir, resolved, extra)
+        if resuming and rundir.status() == "complete":
+            return rundir.read_report() or {}
+        t0 = time.perf_counter()
+        try:
+            with compute_engine(cluster, source.n_rows * source.n_features * source.itemsize) \
+                    as engine:
+                executor = engine.executor(ProgressLog().parts)
+                output = ClusterOutput(rundir.url, source.n_rows, cmap.n_components,
+                                       source.storage_chunk_rows).prepare(resume=resuming)
+                X = source.to_dask(output.task_rows(task_rows(source)))
+                output.write(X, cmap, executor)
+                _input_unchanged_since(source, fingerprint, input)
+                output.mark_complete()
+            report = {"status": "complete", "affinity": "representatives",
+                      "model": resolved["model"], "input": resolved["input"],
+                      "input_fingerprint": fingerprint, "n_samples": source.n_rows,
+                      "n_components": cmap.n_components,
+                      "cluster_sizes": [int(c) for c in _cluster_sizes(
+                          rundir.join("labels"), len(cmap.centers))],
+                      "wall_seconds": round(time.perf_counter() - t0, 4),
+                      "config_hash": config_hash(resolved), "versions": package_versions(),
+                      "finished": _now()}
+            rundir.write_report(report)
+            rundir.mark("complete", finished=report["finished"])
+            return report
+        except BaseException as exc:
+            _mark_stopped(rundir, exc)
+            raise
