@@ -199,10 +199,9 @@ def fit_representatives(source, *, n_clusters: int, n_components: int | None,
     times["representatives"] = time.perf_counter() - t0
     t = time.perf_counter()
     if source.kind == "numpy":  # in memory: the same sums, without a graph
-        X = source._numpy
         step = task_rows(source, chunk_rows)
         with threadpool_limits(CLIENT_THREADS):
-            sums = combine_in_order([chunk_bipartite(X[a:a + step], reps, a)
+            sums = combine_in_order([chunk_bipartite(source.read_raw(a, a + step), reps, a)
                                      for a in range(0, source.n_rows, step)])
     else:
         X = source.to_dask(task_rows(source, chunk_rows))
@@ -233,9 +232,9 @@ def embed_and_label(source, cmap: ClusterMap, chunk_rows: int | None = None):
     """``(embedding, labels)`` of every row: numpy for numpy input, lazy dask arrays
     otherwise."""
     if source.kind == "numpy":
-        X, step = source._numpy, TASK_ROWS
-        E = np.concatenate([embed_block(X[a:a + step], cmap.tmap, a)
-                            for a in range(0, max(len(X), 1), step)])
+        step = TASK_ROWS
+        E = np.concatenate([embed_block(source.read_raw(a, a + step), cmap.tmap, a)
+                            for a in range(0, max(source.n_rows, 1), step)])
         return E, nearest_center(E, cmap.centers)
     X = source.to_dask(task_rows(source, chunk_rows))
     return (map_rows(X, cmap, source.chunk_starts, name="ooc-spectral-rep-embed"),
