@@ -108,7 +108,17 @@ def _fit_representatives(args, job) -> dict:
                         ("--n-neighbors", args.n_neighbors)):
         if value < 1:
             raise CommandError(f"{flag} {value} must be at least 1")
-    default_p = FitConfig.__dataclass_fields__["n_components"].default
+    fields = FitConfig.__dataclass_fields__
+    ignored = [f"--{k.replace('_', '-')}" for k, v in job.params.items()
+               if k not in ("n_components", "random_state", "chunk_rows") and k in fields
+               and v != fields[k].default]
+    if ignored:
+        import logging
+
+        logging.getLogger("ooc_spectral").warning(
+            "--affinity representatives does not use %s (options of the kernel embedding)",
+            ", ".join(ignored))
+    default_p = fields["n_components"].default
     p = None if args.n_components == default_p else args.n_components  # not given: K + 1
     report = run_representatives_job(job, n_clusters=args.n_clusters,
                                      n_representatives=args.n_representatives,
