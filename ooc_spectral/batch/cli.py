@@ -209,6 +209,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("input", help="zarr array, or the group make-data wrote")
     p.add_argument("--out", required=True, metavar="OUTDIR", help="output directory (a zarr group)")
     _add_estimator_options(p)
+    g = p.add_argument_group("clustering (see GreedySpectralClustering)")
+    g.add_argument("--affinity", choices=("kernel", "representatives"), default="kernel",
+                   help="kernel: the greedy embedding (no clustering); representatives: spectral "
+                   "clustering on each row's nearest representatives, labels written beside the "
+                   "embedding (needs --n-clusters; --n-components defaults to K + 1)")
+    g.add_argument("--n-clusters", type=int, default=None, metavar="K",
+                   help="number of clusters (--affinity representatives)")
+    g.add_argument("--n-representatives", type=int, default=1000, metavar="M",
+                   help="representatives (default: 1000, at most half the rows)")
+    g.add_argument("--n-neighbors", type=int, default=5, metavar="NN",
+                   help="representatives joined to each row (default: 5)")
     _add_cluster(p)
     g = p.add_argument_group("batch")
     g.add_argument("--checkpoint-every", type=int, default=4, metavar="K",

@@ -87,15 +87,57 @@ def cmd_fit(args) -> dict:
                  cluster=_cluster_options(args), checkpoint_every=args.checkpoint_every,
                  overwrite=args.overwrite, performance_report=args.performance_report,
                  attrs=getattr(args, "workflow_attrs", None) or {})
+    if getattr(args, "affinity", "kernel") == "representatives":
+        return _fit_representatives(args, job)
+    if getattr(args, "n_clusters", None) is not None:
+        raise CommandError("--n-clusters needs --affinity representatives (the kernel fit "
+                           "writes the embedding only)")
     report = run_fit_job(job)
     return {k: report.get(k) for k in ("status", "outdir", "n_samples", "dictionary_size",
                                        "max_residual", "gamma", "wall_seconds", "resumed_stages",
                                        "config_hash", "update")}
 
 
+def _fit_representatives(args, job) -> dict:
+    from ..core.config import FitConfig
+    from .representatives_job import run_representatives_job
+
+    if args.n_clusters is None or args.n_clusters < 2:
+        raise CommandError("--affinity representatives needs --n-clusters K, K at least 2")
+    for flag, value in (("--n-representatives", args.n_representatives),
+                        ("--n-neighbors", args.n_neighbors)):
+        if value < 1:
+            raise CommandError(f"{flag} {value} must be at least 1")
+    fields = FitConfig.__dataclass_fields__
+    ignored = [f"--{k.replace('_', '-')}" for k, v in job.params.items()
+               if k not in ("n_components", "random_state", "chunk_rows") and k in fields
+               and v != fields[k].default]
+    if ignored:
+        import logging
+
+        logging.getLogger("ooc_spectral").warning(
+            "--affinity representatives does not use %s (options of the kernel embedding)",
+            ", ".join(ignored))
+    default_p = fields["n_components"].default
+    p = None if args.n_components == default_p else args.n_components  # not given: K + 1
+    report = run_representatives_job(job, n_clusters=args.n_clusters,
+                                     n_representatives=args.n_representatives,
+                                     n_neighbors=args.n_neighbors, n_components=p)
+    return {k: report.get(k) for k in ("status", "outdir", "n_samples", "n_clusters",
+                                       "n_representatives", "cluster_sizes", "wall_seconds",
+                                       "config_hash")}
+
+
 def cmd_transform(args) -> dict:
     from .jobs import TransformJob, run_transform_job
+    from .representatives_job import load_cluster_map, run_representatives_transform
 
+    found = load_cluster_map(args.model)
+    if found is not None:  # the OUTDIR of fit --affinity representatives: predict
+        report = run_representatives_transform(args.model, *found, args.input, args.out,
+                                               _cluster_options(args), args.overwrite)
+        return {"status": report.get("status"), "out": args.out,
+                "n_samples": report.get("n_samples"), "cluster_sizes": report.get("cluster_sizes")}
     report = run_transform_job(TransformJob(model=args.model, input=args.input, out=args.out,
                                             cluster=_cluster_options(args),
                                             overwrite=args.overwrite, chunk_rows=args.chunk_rows))

@@ -1,0 +1,225 @@
+"""``ooc-spectral fit IN --out OUT --affinity representatives --n-clusters K``: the batch job.
+
+Spectral clustering on the rows' nearest representatives
+(:mod:`ooc_spectral.core.representatives`) as a resumable job in an OUTDIR, the way
+:func:`~ooc_spectral.batch.jobs.run_fit_job` runs the embedding: the lock, the
+configuration check (a rerun of the same command resumes; another configuration is
+refused unless ``--overwrite``), the input's fingerprint (an input changed since the
+run began starts it over; changed during the run, it is not marked complete), the
+bipartite pass's segment partials in the checkpoint, the write-back's per-chunk
+markers, ``report.json``, and the completion marker last.
+
+OUTDIR then holds ``embedding`` (n x p, unit rows), ``labels`` (n, int32) beside it,
+``representatives_model`` (the representatives, the map's coefficients, the
+eigenvalues and the k-means centres, as arrays; ``n_neighbors`` as an attribute) and
+``report.json``.
+
+Every stage is a function of the input and the seed, so a resumed run recomputes the
+representatives, the solve and the k-means (seconds) and reuses the saved partials of
+the pass and the chunks already written.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import zarr
+
+from ..io.checkpoint import RunDirectory, _now, config_hash
+from ..io.persistence import package_versions
+from ..io.source import open_source
+from ..pipeline.cluster_output import ClusterOutput
+from ..pipeline.representatives import fit_representatives, task_rows
+from ..runtime.cluster import compute_engine
+from ..runtime.monitor import MemorySampler, ProgressLog
+from .jobs import (FitJob, _check_workers_see_input, _input_unchanged_since, _mark_stopped,
+                   _output_outside_input, _same_input_or_restart, input_identity)
+
+__all__ = ["run_representatives_job", "MODEL"]
+
+log = logging.getLogger("ooc_spectral")
+
+#: The group of OUTDIR holding the fitted map.
+MODEL = "representatives_model"
+
+
+def _save_model(url: str, fit) -> None:
+    group = zarr.open_group(url, mode="a")
+    if MODEL in group:
+        del group[MODEL]
+    g = group.require_group(MODEL)
+    tmap = fit.cmap.tmap
+    for name, value in (("representatives", tmap.representatives.points),
+                        ("coefficients", tmap.coefficients), ("eigenvalues", tmap.eigenvalues),
+                        ("centers", fit.cmap.centers)):
+        arr = g.create_array(name, shape=value.shape, dtype="float64", chunks=value.shape)
+        arr[...] = value
+    g.attrs["model"] = {"affinity": "representatives",
+                        "n_neighbors": int(tmap.representatives.n_neighbors)}
+
+
+def _cluster_sizes(url: str, k: int) -> np.ndarray:
+    """Rows per cluster, read one chunk of the labels at a time (memory flat in n)."""
+    arr = zarr.open_array(url, mode="r")
+    step = int(arr.chunks[0])
+    counts = np.zeros(k, dtype=np.int64)
+    for a in range(0, arr.shape[0], step):
+        counts += np.bincount(np.asarray(arr[a:a + step]), minlength=k)[:k]
+    return counts
+
+
+def run_representatives_job(job: FitJob, *, n_clusters: int, n_representatives: int = 1000,
+                            n_neighbors: int = 5, n_components: int | None = None,
+                            n_init: int = 10, kmeans_sample_size: int = 100_000) -> dict:
+    """Run or resume the clustering into ``job.outdir``; returns the report.
+
+    ``job.params`` supplies ``random_state`` (the seed; the command line's default is 0)
+    and ``chunk_rows`` (rows per task; default :data:`~ooc_spectral.pipeline.representatives.TASK_ROWS`
+    in whole storage chunks).
+    """
+    seed = int(job.params.get("random_state") or 0)
+    p = int(n_components) if n_components else None  # None: k or k + 1 (coordinates_for)
+    _output_outside_input(job.outdir, job.input)
+    source = open_source(job.input)
+    fingerprint = source.fingerprint()
+    estimator = {"affinity": "representatives", "n_clusters": int(n_clusters),
+                 "n_components": p, "n_representatives": int(n_representatives),
+                 "n_neighbors": int(n_neighbors), "n_init": int(n_init),
+                 "kmeans_sample_size": int(kmeans_sample_size), "random_state": seed,
+                 "chunk_rows": job.params.get("chunk_rows")}
+    resolved = {"estimator": estimator, "input": input_identity(source)}
+    rundir = RunDirectory(job.outdir)
+    with rundir:
+        rundir.acquire(description=f"fit {job.input} (representatives)")
+        extra = {**job.attrs, "input_fingerprint": fingerprint}
+        resuming = rundir.begin(resolved, overwrite=job.overwrite, extra=extra)
+        if resuming:
+            resuming = _same_input_or_restart(rundir, resolved, extra)
+        if resuming and rundir.status() == "complete":
+            log.info("%s already holds the complete result of this configuration", job.outdir)
+            return rundir.read_report() or {}
+        if resuming:
+            log.info("resuming the run in %s", job.outdir)
+        t0 = time.perf_counter()
+        try:
+            with MemorySampler() as sampler, \
+                    compute_engine(job.cluster, source.n_rows * source.n_features * source.itemsize) \
+                    as engine:
+                executor = engine.executor(ProgressLog().parts)
+                _check_workers_see_input(executor, source)
+                store = rundir.checkpoint(job.checkpoint_every)
+                fit = fit_representatives(
+                    source, n_clusters=n_clusters, n_components=p,
+                    n_representatives=n_representatives, n_neighbors=n_neighbors, seed=seed,
+                    n_init=n_init, kmeans_sample_size=kmeans_sample_size, executor=executor,
+                    chunk_rows=job.params.get("chunk_rows"), store=store)
+                times = dict(fit.times)
+                t = time.perf_counter()
+                out = ClusterOutput(rundir.url, source.n_rows, fit.cmap.n_components,
+                                    source.storage_chunk_rows).prepare(resume=resuming)
+                X = source.to_dask(out.task_rows(task_rows(source, job.params.get("chunk_rows"))))
+                written = out.write(X, fit.cmap, executor)
+                _input_unchanged_since(source, fingerprint, job.input)
+                out.mark_complete()
+                times["write-back"] = time.perf_counter() - t
+                _save_model(rundir.url, fit)
+                where = engine.report()
+            counts = _cluster_sizes(rundir.join("labels"), n_clusters)
+            report = {
+                "status": "complete", "affinity": "representatives",
+                "input": resolved["input"], "input_fingerprint": fingerprint,
+                "outdir": rundir.url, "n_samples": source.n_rows,
+                "n_features": source.n_features, "n_clusters": int(n_clusters),
+                "n_components": fit.cmap.n_components,
+                "n_representatives": fit.cmap.tmap.representatives.size,
+                "n_neighbors": fit.cmap.tmap.representatives.n_neighbors,
+                "eigenvalues": [float(v) for v in fit.cmap.tmap.eigenvalues],
+                "cluster_sizes": [int(c) for c in counts],
+                "kmeans_sample_rows": fit.sample_size, "kmeans_inertia": fit.inertia,
+                "rows_written": written,
+                "stages": {name: {"seconds": round(sec, 4)} for name, sec in times.items()},
+                "wall_seconds": round(time.perf_counter() - t0, 4),
+                "peak_memory_bytes": sampler.peak, **where,
+                "resumed": bool(resuming), "config": resolved,
+                "config_hash": config_hash(resolved), "versions": package_versions(),
+                "finished": _now(),
+            }
+            rundir.write_report(report)
+            rundir.mark("complete", finished=report["finished"])
+            return report
+        except BaseException as exc:
+            _mark_stopped(rundir, exc)
+            raise
+
+
+def load_cluster_map(outdir: str):
+    """``(ClusterMap, digest)`` of the ``representatives_model`` a fit wrote in ``outdir``,
+    or None when ``outdir`` holds none."""
+    from ..core.representatives import ClusterMap, Representatives, TransferCutMap
+    from ..io.integrity import arrays_digest
+    from ..io.storage import join
+
+    try:
+        g = zarr.open_group(join(str(outdir), MODEL), mode="r")
+        meta = g.attrs["model"]
+    except Exception:
+        return None
+    arrays = {name: np.asarray(g[name][...]) for name in
+              ("representatives", "coefficients", "eigenvalues", "centers")}
+    reps = Representatives(arrays["representatives"], int(meta["n_neighbors"]))
+    tmap = TransferCutMap(reps, arrays["coefficients"], arrays["eigenvalues"])
+    return ClusterMap(tmap, arrays["centers"]), arrays_digest(arrays)
+
+
+def run_representatives_transform(model: str, cmap, digest: str, input, out: str, cluster,
+                                  overwrite: bool = False) -> dict:
+    """``ooc-spectral transform FIT_OUTDIR IN --out OUT`` for a representatives fit: the
+    coordinates and labels of new rows (``predict``), written and resumable as the fit's."""
+    from ..exceptions import InvalidInputError
+    from ..io.storage import absolute
+
+    _output_outside_input(out, input)
+    source = open_source(input)
+    d = cmap.tmap.representatives.n_features
+    if source.n_features != d:
+        raise InvalidInputError(f"{input} has {source.n_features} features, but the model was "
+                                f"fitted with {d}; pass rows with the training columns")
+    resolved = {"model": absolute(model), "input": input_identity(source)}
+    fingerprint = source.fingerprint()
+    rundir = RunDirectory(out)
+    with rundir:
+        rundir.acquire(description=f"transform {input} (representatives)")
+        extra = {"input_fingerprint": fingerprint, "model_sha256": digest}
+        resuming = rundir.begin(resolved, overwrite=overwrite, extra=extra)
+        if resuming:
+            resuming = _same_input_or_restart(rundir, resolved, extra)
+        if resuming and rundir.status() == "complete":
+            return rundir.read_report() or {}
+        t0 = time.perf_counter()
+        try:
+            with compute_engine(cluster, source.n_rows * source.n_features * source.itemsize) \
+                    as engine:
+                executor = engine.executor(ProgressLog().parts)
+                output = ClusterOutput(rundir.url, source.n_rows, cmap.n_components,
+                                       source.storage_chunk_rows).prepare(resume=resuming)
+                X = source.to_dask(output.task_rows(task_rows(source)))
+                output.write(X, cmap, executor)
+                _input_unchanged_since(source, fingerprint, input)
+                output.mark_complete()
+            report = {"status": "complete", "affinity": "representatives",
+                      "model": resolved["model"], "input": resolved["input"],
+                      "input_fingerprint": fingerprint, "n_samples": source.n_rows,
+                      "n_components": cmap.n_components,
+                      "cluster_sizes": [int(c) for c in _cluster_sizes(
+                          rundir.join("labels"), len(cmap.centers))],
+                      "wall_seconds": round(time.perf_counter() - t0, 4),
+                      "config_hash": config_hash(resolved), "versions": package_versions(),
+                      "finished": _now()}
+            rundir.write_report(report)
+            rundir.mark("complete", finished=report["finished"])
+            return report
+        except BaseException as exc:
+            _mark_stopped(rundir, exc)
+            raise

@@ -1,0 +1,304 @@
+"""The representatives affinity (issue 39): the numerical core, the estimator, its inputs."""
+import numpy as np
+import pytest
+
+from ooc_spectral.core import representatives as R
+
+
+def _blobs(n=300, seed=0):
+    from sklearn.datasets import make_blobs
+    X, _ = make_blobs(n, centers=3, random_state=seed)
+    return X
+
+
+def test_transfer_cut_equals_the_dense_bipartite_embedding():
+    X = _blobs()
+    reps = R.Representatives(R.select_representatives(X, 40, seed=0), 4)
+    sums = R.chunk_bipartite(X, reps)
+    k = 5
+    tmap = R.solve_transfer_cut(sums, reps, k)
+    U = tmap.embed(X)
+    index, b = reps.weights(X)
+    n, m = X.shape[0], reps.size
+    B = np.zeros((n, m))
+    np.put_along_axis(B, index, b, axis=1)
+    W = np.zeros((n + m, n + m))
+    W[:n, n:] = B
+    W[n:, :n] = B.T
+    D = W.sum(axis=1)
+    lam, G = np.linalg.eigh(np.eye(n + m) - W / np.sqrt(np.outer(D, D)))
+    F = G[:, :k] / np.sqrt(D)[:, None]  # f' D f = 1
+    np.testing.assert_allclose(lam[:k], 1 - np.sqrt(tmap.eigenvalues), atol=1e-12)
+    for j in range(k):
+        f = np.sqrt(2) * F[:n, j]
+        f *= np.sign(f @ U[:, j])
+        np.testing.assert_allclose(U[:, j], f, atol=1e-10 * np.abs(f).max())
+
+
+def test_sub_blocks_and_chunks_sum_to_the_same_statistic():
+    X = _blobs(1000)
+    reps = R.Representatives(R.select_representatives(X, 60, seed=1), 5)
+    whole = R.chunk_bipartite(X, reps)
+    parts = R.chunk_bipartite(X[:333], reps, block_rows=100).combine(
+        R.chunk_bipartite(X[333:], reps, 333, block_rows=70))
+    assert whole.n == parts.n == 1000
+    np.testing.assert_allclose(parts.cross, whole.cross, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(parts.degrees, whole.degrees, rtol=1e-12)
+    np.testing.assert_allclose(whole.cross.sum(axis=1), whole.degrees, rtol=1e-12)  # E 1 = D_Y 1
+
+
+@pytest.mark.parametrize("d", [3, 12])  # the k-d tree, the blocked products
+def test_nearest_matches_brute_force_far_from_the_origin(d):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((500, d)) + 1e4
+    P = rng.standard_normal((80, d)) + 1e4
+    reps = R.Representatives(P, 6)
+    index, d2 = reps.nearest(X)
+    full = ((X[:, None, :] - P[None, :, :]) ** 2).sum(-1)
+    ref = np.argsort(full, axis=1, kind="stable")[:, :6]
+    np.testing.assert_array_equal(index, ref)
+    np.testing.assert_allclose(d2, np.take_along_axis(full, ref, axis=1), rtol=1e-8)
+
+
+def test_select_representatives_is_seeded_and_drops_duplicates():
+    X = np.repeat(np.arange(10.0)[:, None], 5, axis=0)  # 10 distinct rows, 5 copies each
+    C = R.select_representatives(X, 30, seed=3)
+    assert C.shape == (10, 1)
+    np.testing.assert_array_equal(np.sort(C[:, 0]), np.arange(10.0))
+    Y = _blobs(400)
+    np.testing.assert_array_equal(R.select_representatives(Y, 50, 7), R.select_representatives(Y, 50, 7))
+
+
+# --------------------------------------------------------------------------- #
+# the estimator: GreedySpectralClustering(affinity="representatives")
+# --------------------------------------------------------------------------- #
+from sklearn import datasets as skd  # noqa: E402
+from sklearn.cluster import KMeans  # noqa: E402
+from sklearn.metrics import adjusted_rand_score  # noqa: E402
+
+from ooc_spectral.clustering import GreedySpectralClustering  # noqa: E402
+from ooc_spectral.exceptions import InvalidParameterError, NonFiniteInputError  # noqa: E402
+
+from conftest import write_zarr  # noqa: E402
+
+
+def _reps(k, **kw):
+    return GreedySpectralClustering(k, affinity="representatives", random_state=0, **kw)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return skd.load_digits(return_X_y=True)
+
+
+def test_digits_beats_sklearn_nearest_neighbours(digits):
+    # scikit-learn's SpectralClustering(affinity="nearest_neighbors") reaches 0.756
+    X, y = digits
+    sc = _reps(10).fit(X)
+    assert adjusted_rand_score(y, sc.labels_) >= 0.78  # measured: 0.852
+    assert sc.embedding_.shape == (1797, 11)
+    np.testing.assert_allclose(np.linalg.norm(sc.embedding_, axis=1), 1.0)
+    np.testing.assert_array_equal(sc.predict(X), sc.labels_)
+    assert sc.representatives_.shape == (899, 64)  # m capped at n / 2
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_digits_other_seeds(digits, seed):
+    X, y = digits
+    sc = GreedySpectralClustering(10, affinity="representatives", random_state=seed).fit(X)
+    assert adjusted_rand_score(y, sc.labels_) >= 0.78
+
+
+@pytest.mark.parametrize("name, data", [
+    ("circles", lambda: skd.make_circles(2000, factor=0.3, noise=0.05, random_state=0)),
+    ("circles-close", lambda: skd.make_circles(2000, factor=0.5, noise=0.05, random_state=0)),
+    ("moons", lambda: skd.make_moons(2000, noise=0.05, random_state=0)),
+])
+def test_nonconvex_clusters_exactly(name, data):
+    X, y = data()
+    sc = _reps(2).fit(X)
+    assert adjusted_rand_score(y, sc.labels_) == 1.0
+    np.testing.assert_array_equal(sc.predict(X), sc.labels_)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_graph_in_k_pieces_keeps_k_coordinates(seed):
+    """halo-ball: the graph is in two pieces; a third coordinate (constant and two others)
+    split the halo for seeds 1 and 2 (ARI 0.12, 0.16)."""
+    from ooc_spectral.datasets import generate
+
+    X, lab = generate("halo-ball", 20000, seed=0)
+    sc = GreedySpectralClustering(2, affinity="representatives", random_state=seed).fit(X)
+    assert sc.embedding_.shape[1] == 2 and np.allclose(sc.eigenvalues_, 1.0)
+    assert adjusted_rand_score(lab["label"], sc.labels_) == 1.0
+
+
+def test_unequal_density_blobs_at_least_kmeans():
+    X, y = skd.make_blobs(3000, cluster_std=[1.0, 2.5, 0.5], random_state=170)
+    km = adjusted_rand_score(y, KMeans(3, n_init=10, random_state=0).fit_predict(X))
+    ours = adjusted_rand_score(y, _reps(3).fit(X).labels_)
+    assert ours >= km  # measured: 0.92 against 0.81
+
+
+def _same_partition(a, b):
+    return adjusted_rand_score(np.asarray(a), np.asarray(b)) == 1.0
+
+
+def _same_embedding(E, F):
+    """Equal up to a rotation: well-separated clusters repeat the eigenvalue 1, whose
+    eigenvectors rounding may turn within their space; the rows' inner products stay."""
+    np.testing.assert_allclose(E[:300] @ E[:300].T, F[:300] @ F[:300].T, atol=1e-7)
+
+
+@pytest.fixture(scope="module")
+def blobs8():
+    X, y = skd.make_blobs(6000, centers=6, n_features=10, cluster_std=2.0, random_state=3)
+    return X, y
+
+
+def test_numpy_dask_and_zarr_give_the_same_labels(blobs8, tmp_path):
+    import dask.array as da
+
+    X, y = blobs8
+    ref = _reps(6, n_representatives=200).fit(X)
+    assert isinstance(ref.labels_, np.ndarray)
+    z = write_zarr(tmp_path / "x.zarr", X, 512)
+    for inp in (da.from_array(X, chunks=(1000, 10)), z, str(tmp_path / "x.zarr")):
+        sc = _reps(6, n_representatives=200).fit(inp)
+        labels = np.asarray(sc.labels_.compute())
+        assert _same_partition(labels, ref.labels_)
+        np.testing.assert_array_equal(np.asarray(sc.predict(inp).compute()), labels)
+        _same_embedding(np.asarray(sc.embedding_.compute()), ref.embedding_)
+    assert adjusted_rand_score(y, ref.labels_) > 0.9
+
+
+def test_local_cluster_gives_the_same_labels(blobs8, tmp_path, client):
+    X, _ = blobs8
+    ref = _reps(6, n_representatives=200).fit(X)
+    write_zarr(tmp_path / "x.zarr", X, 512)
+    sc = _reps(6, n_representatives=200).fit(str(tmp_path / "x.zarr"))
+    assert _same_partition(sc.labels_.compute(), ref.labels_)
+
+
+def test_bipartite_pass_graph_is_a_tree_of_small_partials(blobs8):
+    """Per chunk the task returns m x m numbers, never n x m; chunks combine in order."""
+    import dask.array as da
+    from ooc_spectral.pipeline.representatives import bipartite_pass
+    from ooc_spectral.runtime.execution import Executor
+
+    X, _ = blobs8
+    reps = R.Representatives(R.select_representatives(X, 100, seed=0), 5)
+    whole = R.chunk_bipartite(X, reps)
+    sums = bipartite_pass(da.from_array(X, chunks=(700, 10)), reps, executor=Executor(local=True),
+                          max_segments=3)
+    assert sums.n == len(X) and sums.cross.shape == (100, 100)
+    np.testing.assert_allclose(sums.cross, whole.cross, rtol=1e-10, atol=1e-13)
+
+
+def test_checkpointed_segments_are_not_recomputed(blobs8):
+    import dask.array as da
+    from ooc_spectral.pipeline.representatives import bipartite_pass
+    from ooc_spectral.runtime.execution import Executor
+
+    X, _ = blobs8
+    reps = R.Representatives(R.select_representatives(X, 50, seed=0), 5)
+
+    class Store(dict):
+        def load_partial(self, stage, s):
+            return self.get((stage, s))
+
+        def save_partial(self, stage, s, flat):
+            self[(stage, s)] = flat
+
+    store = Store()
+    Xd = da.from_array(X, chunks=(500, 10))
+    first = bipartite_pass(Xd, reps, executor=Executor(local=True), store=store, max_segments=4)
+    assert len(store) == 4
+    bad = Xd.map_blocks(lambda b: b * np.nan)  # would fail if any chunk were read again
+    again = bipartite_pass(bad, reps, executor=Executor(local=True), store=store, max_segments=4)
+    np.testing.assert_array_equal(again.cross, first.cross)
+
+
+def test_parameters_are_checked():
+    X = np.random.default_rng(0).standard_normal((50, 3))
+    with pytest.raises(InvalidParameterError):
+        GreedySpectralClustering(2, affinity="nearest").fit(X)
+    with pytest.raises(InvalidParameterError):
+        _reps(2, n_neighbors=0).fit(X)
+    X[7, 1] = np.nan
+    with pytest.raises(NonFiniteInputError, match="7"):
+        _reps(2).fit(X)
+
+
+# --------------------------------------------------------------------------- #
+# the command line: ooc-spectral fit IN --out OUT --affinity representatives
+# --------------------------------------------------------------------------- #
+def _fit_cli(inp, out, *extra):
+    from ooc_spectral.batch.cli import main
+
+    return main(["fit", str(inp), "--out", str(out), "--affinity", "representatives",
+                 "--n-clusters", "6", "--n-representatives", "200", "--engine", "threads",
+                 "--quiet", *extra])
+
+
+def test_cli_writes_labels_beside_the_embedding_and_resumes(blobs8, tmp_path, monkeypatch):
+    import json
+    import zarr
+    from ooc_spectral.pipeline import cluster_output, representatives as prep
+
+    X, y = blobs8
+    write_zarr(tmp_path / "in.zarr", X, 500)
+    ref = _reps(6, n_representatives=200).fit(X)
+
+    real_write = cluster_output._write_both
+
+    def write_early(block, cmap, url, start, *a, **kw):  # the run stops with half written
+        return 0 if start >= 3000 else real_write(block, cmap, url, start, *a, **kw)
+
+    def stop(self):
+        raise OSError("disk went away")
+
+    monkeypatch.setattr(cluster_output, "_write_both", write_early)
+    monkeypatch.setattr(cluster_output.ClusterOutput, "mark_complete", stop)
+    assert _fit_cli(tmp_path / "in.zarr", tmp_path / "out", "--chunk-rows", "1000") == 1
+    marks = zarr.open_array(str(tmp_path / "out" / "labels_written"))[:]
+    assert 0 < marks.sum() < len(marks)
+
+    # the rerun reuses the pass's saved partials (the pass is not run again) and the
+    # chunks already written
+    monkeypatch.setattr(cluster_output, "_write_both", real_write)
+    monkeypatch.undo()
+    monkeypatch.setattr(prep, "chunk_bipartite", lambda *a, **k: 1 / 0)
+    assert json.loads((tmp_path / "out" / "zarr.json").read_text())["attributes"]["ooc_spectral_run"][
+        "status"] == "failed"
+    assert _fit_cli(tmp_path / "in.zarr", tmp_path / "out", "--chunk-rows", "1000") == 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["status"] == "complete" and report["resumed"]
+    assert report["rows_written"] < len(X)
+    labels = zarr.open_array(str(tmp_path / "out" / "labels"))[:]
+    E = zarr.open_array(str(tmp_path / "out" / "embedding"))[:]
+    assert E.shape == ref.embedding_.shape and labels.dtype == np.int32
+    assert _same_partition(labels, ref.labels_)
+    _same_embedding(E, ref.embedding_)
+    # transform with the fit's OUTDIR: predict, written the same way
+    from ooc_spectral.batch.cli import main
+
+    write_zarr(tmp_path / "new.zarr", X[:2500], 500)
+    assert main(["transform", str(tmp_path / "out"), str(tmp_path / "new.zarr"), "--out",
+                 str(tmp_path / "pred"), "--engine", "threads", "--quiet"]) == 0
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "pred" / "labels"))[:],
+                                  labels[:2500])
+    # a third run finds the complete result; another configuration is refused
+    assert _fit_cli(tmp_path / "in.zarr", tmp_path / "out", "--chunk-rows", "1000") == 0
+    assert _fit_cli(tmp_path / "in.zarr", tmp_path / "out", "--chunk-rows", "1000",
+                    "--n-neighbors", "4") == 2
+
+
+def test_cli_refuses_n_clusters_without_representatives(tmp_path, blobs8):
+    from ooc_spectral.batch.cli import main
+
+    write_zarr(tmp_path / "in.zarr", blobs8[0][:100], 50)
+    assert main(["fit", str(tmp_path / "in.zarr"), "--out", str(tmp_path / "o"),
+                 "--n-clusters", "3", "--quiet"]) == 2
+    assert main(["fit", str(tmp_path / "in.zarr"), "--out", str(tmp_path / "o"),
+                 "--affinity", "representatives", "--quiet"]) == 2
