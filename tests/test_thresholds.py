@@ -217,3 +217,39 @@ def test_non_positive_degrees_raise():
                 check_degrees(stats)
         else:
             check_degrees(stats)
+
+
+def test_tol_zero_refused_with_a_positive_checked_advice():
+    """tol=0 keeps every direction down to the pivot floor; where that breaks the factor the
+    fit refuses, advising a positive tol it checked (not 'tol >= 0', not a crash)."""
+    from sklearn.datasets import make_swiss_roll
+
+    X = make_swiss_roll(1500, random_state=0)[0]
+    with pytest.raises(NumericalBreakdownError) as info:
+        GreedySpectralEmbedding(n_components=3, gamma=0.05, tol=0.0, normalization="divisive",
+                                random_state=0).fit(X)
+    advice = info.value.suggested_tol
+    assert advice > 0 and f"Use tol >= {advice:.2g}" in str(info.value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # certified: no warning either
+        est = GreedySpectralEmbedding(n_components=3, gamma=0.05, tol=advice,
+                                      normalization="divisive", random_state=0).fit(X)
+    assert est.max_residual_ <= advice
+
+
+def test_small_data_a_dictionary_cannot_certify_is_solved_exactly():
+    """Kernel PCA on rows few enough for the exact solve, at a tol float64 cannot certify
+    with a dictionary: the exact solve instead (more accurate than any tol), with a warning
+    that says why, and its interval holds."""
+    from sklearn.datasets import make_swiss_roll
+    from sklearn.decomposition import KernelPCA
+
+    from ooc_spectral.exceptions import DictionaryWarning
+
+    X = make_swiss_roll(2000, random_state=0)[0]
+    with pytest.warns(DictionaryWarning, match="cannot certify tol=1e-08"):
+        est = GreedySpectralEmbedding(n_components=3, gamma=0.05, tol=1e-8, random_state=0).fit(X)
+    assert est.max_residual_ == 0.0 and len(est.dictionary_indices_) == len(X)
+    exact = KernelPCA(3, kernel="rbf", gamma=0.05, eigen_solver="dense").fit(X).eigenvalues_
+    lo, hi = est.eigenvalue_interval_.T
+    assert np.all(lo <= exact) and np.all(exact <= hi)

@@ -83,7 +83,9 @@ def advised(run, err: NumericalBreakdownError, kernel: Kernel) -> NumericalBreak
     c = run.config
     if getattr(err, "suggested_tol", None) is None or c.dictionary_size is not None or c.tol is None:
         return err
-    advice, checked = advise_tol(run, kernel, float(c.tol))
+    # tol 0 (every direction) has no grid point above it: search from 1/100 of the advice
+    start = float(c.tol) if c.tol > 0 else max(float(err.suggested_tol) / 100, 1e-300)
+    advice, checked = advise_tol(run, kernel, start)
     msg = re.sub(r"Use tol >= [0-9.e+-]+", f"Use tol >= {advice:.2g}", str(err))
     if checked:
         msg += f" (tol={advice:.2g} is certified on {checked})"
