@@ -28,7 +28,7 @@ def test_too_many_components_at_the_heuristic_gamma():
         GreedySpectralEmbedding(n_components=150, random_state=0).fit(X)
     text = str(info.value)
     assert "gamma=None picks the median heuristic" not in text  # what the fit used
-    assert "gamma from the median heuristic" in text
+    assert "larger gamma than the median heuristic's (it chose this one)" in text
     assert "dictionary_size=151" in text
     # following it works
     est = GreedySpectralEmbedding(n_components=150, dictionary_size=151, random_state=0).fit(X)

@@ -271,7 +271,7 @@ def test_run_workflow_with_override(tmp_path):
 
 @pytest.mark.parametrize("text, words", [
     (WORKFLOW.replace("gamma = 0.05", "gama = 0.05"), "step 1 (embed): unknown key 'gama'"),
-    (WORKFLOW.replace("n = 3000", "n = \"many\""), "step 0 (make-data): ooc-spectral make-data: argument --n: invalid int value: 'many'"),
+    (WORKFLOW.replace("n = 3000", "n = \"many\""), "step 0 (make-data): argument --n: invalid int value: 'many'"),
     (WORKFLOW.replace('run = "plot"', 'run = "paint"'), "step 2: key 'run' is 'paint'"),
     (WORKFLOW.replace('input = "data.zarr"\n', ""), "step 1 (embed): missing required key 'input'"),
     ("[[step]\n", "not valid TOML"),

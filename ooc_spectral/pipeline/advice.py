@@ -61,26 +61,30 @@ def _too_few_points(err, c, source):
     m = re.search(r"the dictionary has only (\d+) points?", text)
     if m is None or c.n_components is None or "feature space" in text:
         return None
-    size = int(m.group(1))
     spent = spent_directions(c.affine, c.normalization, c.drop_first)
     # dictionary_size must exceed n_components (the configuration's own check) and give
     # the normalization's spent directions
     need = max(c.n_components + spent, c.n_components + 1)
-    head = text.split(";", 1)[0]
-    gamma = _gamma_said(c, source)
+    if c.gamma is None:
+        # the hint named the heuristic this fit had used: say what it chose instead
+        text = text.replace("use a larger gamma (gamma=None picks the median heuristic)",
+                            "use a larger gamma than the median heuristic's (it chose "
+                            "this one)")
     if need > source.n_rows:
-        advice = (f"X has {source.n_rows} rows, so at most {source.n_rows - spent} components "
-                  "exist; lower n_components")
+        advice = (f"X has {source.n_rows} rows, so at most {source.n_rows - spent} "
+                  "components exist")
     elif need > c.max_dictionary_size:
-        advice = (f"a dictionary of {need} points is needed: raise max_dictionary_size to "
-                  f"{need} and ask for dictionary_size={need} (--dictionary-size {need})")
+        advice = (f"raise max_dictionary_size to {need} and ask for dictionary_size={need} "
+                  f"(--dictionary-size {need})")
     else:
         advice = (f"ask for dictionary_size={need} (--dictionary-size {need}) instead of tol: "
                   f"the selection then takes exactly {need} points"
-                  + (f" (the dictionary is drawn from a sample of {c.sample_size} rows: raise "
-                     f"sample_size to at least {need})" if need > c.sample_size else ""))
-    return type(err)(f"{head}{gamma}; {advice}; or lower n_components to at most "
-                     f"{max(size - spent, 0)}")
+                  + (f" (from a sample of sample_size rows: raise it to at least {need})"
+                     if need > c.sample_size else ""))
+    if "; or lower n_components" not in text:
+        return None
+    return type(err)(text.replace("; or lower n_components", f"; or {advice}; or lower "
+                                  "n_components", 1))
 
 
 def _past_the_limit(err, c, source):
@@ -107,15 +111,6 @@ def _past_the_limit(err, c, source):
         f"{median:.3g}, so the kernel sees almost no row near another and nearly every row "
         f"enters the dictionary: leave gamma to the heuristic (gamma=None, or drop --gamma) or "
         f"try gamma={median:.3g}{checked}; or raise max_dictionary_size")
-
-
-def _gamma_said(c, source) -> str:
-    """`` at gamma=...`` with where it came from (the heuristic, or as given)."""
-    if callable(c.kernel) or c.kernel not in ("rbf", "laplacian", "polynomial"):
-        return ""
-    if c.gamma is not None:
-        return f" (gamma={c.gamma:.3g} as given, tol={c.tol:.3g})"
-    return f" (gamma from the median heuristic, tol={c.tol:.3g})"
 
 
 def _scan_size(c, source, gamma: float) -> tuple[int, int] | None:
