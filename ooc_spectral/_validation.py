@@ -71,8 +71,16 @@ def check_float(owner: str | None, name: str, value, *, low: float | None = None
 
 
 def check_choice(owner: str | None, name: str, value, choices) -> str:
-    """``value`` if it is one of ``choices``."""
-    if value not in choices:
+    """``value`` if it is one of ``choices``.
+
+    A value that cannot be compared with them (an array: ``kernel=np.array([])``) is
+    refused with the same message, naming its type, instead of NumPy's "truth value
+    of an array is ambiguous"."""
+    scalar = isinstance(value, (str, numbers.Number, type(None)))
+    if not (scalar and value in choices):
+        if not scalar:
+            raise _fail(owner, f"{name}={value!r} has type {type(value).__name__}: expected "
+                               f"one of {', '.join(repr(c) for c in choices)}")
         raise _fail(owner, f"{name}={value!r} is not valid: expected one of "
                            f"{', '.join(repr(c) for c in choices)}")
     return value

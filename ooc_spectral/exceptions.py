@@ -40,8 +40,10 @@ PUBLIC = [
 ]
 
 __all__ = PUBLIC + [
+    "warn_once",
     "NumericalBreakdownError",
     "IncompleteInputError",
+    "InvalidInputTypeError",
     "MissingChunkError",
     "TransientReadError",
     "DamagedDataError",
@@ -73,6 +75,11 @@ class ModelNotSavableError(InvalidParameterError):
 
 class InvalidInputError(UsageError, ValueError):
     """The data matrix cannot be used: wrong shape, dtype, or content."""
+
+
+class InvalidInputTypeError(InvalidInputError, TypeError):
+    """The data matrix is of a type that cannot be used (an object array of
+    non-numbers, ``np.matrix``): also a ``TypeError``, as scikit-learn raises there."""
 
 
 class NonFiniteInputError(InvalidInputError):
@@ -262,3 +269,21 @@ class StorageBackendError(UsageError, ValueError):
 
 class DictionaryWarning(UserWarning):
     """The dictionary is degenerate in a way that still allows a result (e.g. m = n)."""
+
+
+def warn_once(message: str, category: type[Warning], *, stacklevel: int = 2,
+              logger: str = "ooc_spectral") -> None:
+    """Say ``message`` once (issue 38): as a log line where the package's logger has a
+    handler of its own (the command line's, or one the user attached to
+    ``logging.getLogger("ooc_spectral")``), else as a ``warnings.warn`` of ``category``,
+    which users filter with ``warnings.simplefilter`` and tests catch with
+    ``pytest.warns``. Never both: a filtered warning is not printed again by logging's
+    last-resort handler. ``stacklevel`` counts from the caller, as ``warnings.warn``'s."""
+    import logging
+    import warnings
+
+    log = logging.getLogger(logger)
+    if log.handlers:
+        log.warning(message)
+    else:
+        warnings.warn(message, category, stacklevel=stacklevel + 1)

@@ -377,7 +377,8 @@ def test_scikit_learn_conventions(cls, roll):
     (NystromEmbedding(2, selection="kmeans"), "selection='kmeans'"),
     (NystromEmbedding(2, n_landmarks=10, selection="volume", sample_size=10), "candidate rows"),
     (GaussianProjectionEmbedding(2, oversampling=-1), "oversampling=-1"),
-    (GaussianProjectionEmbedding(2, oversampling=600), "exceed the 500 rows"),
+    # more columns than rows are clamped to the rows (issue 38); more eigenvectors are not
+    (GaussianProjectionEmbedding(600), "X has 500 rows"),
     (ExactKernelEmbedding(2, normalization="laplacian"), "normalization='laplacian'"),
     (ExactKernelEmbedding(0), "n_components=0"),
     (ExactKernelEmbedding(2, gamma=-1.0), "gamma=-1.0"),
@@ -385,3 +386,13 @@ def test_scikit_learn_conventions(cls, roll):
 def test_invalid_parameters_are_reported(roll, est, match):
     with pytest.raises(InvalidParameterError, match=match):
         est.fit(roll[0])
+
+
+def test_gaussian_projection_columns_clamped_to_the_rows(roll):
+    # issue 38: n_components + oversampling beyond the rows spans every direction already
+    X = roll[0][:60]
+    gp = GaussianProjectionEmbedding(2, oversampling=600, power_iterations=0, gamma=1.0,
+                                     random_state=0).fit(X)
+    assert gp.n_columns_ == 60
+    exact = ExactKernelEmbedding(2, gamma=1.0).fit(X)
+    np.testing.assert_allclose(gp.eigenvalues_, exact.eigenvalues_, rtol=1e-8)

@@ -271,7 +271,7 @@ def test_run_workflow_with_override(tmp_path):
 
 @pytest.mark.parametrize("text, words", [
     (WORKFLOW.replace("gamma = 0.05", "gama = 0.05"), "step 1 (embed): unknown key 'gama'"),
-    (WORKFLOW.replace("n = 3000", "n = \"many\""), "step 0 (make-data): ooc-spectral make-data: argument --n: invalid int value: 'many'"),
+    (WORKFLOW.replace("n = 3000", "n = \"many\""), "step 0 (make-data): argument --n: invalid int value: 'many'"),
     (WORKFLOW.replace('run = "plot"', 'run = "paint"'), "step 2: key 'run' is 'paint'"),
     (WORKFLOW.replace('input = "data.zarr"\n', ""), "step 1 (embed): missing required key 'input'"),
     ("[[step]\n", "not valid TOML"),
@@ -346,3 +346,44 @@ def test_evaluate_lists_and_rejects_unknown(tmp_path):
     assert "unknown experiment 'no-such-experiment'; expected one of:" in proc.stderr
     proc = cli("evaluate", "ob2005-figure3", "--out", tmp_path / "e", "--param", "bogus=1", "-q")
     assert proc.returncode == 2 and "has no parameter 'bogus'" in proc.stderr
+
+
+# ---------------------------------------------------------------------- #
+# issue 38: one prefix, and "did you mean" for a misspelt option
+# ---------------------------------------------------------------------- #
+@pytest.mark.parametrize("args, said", [
+    (["fit", "x.zarr", "--out", "o", "--n-componets", "3"],
+     "unrecognized arguments: --n-componets 3; did you mean --n-components?"),
+    (["fitt", "x.zarr"], "invalid choice: 'fitt'"),
+    (["fit", "x.zarr", "--out", "o", "--kernel", "rbff"], "did you mean 'rbf'?"),
+    (["fit", "x.zarr", "--out", "o", "--gama", "1", "--n-componets", "3"],
+     "did you mean --gamma (for --gama), --n-components (for --n-componets)?"),
+])
+def test_argument_errors_one_prefix_and_a_suggestion(args, said):
+    proc = cli(*args)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("ooc-spectral: error: ")
+    assert lines[0].count("ooc-spectral:") == 1, lines[0]
+    assert said in lines[0]
+    if args[0] == "fitt":
+        assert "did you mean 'fit'?" in lines[0]
+
+
+def test_nothing_close_suggests_nothing():
+    proc = cli("fit", "x.zarr", "--out", "o", "--zzzzzz", "1")
+    assert proc.returncode == 2 and "did you mean" not in proc.stderr
+
+
+def test_advice_of_the_issue_is_computed(data, tmp_path):
+    # issue 38, item 5: the command line's two cases
+    proc = cli("fit", data, "--out", tmp_path / "a", "--n-components", 500, "-q")
+    assert proc.returncode == 2, proc.stderr
+    assert "gamma=None picks" not in proc.stderr and "--dictionary-size 501" in proc.stderr
+    proc = cli("fit", data, "--out", tmp_path / "b", "--gamma", 1e6, "--max-dictionary-size",
+               300, "-q")
+    assert proc.returncode == 2, proc.stderr
+    assert "after scanning 0 of" not in proc.stderr and "gamma=5e+05" not in proc.stderr
+    assert "after scanning at least 301 of 6000 rows" in proc.stderr
+    assert "leave gamma to the heuristic" in proc.stderr

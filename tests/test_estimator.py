@@ -196,9 +196,14 @@ def test_float32_and_int_inputs_are_computed_in_float64(reference_fit):
     b = GreedySpectralEmbedding(**PARAMS).fit(Xi.astype(np.float64))
     _same(a, b, tol=0)
     X32 = X.astype(np.float32)
-    c = GreedySpectralEmbedding(**PARAMS).fit(X32)
+    # computed in float64 whatever the input; float32 input is given back in float32
+    # unless output_dtype says otherwise (issue 38)
+    c = GreedySpectralEmbedding(**PARAMS, output_dtype="float64").fit(X32)
     d = GreedySpectralEmbedding(**PARAMS).fit(X32.astype(np.float64))
     _same(c, d, tol=0)
+    e = GreedySpectralEmbedding(**PARAMS).fit(X32)
+    assert e.embedding_.dtype == np.float32
+    np.testing.assert_array_equal(e.embedding_, d.embedding_.astype(np.float32))
 
 
 # --------------------------------------------------------------------------- #

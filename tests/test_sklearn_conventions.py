@@ -173,3 +173,148 @@ def test_gaussian_projection_fit_checks_finite(bad):
     X[77, 1] = bad
     with pytest.raises(NonFiniteInputError, match="row 77, column 1"):
         GaussianProjectionEmbedding(gamma=0.5, random_state=0).fit(X)
+
+
+# ---------------------------------------------------------------------- #
+# issue 38: the conventions users bring from scikit-learn and dask-ml
+# ---------------------------------------------------------------------- #
+def test_object_array_of_non_numbers_is_a_type_error():
+    from ooc_spectral.exceptions import InvalidInputTypeError
+
+    X = _data(20).astype(object)
+    X[0, 0] = {"foo": "bar"}
+    # as scikit-learn's check_dtype_object wants: a TypeError naming the conversion
+    with pytest.raises(TypeError, match="argument must be a string.* number") as info:
+        GreedySpectralEmbedding().fit(X)
+    assert isinstance(info.value, InvalidInputTypeError)
+    assert isinstance(info.value, InvalidInputError)  # still the package's input error
+
+
+def test_np_matrix_is_refused_as_scikit_learn_does():
+    with pytest.raises(TypeError, match="np.matrix is not supported"):
+        GreedySpectralEmbedding().fit(np.matrix(_data(50)))
+
+
+def test_partial_fit_offered_only_where_it_works():
+    assert hasattr(GreedySpectralEmbedding(), "partial_fit")
+    est = GreedySpectralEmbedding(normalization="divisive")
+    assert not hasattr(est, "partial_fit")
+    with pytest.raises(AttributeError, match="partial_fit"):
+        est.partial_fit(_data(50))
+    # set_params switches it back on
+    assert hasattr(est.set_params(normalization="additive"), "partial_fit")
+
+
+def test_clustering_takes_one_cluster():
+    X = _data(150)
+    est = GreedySpectralClustering(n_clusters=1, gamma=0.05, random_state=0).fit(X)
+    assert est.cluster_centers_.shape[0] == 1
+    np.testing.assert_array_equal(est.labels_, 0)
+    np.testing.assert_array_equal(est.predict(X[:7]), 0)
+
+
+def test_poly_is_kernel_pcas_name_for_polynomial():
+    from sklearn.decomposition import KernelPCA
+
+    X = _data(300)
+    a = GreedySpectralEmbedding(kernel="poly", gamma=0.3, degree=2, tol=1e-9,
+                                random_state=0).fit(X)
+    b = GreedySpectralEmbedding(kernel="polynomial", gamma=0.3, degree=2, tol=1e-9,
+                                random_state=0).fit(X)
+    assert a.get_params()["kernel"] == "poly"  # parameters are kept as given
+    np.testing.assert_array_equal(a.embedding_, b.embedding_)
+    exact = KernelPCA(2, kernel="poly", gamma=0.3, degree=2, coef0=1.0,
+                      eigen_solver="dense").fit(X)
+    np.testing.assert_allclose(a.eigenvalues_, exact.eigenvalues_, rtol=1e-6)
+
+
+def test_kernel_callable_on_matrices_or_on_pairs():
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    X = _data(400)
+    builtin = GreedySpectralEmbedding(gamma=0.05, tol=1e-4, random_state=0).fit(X)
+    calls = []
+
+    def matrix_kernel(A, B, gamma):
+        calls.append(A.shape)
+        return rbf_kernel(A, B, gamma=gamma)
+
+    m = GreedySpectralEmbedding(kernel=matrix_kernel, kernel_params={"gamma": 0.05}, tol=1e-4,
+                                random_state=0).fit(X)
+    assert m.kernel_.matrix_wise is True
+    # one call per block, not one per entry (the per-pair form makes 10^5 calls here)
+    assert len(calls) < 20 * len(m.dictionary_indices_)
+    pair = GreedySpectralEmbedding(kernel=lambda x, y: np.exp(-0.05 * np.sum((x - y) ** 2)),
+                                   tol=1e-4, random_state=0).fit(X[:150])
+    assert pair.kernel_.matrix_wise is False
+    np.testing.assert_array_equal(m.dictionary_indices_, builtin.dictionary_indices_)
+    np.testing.assert_allclose(m.eigenvalues_, builtin.eigenvalues_, rtol=1e-9)
+    np.testing.assert_allclose(np.abs(m.transform(X[:9])), np.abs(builtin.transform(X[:9])),
+                               rtol=1e-7, atol=1e-9)
+    # a per-pair function that gives another matrix on blocks stays per pair
+    dot = GreedySpectralEmbedding(kernel=np.dot, normalization="additive", tol=1e-6,
+                                  random_state=0).fit(_data(60))
+    lin = GreedySpectralEmbedding(kernel="linear", tol=1e-6, random_state=0).fit(_data(60))
+    assert dot.kernel_.matrix_wise is False
+    np.testing.assert_allclose(dot.eigenvalues_, lin.eigenvalues_, rtol=1e-8)
+
+
+@pytest.mark.parametrize("bad", [np.array([]), np.array(["rbf"]), ["rbf"], 3])
+def test_malformed_kernel_is_named(bad):
+    from ooc_spectral.exceptions import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match=r"kernel=.* has type .*: expected one of "
+                                                    r"'rbf'.* or a callable"):
+        GreedySpectralEmbedding(kernel=bad).fit(_data(50))
+
+
+def test_float32_in_float32_out():
+    X = _data(300)
+    est = GreedySpectralEmbedding(gamma=0.3, random_state=0).fit(X.astype(np.float32))
+    assert est.embedding_.dtype == np.float32
+    assert est.transform(X[:5].astype(np.float32)).dtype == np.float32
+    assert est.transform(X[:5]).dtype == np.float64  # float64 rows: float64
+    ref = GreedySpectralEmbedding(gamma=0.3, random_state=0).fit(X.astype(np.float32)
+                                                                  .astype(np.float64))
+    # computed in float64, rounded once
+    np.testing.assert_array_equal(est.embedding_, ref.embedding_.astype(np.float32))
+    assert GreedySpectralEmbedding(gamma=0.3, random_state=0).fit(X).embedding_.dtype == np.float64
+    forced = GreedySpectralEmbedding(gamma=0.3, output_dtype="float64",
+                                     random_state=0).fit(X.astype(np.float32))
+    assert forced.embedding_.dtype == np.float64
+    assert "float32" in GreedySpectralEmbedding().__sklearn_tags__(
+        ).transformer_tags.preserves_dtype
+
+
+# ---------------------------------------------------------------------- #
+# issue 38: each warning once
+# ---------------------------------------------------------------------- #
+_WARN_ONCE = """
+import logging, sys, warnings
+import numpy as np
+from ooc_spectral import GreedySpectralEmbedding
+X = np.random.default_rng(0).normal(size=(200, 3))
+if sys.argv[1] == "filtered":
+    warnings.simplefilter("ignore")
+if sys.argv[1] == "logged":
+    logging.getLogger("ooc_spectral").addHandler(logging.StreamHandler())
+GreedySpectralEmbedding(gamma=50.0, random_state=0).fit(X)
+"""
+
+
+@pytest.mark.parametrize("mode, count", [("plain", 1), ("filtered", 0), ("logged", 1)])
+def test_each_warning_once(mode, count):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _WARN_ONCE, mode], capture_output=True,
+                          text=True, check=True)
+    assert proc.stderr.count("entered the dictionary") == count, proc.stderr
+    assert ("DictionaryWarning" in proc.stderr) == (mode == "plain")
+
+
+def test_dictionary_warning_is_a_warning_in_python():
+    from ooc_spectral.exceptions import DictionaryWarning
+
+    with pytest.warns(DictionaryWarning, match="entered the dictionary"):
+        GreedySpectralEmbedding(gamma=50.0, random_state=0).fit(_data(200))

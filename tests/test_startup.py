@@ -12,6 +12,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import sklearn.exceptions
 
 import ooc_spectral
@@ -50,3 +51,66 @@ def test_the_estimators_and_star_import_resolve():
 
     assert namespace["GreedySpectralEmbedding"] is GreedySpectralEmbedding
     assert "GreedySpectralClustering" in dir(ooc_spectral)
+
+
+# ---------------------------------------------------------------------- #
+# issue 38: start-up proportional to the work
+# ---------------------------------------------------------------------- #
+#: What a small in-memory fit, ``--help`` and an argument error must not import.
+#: (xarray is not here: dask.array imports it, and pandas with it, wherever installed.)
+HEAVY = {"distributed", "zarr", "fsspec", "matplotlib", "numba", "llvmlite"}
+
+_SMALL_FIT = """
+import numpy as np
+from ooc_spectral import GreedySpectralEmbedding
+X = np.random.default_rng(0).normal(size=(2000, 3))
+est = GreedySpectralEmbedding(n_components=2, gamma=0.004, tol=1e-3, random_state=0).fit(X)
+est.transform(X[:10])
+"""
+
+
+def test_a_small_in_memory_fit_imports_no_cluster_storage_or_compiled_loops():
+    mods = _modules_after(_SMALL_FIT)
+    assert "ooc_spectral" in mods and "sklearn" in mods
+    assert not mods & HEAVY, sorted(mods & HEAVY)
+
+
+def test_a_small_fit_loads_neither_mkl_nor_llvm():
+    import os
+
+    if not os.path.exists("/proc/self/maps"):  # pragma: no cover - Linux only
+        pytest.skip("no /proc/self/maps")
+    out = subprocess.run([sys.executable, "-c", _SMALL_FIT + "\nmaps = open('/proc/self/maps')"
+                          ".read()\nprint('libmkl' in maps, 'llvmlite' in maps)"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.split()[-2:] == ["False", "False"], out.stdout
+
+
+def test_importing_the_package_and_estimator_imports_nothing_heavy():
+    mods = _modules_after("import ooc_spectral\nooc_spectral.GreedySpectralEmbedding")
+    assert not mods & HEAVY, sorted(mods & HEAVY)
+
+
+def test_the_command_lines_help_and_argument_errors_import_only_numpy():
+    code = ("import contextlib, io\nfrom ooc_spectral.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    main(['fit', '--help'])\n    main(['fit', 'x', '--n-componets', '3'])\n"
+            "    main(['--help'])\n")
+    mods = _modules_after(code)
+    assert not mods & (HEAVY | {"dask", "scipy", "sklearn", "pandas", "xarray"}), sorted(mods)
+
+
+def test_compiled_loops_only_for_large_blocks():
+    from ooc_spectral._accel import blas, fused
+
+    if fused.numba_loops() is None:  # pragma: no cover - numba not installed here
+        return
+    with fused.loops_for(fused.LOOPS_MIN_ELEMENTS - 1):
+        assert fused.numba_loops() is None
+    with fused.loops_for(fused.LOOPS_MIN_ELEMENTS):
+        assert fused.numba_loops() is not None
+    with fused.loops_for(None):  # not said: wherever available, as before
+        assert fused.numba_loops() is not None
+    if blas.mkl() is not None:  # MKL installed: the same gate
+        with fused.loops_for(0):
+            assert blas.mkl() is None

@@ -21,7 +21,7 @@ from scipy.linalg import solve_triangular
 
 from .ctypes_blas import (_INT_MAX, _blas_call, _fortran_refs, gil_free_dgemm, gil_free_syrk,
                           gil_free_trsm)
-from .support import config_flag, contiguous_float64, once
+from .support import accel_allowed, config_flag, contiguous_float64, once
 
 __all__ = ["solve_lower_transposed", "solve_lower_rows", "add_gram_lower", "symmetric_from_lower",
            "fast_solve_order", "mkl", "mkl_version", "blas_backend", "exp_inplace", "matmul_nt_into",
@@ -75,8 +75,13 @@ def mkl():
     its threading layer is set to sequential before any call (no OpenMP runtime is
     started); a library some other package loaded first keeps its own, and each call
     on it runs under ``mkl_set_num_threads_local(1)``, restored after.
+
+    None, too, inside :func:`~ooc_spectral._accel.support.accel_for` a block too small to
+    pay for loading the library (a small fit never loads it; issue 38).
     """
-    return _load_mkl() if config_flag("ooc-spectral.mkl", True) else None
+    if not config_flag("ooc-spectral.mkl", True) or not accel_allowed():
+        return None  # off, or a block too small to pay for loading it (support.accel_for)
+    return _load_mkl()
 
 
 def _open_mkl():

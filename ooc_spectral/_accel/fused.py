@@ -26,9 +26,9 @@ import os
 
 import numpy as np
 
-from .support import config_flag, contiguous_float64, once
+from .support import ACCEL_MIN_ENTRIES, accel_allowed, accel_for, config_flag, contiguous_float64, once
 
-__all__ = ["numba_loops", "loops_backend", "centre_rows", "centre_rows_weighted", "clip_unit_col_sums", "clip_unit_dot",
+__all__ = ["numba_loops", "loops_backend", "loops_for", "LOOPS_MIN_ELEMENTS", "centre_rows", "centre_rows_weighted", "clip_unit_col_sums", "clip_unit_dot",
            "CENTRE_PIECE_ELEMENTS", "DOT_MAX_COLUMNS"]
 
 #: Entries of a C-ordered block that the NumPy form of :func:`centre_rows` takes at a
@@ -44,6 +44,12 @@ DOT_MAX_COLUMNS = 8
 log = logging.getLogger(__name__)
 
 
+#: The compiled loops' gate (:func:`~ooc_spectral._accel.support.accel_for`), by the
+#: name pass 2 and 3 use.
+loops_for = accel_for
+LOOPS_MIN_ELEMENTS = ACCEL_MIN_ENTRIES
+
+
 def _jit_disabled() -> bool:
     """numba's ``NUMBA_DISABLE_JIT``: its loops would run as Python, thousands of times
     slower than NumPy's calls. Read from the environment, without importing numba."""
@@ -54,12 +60,14 @@ def numba_loops():
     """The compiled loops (:mod:`ooc_spectral._accel.fused_numba`), or None.
 
     None where numba is not installed, where the dask config ``ooc-spectral.numba`` is
-    False, where ``NUMBA_DISABLE_JIT`` is set, or where the loops cannot be compiled or
+    False, inside :func:`loops_for` a block smaller than :data:`LOOPS_MIN_ELEMENTS`, where ``NUMBA_DISABLE_JIT`` is set, or where the loops cannot be compiled or
     loaded in this process (for instance no writable place for numba's disk cache: a
     read-only installation without a writable ``~/.cache``). A failure is logged once,
     as a warning naming it, and NumPy's calls are used from then on.
     """
     if not config_flag("ooc-spectral.numba", True) or _jit_disabled():
+        return None
+    if not accel_allowed():
         return None
     return _loops()
 

@@ -6,11 +6,50 @@ Imports nothing of the package.
 
 from __future__ import annotations
 
+import contextvars
 import threading
+from contextlib import contextmanager
 
 import numpy as np
 
-__all__ = ["once", "config_flag", "contiguous_float64"]
+__all__ = ["once", "config_flag", "contiguous_float64", "accel_for", "accel_allowed",
+           "ACCEL_MIN_ENTRIES", "ACCEL_MIN_ROWS"]
+
+#: Fewest entries of a task's block (its rows x the dictionary's points) for which the
+#: optional accelerators are used: numba's compiled loops and Intel MKL. Loading them
+#: costs a process 0.26-0.5 s each (numba and LLVM from the disk cache; libmkl_rt and its
+#: kernels, 0.5-0.9 s on a loaded 2-core machine) and they save well under 1 ns an entry,
+#: so they pay on blocks of millions of entries, as a large fit's tasks are (262,144
+#: rows x m), never on a small fit's (2,000-4,096 rows x tens of points). Below it,
+#: NumPy and its BLAS: the same values to rounding (issue 38).
+ACCEL_MIN_ENTRIES = 2**23
+#: Fewest rows of a fit for which the client's own work (the scan, the solve) may load
+#: the accelerators (the estimator and the command line's fit set :func:`accel_for`).
+ACCEL_MIN_ROWS = 2**17
+
+#: The entries of the block the current task works on (:func:`accel_for`); None: not
+#: said, the accelerators are used wherever available (functions called directly).
+_block_entries: contextvars.ContextVar = contextvars.ContextVar("ooc_spectral_block_entries",
+                                                                default=None)
+
+
+@contextmanager
+def accel_for(entries: int | None):
+    """Within this block, numba's loops and MKL are used only where the work's block has
+    at least :data:`ACCEL_MIN_ENTRIES` entries (``entries``: rows x dictionary points;
+    None: not said). Per thread (a context variable): tasks side by side decide each for
+    itself, and a task does not inherit its client's setting."""
+    token = _block_entries.set(None if entries is None else int(entries))
+    try:
+        yield
+    finally:
+        _block_entries.reset(token)
+
+
+def accel_allowed() -> bool:
+    """Whether the current block is large enough for the accelerators (:func:`accel_for`)."""
+    entries = _block_entries.get()
+    return entries is None or entries >= ACCEL_MIN_ENTRIES
 
 
 class once:

@@ -10,7 +10,7 @@ import time
 
 from .blas import _OWN_MKL
 
-__all__ = ["one_blas_thread", "blas_thread_counts", "longest_gil_stall"]
+__all__ = ["one_blas_thread", "one_thread", "blas_thread_counts", "longest_gil_stall"]
 
 
 def longest_gil_stall(call) -> tuple[float, float]:
@@ -56,6 +56,14 @@ def one_blas_thread():
     threads doing the same (the scan below a size, the certificate's threads).
     """
     return _controller().limit(limits=1, user_api="blas")
+
+
+def one_thread():
+    """Context manager: every thread pool threadpoolctl knows (BLAS and OpenMP) on one
+    thread, as ``threadpool_limits(1)``, from the process's one inspection of its
+    libraries (``threadpool_limits`` inspects them on every call: about 70 ms each time
+    on a loaded machine, three times in a small fit; issue 38)."""
+    return _controller().limit(limits=1)
 
 
 def blas_thread_counts() -> set[int]:

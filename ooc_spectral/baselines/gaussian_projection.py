@@ -124,7 +124,8 @@ class GaussianProjectionEmbedding(_KernelEmbeddingBase):
     ----------
     n_components : int, default=2
     oversampling : int, default=10
-        Extra columns beyond the eigenvectors wanted.
+        Extra columns beyond the eigenvectors wanted (the columns are at most the
+        rows of X).
     power_iterations : int, default=2
         Subspace iterations (0 is Homrighausen & McDonald's plain Algorithm 2).
     kernel, gamma, degree, coef0 :
@@ -160,10 +161,13 @@ class GaussianProjectionEmbedding(_KernelEmbeddingBase):
                  chunk_rows=None, workdir=None, random_state=None):
         store_params(self, locals())
 
-    def _columns(self) -> tuple[int, int]:
-        """``(k, l)``: the eigenvectors computed (with the trivial one) and the columns."""
+    def _columns(self, n: int | None = None) -> tuple[int, int]:
+        """``(k, l)``: the eigenvectors computed (with the trivial one) and the columns,
+        at most the ``n`` rows (more columns span nothing more: n columns already span
+        every direction of the n x n matrix)."""
         k = self.n_components + int(self.normalization == "divisive" and self.drop_first)
-        return k, k + int(self.oversampling)
+        l = k + int(self.oversampling)
+        return k, l if n is None else min(l, n)
 
     def _check_params(self) -> None:
         self._check_common()
@@ -171,19 +175,19 @@ class GaussianProjectionEmbedding(_KernelEmbeddingBase):
         check_int(type(self).__name__, "power_iterations", self.power_iterations, low=0)
 
     def _check_n_rows(self, n: int) -> None:
-        l = self._columns()[1]
-        if l > n:
+        k = self._columns()[0]
+        if k > n:
             raise InvalidParameterError(
-                f"n_components + oversampling = {l} columns exceed the {n} rows of X; lower "
-                "oversampling or n_components"
-            )
+                f"{k} eigenvectors are asked for (n_components"
+                f"{' + the dropped trivial one' if k > self.n_components else ''}) but X has "
+                f"{n} rows; lower n_components")
 
     def _fit(self, source: DataSource, kernel: Kernel, seed: int) -> None:
         """Run the range finder and compute the training embedding."""
         n = source.n_rows
         q = int(self.power_iterations)
         divisive = self.normalization == "divisive"
-        k, l = self._columns()
+        k, l = self._columns(n)
         ex = Executor()  # every compute of the fit (the active client's cluster, if any)
         scratch = _Scratch(source.kind == "numpy", ex, self.workdir)
         # every pass checks its blocks finite

@@ -71,8 +71,48 @@ class _Parser(argparse.ArgumentParser):
         group.add_argument = add_argument
         return group
 
+    def parse_args(self, args=None, namespace=None):
+        self._argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_args(args, namespace)
+
     def error(self, message):
-        raise CommandError(f"{self.prog}: {message}")
+        """One line, no prefix of its own (``main`` prints ``ooc-spectral: error: ``), with a
+        "did you mean" for a misspelt option, subcommand or choice (issue 38)."""
+        hint = _did_you_mean(self, message)
+        where = "" if " " not in self.prog else f" (`{self.prog} --help` lists them)"
+        raise CommandError(message + (f"; did you mean {hint}?" if hint else "")
+                           + (where if "unrecognized" in message or "invalid choice" in message
+                              else ""))
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    return [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+
+
+def _did_you_mean(parser: "_Parser", message: str) -> str | None:
+    """The closest known option, subcommand or choice to what ``message`` refuses
+    (``difflib``), as ``--n-components``; None when nothing is close."""
+    import difflib
+    import re
+
+    m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if m:
+        close = difflib.get_close_matches(m.group(1), re.findall(r"'([^']*)'", m.group(2)), n=1)
+        return f"'{close[0]}'" if close else None
+    if "unrecognized arguments:" not in message:
+        return None
+    argv = getattr(parser, "_argv", [])
+    command = next((a for a in argv if a in parser.commands), None)
+    known = _option_strings(parser.commands[command] if command else parser)
+    hints = []
+    for token in message.split("unrecognized arguments:", 1)[1].split():
+        if token.startswith("--"):
+            close = difflib.get_close_matches(token.split("=", 1)[0], known, n=1, cutoff=0.6)
+            if close:
+                hints.append(f"{close[0]} (for {token.split('=', 1)[0]})" if hints or
+                             sum(t.startswith("--") for t in message.split()) > 1
+                             else close[0])
+    return ", ".join(hints) or None
 
 
 # --------------------------------------------------------------------------- #
@@ -126,8 +166,11 @@ def _add_estimator_options(p: argparse.ArgumentParser) -> None:
             g.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
                            default=f.default, help=meta["help"].replace("%", "%%"))
             continue
-        kw = dict(dest=f.name, type=meta["type"], default=f.default,
-                  help=f"{meta['help'].replace('%', '%%')} (default: {f.default})")
+        default = f.default
+        if f.name == "output_dtype":  # the command line writes float64 unless asked
+            default = "float64"
+        kw = dict(dest=f.name, type=meta["type"], default=default,
+                  help=f"{meta['help'].replace('%', '%%')} (default: {default})")
         if meta["choices"]:
             kw["choices"] = meta["choices"]
         g.add_argument(flag, **kw)
@@ -159,7 +202,7 @@ def workflow_permissions(args) -> frozenset:
 
 # --------------------------------------------------------------------------- #
 def build_parser() -> argparse.ArgumentParser:
-    from ..io.datasets import DATASETS
+    from ..io.dataset_specs import DATASETS  # the names only: no zarr for --help
 
     parser = _Parser(prog="ooc-spectral", description=(
         "Greedy spectral embedding (kernel PCA, spectral clustering) of data larger than RAM, "

@@ -26,10 +26,12 @@ from ..core.config import FitConfig
 from ..runtime.execution import Executor
 from ..runtime.monitor import MemorySampler, ProgressLog
 from ..io.persistence import load_model, load_model_and_digest, package_versions
+from ..exceptions import DictionaryError
+from ..pipeline.advice import with_advice
 from ..pipeline.fit import FitRun
 from ..core.planning import plan_block_rows, plan_tasks, solve_block_rows
 from ..io.source import DataSource, open_source
-from ..pipeline.writeback import EmbeddingOutput
+from ..pipeline.writeback import EmbeddingOutput, client_accel
 
 __all__ = ["FitJob", "TransformJob", "run_fit_job", "run_transform_job", "input_identity"]
 
@@ -224,7 +226,14 @@ def run_fit_job(job: FitJob) -> dict:
                              checkpoint=rundir.checkpoint(job.checkpoint_every), resume=resuming,
                              memory_probe=sampler.take_peak, on_scan=progress.scan)
                 _check_workers_see_input(executor, source)
-                result = run.run(output=rundir.url)
+                try:
+                    with client_accel(source.n_rows):
+                        result = run.run(output=rundir.url)
+                except DictionaryError as err:
+                    advised = with_advice(err, config, source)
+                    if advised is err:
+                        raise
+                    raise advised from err
                 _input_unchanged_since(source, fingerprint, job.input)
                 with run.stage("model"):
                     est = GreedySpectralEmbedding(**config.to_json())

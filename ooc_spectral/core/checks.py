@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import logging
 import math
-import warnings
 
 import numpy as np
 from scipy.linalg.lapack import dtrcon
 
-from ..exceptions import DictionaryError, DictionaryWarning, NumericalBreakdownError
+from ..exceptions import DictionaryError, DictionaryWarning, NumericalBreakdownError, warn_once
 from .eigensolve import check_n_components, spent_directions
 from .kernels import Kernel
 from .model import PIVOT_FLOOR, Dictionary
@@ -166,6 +165,5 @@ def check_dictionary(dictionary: Dictionary, kernel: Kernel, gamma, tol: float, 
                "embedding at the cost of the full problem")
         if gamma is not None and c.kernel in ("rbf", "laplacian"):
             msg += f"; use a smaller gamma (try gamma={gamma / 10:.3g}) or a larger tol"
-        log.warning(msg)
-        warnings.warn(msg, DictionaryWarning, stacklevel=4)
+        warn_once(msg, DictionaryWarning, stacklevel=4)
     check_n_components(m, wanted, spent)

@@ -17,7 +17,7 @@ import numpy as np
 
 from .._validation import check_bool, check_choice, check_float, check_int, check_str
 from ..exceptions import InvalidParameterError
-from .kernel_choice import KERNELS
+from .kernel_names import KERNEL_ALIASES, KERNELS, canonical_kernel
 
 __all__ = ["FitConfig", "parameter_fields", "resolve_seed"]
 
@@ -38,9 +38,10 @@ class FitConfig:
         2, "number of embedding coordinates p (None, in Python: every direction the "
         "dictionary supports, as KernelPCA keeps every non-zero eigenvalue)", type=int, low=1,
         none=True)
-    kernel: str = _param("rbf", "kernel: " + ", ".join(KERNELS) + " (in Python also a "
-                         "callable k(x, y, **kernel_params) on two rows)", type=str,
-                         choices=KERNELS)
+    kernel: str = _param("rbf", "kernel: " + ", ".join(KERNELS) + " ('poly' is polynomial, "
+                         "as in KernelPCA; in Python also a callable k(x, y, **kernel_params) "
+                         "on two rows or on two blocks of rows)", type=str,
+                         choices=KERNELS + tuple(KERNEL_ALIASES))
     gamma: float | None = _param(
         None, "kernel width (rbf, laplacian) or scale (polynomial); default: the "
         "median-distance heuristic on a seeded sample", type=float, low=0.0, low_open=True,
@@ -101,10 +102,12 @@ class FitConfig:
         "the embedding back to the rows, as KernelPCA; one more parallel pass)", type=bool)
     alpha: float = _param(
         1.0, "ridge penalty of the pre-image map (fit_inverse_transform)", type=float, low=0.0)
-    output_dtype: str = _param(
-        "float64", "dtype of the stored embedding: float64, or float32 (half the write-back "
-        "and the disk; values computed in float64, then rounded)", type=str,
-        choices=("float64", "float32"))
+    output_dtype: str | None = _param(
+        None, "dtype of the embedding: float64, or float32 (half the write-back and the "
+        "disk; values computed in float64, then rounded); in Python None, the default there: "
+        "float32 for float32 input, float64 otherwise, as scikit-learn's transformers keep "
+        "float32", type=str,
+        choices=("float64", "float32"), none=True)
     random_state: int | None = _param(
         None, "seed of the visiting order and of every sample", type=int, low=0, none=True)
 
@@ -120,6 +123,11 @@ class FitConfig:
             if f.name == "kernel" and callable(value):
                 values[f.name] = value  # a user's kernel function (Python only, never saved)
                 continue
+            if f.name == "kernel" and not isinstance(value, str):
+                raise InvalidParameterError(
+                    f"kernel={value!r} has type {type(value).__name__}: expected one of "
+                    f"{', '.join(repr(k) for k in f.metadata['choices'])} or a callable "
+                    "k(x, y, **kernel_params)")
             if f.name == "kernel_params":
                 values[f.name] = _check_kernel_params(value, params.get("kernel", f.default))
                 continue
@@ -128,6 +136,8 @@ class FitConfig:
                 values[f.name] = None
                 continue
             values[f.name] = _check(f, value)
+            if f.name == "kernel":
+                values[f.name] = canonical_kernel(values[f.name])
         config = cls(**values)
         config._check_together()
         return config
@@ -176,6 +186,14 @@ class FitConfig:
         """The kernel's name, ``"callable"`` for a user's function."""
         return "callable" if callable(self.kernel) else self.kernel
 
+    def with_output_dtype(self, input_dtype) -> "FitConfig":
+        """This config with ``output_dtype=None`` resolved for an input of ``input_dtype``:
+        float32 for float32 input, float64 otherwise."""
+        if self.output_dtype is not None:
+            return self
+        keep = np.dtype(input_dtype) == np.float32
+        return dataclasses.replace(self, output_dtype="float32" if keep else "float64")
+
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
@@ -214,7 +232,9 @@ def _check(f: dataclasses.Field, value):
     """Check one declared field (see :mod:`ooc_spectral._validation`)."""
     meta = f.metadata
     t = meta["type"]
-    if value is None and not meta["none"]:
+    if value is None:
+        if meta["none"]:
+            return None
         kind = {int: "an integer", float: "a number", bool: "True or False", str: "a string"}[t]
         raise InvalidParameterError(f"{f.name}=None is not allowed: expected {kind}")
     if meta["choices"]:

@@ -13,24 +13,22 @@ import logging
 from typing import Mapping
 
 import numpy as np
-from scipy.spatial.distance import cdist
 
 from ..exceptions import InvalidParameterError
-from .kernels import (CallableKernel, CosineKernel, Kernel, LaplacianKernel, LinearKernel,
+from .callable_kernel import CallableKernel
+from .kernel_names import KERNEL_ALIASES, KERNELS, NO_GAMMA, canonical_kernel
+from .kernels import (CosineKernel, Kernel, LaplacianKernel, LinearKernel,
                       PolynomialKernel, RBFKernel, SubsetNormalizedKernel, _f64, _sq_norms)
 from .planning import SAMPLE_PURPOSE, plan_sample
 
 log = logging.getLogger("ooc_spectral")
 
-__all__ = ["KERNELS", "NO_GAMMA", "GAMMA_SAMPLE_SIZE", "make_kernel", "median_heuristic_gamma",
+__all__ = ["KERNELS", "KERNEL_ALIASES", "canonical_kernel", "NO_GAMMA", "GAMMA_SAMPLE_SIZE", "make_kernel", "median_heuristic_gamma",
            "resolve_gamma", "kernel_to_attrs", "kernel_from_attrs", "takes_center", "data_center", "resolve_kernel"]
 
 #: Rows in the seeded sample used by the ``gamma=None`` heuristic.
 GAMMA_SAMPLE_SIZE = 1000
 
-KERNELS = ("rbf", "laplacian", "linear", "polynomial", "cosine")
-#: Kernels without a gamma (the ``gamma=None`` heuristic leaves them alone).
-NO_GAMMA = ("linear", "cosine")
 
 
 def make_kernel(name, *, gamma: float | None = None, degree: int = 3, coef0: float = 1.0,
@@ -42,6 +40,7 @@ def make_kernel(name, *, gamma: float | None = None, degree: int = 3, coef0: flo
     polynomial: :class:`~ooc_spectral.core.kernels._Centred`); the others ignore it.
     """
     c = None if center is None else tuple(float(v) for v in np.asarray(center, dtype=np.float64))
+    name = canonical_kernel(name)
     if callable(name):
         return CallableKernel(name, tuple(sorted(dict(kernel_params or {}).items())))
     if name == "cosine":
@@ -77,6 +76,8 @@ def median_heuristic_gamma(kernel: str, sample: np.ndarray) -> float | None:
     if kernel == "polynomial":
         med = float(np.median(_sq_norms(X)))
     else:
+        from scipy.spatial.distance import cdist
+
         metric = "sqeuclidean" if kernel == "rbf" else "cityblock"
         d = cdist(X, X, metric=metric)
         iu = np.triu_indices(X.shape[0], k=1)

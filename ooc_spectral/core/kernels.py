@@ -31,7 +31,6 @@ import functools
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.spatial.distance import cdist
 
 from .._accel.blas import exp_inplace, matmul_nt_into, one_task_at_a_time
 from .._accel.fused import clip_unit_col_sums, clip_unit_dot
@@ -44,7 +43,6 @@ __all__ = [
     "LinearKernel",
     "PolynomialKernel",
     "CosineKernel",
-    "CallableKernel",
     "SubsetNormalizedKernel",
     "subset_means",
     "first_nonpositive",
@@ -359,6 +357,8 @@ class LaplacianKernel(_Stationary):
 
     def pairwise_monotone(self, X, Y, x_aux=None, y_aux=None, out=None):
         """The exponent ``-gamma ||x - y||_1``."""
+        from scipy.spatial.distance import cdist
+
         K = cdist(_f64(X), _f64(Y), metric="cityblock", out=out)
         K *= -self.gamma
         return K
@@ -451,49 +451,6 @@ class CosineKernel(Kernel):
     def diag(self, X, x_aux=None):
         nx = self.aux(X) if x_aux is None else x_aux
         return (np.asarray(nx) > 0).astype(np.float64)
-
-
-@dataclass(frozen=True, eq=False)
-class CallableKernel(Kernel):
-    """A user's kernel ``func(x, y, **params)`` on two rows, as scikit-learn's ``kernel=callable``.
-
-    As in scikit-learn's ``pairwise_kernels``, ``func`` is called on one pair of
-    rows (1-D arrays) at a time and returns a number: a block of c x m entries
-    costs c m Python calls, so a built-in kernel is much faster. ``func`` must
-    be a positive semi-definite kernel. It travels to dask workers with the
-    dictionary (cloudpickle, as every dask task does) but is never saved: a
-    model with a callable kernel cannot be written without pickle
-    (:func:`kernel_to_attrs` raises :class:`~ooc_spectral.exceptions.ModelNotSavableError`).
-    """
-
-    func: object
-    kernel_params: tuple = ()
-    name = "callable"
-
-    @property
-    def _kw(self) -> dict:
-        return dict(self.kernel_params)
-
-    def aux(self, X):
-        return None
-
-    def pairwise(self, X, Y, x_aux=None, y_aux=None):
-        X, Y = _f64(X), _f64(Y)
-        f, kw = self.func, self._kw
-        out = np.empty((X.shape[0], Y.shape[0]))
-        for i in range(X.shape[0]):
-            x = X[i]
-            out[i] = [f(x, y, **kw) for y in Y]
-        return out
-
-    def diag(self, X, x_aux=None):
-        X = _f64(X)
-        f, kw = self.func, self._kw
-        return np.array([f(x, x, **kw) for x in X], dtype=np.float64)
-
-    @property
-    def params(self):
-        return {"function": getattr(self.func, "__qualname__", repr(self.func)), **self._kw}
 
 
 @dataclass(frozen=True, eq=False)

@@ -33,7 +33,7 @@ import threading
 import numpy as np
 
 from .._accel.blas import add_gram_lower, fast_solve_order, symmetric_from_lower
-from .._accel.fused import centre_rows, centre_rows_weighted
+from .._accel.fused import centre_rows, centre_rows_weighted, loops_for
 from .._validation import check_finite
 from ..exceptions import DictionaryError
 from .model import Dictionary
@@ -396,9 +396,22 @@ class _InOrder:
         return self.folded
 
 
-STAT_KINDS = {"moments": chunk_moments, "ksums": chunk_ksums, "gram": chunk_gram,
-              "degrees": chunk_degrees, "cross": chunk_cross_moments,
-              "kernel_cross": chunk_kernel_cross, "preimage": in_sub_blocks(chunk_preimage)}
+def _sized(func):
+    """``func`` on a task's block, with the compiled loops only where the block is large
+    enough to pay for loading them (:func:`~ooc_spectral._accel.fused.loops_for`)."""
+
+    @functools.wraps(func)
+    def wrapper(block, dictionary, offset, *args, **kwargs):
+        with loops_for(len(block) * dictionary.size):
+            return func(block, dictionary, offset, *args, **kwargs)
+
+    return wrapper
+
+
+STAT_KINDS = {kind: _sized(f) for kind, f in {
+    "moments": chunk_moments, "ksums": chunk_ksums, "gram": chunk_gram,
+    "degrees": chunk_degrees, "cross": chunk_cross_moments,
+    "kernel_cross": chunk_kernel_cross, "preimage": in_sub_blocks(chunk_preimage)}.items()}
 
 
 # --------------------------------------------------------------------------- #

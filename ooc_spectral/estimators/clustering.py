@@ -163,7 +163,8 @@ class GreedySpectralClustering(SparseInputMixin, ClusterMixin, BaseEstimator):
     Parameters
     ----------
     n_clusters : int, default=2
-        Number of clusters k (at least 2).
+        Number of clusters k. 1 puts every row in one cluster, as
+        ``KMeans(n_clusters=1)`` does (the embedding is still computed).
     affinity : {"kernel", "representatives"}, default="kernel"
         The graph: the kernel of the greedy dictionary's embedding (the parameters
         ``kernel`` to ``sample_size`` below), or the rows' nearest representatives.
@@ -262,7 +263,7 @@ affine, degree_estimate, degree_subset_size, sample_size, chunk_rows
     # ------------------------------------------------------------------ #
     def _check_params(self) -> tuple[int, int]:
         name = type(self).__name__
-        k = check_int(name, "n_clusters", self.n_clusters, low=2)
+        k = check_int(name, "n_clusters", self.n_clusters, low=1)
         p = check_int(name, "n_components", self.n_components, low=1, none=True)
         check_int(name, "n_init", self.n_init, low=1)
         check_int(name, "max_iter", self.max_iter, low=0)

@@ -7,18 +7,20 @@ import os
 import dask
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils.metaestimators import available_if
 
 from ._sklearn import FeatureNamesMixin
 from .._params import store_params
 from .._validation import check_fitted, check_n_features
 from ..core.config import FitConfig
 from ..core.model import SpectralMap
-from ..exceptions import InvalidInputError
+from ..exceptions import DictionaryError, InvalidInputError
 from ..runtime.execution import compute, task_threads
+from ..pipeline.advice import with_advice
+from ..pipeline.writeback import client_accel, map_rows
 from ..pipeline.fit import FitResult, FitRun
 from ..core.planning import plan_block_rows, plan_tasks
 from ..io.source import open_source
-from ..pipeline.writeback import map_rows
 
 __all__ = ["GreedySpectralEmbedding"]
 
@@ -42,12 +44,16 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         None: every direction the dictionary supports (every eigenvalue above
         rounding), as ``KernelPCA(n_components=None)`` keeps every non-zero
         eigenvalue; the number kept is ``eigenvalues_.shape[0]``.
-    kernel : {"rbf", "laplacian", "linear", "polynomial", "cosine"} or callable, default="rbf"
+    kernel : {"rbf", "laplacian", "linear", "polynomial", "poly", "cosine"} or callable, default="rbf"
         ``rbf``: ``exp(-gamma ||x-y||^2)``; ``laplacian``: ``exp(-gamma ||x-y||_1)``;
-        ``linear``: ``x.y``; ``polynomial``: ``(gamma x.y + coef0)^degree``;
-        ``cosine``: ``x.y / (||x|| ||y||)`` (0 for a row of zeros). A callable
-        ``k(x, y, **kernel_params)`` is called on two rows at a time, as in
-        scikit-learn (slow: one Python call per entry); it works on a dask
+        ``linear``: ``x.y``; ``polynomial`` (or ``poly``, KernelPCA's name):
+        ``(gamma x.y + coef0)^degree``; ``cosine``: ``x.y / (||x|| ||y||)`` (0 for
+        a row of zeros). A callable ``k(x, y, **kernel_params)`` may take two rows
+        and return a number, as in scikit-learn (slow: one Python call per entry),
+        or two blocks of rows (c x d and m x d) and return their c x m kernel
+        matrix, as ``sklearn.metrics.pairwise.rbf_kernel`` does (one call per
+        block); which of the two is found on the first block
+        (:class:`~ooc_spectral.core.callable_kernel.CallableKernel`). It works on a dask
         cluster, but a model with a callable kernel cannot be saved
         (:class:`~ooc_spectral.exceptions.ModelNotSavableError`).
     gamma : float, default=None
@@ -143,10 +149,12 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         normalization only.
     alpha : float, default=1.0
         Ridge penalty of the pre-image map.
-    output_dtype : {"float64", "float32"}, default="float64"
+    output_dtype : {"float64", "float32"} or None, default=None
         dtype of ``embedding_`` and of ``transform``'s output. The values are
         computed in float64 and rounded once: float32 halves the write-back and
-        the output on disk, at float32 precision (relative 6e-8).
+        the output on disk, at float32 precision (relative 6e-8). None: float32
+        for float32 input, float64 otherwise (as scikit-learn's transformers
+        keep float32); the command line's default is float64.
     random_state : int, RandomState or Generator, default=None
         Seed of the visiting order and of every sample. The same seed gives the
         same dictionary whatever the chunking, workers or threads.
@@ -226,8 +234,14 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
                  normalization="additive", degree_estimate="exact", degree_subset_size=1000,
                  drop_first=True, sample_size=20000, solver="gemm", chunk_rows=None,
                  fit_inverse_transform=False, alpha=1.0,
-                 output_dtype="float64", random_state=None):
+                 output_dtype=None, random_state=None):
         store_params(self, locals())
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # float32 input gives float32 output (output_dtype=None)
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags
 
     # ------------------------------------------------------------------ #
     def _config(self) -> FitConfig:
@@ -252,8 +266,16 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         -------
         self
         """
-        config = self._config()
-        result = FitRun(config, open_source(X)).run(output)
+        source = open_source(X)
+        config = self._config().with_output_dtype(source.dtype)
+        try:
+            with client_accel(source.n_rows):
+                result = FitRun(config, source).run(output)
+        except DictionaryError as err:
+            advised = with_advice(err, config, source)
+            if advised is err:
+                raise
+            raise advised from err
         self._incremental = None  # a later partial_fit starts afresh
         self._set_fitted(result)
         self._record_feature_names(X)
@@ -263,6 +285,16 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         """Fit and return ``embedding_`` (no second projection of X)."""
         return self.fit(X, y, output=output).embedding_
 
+    def _supports_partial_fit(self) -> bool:
+        """``partial_fit`` is offered only where it works: kernel PCA
+        (``normalization="additive"``); scikit-learn's ``available_if`` pattern."""
+        if self.normalization == "divisive":
+            raise AttributeError(
+                "partial_fit is not available with normalization='divisive' (the degrees "
+                "change with every batch); use fit, or normalization='additive'")
+        return True
+
+    @available_if(_supports_partial_fit)
     def partial_fit(self, X, y=None):
         """Add a batch of rows and re-solve (kernel PCA with ``tol``; issue 16).
 
@@ -369,7 +401,8 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
                           itemsize=source.itemsize)
         block = plan_block_rows(plan.rows, source.n_features, smap.dictionary.size,
                                 itemsize=source.itemsize)
-        dtype = FitConfig.from_params({"output_dtype": self.output_dtype}).output_dtype
+        dtype = FitConfig.from_params({"output_dtype": self.output_dtype}
+                                      ).with_output_dtype(source.dtype).output_dtype
         out = map_rows(source.to_dask(plan.rows), smap, chunk_starts=source.chunk_starts,
                               block_rows=block, dtype=dtype)
         return compute(out)[0] if source.kind == "numpy" else out

@@ -22,13 +22,12 @@ from typing import Any
 
 import dask.array as da
 import numpy as np
-import zarr
-import zarr.errors
 
 from .._validation import check_finite
 from ..core.planning import row_chunks
 from ..exceptions import (
     InvalidInputError,
+    InvalidInputTypeError,
     IncompleteInputError,
     StoreNotFoundError,
     StoreReadError,
@@ -305,6 +304,9 @@ def open_zarr_array(location: str | os.PathLike, *, mode: str = "r",
     (``make-data``'s ``complete: false``) is refused with
     :class:`IncompleteInputError`.
     """
+    import zarr
+    import zarr.errors
+
     from .storage import absolute, check_location, is_url
 
     loc = absolute(check_location(location, "input"))
@@ -344,6 +346,8 @@ def _open_member(loc: str, name: str, mode: str, extra: dict):
     """The group's array ``name`` opened from its own metadata. ``node[name]`` would take
     the group's consolidated metadata when it has some, and that may be stale: rows
     appended without consolidating again were silently left out (an outside audit)."""
+    import zarr
+
     from .storage import join
 
     return zarr.open_array(join(loc, name), mode=mode, **extra)
@@ -381,7 +385,7 @@ def open_source(X) -> DataSource:
         return X
     if isinstance(X, (str, os.PathLike)):
         return _from_zarr(open_zarr_array(X))
-    if isinstance(X, zarr.Array):
+    if _is_zarr_array(X):
         return _from_zarr(X)
     if _is_xarray(X):
         # an xarray DataArray: its numpy or dask array (a dask-backed one stays lazy;
@@ -417,6 +421,11 @@ def open_source(X) -> DataSource:
         return DataSource(kind="numpy", shape=(n, int(X.shape[1])), dtype=X.dtype,
                           chunk_starts=_regular_chunk_starts(n, rows), storage_chunk_rows=rows,
                           _numpy=X)
+    if isinstance(X, np.matrix):
+        # as scikit-learn's check_array (since 1.2): np.matrix's operators and shapes
+        # differ from an ndarray's, so it is refused rather than silently converted
+        raise InvalidInputTypeError(
+            "np.matrix is not supported; convert it to a numpy array with np.asarray(X)")
     try:
         arr = np.asarray(X)
     except Exception as exc:
@@ -430,8 +439,9 @@ def open_source(X) -> DataSource:
         try:
             arr = arr.astype(np.float64)
         except (TypeError, ValueError) as exc:
-            raise InvalidInputError(
-                f"X is an object array that does not convert to numbers ({exc}); pass a "
+            # a TypeError too, as scikit-learn's check_array raises there
+            raise InvalidInputTypeError(
+                f"X is an object array that does not convert to numbers ({exc}); pass an "
                 "array of a real numeric dtype"
             ) from exc
     _validate_meta(arr.shape, arr.dtype, "the array")
@@ -445,6 +455,15 @@ def open_source(X) -> DataSource:
         storage_chunk_rows=rows,
         _numpy=arr,
     )
+
+
+def _is_zarr_array(X) -> bool:
+    """A ``zarr.Array`` (recognized without importing zarr: one exists only where zarr is
+    loaded; 0.2-0.6 s of a small fit's start-up otherwise, issue 38)."""
+    import sys
+
+    zarr = sys.modules.get("zarr")
+    return zarr is not None and isinstance(X, zarr.Array)
 
 
 def _is_xarray(X) -> bool:

@@ -24,7 +24,6 @@ import dataclasses
 import logging
 import math
 import time
-import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -51,7 +50,7 @@ from ..core.scan.search import search_dictionary
 from ..core.scan.state import DictionaryState, ScanProgress
 from ..core.statistics import Statistic
 from ..exceptions import (DictionaryError, DictionarySizeError, DictionaryWarning, InvalidInputError,
-                          NumericalBreakdownError)
+                          NumericalBreakdownError, warn_once)
 from ..io.source import DataSource
 from ..runtime.execution import Executor, compute
 from .accumulate import PartialStore, accumulate, extension_pass
@@ -442,8 +441,7 @@ class FitRun:
         if breakdown is None and gamma is not None and c.kernel in ("rbf", "laplacian"):
             msg += (f"; for a small dictionary use a smaller gamma (try gamma={gamma / 10:.3g}) "
                     "or a larger tol")
-        log.warning(msg)
-        warnings.warn(msg, DictionaryWarning, stacklevel=3)
+        warn_once(msg, DictionaryWarning, stacklevel=3)
         check_n_components(s.n_rows, c.n_components or 1, 0)
         with self.stage("solve"):
             Xall = s.read_index(np.arange(s.n_rows))

@@ -31,16 +31,16 @@ import uuid
 import dask
 import dask.array as da
 import numpy as np
-import zarr
-import zarr.errors
 
+from .._accel.fused import loops_for
+from .._accel.support import ACCEL_MIN_ROWS, accel_for
 from .._validation import check_finite
 from ..core.model import SpectralMap
 from ..exceptions import ConfigurationMismatchError, OutputNotWritableError
 from ..io.integrity import checksummed, damaged_chunks, missing_chunks
 from ..runtime.execution import Executor, shared
 
-__all__ = ["map_rows", "EmbeddingOutput", "EMBEDDING", "WRITTEN"]
+__all__ = ["map_rows", "client_accel", "EmbeddingOutput", "EMBEDDING", "WRITTEN"]
 
 EMBEDDING = "embedding"
 WRITTEN = "embedding_written"
@@ -55,6 +55,20 @@ def _embed_block(block, smap, offset: int = 0, chunk_starts=None,
     """``smap.embed`` of ``block``, its rows checked finite (errors name the global row
     ``offset + i`` and, given ``chunk_starts``, the storage chunk), computed in float64
     sub-blocks of ``block_rows`` rows (the memory bound) and stored in ``dtype``."""
+    n = len(block)
+    m = getattr(getattr(smap, "dictionary", None), "size", None)
+    with loops_for(None if m is None else n * int(m)):
+        return _embed_sub_blocks(block, smap, offset, chunk_starts, block_rows, dtype)
+
+
+def client_accel(n_rows: int):
+    """The client's own work of a fit of ``n_rows`` rows (the scan, the solve): numba's
+    loops and MKL only from :data:`~ooc_spectral._accel.support.ACCEL_MIN_ROWS` rows
+    (:func:`~ooc_spectral._accel.support.accel_for`); the tasks decide by their blocks."""
+    return accel_for(None if n_rows >= ACCEL_MIN_ROWS else 0)
+
+
+def _embed_sub_blocks(block, smap, offset, chunk_starts, block_rows, dtype) -> np.ndarray:
     n = len(block)
     step = max(1, n if block_rows is None else int(block_rows))
     out = None
@@ -110,6 +124,8 @@ def _open(url: str, name: str, run_id: str | None = None, options=None):
     ``options`` (a :class:`~ooc_spectral.io.storage.StorageOptions`) are the
     command's storage options of a URL output.
     """
+    import zarr
+
     extra = {"storage_options": options.to_dict()} if options else {}
     arr = zarr.open_array(f"{url.rstrip('/')}/{name}", mode="r+", **extra)
     found = arr.attrs.get("run_id")
@@ -188,6 +204,8 @@ class EmbeddingOutput:
     @classmethod
     def open_existing(cls, url) -> "EmbeddingOutput":
         """The output already written at ``url`` (for audits)."""
+        import zarr
+
         arr = zarr.open_array(f"{_absolute(url).rstrip('/')}/{EMBEDDING}", mode="r")
         out = cls(url, arr.shape[0], arr.shape[1], arr.chunks[0], arr.dtype)
         out.run_id = arr.attrs.get("run_id")
@@ -201,6 +219,9 @@ class EmbeddingOutput:
         holds an embedding: a fit never overwrites another run's output, as
         ``save()`` never overwrites a model.
         """
+        import zarr
+        import zarr.errors
+
         try:
             group = zarr.open_group(self.url, mode="a")
             if resume and EMBEDDING in group and WRITTEN in group:
@@ -255,6 +276,8 @@ class EmbeddingOutput:
         values): cheap next to the passes, and a rerun never trusts a chunk
         damaged since it was written.
         """
+        import zarr
+
         base = self.url.rstrip("/")
         emb = zarr.open_array(f"{base}/{EMBEDDING}", mode="r")
         marks_arr = zarr.open_array(f"{base}/{WRITTEN}", mode="r+")
@@ -284,6 +307,8 @@ class EmbeddingOutput:
 
     def pending(self, bounds: np.ndarray) -> list[int]:
         """Indices of the tasks (rows ``bounds[i]:bounds[i+1]``) not fully written."""
+        import zarr
+
         marks = zarr.open_array(f"{self.url.rstrip('/')}/{WRITTEN}", mode="r")[:]
         out = []
         for i in range(len(bounds) - 1):
@@ -317,10 +342,14 @@ class EmbeddingOutput:
         return int(sum(done.values()))
 
     def mark_complete(self) -> None:
+        import zarr
+
         arr = zarr.open_array(f"{self.url.rstrip('/')}/{EMBEDDING}", mode="r+")
         arr.attrs["complete"] = True
 
     def as_dask(self) -> da.Array:
+        import zarr
+
         arr = zarr.open_array(f"{self.url.rstrip('/')}/{EMBEDDING}", mode="r")
         return da.from_zarr(arr)
 

@@ -31,8 +31,8 @@ from typing import Any, Callable, Hashable, Mapping
 
 import dask
 import dask.base
-from threadpoolctl import threadpool_limits
 
+from .._accel.threads import one_thread
 from ..exceptions import WorkerMemoryError, WorkersLostError, raise_if_interrupted
 from .memory import (WORKER_BASELINE, cache_block_bytes, format_bytes, smallest_memory_limit,
                      task_memory_budget)
@@ -55,17 +55,38 @@ def task_blas_threads():
     """
     import dask.threaded
 
-    if dask.base.get_scheduler() in (None, dask.threaded.get) and (os.cpu_count() or 1) > 1:
-        with threadpool_limits(1):
+    if _scheduler() in (None, dask.threaded.get) and (os.cpu_count() or 1) > 1:
+        with one_thread():
             yield
     else:
         yield
 
 
+def _scheduler():
+    """``dask.base.get_scheduler()``, without importing ``distributed`` to learn that there
+    is no client: None where nothing is configured and ``distributed`` is not loaded
+    (dask's own default, the threaded scheduler for arrays and delayed)."""
+    import sys
+
+    if "distributed" not in sys.modules and dask.config.get("scheduler", None) is None:
+        return None
+    return dask.base.get_scheduler()
+
+
+def _default_scheduler() -> dict:
+    """``dask.compute``'s keyword naming the threaded scheduler where :func:`_scheduler`
+    found none: dask would otherwise import ``distributed`` to look for a client (0.25 s of
+    a small fit's start-up, issue 38). Empty where a scheduler or client is set."""
+    import dask.threaded
+
+    # the function, not its name: dask looks for a client to resolve a name
+    return {"scheduler": dask.threaded.get} if _scheduler() is None else {}
+
+
 def compute(*collections):
     """``dask.compute`` with :func:`task_blas_threads`."""
     with task_blas_threads():
-        return dask.compute(*collections)
+        return dask.compute(*collections, **_default_scheduler())
 
 
 def task_threads(client=None) -> int:
@@ -89,7 +110,14 @@ def shared(obj: Any):
 
 
 def active_client():
-    """The default ``distributed.Client``, or None when there is none."""
+    """The default ``distributed.Client``, or None when there is none.
+
+    A process that has not imported ``distributed`` has no client: it is not imported
+    to find that out (about 0.25 s, most of a small fit's fixed cost; issue 38)."""
+    import sys
+
+    if "distributed" not in sys.modules:
+        return None
     try:
         from distributed import default_client
     except ImportError:  # pragma: no cover - distributed is a dependency
@@ -231,8 +259,8 @@ class Executor:
                     seen[n] = True
                     done(n, result)
 
-        kwargs = {}
-        if dask.base.get_scheduler() is dask.threaded.get:
+        kwargs = _default_scheduler()
+        if kwargs or _scheduler() is dask.threaded.get:
             kwargs["num_workers"] = self.threads
         with task_blas_threads(), _Finished():
             values = dask.compute(*[parts[n] for n in names], **kwargs)
