@@ -172,7 +172,8 @@ def dense_laplacian(roll):
 
 def test_laplacian_eigenmaps_match_dense(dense_laplacian):
     X, Xte, F, Fx, lam, vol = dense_laplacian
-    le = LaplacianEigenmaps(3, gamma=GAMMA, tol=1e-8, random_state=0).fit(X)
+    # 5e-7: the smallest tol of the 1-2-5 grid float64 certifies on these rows
+    le = LaplacianEigenmaps(3, gamma=GAMMA, tol=5e-7, random_state=0).fit(X)
     s = signs(le.embedding_, F)
     assert rel(le.embedding_ * s, F) < 1e-7
     assert rel(le.transform(Xte) * s, Fx) < 1e-6
@@ -184,7 +185,7 @@ def test_laplacian_eigenmaps_match_dense(dense_laplacian):
 @pytest.mark.parametrize("t", [0.0, 1.0, 2.5])
 def test_diffusion_map_matches_dense(dense_laplacian, t):
     X, Xte, F, Fx, lam, vol = dense_laplacian
-    dm = DiffusionMap(3, diffusion_time=t, gamma=GAMMA, tol=1e-8, random_state=0).fit(X)
+    dm = DiffusionMap(3, diffusion_time=t, gamma=GAMMA, tol=5e-7, random_state=0).fit(X)
     ref = np.sqrt(vol) * lam**t * F
     s = signs(dm.embedding_, ref)
     assert rel(dm.embedding_ * s, ref) < 1e-7

@@ -136,6 +136,11 @@ def check_dictionary(dictionary: Dictionary, kernel: Kernel, gamma, tol: float, 
     if gamma is not None:
         width = f" (gamma={gamma:.3g})"
     wanted = 1 if c.n_components is None else c.n_components  # None: every direction
+    if m == 0:
+        raise DictionaryError(
+            f"no row entered the dictionary: every row is within tol={tol:.3g} of the span "
+            f"of none (the {c.kernel} kernel sees the {n_rows} rows as one point, k(x, x) at "
+            "most tol), so there is nothing to embed; check the data, or lower tol")
     if m < wanted + spent:
         scale = float(np.max(kernel.diag(dictionary.points)))
         dim = feature_space_dimension(c.kernel, n_features, c.degree)
