@@ -183,6 +183,7 @@ def run_fit_job(job: FitJob) -> dict:
     fingerprint = source.fingerprint()  # also: a missing input chunk is an error, never zeros
     resolved = {"estimator": config.to_json(), "input": input_identity(source)}
     rundir = RunDirectory(job.outdir)
+    rundir.check_before_writing(job.overwrite)  # a foreign directory: nothing is created
     with rundir:
         rundir.acquire(description=f"fit {job.input}")
         extra = {**job.attrs, "input_fingerprint": fingerprint}
@@ -190,8 +191,11 @@ def run_fit_job(job: FitJob) -> dict:
         if not overwrite:  # rows appended to the input of a finished fit: update it
             from .append import plan_append
 
-            plan, why = plan_append(rundir.run_attrs(), resolved, source, config,
-                                    rundir.checkpoint(job.checkpoint_every), fingerprint)
+            rundir.check_before_writing()  # again under the lock
+            attrs = rundir.run_attrs()
+            plan, why = plan_append(attrs, resolved, source, config,
+                                    rundir.checkpoint(job.checkpoint_every) if attrs else None,
+                                    fingerprint)
             if plan is not None:
                 return _run_update_job(job, rundir, plan, source, config, resolved, fingerprint)
             if why:
@@ -415,6 +419,7 @@ def run_transform_job(job: TransformJob) -> dict:
     resolved = {"model": absolute(job.model), "input": input_identity(source)}
     fingerprint = source.fingerprint()
     rundir = RunDirectory(job.out)
+    rundir.check_before_writing(job.overwrite)  # a foreign directory: nothing is created
     with rundir:
         rundir.acquire(description=f"transform {job.input}")
         extra = {"input_fingerprint": fingerprint, "model_sha256": model_digest}

@@ -87,6 +87,10 @@ def save_model(est, path, *, overwrite: bool = False) -> None:
         arrays["preimage_centers"] = preimage.centers
         arrays["preimage_dual_coef"] = preimage.dual_coef
     loc = os.fspath(path)
+    if overwrite:  # only a model (or a save killed before its marker) is ever replaced
+        from .safety import check_replaceable
+
+        check_replaceable(loc, (MODEL_KEY,), "a model", bare_members=set(arrays))
     try:
         group = zarr.open_group(loc, mode="w" if overwrite else "w-")
     except (FileExistsError, zarr.errors.ContainsGroupError, zarr.errors.ContainsArrayError) as exc:

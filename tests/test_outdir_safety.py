@@ -1,0 +1,151 @@
+"""Nothing outside OUTDIR is touched, and nothing damaged is called intact (issue 37).
+
+Each test reproduces one of the issue's measured defects and asserts the safe
+outcome: the parent directory's listing and digests unchanged, exit 2 with a message
+naming the fix, or a result bit-identical to a fresh run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from ooc_spectral.batch.cli import main
+
+FAST = ["--workers", "1", "--threads-per-worker", "1", "-q"]
+FIT = ["--gamma", "0.5", "--tol", "1e-2", "--n-components", "2", "--engine", "threads",
+       "--threads-per-worker", "1", "-q"]
+
+
+def snapshot(root: Path) -> dict:
+    """Every path under ``root`` (links not followed) with its kind and content digest."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            rel = str(p.relative_to(root))
+            if p.is_symlink():
+                out[rel] = ("link", os.readlink(p))
+            elif p.is_dir():
+                out[rel] = ("dir",)
+            else:
+                out[rel] = ("file", hashlib.sha256(p.read_bytes()).hexdigest())
+    return out
+
+
+def run(*args, capsys=None) -> tuple[int, str]:
+    code = main([str(a) for a in args])
+    err = capsys.readouterr().err if capsys is not None else ""
+    return code, err
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    d = tmp_path_factory.mktemp("in")
+    assert main(["make-data", "swiss-roll", "--n", "1200", "--out", str(d / "x.zarr"),
+                 "--chunk-rows", "400", "-q"]) == 0
+    return d / "x.zarr"
+
+
+def _thesis(tmp_path: Path) -> Path:
+    d = tmp_path / "parent" / "d"
+    d.mkdir(parents=True)
+    (d / "thesis.tex").write_text("years of work")
+    (tmp_path / "parent" / "victim.txt").write_text("keep me")
+    return d
+
+
+# ------------------------------------------------------------------ 1: data loss outside OUTDIR
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+def test_fit_into_a_foreign_directory_creates_nothing_there(small, tmp_path, capsys, overwrite):
+    d = _thesis(tmp_path)
+    before = snapshot(tmp_path / "parent")
+    code, err = run("fit", small, "--out", d, *overwrite, *FIT, capsys=capsys)
+    assert code == 2, err
+    assert "not an ooc-spectral output directory" in err and "choose another --out" in err
+    assert snapshot(tmp_path / "parent") == before  # no zarr.json, no checkpoint/, no .lock
+
+
+def test_make_data_overwrite_never_deletes_what_it_did_not_write(small, tmp_path, capsys):
+    d = _thesis(tmp_path)
+    # the issue's sequence: a refused fit into d, then make-data --overwrite into d
+    run("fit", small, "--out", d, *FIT, capsys=capsys)
+    before = snapshot(tmp_path / "parent")
+    code, err = run("make-data", "spiral", "--n", 1000, "--out", d, "--overwrite", "-q",
+                    capsys=capsys)
+    assert code == 2 and "nothing was deleted" in err, err
+    assert snapshot(tmp_path / "parent") == before
+    # a user's own zarr group (it has a zarr.json) is not a data set of this tool either
+    g = tmp_path / "parent" / "mine.zarr"
+    zarr.open_group(str(g), mode="w").attrs["mine"] = 1
+    zarr.open_group(str(g), mode="a").create_array("a", shape=(3,), dtype="f8")[...] = 1.0
+    before = snapshot(tmp_path / "parent")
+    code, err = run("make-data", "spiral", "--n", 1000, "--out", g, "--overwrite", "-q",
+                    capsys=capsys)
+    assert code == 2 and "ooc_spectral_dataset" in err, err
+    assert snapshot(tmp_path / "parent") == before
+    # a fit's OUTDIR is no data set: refused as well
+    # ... while a data set this tool wrote is replaced
+    own = tmp_path / "own.zarr"
+    assert run("make-data", "spiral", "--n", 500, "--out", own, "-q")[0] == 0
+    assert run("make-data", "spiral", "--n", 600, "--out", own, "--overwrite", "-q")[0] == 0
+    assert zarr.open_group(str(own), mode="r")["data"].shape[0] == 600
+
+
+def test_workflow_make_data_overwrite_allowed_still_spares_a_users_group(tmp_path, capsys):
+    g = tmp_path / "mine.zarr"
+    zarr.open_group(str(g), mode="w").attrs["mine"] = 1
+    wf = tmp_path / "w.toml"
+    wf.write_text('[[step]]\nrun = "make-data"\nname = "spiral"\nn = 500\nout = "mine.zarr"\n'
+                  'overwrite = true\n')
+    before = snapshot(tmp_path)
+    code, err = run("run", wf, "--allow", "overwrite", "-q", capsys=capsys)
+    assert code == 2 and "nothing was deleted" in err, err
+    assert snapshot(tmp_path) == before
+
+
+def test_a_model_saved_over_a_foreign_directory_is_refused(tmp_path):
+    from ooc_spectral import GreedySpectralEmbedding
+    from ooc_spectral.exceptions import OutputNotWritableError
+
+    X = np.random.default_rng(0).normal(size=(200, 3))
+    est = GreedySpectralEmbedding(n_components=2, gamma=0.5, tol=1e-2).fit(X)
+    d = _thesis(tmp_path)
+    before = snapshot(tmp_path / "parent")
+    with pytest.raises(OutputNotWritableError, match="nothing was deleted"):
+        est.save(d, overwrite=True)
+    assert snapshot(tmp_path / "parent") == before
+    est.save(tmp_path / "m")
+    est.save(tmp_path / "m", overwrite=True)  # a model replaces a model
+
+
+# ------------------------------------------------------------------ 8: a planted .lock symlink
+def test_a_lock_symlink_to_a_foreign_file_is_refused_never_written_through(small, tmp_path,
+                                                                          capsys):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".lock").symlink_to(victim)
+    before = snapshot(tmp_path)
+    code, err = run("fit", small, "--out", out, *FIT, capsys=capsys)
+    assert code == 2 and "symbolic link" in err and "remove the link" in err, err
+    assert victim.read_text() == "keep me"
+    assert snapshot(tmp_path) == before
+
+
+def test_a_report_temporary_planted_as_a_symlink_is_replaced_not_followed(tmp_path):
+    from ooc_spectral.io.safety import write_file_atomic
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / "report.json.partial").symlink_to(victim)
+    write_file_atomic(tmp_path / "report.json", b"{}")
+    assert victim.read_text() == "keep me"
+    assert (tmp_path / "report.json").read_text() == "{}"
