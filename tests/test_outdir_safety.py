@@ -19,7 +19,7 @@ import zarr
 from ooc_spectral.batch.cli import main
 
 FAST = ["--workers", "1", "--threads-per-worker", "1", "-q"]
-FIT = ["--gamma", "0.5", "--tol", "1e-2", "--n-components", "2", "--engine", "threads",
+FIT = ["--gamma", "0.05", "--tol", "1e-2", "--n-components", "2", "--engine", "threads",
        "--threads-per-worker", "1", "-q"]
 
 
@@ -41,8 +41,10 @@ def snapshot(root: Path) -> dict:
 
 def run(*args, capsys=None) -> tuple[int, str]:
     code = main([str(a) for a in args])
-    err = capsys.readouterr().err if capsys is not None else ""
-    return code, err
+    if capsys is None:
+        return code, ""
+    captured = capsys.readouterr()
+    return code, captured.err + captured.out
 
 
 @pytest.fixture(scope="module")
@@ -149,3 +151,99 @@ def test_a_report_temporary_planted_as_a_symlink_is_replaced_not_followed(tmp_pa
     write_file_atomic(tmp_path / "report.json", b"{}")
     assert victim.read_text() == "keep me"
     assert (tmp_path / "report.json").read_text() == "{}"
+
+
+# ------------------------------------------------------------------ 6: verify checks completeness
+def _fit(small, out, capsys=None):
+    code, err = run("fit", small, "--out", out, *FIT, capsys=capsys)
+    assert code == 0, err
+    return zarr.open_array(str(out / "embedding"), mode="r")[...]
+
+
+@pytest.fixture(scope="module")
+def fresh(small, tmp_path_factory):
+    out = tmp_path_factory.mktemp("fresh") / "out"
+    emb = _fit(small, out)
+    return emb, json.loads((out / "report.json").read_text())
+
+
+def _remove(p: Path) -> None:
+    import shutil
+
+    shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+@pytest.mark.parametrize("member", ["embedding", "model", "embedding/zarr.json", "report.json",
+                                    "garbled report.json", "embedding_written"])
+def test_verify_names_a_missing_member_exit_2_and_the_rerun_restores_it(small, fresh, tmp_path,
+                                                                        capsys, member):
+    out = tmp_path / "out"
+    _fit(small, out)
+    if member.startswith("garbled "):
+        (out / member.split()[1]).write_text('{"status": "comp')
+    else:
+        _remove(out / member)
+    code, err = run("verify", out, capsys=capsys)
+    assert code == 2, err
+    assert "run ooc-spectral fit" in err and str(out) in err
+    code, err = run("fit", small, "--out", out, *FIT, capsys=capsys)
+    assert code == 0, err
+    code, err = run("verify", out, capsys=capsys)
+    assert code == 0, err
+    emb = zarr.open_array(str(out / "embedding"), mode="r")[...]
+    assert np.array_equal(emb, fresh[0])  # bit-identical to a fresh run
+    report = json.loads((out / "report.json").read_text())
+    assert report["config_hash"] == fresh[1]["config_hash"]
+
+
+# ------------------------------------------------------------------ 7: damaged JSON is exit 2
+@pytest.mark.parametrize("where", ["zarr.json", "model/zarr.json", "model/w/zarr.json"])
+def test_a_garbled_json_is_exit_2_naming_the_file_never_retry_forever(small, fresh, tmp_path,
+                                                                      capsys, where):
+    out = tmp_path / "out"
+    _fit(small, out)
+    (out / where).write_text("{\"zarr_format\": 3, \"node_")
+    code, err = run("verify", out, capsys=capsys)
+    assert code == 2, err
+    assert "not valid JSON" in err or "garbled" in err
+    code, err = run("transform", out / "model", small, "--out", tmp_path / "t", *FIT[6:],
+                    capsys=capsys)
+    # the model is intact when only OUTDIR's own zarr.json is garbled
+    assert code == (0 if where == "zarr.json" else 2), err
+    assert "damaged" in err or code == 0
+    code, err = run("fit", small, "--out", out, *FIT, capsys=capsys)
+    if where == "zarr.json":  # the run's configuration is lost: named, with the repair
+        assert code == 2 and "zarr.json" in err and "rm -r" in err, err
+    else:  # the rerun repairs what it can
+        assert code == 0, err
+        assert run("verify", out, capsys=capsys)[0] == 0
+        emb = zarr.open_array(str(out / "embedding"), mode="r")[...]
+        assert np.array_equal(emb, fresh[0])
+
+
+def test_a_garbled_checkpoint_part_is_repaired_by_the_rerun(small, fresh, tmp_path, capsys):
+    out = tmp_path / "out"
+    _fit(small, out)
+    parts = sorted((out / "checkpoint").rglob("zarr.json"))
+    victim = [p for p in parts if p.parent.parent.name == "partials"] or parts[1:]
+    victim[0].write_text("{garbled")
+    # a flipped chunk of a part as well
+    chunks = [p for p in (out / "checkpoint").rglob("*") if p.is_file() and p.name != "zarr.json"]
+    data = bytearray(chunks[-1].read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    chunks[-1].write_bytes(bytes(data))
+    assert run("verify", out, capsys=capsys)[0] in (1, 2)
+    code, err = run("fit", small, "--out", out, *FIT, capsys=capsys)
+    assert code == 0, err
+    code, err = run("verify", out, capsys=capsys)
+    assert code == 0, err
+    assert np.array_equal(zarr.open_array(str(out / "embedding"), mode="r")[...], fresh[0])
+
+
+def test_a_scheduler_of_an_unknown_transport_is_exit_2_before_anything_is_created(small,
+                                                                                 tmp_path, capsys):
+    before = snapshot(tmp_path)
+    code, err = run("fit", small, "--out", tmp_path / "o", "--scheduler", "udp://127.0.0.1:9",
+                    "-q", capsys=capsys)
+    assert code == 2 and "tcp://HOST:PORT" in err, err
+    assert snapshot(tmp_path) == before

@@ -193,6 +193,8 @@ def run_fit_job(job: FitJob) -> dict:
 
             rundir.check_before_writing()  # again under the lock
             attrs = rundir.run_attrs()
+            if attrs:  # a garbled checkpoint part would fail every rerun the same way
+                prune_damaged_checkpoint(rundir, full=False)
             plan, why = plan_append(attrs, resolved, source, config,
                                     rundir.checkpoint(job.checkpoint_every) if attrs else None,
                                     fingerprint)
@@ -205,6 +207,8 @@ def run_fit_job(job: FitJob) -> dict:
         resuming = rundir.begin(resolved, overwrite=overwrite, extra=extra)
         if resuming:
             resuming = _same_input_or_restart(rundir, resolved, extra)
+        if resuming:
+            prune_damaged_checkpoint(rundir, full=rundir.status() == "complete")
         if resuming and rundir.status() == "complete":
             damage = damaged_run_outputs(rundir.url)
             if not damage:
@@ -233,7 +237,8 @@ def run_fit_job(job: FitJob) -> dict:
                 with run.stage("model"):
                     est = GreedySpectralEmbedding(**config.to_json())
                     est._set_fitted(result)
-                    est.save(rundir.join("model"), overwrite=True)
+                    rundir.remove_member("model")  # ours: a damaged one is replaced too
+                    est.save(rundir.join("model"))
                     base_rows = _keep_update_base(rundir, job, config, source, result)
                 where = engine.report()
             report = {
@@ -463,12 +468,16 @@ def run_transform_job(job: TransformJob) -> dict:
 
 
 def damaged_run_outputs(outdir) -> list[str]:
-    """What is missing or damaged in a complete OUTDIR's embedding and model (cheap checks).
+    """What is missing or damaged in a complete OUTDIR (cheap checks): the embedding's
+    chunks, the model, ``report.json`` and the other members a complete OUTDIR holds.
 
     Embedding chunks that are missing or fail their checksum have their
     written-marker cleared, so the resumed run writes them again from the
-    saved state (pass 3 is idempotent).
+    saved state (pass 3 is idempotent); a missing or garbled report is written
+    again by the resumed run.
     """
+    from ..io.verify import missing_members
+
     try:
         problems = EmbeddingOutput.open_existing(outdir).audit()
     except Exception as exc:  # the array's own metadata is gone or garbled: write it all again
@@ -482,4 +491,49 @@ def damaged_run_outputs(outdir) -> list[str]:
         load_model(GreedySpectralEmbedding, model)
     except Exception as exc:
         problems.append(f"model: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
+    seen = {p.split(":", 1)[0] for p in problems}
+    problems += [line for line in missing_members(outdir)[0]
+                 if line.split(":", 1)[0].split("/")[0] not in seen]
     return problems
+
+
+def prune_damaged_checkpoint(rundir: RunDirectory, *, full: bool) -> list[str]:
+    """Remove the checkpoint parts whose metadata is garbled (and, with ``full``, those
+    with a missing or damaged chunk); returns one line per part removed.
+
+    A removed part is what a load would discard anyway (the scan state or a segment's
+    sums, computed again when needed); removing it lets ``verify`` and the rerun agree,
+    where a garbled ``zarr.json`` would otherwise fail every rerun the same way.
+    """
+    import shutil
+    from pathlib import Path
+
+    from ..io.verify import garbled_metadata, verify_group
+
+    if rundir.remote:
+        return []
+    base = rundir.path / "checkpoint"
+    if not base.is_dir() or base.is_symlink():
+        return []
+
+    def part_of(rel: tuple) -> tuple:
+        return rel[:2] if rel and rel[0] == "partials" else rel[:1]
+
+    doomed = {part_of(Path(p).parent.relative_to(base).parts) for p in garbled_metadata(base)}
+    if full and not doomed:
+        try:
+            found = verify_group(base)
+            doomed |= {part_of(tuple(line.split(":", 1)[0].split("/")))
+                       for line in found["missing"] + found["damaged"]}
+        except Exception as exc:  # unreadable as a whole: start the checkpoint over
+            log.warning("the checkpoint in %s is unreadable (%s); removing it", rundir.path, exc)
+            doomed.add(())
+    out = []
+    for rel in sorted(doomed, key=len):
+        target = base.joinpath(*rel)
+        if target.exists() and not target.is_symlink():
+            shutil.rmtree(target)
+            out.append(f"checkpoint/{'/'.join(rel)}: damaged, removed (computed again if needed)")
+    if out:
+        log.warning("%s", "; ".join(out))
+    return out

@@ -529,6 +529,20 @@ class RunDirectory:
             else:
                 p.unlink()
 
+    def remove_member(self, name: str) -> None:
+        """Delete OUTDIR's member ``name`` (this run's own, under its lock), if present."""
+        import shutil
+
+        if self.remote:
+            if self._exists(name):
+                self.fs.rm(self._key(name), recursive=True)
+            return
+        p = self.path / name
+        if p.is_symlink() or p.is_file():
+            p.unlink()
+        elif p.is_dir():
+            shutil.rmtree(p)
+
     def checkpoint(self, every: int) -> RunCheckpoint:
         return RunCheckpoint(self.group().require_group("checkpoint"), every=every)
 

@@ -163,7 +163,21 @@ def load_model_and_digest(cls, path):
     """:func:`load_model`, and the ``arrays_sha256`` recorded with those arrays (None for
     a model saved without one): the model's identity, which changes whenever a refit or
     an overwrite writes new arrays at ``path``."""
+    from ..exceptions import DamagedFileError, OocSpectralError
+
     loc = os.fspath(path)
+    try:
+        return _load_model(cls, loc)
+    except OocSpectralError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # garbled metadata
+        raise DamagedFileError(
+            f"the model at {loc!r} is damaged: its metadata (a zarr.json) is garbled or lost "
+            f"a field ({type(exc).__name__}: {' '.join(str(exc).split())[:120]}); restore it, "
+            "or rerun the fit (a rerun of `ooc-spectral fit` rewrites it)") from None
+
+
+def _load_model(cls, loc: str):
     group = _open_model_group(loc)
     meta = group.attrs[MODEL_KEY]
     if meta.get("format") != FORMAT_VERSION:
