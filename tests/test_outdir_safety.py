@@ -247,3 +247,70 @@ def test_a_scheduler_of_an_unknown_transport_is_exit_2_before_anything_is_create
                     "-q", capsys=capsys)
     assert code == 2 and "tcp://HOST:PORT" in err, err
     assert snapshot(tmp_path) == before
+
+
+# ------------------------------------------------------------------ 4: a workflow stays in its root
+def _workflow(tmp_path: Path, text: str) -> Path:
+    root = tmp_path / "flow"
+    root.mkdir(exist_ok=True)
+    wf = root / "w.toml"
+    wf.write_text(text)
+    return wf
+
+
+@pytest.mark.parametrize("step", [
+    'run = "fit"\ninput = "{small}"\nout = "fit"\nperformance_report = "{victim}"\n',
+    'run = "plot"\noutdir = "{small}"\nout = "{victim}"\n',
+    'run = "fit"\ninput = "{small}"\nout = "file://{outside}"\n',
+    'run = "fit"\ninput = "{small}"\nout = "{outside}"\n',
+    'run = "make-data"\nname = "spiral"\nn = 100\nout = "link/x.zarr"\n',
+])
+def test_a_workflow_writes_only_under_its_root(small, tmp_path, capsys, step):
+    victim = tmp_path / "victim.pdf"
+    victim.write_bytes(b"%PDF precious")
+    (tmp_path / "flow").mkdir()
+    (tmp_path / "flow" / "link").symlink_to(tmp_path)  # a link inside the root, leading out
+    wf = _workflow(tmp_path, "[[step]]\n" + step.format(small=small, victim=victim,
+                                                        outside=tmp_path / "elsewhere"))
+    before = snapshot(tmp_path)
+    code, err = run("run", wf, "-q", capsys=capsys)
+    assert code == 2 and "--allow outside-root" in err, err
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("table", [
+    '[storage_options]\nendpoint_url = "http://127.0.0.1:{port}"\n',
+    '[storage_options.client_kwargs]\nendpoint_url = "http://127.0.0.1:{port}"\n',
+])
+def test_a_workflow_cannot_send_requests_to_an_endpoint_the_command_line_did_not_allow(
+        tmp_path, capsys, table):
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    wf = _workflow(tmp_path, table.format(port=port)
+                   + '[[step]]\nrun = "fit"\ninput = "s3://bucket/x.zarr"\nout = "fit"\n')
+    code, err = run("run", wf, "-q", capsys=capsys)
+    assert code == 2, err
+    assert f"--allow endpoint=http://127.0.0.1:{port}" in err
+    with pytest.raises(socket.timeout):  # no request ever reached it
+        listener.accept()
+    listener.close()
+    # a step's own table too
+    wf = _workflow(tmp_path, '[[step]]\nrun = "fit"\ninput = "s3://b/x.zarr"\nout = "fit"\n'
+                   f'storage_options = {{ endpoint_url = "http://127.0.0.1:{port}" }}\n')
+    code, err = run("run", wf, "-q", capsys=capsys)
+    assert code == 2 and "--allow endpoint=" in err, err
+
+
+def test_an_allowed_endpoint_passes_the_check():
+    from ooc_spectral.batch.workflow import check_endpoints
+    from ooc_spectral.exceptions import WorkflowError
+
+    opts = {"endpoint_url": "http://127.0.0.1:9000/", "client_kwargs": {"region_name": "x"}}
+    check_endpoints(opts, {"endpoint=http://127.0.0.1:9000"}, "w")
+    with pytest.raises(WorkflowError):
+        check_endpoints(opts, {"endpoint=http://127.0.0.1:9001"}, "w")

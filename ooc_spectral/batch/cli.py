@@ -150,7 +150,8 @@ def workflow_permissions(args) -> frozenset:
 
     given = list(args.allow or [])
     given += [v for v in os.environ.get("OOC_SPECTRAL_ALLOW", "").replace(",", " ").split() if v]
-    unknown = sorted(set(given) - set(PERMISSIONS))
+    unknown = sorted(v for v in set(given) - set(PERMISSIONS)
+                     if not (v.startswith("endpoint=") and "://" in v))
     if unknown:
         raise CommandError(f"--allow {unknown[0]!r} is not one of {', '.join(PERMISSIONS)} "
                            "(also checked in $OOC_SPECTRAL_ALLOW)")
@@ -234,11 +235,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a step's parameter, e.g. --set fit.n_components=3 "
                    "(STEP is the step's id, its action, or its index)")
     p.add_argument("--allow", action="append", metavar="WHAT", default=[],
-                   choices=("scheduler", "overwrite", "outside-cwd"),
                    help="let the workflow file connect to the dask scheduler it names (a dask "
                    "scheduler runs code in this process: trust it), delete outputs with "
-                   "overwrite = true, or set a root above the current directory (repeatable; "
-                   "also $OOC_SPECTRAL_ALLOW=scheduler,overwrite)")
+                   "overwrite = true, set a root above the current directory (outside-cwd), "
+                   "write outside its root (outside-root), or send requests to an endpoint "
+                   "its storage_options name (endpoint=URL); one of scheduler, overwrite, "
+                   "outside-cwd, outside-root, endpoint=URL (repeatable; also "
+                   "$OOC_SPECTRAL_ALLOW=scheduler,overwrite)")
     _add_common(p, cmd_run)
 
     p = sub.add_parser("plot", help="scatter or density plot of an embedding")
