@@ -314,3 +314,28 @@ def test_an_allowed_endpoint_passes_the_check():
     check_endpoints(opts, {"endpoint=http://127.0.0.1:9000"}, "w")
     with pytest.raises(WorkflowError):
         check_endpoints(opts, {"endpoint=http://127.0.0.1:9001"}, "w")
+
+
+# ------------------------------------------------------------------ 5: a restored mtime
+def test_a_chunk_rewritten_with_its_mtime_restored_is_seen_and_the_rerun_refits(tmp_path, capsys):
+    import shutil
+
+    src = tmp_path / "x.zarr"
+    assert run("make-data", "swiss-roll", "--n", 1200, "--out", src, "--chunk-rows", 400,
+               "-q") == (0, "")
+    out = tmp_path / "out"
+    _fit(src, out)
+    arr = zarr.open_group(str(src), mode="r+")["data"]
+    chunk = next(p for p in (src / "data").rglob("*") if p.is_file() and p.name != "zarr.json")
+    st = chunk.stat()
+    rows = arr[:400]
+    arr[:400] = rows[::-1]  # the same bytes in another order: same size
+    os.utime(chunk, ns=(st.st_atime_ns, st.st_mtime_ns))  # touch -r
+    assert chunk.stat().st_size == st.st_size and chunk.stat().st_mtime_ns == st.st_mtime_ns
+    code, err = run("fit", src, "--out", out, *FIT, capsys=capsys)
+    assert code == 0, err
+    assert "changed since the run" in err  # not a no-op with yesterday's result
+    copy = tmp_path / "copy.zarr"
+    shutil.copytree(src, copy)
+    fresh = _fit(copy, tmp_path / "fresh")
+    assert np.array_equal(zarr.open_array(str(out / "embedding"), mode="r")[...], fresh)

@@ -3,7 +3,9 @@
 Inputs
     :func:`input_fingerprint` describes a zarr input cheaply, without reading its
     values: a digest of its metadata and of the listing of its chunk objects
-    (key, size and modification time, or the ETag/mtime an object store gives).
+    (key, size, modification and change times and inode, or the ETag/mtime an object
+    store gives: a rewrite whose modification time was restored still moves the change
+    time).
     A batch job records it and compares it before it reports "already complete"
     or resumes, so a replaced input is never answered with yesterday's result or
     mixed with it. The listing also shows chunks that do not exist: zarr reads
@@ -99,7 +101,11 @@ def _listing(arr) -> dict[str, tuple]:
                     st = p.stat()
                 except OSError:
                     continue
-                out[str(p.relative_to(root)).replace(os.sep, "/")] = (st.st_size, st.st_mtime_ns)
+                # the change time and the inode too: a rewrite whose modification time was
+                # put back (touch -r, os.utime) still moves the change time, which no call
+                # but the kernel's sets; a file replaced by another has another inode
+                out[str(p.relative_to(root)).replace(os.sep, "/")] = (
+                    st.st_size, f"{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}")
         return out
     fs = getattr(arr.store, "fs", None)
     if fs is not None:  # fsspec: sizes and ETag or modification time in one listing
@@ -180,7 +186,8 @@ def input_fingerprint(arr, url: str | None = None) -> dict:
         "listing_sha256": h.hexdigest(),
         "n_objects": len(listing),
         "bytes": int(sum(int(v[0] or 0) for v in listing.values())),
-        "newest": max((v[1] for v in listing.values() if isinstance(v[1], int)), default=None),
+        "newest": max((int(str(v[1]).split(":")[0]) for v in listing.values()
+                       if str(v[1]).split(":")[0].isdigit()), default=None),
     }
 
 
@@ -192,7 +199,7 @@ def fingerprint_changes(old: dict | None, new: dict | None) -> list[str]:
     if old.get("metadata_sha256") != new.get("metadata_sha256"):
         out.append("its metadata")
     if old.get("listing_sha256") != new.get("listing_sha256"):
-        what = "its chunk objects (sizes or modification times)"
+        what = "its chunk objects (sizes, modification or change times, or files replaced)"
         if old.get("bytes") != new.get("bytes"):
             what += f", {old.get('bytes')} -> {new.get('bytes')} bytes"
         out.append(what)
