@@ -339,3 +339,54 @@ def test_a_chunk_rewritten_with_its_mtime_restored_is_seen_and_the_rerun_refits(
     shutil.copytree(src, copy)
     fresh = _fit(copy, tmp_path / "fresh")
     assert np.array_equal(zarr.open_array(str(out / "embedding"), mode="r")[...], fresh)
+
+
+# ------------------------------------------------------------------ 2, 9: absent chunks
+def _sharded(path: Path, n=1200, d=3, written=None, write_empty=True):
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(n, d))
+    arr = zarr.create_array(str(path), shape=(n, d), shards=(400, d), chunks=(100, d),
+                            dtype="f8", fill_value=0.0,
+                            config={"write_empty_chunks": write_empty})
+    if written is None:
+        arr[...] = X
+    else:
+        for a, b in written:
+            arr[a:b] = X[a:b]
+    return X
+
+
+def test_inner_chunks_a_shard_never_wrote_are_refused_not_read_as_zeros(tmp_path, capsys):
+    src = tmp_path / "s.zarr"
+    # a writer killed mid-shard: rows 500-599 never written; every shard object exists
+    _sharded(src, written=[(0, 500), (600, 1200)])
+    code, err = run("fit", src, "--out", tmp_path / "o", *FIT, capsys=capsys)
+    assert code == 2, err
+    assert "never written" in err and "rows 500-599" in err and "ooc_spectral_complete" in err
+    assert not (tmp_path / "o").exists()
+    # complete sharded data pass
+    full = tmp_path / "full.zarr"
+    _sharded(full)
+    assert run("fit", full, "--out", tmp_path / "o2", *FIT, capsys=capsys)[0] == 0
+
+
+def test_chunks_zarr_left_out_as_fill_are_accepted_when_the_data_say_complete(tmp_path, capsys):
+    src = tmp_path / "z.zarr"
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(1200, 3))
+    X[400:800] = 0.0  # a chunk of fill value: zarr does not write it (write_empty_chunks)
+    g = zarr.open_group(str(src), mode="w")
+    g.create_array("data", shape=X.shape, chunks=(400, 3), dtype="f8", fill_value=0.0)[...] = X
+    assert not (src / "data" / "c" / "1").exists()
+    code, err = run("fit", src, "--out", tmp_path / "o", *FIT, capsys=capsys)
+    assert code == 2 and "ooc_spectral_complete = true" in err, err  # names how
+    g.attrs["ooc_spectral_complete"] = True  # the user says so
+    code, err = run("fit", src, "--out", tmp_path / "o", *FIT, capsys=capsys)
+    assert code == 0, err
+    # the same rows written out in full give the same embedding, bit for bit
+    dense = tmp_path / "dense.zarr"
+    h = zarr.open_group(str(dense), mode="w")
+    h.create_array("data", shape=X.shape, chunks=(400, 3), dtype="f8", fill_value=0.0,
+                   config={"write_empty_chunks": True})[...] = X
+    ref = _fit(dense, tmp_path / "ref")
+    assert np.array_equal(zarr.open_array(str(tmp_path / "o" / "embedding"), mode="r")[...], ref)

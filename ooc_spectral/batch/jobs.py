@@ -533,7 +533,8 @@ def prune_damaged_checkpoint(rundir: RunDirectory, *, full: bool) -> list[str]:
         target = base.joinpath(*rel)
         if target.exists() and not target.is_symlink():
             shutil.rmtree(target)
-            out.append(f"checkpoint/{'/'.join(rel)}: damaged, removed (computed again if needed)")
+            out.append(f"checkpoint part {'/'.join(rel) or 'checkpoint'} is damaged; discarding "
+                       "it (removed; computed again if needed)")
     if out:
         log.warning("%s", "; ".join(out))
     return out

@@ -109,10 +109,12 @@ def create_arrays(group, plan: DatasetPlan, chunk_rows: int, dt: np.dtype) -> di
     # zarr v3 dimension names, so that xarray.open_zarr opens the group
     arrays = {DATA_ARRAY_NAME: group.create_array(
         DATA_ARRAY_NAME, shape=(plan.n, plan.dim), chunks=(chunk_rows, plan.dim), dtype=dt,
-        dimension_names=("sample", "feature"))}
+        dimension_names=("sample", "feature"),
+        config={"write_empty_chunks": True})}  # every chunk: an absent one is damage
     for lab in plan.spec.labels:
         arrays[lab.name] = group.create_array(lab.name, shape=(plan.n,), chunks=(chunk_rows,),
-                                              dtype=lab.dtype, dimension_names=("sample",))
+                                              dtype=lab.dtype, dimension_names=("sample",),
+                                              config={"write_empty_chunks": True})
     return arrays
 
 

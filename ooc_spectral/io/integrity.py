@@ -37,7 +37,12 @@ import numpy as np
 from ..exceptions import MissingChunkError
 
 __all__ = ["checksummed", "arrays_digest", "input_fingerprint", "chunk_keys",
-           "missing_chunks", "damaged_chunks", "fingerprint_changes"]
+           "missing_chunks", "damaged_chunks", "fingerprint_changes", "unwritten_inner_chunks",
+           "absent_chunks_are_fill", "COMPLETE_ATTR"]
+
+#: Attribute (on an input array or its group) by which a user says the data are complete:
+#: chunks that have no object are fill values by intent (zarr's ``write_empty_chunks``).
+COMPLETE_ATTR = "ooc_spectral_complete"
 
 
 def checksummed() -> dict:
@@ -162,20 +167,35 @@ def damaged_chunks(arr, coords_list=None) -> list[tuple[tuple[int, ...], str, st
 def input_fingerprint(arr, url: str | None = None) -> dict:
     """Fingerprint of a zarr input: metadata digest plus chunk listing digest.
 
-    Raises :class:`MissingChunkError` naming the first chunk without an object
-    (it would read as fill values).
+    Raises :class:`MissingChunkError` naming the first chunk without an object, or the
+    first inner chunk a shard's index lists as never written (either would read as fill
+    values), unless the data say that absent chunks are fill values by intent
+    (:func:`absent_chunks_are_fill`): zarr does not write a chunk that is all fill value
+    (``write_empty_chunks=False``, its default), so complete data may lack some.
     """
     listing = _listing(arr)
     missing = missing_chunks(arr, listing)
     where = url or str(arr.store_path)
-    if missing:
-        coords, key = missing[0]
-        rows = _chunk_region(arr, coords)[0]
-        raise MissingChunkError(
-            f"chunk {key!r} (rows {rows.start}-{rows.stop - 1}) of the input {where} does not "
-            f"exist ({len(missing)} of {len(chunk_keys(arr))} chunks are missing); zarr would "
-            "read it as fill values: restore or regenerate the input"
-        )
+    if missing or getattr(arr, "shards", None) is not None:
+        unwritten = unwritten_inner_chunks(arr, listing) if not missing else []
+        if (missing or unwritten) and absent_chunks_are_fill(arr, url) is None:
+            how = (f"if the writer left them out because they are all fill value "
+                   f"({arr.metadata.fill_value!r}; zarr's write_empty_chunks=False), mark the "
+                   f"data complete: set the attribute {COMPLETE_ATTR} = true on the array or "
+                   "its group (zarr.open_group(PATH).attrs[" f"{COMPLETE_ATTR!r}" "] = True); "
+                   "otherwise restore or regenerate the input")
+            if missing:
+                coords, key = missing[0]
+                rows = _chunk_region(arr, coords)[0]
+                raise MissingChunkError(
+                    f"chunk {key!r} (rows {rows.start}-{rows.stop - 1}) of the input {where} "
+                    f"does not exist ({len(missing)} of {len(chunk_keys(arr))} chunks are "
+                    f"missing); zarr would read it as fill values: {how}")
+            key, start, stop = unwritten[0]
+            raise MissingChunkError(
+                f"shard {key!r} of the input {where} lists {len(unwritten)} inner chunk(s) as "
+                f"never written (the first holds rows {start}-{stop - 1}; a writer stopped "
+                f"mid-shard?); zarr would read them as fill values: {how}")
     meta = json.dumps(arr.metadata.to_dict(), sort_keys=True, default=str)
     h = hashlib.sha256()
     for key in sorted(listing):
@@ -204,3 +224,61 @@ def fingerprint_changes(old: dict | None, new: dict | None) -> list[str]:
             what += f", {old.get('bytes')} -> {new.get('bytes')} bytes"
         out.append(what)
     return out
+
+
+# --------------------------------------------------------------------------- #
+# absent chunks: missing pieces, or fill values by intent
+# --------------------------------------------------------------------------- #
+def unwritten_inner_chunks(arr, listing: dict | None = None) -> list[tuple[str, int, int]]:
+    """Inner chunks inside the array's extent that a shard's index lists as never written:
+    ``(shard key, first row, last row + 1)`` each. One read of each shard's index."""
+    from zarr.codecs import ShardingCodec
+    from zarr.core.sync import sync
+    from zarr.storage import StorePath
+
+    codec = next((c for c in arr.metadata.codecs if isinstance(c, ShardingCodec)), None)
+    if codec is None:
+        return []
+    shards, inner, shape = tuple(arr.shards), tuple(codec.chunk_shape), tuple(arr.shape)
+    per_shard = tuple(s // c for s, c in zip(shards, inner))
+    out = []
+    for coords, key in chunk_keys(arr):
+        if listing is not None and key not in listing:
+            continue  # a missing shard: reported by missing_chunks
+        index = sync(codec._load_shard_index_maybe(StorePath(arr.store, key), per_shard))
+        if index is None:
+            continue
+        written = index.get_full_chunk_map()
+        for local in itertools.product(*(range(p) for p in per_shard)):
+            start = [sc * sh + lc * ic for sc, sh, lc, ic in zip(coords, shards, local, inner)]
+            if any(a >= n for a, n in zip(start, shape)) or written[local]:
+                continue
+            out.append((key, start[0], min(start[0] + inner[0], shape[0])))
+    return out
+
+
+def absent_chunks_are_fill(arr, url: str | None = None) -> str | None:
+    """Why the absent chunks of ``arr`` are fill values by intent, or None.
+
+    The array or its group carries :data:`COMPLETE_ATTR` = true: its writer (or the
+    user) says the data are complete, so a chunk without an object is one zarr left
+    out because it was all fill value (``write_empty_chunks=False``). This tool's own
+    writers (``make-data``, ``import``) write every chunk, so a chunk missing from
+    their data is damage, whatever their ``complete`` marker says.
+    """
+    found = [dict(arr.attrs)]
+    if url and "/" in url.rstrip("/"):
+        import zarr
+
+        from .storage import is_url, options_for
+
+        parent = url.rstrip("/").rsplit("/", 1)[0]
+        extra = {"storage_options": options_for(parent)} if is_url(parent) else {}
+        try:
+            found.append(dict(zarr.open_group(parent, mode="r", **extra).attrs))
+        except Exception:  # no group above the array
+            pass
+    for attrs in found:
+        if attrs.get(COMPLETE_ATTR) is True:
+            return f"its attribute {COMPLETE_ATTR} = true"
+    return None

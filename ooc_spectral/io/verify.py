@@ -107,6 +107,10 @@ def check_readable_here(url: str, storage_options=None) -> str:
         raise StoreNotFoundError(f"{exc} [{where}]; {need}") from None
     coords, key = chunk_keys(arr)[0]
     if not sync(arr.store.exists(key)):
+        from .integrity import absent_chunks_are_fill
+
+        if absent_chunks_are_fill(arr, url) is not None:  # fill values by intent
+            return where
         raise MissingChunkError(
             f"chunk {key!r} of the input {url} does not exist {where}; {need}"
         )
