@@ -390,3 +390,57 @@ def test_chunks_zarr_left_out_as_fill_are_accepted_when_the_data_say_complete(tm
                    config={"write_empty_chunks": True})[...] = X
     ref = _fit(dense, tmp_path / "ref")
     assert np.array_equal(zarr.open_array(str(tmp_path / "o" / "embedding"), mode="r")[...], ref)
+
+
+# ------------------------------------------------------------------ 10: swapped parts
+def test_two_checkpoint_parts_swapped_are_discarded_and_the_result_is_bit_identical(
+        small, fresh, tmp_path, capsys, caplog):
+    import logging
+
+    seg = ["--chunk-rows", "200", "--checkpoint-every", "1"]
+    ref = tmp_path / "ref"
+    assert run("fit", small, "--out", ref, *FIT, *seg)[0] == 0
+    out = tmp_path / "out"
+    assert run("fit", small, "--out", out, *FIT, *seg)[0] == 0
+    parts = sorted(p for p in (out / "checkpoint" / "partials").iterdir()
+                   if p.is_dir() and "_" in p.name and not p.name.startswith("base"))
+    assert len(parts) >= 2, parts
+    a, b = parts[0], parts[1]
+    tmp = a.with_name("swap")
+    a.rename(tmp)
+    b.rename(a)
+    tmp.rename(b)
+    next(p for p in (out / "embedding").rglob("*") if p.is_file() and p.name != "zarr.json"
+         ).unlink()  # the rerun goes back to its checkpoint
+    with caplog.at_level(logging.WARNING, logger="ooc_spectral"):
+        code, err = run("fit", small, "--out", out, *FIT, *seg, capsys=capsys)
+    assert code == 0, err
+    assert "holds the part" in err + caplog.text
+    assert np.array_equal(zarr.open_array(str(out / "embedding"), mode="r")[...],
+                          zarr.open_array(str(ref / "embedding"), mode="r")[...])
+
+
+# ------------------------------------------------------------------ 3: the progress watchdog
+def test_workers_paused_at_their_memory_limit_end_the_run_naming_the_limit():
+    import dask
+    from distributed import Client, LocalCluster
+    from distributed.core import Status
+
+    from ooc_spectral.exceptions import StalledRunError
+    from ooc_spectral.runtime.execution import Executor
+
+    # memory_limit=0: no memory monitor that would resume the worker we pause by hand
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, memory_limit=0,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        def pause(dask_worker):
+            dask_worker.status = Status.paused
+
+        client.run(pause)
+        executor = Executor(client)
+        with dask.config.set({"ooc-spectral.paused-timeout": "2s"}):
+            with pytest.raises(StalledRunError, match="paused at its memory limit.*--memory-limit"):
+                executor.run("pass2", {0: dask.delayed(sum)([1, 2])})
+        # the error is a runtime failure: exit 1 on the command line, not 2
+        from ooc_spectral.exceptions import UsageError
+
+        assert not issubclass(StalledRunError, UsageError)

@@ -308,17 +308,25 @@ def _runtime_failure(exc: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     want_json = "--json" in (argv if argv is not None else sys.argv[1:])
+    clear_interrupt()
+    previous = _interrupt_on_signals()  # first: a signal during start-up is exit 1 too
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version
+        _restore_signals(previous)
         return int(exc.code or 0)
     except UsageError as exc:
+        _restore_signals(previous)
         return _fail(EXIT_USAGE, _one_line(exc), want_json)
-    configure_logging(args.quiet, args.verbose)
-    clear_interrupt()
-    previous = _interrupt_on_signals()
+    except KeyboardInterrupt as exc:
+        _restore_signals(previous)
+        clear_interrupt()
+        name = signal.Signals(getattr(exc, "signum", signal.SIGINT)).name
+        return _fail(EXIT_FAILURE, f"interrupted by {name} while starting; nothing was done: "
+                     "run the same command again", want_json, status="interrupted")
     try:
+        configure_logging(args.quiet, args.verbose)
         summary = run_command(args)
         _note_a_late_signal()
     except UsageError as exc:

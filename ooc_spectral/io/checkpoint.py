@@ -175,6 +175,8 @@ class RunCheckpoint:
             digest = meta.get("sha256")
             if digest is not None and arrays_digest(arrays) != digest:
                 raise ValueError("the arrays do not match the digest saved with them")
+            if meta.get("part", name) != name:  # another segment's part moved here
+                raise ValueError(f"it holds the part {meta.get('part')!r}")
         except Exception as exc:  # a deleted, truncated or garbled part
             log.warning("checkpoint part %s is damaged (%s: %s); discarding it and computing "
                         "that segment again", name, type(exc).__name__,
@@ -202,7 +204,7 @@ class RunCheckpoint:
             else:
                 scalars[key] = value.item() if isinstance(value, np.generic) else value
         g.attrs["partial"] = {"scalars": scalars, "arrays": sorted(arrays),
-                              "sha256": arrays_digest(arrays)}
+                              "sha256": arrays_digest(arrays), "part": name}
 
 
 class RunDirectory:
