@@ -444,3 +444,16 @@ def test_workers_paused_at_their_memory_limit_end_the_run_naming_the_limit():
         from ooc_spectral.exceptions import UsageError
 
         assert not issubclass(StalledRunError, UsageError)
+
+
+@pytest.mark.parametrize("keys", ['chunk_rows = 1\n', 'workers = 64\n'])
+def test_a_workflow_asking_for_40k_files_or_64_workers_needs_allow_resources(tmp_path, capsys,
+                                                                           keys):
+    wf = _workflow(tmp_path, '[[step]]\nrun = "make-data"\nname = "spiral"\nn = 40000\n'
+                   'out = "d.zarr"\n' + keys)
+    if "workers" in keys:  # make-data has no workers: a fit step asks for them
+        wf.write_text('[[step]]\nrun = "fit"\ninput = "d.zarr"\nout = "fit"\n' + keys)
+    before = snapshot(tmp_path)
+    code, err = run("run", wf, "-q", capsys=capsys)
+    assert code == 2 and "--allow resources" in err, err
+    assert snapshot(tmp_path) == before

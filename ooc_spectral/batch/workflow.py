@@ -54,8 +54,9 @@ without it), ``outside-root`` (a step writing, with ``out`` or
 ``storage_options`` table of the file naming that endpoint, ``endpoint_url`` or any
 option that says where requests go: refused for any endpoint not named, since the
 requests are signed with the user's credentials and carry the model's rows).
-``--set`` overrides and ``run --storage-options`` come from the command line and need
-no permission.
+``resources`` (more workers x threads than the host has cores, or ``chunk_rows``
+below :data:`MIN_CHUNK_ROWS`; refused without it). ``--set`` overrides and ``run
+--storage-options`` come from the command line and need no permission.
 """
 
 from __future__ import annotations
@@ -81,7 +82,11 @@ log = logging.getLogger("ooc_spectral")
 
 STEP_ACTIONS = ("make-data", "fit", "transform", "plot", "evaluate", "inspect")
 #: What a workflow file may do only when the command line allows it (``run --allow``).
-PERMISSIONS = ("scheduler", "overwrite", "outside-cwd", "outside-root", "endpoint=URL")
+PERMISSIONS = ("scheduler", "overwrite", "outside-cwd", "outside-root", "resources",
+               "endpoint=URL")
+#: Without ``--allow resources``: the smallest chunk of rows a file may ask for (smaller
+#: ones make one file per few rows: 40k files for 40k rows at chunk_rows = 1).
+MIN_CHUNK_ROWS = 256
 PATH_KEYS = {"input", "out", "outdir", "model", "path", "performance_report", "workflow"}
 #: The keys that name a place a step writes: only under the root, unless allowed.
 WRITE_KEYS = {"out", "performance_report"}
@@ -208,6 +213,8 @@ def _step_argv(wf: dict, i: int, step: dict, sub: argparse.ArgumentParser) -> tu
                 "only when the command line allows it (ooc-spectral run --allow scheduler, or "
                 "OOC_SPECTRAL_ALLOW=scheduler): a dask scheduler runs code in this process"
             )
+        if not trusted and "resources" not in wf.get("allow", ()):
+            _check_resources(where, key, value, step)
         if key == "overwrite" and value and not trusted and "overwrite" not in wf.get("allow", ()):
             log.warning("%s: overwrite = true ignored: the command line did not allow it "
                         "(ooc-spectral run --allow overwrite)", where)
@@ -285,6 +292,27 @@ def _resolve_path(wf: dict, where: str, key: str, value: str, *, write: bool = F
         f"{where}: key {key!r} = {value!r} escapes the workflow's root {wf['root']}; "
         "write an absolute path if you mean a place outside it"
     )
+
+
+def _check_resources(where: str, key: str, value, step: dict) -> None:
+    """Refuse a file's request for more workers or threads than this host has cores, or
+    for chunks of fewer than :data:`MIN_CHUNK_ROWS` rows (exit 2; ``--allow resources``)."""
+    import os
+
+    cores = os.cpu_count() or 1
+    why = None
+    if key in ("workers", "threads_per_worker") and isinstance(value, int):
+        total = int(step.get("workers", 1) or 1) * int(step.get("threads_per_worker", 1) or 1)
+        if total > cores:
+            why = f"{total} threads on a host of {cores} cores"
+    elif key == "chunk_rows" and isinstance(value, int) and value < MIN_CHUNK_ROWS:
+        why = (f"chunks of {value} rows (one file per {value} rows; at least "
+               f"{MIN_CHUNK_ROWS} without the permission)")
+    if why:
+        raise WorkflowError(
+            f"{where}: key {key!r} = {value!r} asks for {why}; a workflow file may ask for that "
+            "only when the command line allows it (ooc-spectral run --allow resources), or set "
+            "it with --set")
 
 
 def allowed_endpoints(allow) -> set[str]:
