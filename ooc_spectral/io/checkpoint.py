@@ -410,8 +410,8 @@ class RunDirectory:
             from ..exceptions import DamagedFileError
 
             raise DamagedFileError(
-                f"{self.path / 'zarr.json'} is garbled or lost the run's attributes (the run's "
-                "configuration and status): this OUTDIR cannot be resumed or verified; restore "
+                f"{self.path / 'zarr.json'} is garbled (it held the run's configuration and "
+                "status): this OUTDIR cannot be resumed or verified; restore "
                 f"that file, or delete the directory (rm -r {self.path}) and run the fit again")
 
     # -- state ------------------------------------------------------------- #

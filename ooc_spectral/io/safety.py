@@ -127,7 +127,7 @@ def classify_outdir(path: Path, run_key: str) -> str:
     ``"absent"`` (no such directory, or empty but for a lock), ``"run"`` (``zarr.json``
     holds ``run_key``), ``"unfinished"`` (what a killed beginning leaves: see
     :func:`unfinished_beginning`), ``"damaged"`` (this tool's members with a
-    ``zarr.json`` that is garbled or without the run's attributes) or ``"foreign"``.
+    ``zarr.json`` that is not valid JSON) or ``"foreign"``.
     A file (not a directory) at ``path`` is ``"foreign"``.
     """
     if path.is_symlink() and not path.exists():
@@ -140,19 +140,19 @@ def classify_outdir(path: Path, run_key: str) -> str:
     if not entries:
         return "absent"
     meta_path = path / "zarr.json"
+    garbled = False
     if meta_path.is_file() and not meta_path.is_symlink():
         try:
             meta = json.loads(meta_path.read_text())
         except (OSError, ValueError):
-            meta = None
+            meta, garbled = None, True
         if isinstance(meta, dict) and run_key in (meta.get("attributes") or {}):
             return "run"
     if unfinished_beginning(path, entries):
         return "unfinished"
     names = {p.name for p in entries}
     ours = names <= OUTDIR_MEMBERS | {n for n in names if n.endswith(".partial")}
-    if ours and "zarr.json" in names and names & {"checkpoint", "embedding", "model",
-                                                  "report.json"}:
+    if garbled and ours and names & {"checkpoint", "embedding", "model", "report.json"}:
         return "damaged"
     return "foreign"
 
