@@ -457,3 +457,20 @@ def test_a_workflow_asking_for_40k_files_or_64_workers_needs_allow_resources(tmp
     code, err = run("run", wf, "-q", capsys=capsys)
     assert code == 2 and "--allow resources" in err, err
     assert snapshot(tmp_path) == before
+
+
+def test_a_content_fingerprint_sees_a_rewrite_that_keeps_every_stat(tmp_path, monkeypatch):
+    from ooc_spectral.io.source import open_source
+
+    src = tmp_path / "x.zarr"
+    assert run("make-data", "swiss-roll", "--n", 800, "--out", src, "--chunk-rows", 400,
+               "-q") == (0, "")
+    monkeypatch.setenv("OOC_SPECTRAL_FINGERPRINT", "content")
+    before = open_source(str(src)).fingerprint()
+    assert open_source(str(src)).fingerprint() == before  # reading changes nothing
+    for chunk in (src / "data").rglob("*"):  # new times, same bytes: the same content
+        os.utime(chunk, ns=(1, 1))
+    assert open_source(str(src)).fingerprint() == before
+    arr = zarr.open_group(str(src), mode="r+")["data"]
+    arr[:400] = arr[:400][::-1]
+    assert open_source(str(src)).fingerprint()["listing_sha256"] != before["listing_sha256"]
