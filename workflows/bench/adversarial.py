@@ -99,6 +99,7 @@ class Trials:
         return d
 
     def record(self, name, what, code, msg, verdict):
+        msg = msg.replace("ooc-spectral: error: ", "").replace(str(self.work), "$TMP")
         self.rows.append((name, what, f"exit {code}", verdict + (f" ({msg[:90]})" if msg and
                                                                  code else "")))
 
