@@ -474,3 +474,21 @@ def test_a_content_fingerprint_sees_a_rewrite_that_keeps_every_stat(tmp_path, mo
     arr = zarr.open_group(str(src), mode="r+")["data"]
     arr[:400] = arr[:400][::-1]
     assert open_source(str(src)).fingerprint()["listing_sha256"] != before["listing_sha256"]
+
+
+def test_sigterm_while_the_command_starts_is_exit_1(monkeypatch, capsys):
+    import signal
+    import time
+
+    import ooc_spectral.batch.cli as batch_cli
+
+    real = batch_cli.build_parser
+
+    def slow_start():
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives while the command line is built
+        time.sleep(0.5)
+        return real()
+
+    monkeypatch.setattr(batch_cli, "build_parser", slow_start)
+    code, err = run("inspect", "/nonexistent", capsys=capsys)
+    assert code == 1 and "interrupted by SIGTERM while starting" in err, err
