@@ -91,8 +91,7 @@ PATH_KEYS = {"input", "out", "outdir", "model", "path", "performance_report", "w
 #: The keys that name a place a step writes: only under the root, unless allowed.
 WRITE_KEYS = {"out", "performance_report"}
 #: Storage-option names (at any depth) that choose where requests go.
-_ENDPOINT_WORDS = ("endpoint", "url", "host", "proxy", "connection_string", "account_name",
-                   "server", "netloc")
+_ENDPOINT_WORDS = ("endpoint", "url", "host", "proxy", "connection_string", "account_name")
 _CONTROL = {"help", "func", "json", "quiet", "verbose", "command"}
 
 
