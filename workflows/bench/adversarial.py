@@ -100,7 +100,7 @@ class Trials:
 
     def record(self, name, what, code, msg, verdict):
         msg = msg.replace("ooc-spectral: error: ", "").replace(str(self.work), "$TMP")
-        self.rows.append((name, what, f"exit {code}", verdict + (f" ({msg[:90]})" if msg and
+        self.rows.append((name, what, f"exit {code}", verdict + (f": {msg[:110]}" if msg and
                                                                  code else "")))
 
     def refused(self, name, what, code, msg, before, after, needle=""):
@@ -305,7 +305,7 @@ def sparse_fill(t: Trials):
                 "attribute, then marked complete", code, msg, d / "out", embedding(d / "ref"))
 
 
-def hostile_workflow(t: Trials, name: str, text: str, allow=()):
+def hostile_workflow(t: Trials, name: str, text: str, allow=(), what: str = ""):
     d = t.case(name)
     (d / "victim.pdf").write_bytes(b"%PDF precious")
     flow = d / "flow"
@@ -314,8 +314,8 @@ def hostile_workflow(t: Trials, name: str, text: str, allow=()):
     wf.write_text(text.format(data=t.data, victim=d / "victim.pdf", outside=d / "elsewhere"))
     before = snapshot(d)
     code, msg = cli("run", wf, *allow, "-q")
-    t.refused(name, "workflow: " + text.split("\n", 2)[1][:60] + " ...", code, msg, before,
-              snapshot(d), "--allow")
+    msg = msg.split(".toml: ", 1)[-1]  # the step and key, without the file's path
+    t.refused(name, "workflow file: " + what, code, msg, before, snapshot(d), "--allow")
 
 
 def main(argv=None) -> int:
@@ -348,19 +348,25 @@ def main(argv=None) -> int:
         ("fill-chunks", lambda: sparse_fill(t)),
         ("wf-performance-report", lambda: hostile_workflow(
             t, "wf-performance-report", '[[step]]\nrun = "fit"\ninput = "{data}"\nout = "fit"\n'
-            'performance_report = "{victim}"\n')),
+            'performance_report = "{victim}"\n',
+            what="performance_report = an existing file outside its root")),
         ("wf-plot-absolute", lambda: hostile_workflow(
-            t, "wf-plot-absolute", '[[step]]\nrun = "plot"\noutdir = "{data}"\nout = "{victim}"\n')),
+            t, "wf-plot-absolute", '[[step]]\nrun = "plot"\noutdir = "{data}"\n'
+            'out = "{victim}"\n', what="a plot step's out = an existing PDF outside its root")),
         ("wf-file-url", lambda: hostile_workflow(
-            t, "wf-file-url", '[[step]]\nrun = "fit"\ninput = "{data}"\nout = "file://{outside}"\n')),
+            t, "wf-file-url", '[[step]]\nrun = "fit"\ninput = "{data}"\n'
+            'out = "file://{outside}"\n', what="out = a file:// URL outside its root")),
         ("wf-endpoint", lambda: hostile_workflow(
             t, "wf-endpoint", '[storage_options]\nendpoint_url = "http://127.0.0.1:9"\n'
-            '[[step]]\nrun = "fit"\ninput = "s3://b/x.zarr"\nout = "fit"\n')),
+            '[[step]]\nrun = "fit"\ninput = "s3://b/x.zarr"\nout = "fit"\n',
+            what="[storage_options] endpoint_url = another host")),
         ("wf-workers", lambda: hostile_workflow(
-            t, "wf-workers", '[[step]]\nrun = "fit"\ninput = "{data}"\nout = "fit"\nworkers = 64\n')),
+            t, "wf-workers", '[[step]]\nrun = "fit"\ninput = "{data}"\nout = "fit"\n'
+            'workers = 64\n', what="workers = 64")),
         ("wf-overwrite-allowed", lambda: hostile_workflow(
             t, "wf-overwrite-allowed", '[[step]]\nrun = "make-data"\nname = "spiral"\nn = 100\n'
-            'out = "{outside}"\noverwrite = true\n', allow=("--allow", "overwrite"))),
+            'out = "{outside}"\noverwrite = true\n', allow=("--allow", "overwrite"),
+            what="make-data, overwrite = true, out outside its root; --allow overwrite")),
     ]
     for name, trial in trials:
         if args.only in name:
