@@ -92,7 +92,6 @@ def test_make_data_overwrite_never_deletes_what_it_did_not_write(small, tmp_path
                     capsys=capsys)
     assert code == 2 and "ooc_spectral_dataset" in err, err
     assert snapshot(tmp_path / "parent") == before
-    # a fit's OUTDIR is no data set: refused as well
     # ... while a data set this tool wrote is replaced
     own = tmp_path / "own.zarr"
     assert run("make-data", "spiral", "--n", 500, "--out", own, "-q")[0] == 0
