@@ -39,6 +39,31 @@ def snapshot(root: Path) -> dict:
     return out
 
 
+def _loggers() -> dict:
+    import logging
+
+    return {n: (logging.getLogger(n).handlers[:], logging.getLogger(n).level,
+                logging.getLogger(n).propagate)
+            for n in ("ooc_spectral", "distributed", "tornado", "asyncio", "bokeh")}
+
+
+_DEFAULT_LOGGERS = _loggers()  # at collection, before any test of any file ran
+
+
+@pytest.fixture(autouse=True)
+def _logging_restored():
+    """``main`` configures the package's and dask's loggers for a command line; put them
+    back after each test, so the tests that run after these see the defaults."""
+    import logging
+
+    yield
+    for n, (handlers, level, propagate) in _DEFAULT_LOGGERS.items():
+        log = logging.getLogger(n)
+        log.handlers[:] = handlers
+        log.setLevel(level)
+        log.propagate = propagate
+
+
 def run(*args, capsys=None) -> tuple[int, str]:
     code = main([str(a) for a in args])
     if capsys is None:
