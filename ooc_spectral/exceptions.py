@@ -47,7 +47,10 @@ __all__ = PUBLIC + [
     "MissingChunkError",
     "TransientReadError",
     "DamagedDataError",
+    "DamagedFileError",
     "OutputDamagedError",
+    "OutputIncompleteError",
+    "StalledRunError",
 ]
 
 
@@ -256,6 +259,23 @@ class InputChangedError(OocSpectralError, RuntimeError):
 
 class DamagedDataError(UsageError, ValueError):
     """Saved data (a model's arrays, an output chunk) fails its checksum or digest."""
+
+
+class DamagedFileError(DamagedDataError):
+    """A JSON file a command reads (a ``zarr.json``, ``report.json``, a model's
+    attributes) is garbled; the message names the file and the repair (exit code 2:
+    rerunning alone would fail the same way)."""
+
+
+class OutputIncompleteError(UsageError, FileNotFoundError):
+    """``ooc-spectral verify`` found a member a complete OUTDIR must hold missing
+    (``embedding``, ``model``, ``report.json``, an array's metadata); exit code 2, the
+    message names what to run."""
+
+
+class StalledRunError(OocSpectralError, RuntimeError):
+    """The workers stopped making progress (paused at their memory limit, or stuck) for
+    longer than the watchdog allows; exit code 1, the message names the memory limit."""
 
 
 class OutputDamagedError(OocSpectralError, RuntimeError):

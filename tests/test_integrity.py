@@ -262,7 +262,9 @@ def test_a_complete_outdir_whose_embedding_metadata_is_gone_is_rewritten(
     shutil.copytree(ref_out, out)
     (out / "embedding" / "zarr.json").unlink()
     _flip_byte(out / "model" / "cholesky" / "c" / "0" / "0")
-    assert cli("verify", out).returncode == 1
+    # a member a complete OUTDIR must hold is gone: exit 2 naming the command (issue 37)
+    proc = cli("verify", out)
+    assert proc.returncode == 2 and "ooc-spectral fit" in proc.stderr, proc.stderr
     _job(roll / "in.zarr", out, cluster)
     np.testing.assert_array_equal(_emb(out), _emb(ref_out))
     GreedySpectralEmbedding.load(out / "model")

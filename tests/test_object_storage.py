@@ -514,7 +514,9 @@ engine = "threads"
 storage_options = {{ key = "{OPT_KEY_ID}", secret = "{OPT_SECRET}" }}
 """)
     region = json.dumps({"client_kwargs": {"region_name": "us-east-1"}})
-    flow = subprocess.run([EXE, "run", wf, "-v", "--storage-options", region],
+    # the file's endpoint and its s3:// outputs need the command line's permission (issue 37)
+    flow = subprocess.run([EXE, "run", wf, "-v", "--storage-options", region,
+                           "--allow", f"endpoint={s3['endpoint']}", "--allow", "outside-root"],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert flow.returncode == 0, flow.stderr
     assert "stage pass3" in flow.stderr  # -v: the log was there to search

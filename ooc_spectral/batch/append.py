@@ -342,7 +342,8 @@ def run_update(plan: AppendPlan, *, outdir: str, rundir, source: DataSource, con
             est = GreedySpectralEmbedding(**config.to_json())
             est._set_fitted(r)
             est.n_samples_fit_ = n_new
-            est.save(model_path, overwrite=True)
+            rundir.remove_member("model")  # OUTDIR's own (a damaged one too), under its lock
+            est.save(model_path)
             save_base(checkpoint, n_new, r.scan_state, r.stats, r.spectral_map.components, r.gamma,
                       append_anchor(source))
         group = rundir.group()

@@ -193,7 +193,8 @@ def workflow_permissions(args) -> frozenset:
 
     given = list(args.allow or [])
     given += [v for v in os.environ.get("OOC_SPECTRAL_ALLOW", "").replace(",", " ").split() if v]
-    unknown = sorted(set(given) - set(PERMISSIONS))
+    unknown = sorted(v for v in set(given) - set(PERMISSIONS)
+                     if not (v.startswith("endpoint=") and "://" in v))
     if unknown:
         raise CommandError(f"--allow {unknown[0]!r} is not one of {', '.join(PERMISSIONS)} "
                            "(also checked in $OOC_SPECTRAL_ALLOW)")
@@ -288,11 +289,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a step's parameter, e.g. --set fit.n_components=3 "
                    "(STEP is the step's id, its action, or its index)")
     p.add_argument("--allow", action="append", metavar="WHAT", default=[],
-                   choices=("scheduler", "overwrite", "outside-cwd"),
                    help="let the workflow file connect to the dask scheduler it names (a dask "
                    "scheduler runs code in this process: trust it), delete outputs with "
-                   "overwrite = true, or set a root above the current directory (repeatable; "
-                   "also $OOC_SPECTRAL_ALLOW=scheduler,overwrite)")
+                   "overwrite = true, set a root above the current directory (outside-cwd), "
+                   "write outside its root (outside-root), or send requests to an endpoint "
+                   "its storage_options name (endpoint=URL); one of scheduler, overwrite, "
+                   "outside-cwd, outside-root, endpoint=URL (repeatable; also "
+                   "$OOC_SPECTRAL_ALLOW=scheduler,overwrite)")
     _add_common(p, cmd_run)
 
     p = sub.add_parser("plot", help="scatter or density plot of an embedding")
@@ -359,17 +362,25 @@ def _runtime_failure(exc: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     want_json = "--json" in (argv if argv is not None else sys.argv[1:])
+    clear_interrupt()
+    previous = _interrupt_on_signals()  # first: a signal during start-up is exit 1 too
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version
+        _restore_signals(previous)
         return int(exc.code or 0)
     except UsageError as exc:
+        _restore_signals(previous)
         return _fail(EXIT_USAGE, _one_line(exc), want_json)
-    configure_logging(args.quiet, args.verbose)
-    clear_interrupt()
-    previous = _interrupt_on_signals()
+    except KeyboardInterrupt as exc:
+        _restore_signals(previous)
+        clear_interrupt()
+        name = signal.Signals(getattr(exc, "signum", signal.SIGINT)).name
+        return _fail(EXIT_FAILURE, f"interrupted by {name} while starting; nothing was done: "
+                     "run the same command again", want_json, status="interrupted")
     try:
+        configure_logging(args.quiet, args.verbose)
         summary = run_command(args)
         _note_a_late_signal()
     except UsageError as exc:

@@ -39,6 +39,9 @@ def _cluster_options(args):
         if value is not None and value < 1:
             raise CommandError(f"--{name.replace('_', '-')}={value} must be at least 1")
     check_memory_limit(args.memory_limit)  # exit 2 before any work
+    from ..runtime.cluster import check_scheduler_scheme
+
+    check_scheduler_scheme(args.scheduler)  # udp://...: exit 2 before anything is created
     return ClusterOptions(scheduler=args.scheduler, workers=args.workers,
                           threads_per_worker=args.threads_per_worker,
                           memory_limit=args.memory_limit, quiet=bool(args.quiet),
@@ -182,9 +185,25 @@ def cmd_inspect(args) -> dict:
 
 
 def cmd_verify(args) -> dict:
-    from ..exceptions import OutputDamagedError, StoreNotFoundError
-    from ..io.verify import verify_group
+    from ..exceptions import (DamagedFileError, OutputDamagedError, OutputIncompleteError,
+                              StoreNotFoundError)
+    from ..io.verify import garbled_metadata, missing_members, rerun_command, verify_group
 
+    garbled = garbled_metadata(args.outdir)
+    incomplete, attrs = missing_members(args.outdir)  # OUTDIR's own zarr.json: exit 2
+    if garbled:
+        raise DamagedFileError(
+            f"{args.outdir}: {len(garbled)} zarr.json file(s) are not valid JSON ("
+            f"{', '.join(garbled[:5])}); "
+            + (f"run {rerun_command(args.outdir, attrs)}: it writes them again"
+               if attrs else "restore them from a copy, or write the data again"))
+    if incomplete:
+        for line in incomplete:
+            print(line, file=sys.stderr if args.json else sys.stdout)
+        raise OutputIncompleteError(
+            f"{args.outdir} is marked complete but {len(incomplete)} of the members a complete "
+            f"output holds are missing or unreadable ({'; '.join(incomplete[:5])}); run "
+            f"{rerun_command(args.outdir, attrs)}: it restores them from the saved run state")
     try:
         report = verify_group(args.outdir)
     except FileNotFoundError as exc:  # zarr's GroupNotFoundError included
@@ -196,8 +215,8 @@ def cmd_verify(args) -> dict:
         raise OutputDamagedError(
             f"{args.outdir}: {len(report['missing'])} missing and {len(report['damaged'])} "
             f"damaged chunk(s), {len(report['digest_mismatch'])} digest mismatch(es) in "
-            f"{report['arrays']} arrays; rerun the same `ooc-spectral fit` to repair the output"
-        )
+            f"{report['arrays']} arrays; run {rerun_command(args.outdir, attrs)} to repair "
+            "the output")
     if not args.json:
         print(f"{args.outdir}: {report['chunks']} chunks of {report['arrays']} arrays intact")
     return {"status": "intact", **report}

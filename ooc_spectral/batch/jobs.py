@@ -185,6 +185,7 @@ def run_fit_job(job: FitJob) -> dict:
     fingerprint = source.fingerprint()  # also: a missing input chunk is an error, never zeros
     resolved = {"estimator": config.to_json(), "input": input_identity(source)}
     rundir = RunDirectory(job.outdir)
+    rundir.check_before_writing(job.overwrite)  # a foreign directory: nothing is created
     with rundir:
         rundir.acquire(description=f"fit {job.input}")
         extra = {**job.attrs, "input_fingerprint": fingerprint}
@@ -192,8 +193,13 @@ def run_fit_job(job: FitJob) -> dict:
         if not overwrite:  # rows appended to the input of a finished fit: update it
             from .append import plan_append
 
-            plan, why = plan_append(rundir.run_attrs(), resolved, source, config,
-                                    rundir.checkpoint(job.checkpoint_every), fingerprint)
+            rundir.check_before_writing()  # again under the lock
+            attrs = rundir.run_attrs()
+            if attrs:  # a garbled checkpoint part would fail every rerun the same way
+                prune_damaged_checkpoint(rundir, full=False)
+            plan, why = plan_append(attrs, resolved, source, config,
+                                    rundir.checkpoint(job.checkpoint_every) if attrs else None,
+                                    fingerprint)
             if plan is not None:
                 return _run_update_job(job, rundir, plan, source, config, resolved, fingerprint)
             if why:
@@ -203,6 +209,8 @@ def run_fit_job(job: FitJob) -> dict:
         resuming = rundir.begin(resolved, overwrite=overwrite, extra=extra)
         if resuming:
             resuming = _same_input_or_restart(rundir, resolved, extra)
+        if resuming:
+            prune_damaged_checkpoint(rundir, full=rundir.status() == "complete")
         if resuming and rundir.status() == "complete":
             damage = damaged_run_outputs(rundir.url)
             if not damage:
@@ -238,7 +246,8 @@ def run_fit_job(job: FitJob) -> dict:
                 with run.stage("model"):
                     est = GreedySpectralEmbedding(**config.to_json())
                     est._set_fitted(result)
-                    est.save(rundir.join("model"), overwrite=True)
+                    rundir.remove_member("model")  # ours: a damaged one is replaced too
+                    est.save(rundir.join("model"))
                     base_rows = _keep_update_base(rundir, job, config, source, result)
                 where = engine.report()
             report = {
@@ -424,6 +433,7 @@ def run_transform_job(job: TransformJob) -> dict:
     resolved = {"model": absolute(job.model), "input": input_identity(source)}
     fingerprint = source.fingerprint()
     rundir = RunDirectory(job.out)
+    rundir.check_before_writing(job.overwrite)  # a foreign directory: nothing is created
     with rundir:
         rundir.acquire(description=f"transform {job.input}")
         extra = {"input_fingerprint": fingerprint, "model_sha256": model_digest}
@@ -467,12 +477,16 @@ def run_transform_job(job: TransformJob) -> dict:
 
 
 def damaged_run_outputs(outdir) -> list[str]:
-    """What is missing or damaged in a complete OUTDIR's embedding and model (cheap checks).
+    """What is missing or damaged in a complete OUTDIR (cheap checks): the embedding's
+    chunks, the model, ``report.json`` and the other members a complete OUTDIR holds.
 
     Embedding chunks that are missing or fail their checksum have their
     written-marker cleared, so the resumed run writes them again from the
-    saved state (pass 3 is idempotent).
+    saved state (pass 3 is idempotent); a missing or garbled report is written
+    again by the resumed run.
     """
+    from ..io.verify import missing_members
+
     try:
         problems = EmbeddingOutput.open_existing(outdir).audit()
     except Exception as exc:  # the array's own metadata is gone or garbled: write it all again
@@ -486,4 +500,50 @@ def damaged_run_outputs(outdir) -> list[str]:
         load_model(GreedySpectralEmbedding, model)
     except Exception as exc:
         problems.append(f"model: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
+    seen = {p.split(":", 1)[0] for p in problems}
+    problems += [line for line in missing_members(outdir)[0]
+                 if line.split(":", 1)[0].split("/")[0] not in seen]
     return problems
+
+
+def prune_damaged_checkpoint(rundir: RunDirectory, *, full: bool) -> list[str]:
+    """Remove the checkpoint parts whose metadata is garbled (and, with ``full``, those
+    with a missing or damaged chunk); returns one line per part removed.
+
+    A removed part is what a load would discard anyway (the scan state or a segment's
+    sums, computed again when needed); removing it lets ``verify`` and the rerun agree,
+    where a garbled ``zarr.json`` would otherwise fail every rerun the same way.
+    """
+    import shutil
+    from pathlib import Path
+
+    from ..io.verify import garbled_metadata, verify_group
+
+    if rundir.remote:
+        return []
+    base = rundir.path / "checkpoint"
+    if not base.is_dir() or base.is_symlink():
+        return []
+
+    def part_of(rel: tuple) -> tuple:
+        return rel[:2] if rel and rel[0] == "partials" else rel[:1]
+
+    doomed = {part_of(Path(p).parent.relative_to(base).parts) for p in garbled_metadata(base)}
+    if full and not doomed:
+        try:
+            found = verify_group(base)
+            doomed |= {part_of(tuple(line.split(":", 1)[0].split("/")))
+                       for line in found["missing"] + found["damaged"]}
+        except Exception as exc:  # unreadable as a whole: start the checkpoint over
+            log.warning("the checkpoint in %s is unreadable (%s); removing it", rundir.path, exc)
+            doomed.add(())
+    out = []
+    for rel in sorted(doomed, key=len):
+        target = base.joinpath(*rel)
+        if target.exists() and not target.is_symlink():
+            shutil.rmtree(target)
+            out.append(f"checkpoint part {'/'.join(rel) or 'checkpoint'} is damaged; discarding "
+                       "it (removed; computed again if needed)")
+    if out:
+        log.warning("%s", "; ".join(out))
+    return out

@@ -48,8 +48,15 @@ dask's protocol unpickles what it sends, so connecting runs its code here;
 refused without it), ``overwrite`` (ignored with a warning without it; even with
 it only an ooc-spectral output is ever deleted) and ``outside-cwd`` (a
 ``root`` above both the current directory and the file's directory; refused
-without it). ``--set`` overrides come from the command line and need no
-permission.
+without it), ``outside-root`` (a step writing, with ``out`` or
+``performance_report``, anywhere but under the root: an absolute path elsewhere, a
+``file://`` URL, an object-store URL; refused without it) and ``endpoint=URL`` (a
+``storage_options`` table of the file naming that endpoint, ``endpoint_url`` or any
+option that says where requests go: refused for any endpoint not named, since the
+requests are signed with the user's credentials and carry the model's rows).
+``resources`` (more workers x threads than the host has cores, or ``chunk_rows``
+below :data:`MIN_CHUNK_ROWS`; refused without it). ``--set`` overrides and ``run
+--storage-options`` come from the command line and need no permission.
 """
 
 from __future__ import annotations
@@ -75,8 +82,16 @@ log = logging.getLogger("ooc_spectral")
 
 STEP_ACTIONS = ("make-data", "fit", "transform", "plot", "evaluate", "inspect")
 #: What a workflow file may do only when the command line allows it (``run --allow``).
-PERMISSIONS = ("scheduler", "overwrite", "outside-cwd")
+PERMISSIONS = ("scheduler", "overwrite", "outside-cwd", "outside-root", "resources",
+               "endpoint=URL")
+#: Without ``--allow resources``: the smallest chunk of rows a file may ask for (smaller
+#: ones make one file per few rows: 40k files for 40k rows at chunk_rows = 1).
+MIN_CHUNK_ROWS = 256
 PATH_KEYS = {"input", "out", "outdir", "model", "path", "performance_report", "workflow"}
+#: The keys that name a place a step writes: only under the root, unless allowed.
+WRITE_KEYS = {"out", "performance_report"}
+#: Storage-option names (at any depth) that choose where requests go.
+_ENDPOINT_WORDS = ("endpoint", "url", "host", "proxy", "connection_string", "account_name")
 _CONTROL = {"help", "func", "json", "quiet", "verbose", "command"}
 
 
@@ -117,6 +132,7 @@ def load_workflow(path, overrides=(), allow=frozenset()) -> dict:
     if not isinstance(storage_options, dict):
         raise WorkflowError(f"{path}: storage_options must be a table of file-system options "
                             "([storage_options] endpoint_url = \"...\")")
+    check_endpoints(storage_options, allow, f"{path}: [storage_options]")
     meta = data.get("workflow", {})
     extra = set(meta) - {"name", "description", "root"}
     if extra:
@@ -196,6 +212,8 @@ def _step_argv(wf: dict, i: int, step: dict, sub: argparse.ArgumentParser) -> tu
                 "only when the command line allows it (ooc-spectral run --allow scheduler, or "
                 "OOC_SPECTRAL_ALLOW=scheduler): a dask scheduler runs code in this process"
             )
+        if not trusted and "resources" not in wf.get("allow", ()):
+            _check_resources(where, key, value, step)
         if key == "overwrite" and value and not trusted and "overwrite" not in wf.get("allow", ()):
             log.warning("%s: overwrite = true ignored: the command line did not allow it "
                         "(ooc-spectral run --allow overwrite)", where)
@@ -204,14 +222,23 @@ def _step_argv(wf: dict, i: int, step: dict, sub: argparse.ArgumentParser) -> tu
             if not isinstance(value, dict):
                 raise WorkflowError(f"{where}: key 'storage_options' must be a table of "
                                     "file-system options")
+            if not trusted:
+                check_endpoints(value, wf.get("allow", ()), f"{where}: storage_options")
             resolved[key] = value
             continue
         if key in PATH_KEYS:
             if not isinstance(value, str) or not value or "\x00" in value:
                 raise WorkflowError(f"{where}: key {key!r} must be a path (a non-empty string)")
-            if "://" not in value:
-                check_local_path(value, f"{where}: key {key!r} =")  # s3:/x, ~/x: exit 2
-                value = _resolve_path(wf, where, key, value)
+            local = value.removeprefix("file://")
+            if "://" not in local:
+                check_local_path(local, f"{where}: key {key!r} =")  # s3:/x, ~/x: exit 2
+                value = _resolve_path(wf, where, key, local,
+                                      write=key in WRITE_KEYS and not trusted)
+            elif key in WRITE_KEYS and not trusted and "outside-root" not in wf.get("allow", ()):
+                raise WorkflowError(
+                    f"{where}: key {key!r} = {value!r} writes outside the workflow's root "
+                    f"{wf['root']}; a workflow file writes only under its root unless the "
+                    "command line allows it (ooc-spectral run --allow outside-root)")
         resolved[key] = value
     argv = [step["run"]]
     for a in positionals:
@@ -243,18 +270,78 @@ def _step_argv(wf: dict, i: int, step: dict, sub: argparse.ArgumentParser) -> tu
     return argv, resolved
 
 
-def _resolve_path(wf: dict, where: str, key: str, value: str) -> str:
-    """A step's path: relative ones resolve against the root and must stay inside it."""
+def _resolve_path(wf: dict, where: str, key: str, value: str, *, write: bool = False) -> str:
+    """A step's path: relative ones resolve against the root and must stay inside it; a
+    place written (``write``) must lie under the root, links resolved, even when absolute
+    (unless the command line allows ``outside-root``)."""
     p = Path(value)
-    if p.is_absolute():
+    resolved = (wf["root"] / p).resolve()  # an absolute p stays itself, its links resolved
+    if resolved.is_relative_to(wf["root"]):
+        return str(resolved)
+    if p.is_absolute() and not write:
         return str(p)
-    resolved = (wf["root"] / p).resolve()
-    if not resolved.is_relative_to(wf["root"]):
+    if write and "outside-root" in wf.get("allow", ()):
+        return str(p if p.is_absolute() else resolved)
+    if write:
         raise WorkflowError(
-            f"{where}: key {key!r} = {value!r} escapes the workflow's root {wf['root']}; "
-            "write an absolute path if you mean a place outside it"
-        )
-    return str(resolved)
+            f"{where}: key {key!r} = {value!r} is {resolved}, outside the workflow's root "
+            f"{wf['root']}; a workflow file writes only under its root unless the command line "
+            "allows it (ooc-spectral run --allow outside-root)")
+    raise WorkflowError(
+        f"{where}: key {key!r} = {value!r} escapes the workflow's root {wf['root']}; "
+        "write an absolute path if you mean a place outside it"
+    )
+
+
+def _check_resources(where: str, key: str, value, step: dict) -> None:
+    """Refuse a file's request for more workers or threads than this host has cores, or
+    for chunks of fewer than :data:`MIN_CHUNK_ROWS` rows (exit 2; ``--allow resources``)."""
+    import os
+
+    cores = os.cpu_count() or 1
+    why = None
+    if key in ("workers", "threads_per_worker") and isinstance(value, int):
+        total = int(step.get("workers", 1) or 1) * int(step.get("threads_per_worker", 1) or 1)
+        if total > cores:
+            why = f"{total} threads on a host of {cores} cores"
+    elif key == "chunk_rows" and isinstance(value, int) and value < MIN_CHUNK_ROWS:
+        why = (f"chunks of {value} rows (one file per {value} rows; at least "
+               f"{MIN_CHUNK_ROWS} without the permission)")
+    if why:
+        raise WorkflowError(
+            f"{where}: key {key!r} = {value!r} asks for {why}; a workflow file may ask for that "
+            "only when the command line allows it (ooc-spectral run --allow resources), or set "
+            "it with --set")
+
+
+def allowed_endpoints(allow) -> set[str]:
+    """The endpoints ``--allow endpoint=URL`` named (without a trailing slash)."""
+    return {a.split("=", 1)[1].rstrip("/") for a in allow if a.startswith("endpoint=")}
+
+
+def check_endpoints(options, allow, where: str) -> None:
+    """Refuse (WorkflowError, exit 2) a storage option from a workflow file that says where
+    requests go (``endpoint_url``, a host, a proxy, at any depth) unless the command line
+    allowed that endpoint (``--allow endpoint=URL``)."""
+    allowed = allowed_endpoints(allow)
+
+    def walk(value, path):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, f"{path}.{k}")
+            return
+        name = path.rsplit(".", 1)[-1].lower()
+        if not any(w in name for w in _ENDPOINT_WORDS):
+            return
+        if isinstance(value, str) and value.rstrip("/") in allowed:
+            return
+        raise WorkflowError(
+            f"{where}: {path.lstrip('.')} = {value!r} sends this command's requests, signed "
+            "with your credentials and carrying the model's rows, to an endpoint the command "
+            f"line did not allow; if you trust it, run with --allow endpoint={value} (or give "
+            "it with run --storage-options)")
+
+    walk(options, "")
 
 
 def run_workflow(path, *, overrides=(), parser: argparse.ArgumentParser,

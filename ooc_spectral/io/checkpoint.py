@@ -46,6 +46,9 @@ import zarr
 
 from ..exceptions import ConfigurationMismatchError, LockedError, OutputNotWritableError
 from .integrity import arrays_digest, checksummed
+from .safety import bare_group_meta as _bare_group_meta
+from .safety import classify_outdir, open_nofollow, write_file_atomic
+from .safety import unfinished_beginning as _unfinished_beginning
 from ..core.scan.state import DictionaryState
 
 __all__ = ["RunDirectory", "RunCheckpoint", "config_hash", "RUN_KEY"]
@@ -172,6 +175,8 @@ class RunCheckpoint:
             digest = meta.get("sha256")
             if digest is not None and arrays_digest(arrays) != digest:
                 raise ValueError("the arrays do not match the digest saved with them")
+            if meta.get("part", name) != name:  # another segment's part moved here
+                raise ValueError(f"it holds the part {meta.get('part')!r}")
         except Exception as exc:  # a deleted, truncated or garbled part
             log.warning("checkpoint part %s is damaged (%s: %s); discarding it and computing "
                         "that segment again", name, type(exc).__name__,
@@ -199,7 +204,7 @@ class RunCheckpoint:
             else:
                 scalars[key] = value.item() if isinstance(value, np.generic) else value
         g.attrs["partial"] = {"scalars": scalars, "arrays": sorted(arrays),
-                              "sha256": arrays_digest(arrays)}
+                              "sha256": arrays_digest(arrays), "part": name}
 
 
 class RunDirectory:
@@ -278,7 +283,9 @@ class RunDirectory:
               "command": description}
         for _ in range(100):
             try:
-                fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = open_nofollow(self.lock_path, os.O_RDWR | os.O_CREAT)
+            except OutputNotWritableError:
+                raise
             except OSError as exc:
                 raise OutputNotWritableError(
                     f"cannot write in {str(self.path)!r}: {exc}; choose a writable location"
@@ -326,7 +333,11 @@ class RunDirectory:
                                                    self._key(LOCK_NAME))
             return lock.holder()
         try:
-            holder = json.loads(self.lock_path.read_text())
+            fd = os.open(self.lock_path, os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                holder = json.loads(os.read(fd, 1 << 16) or b"null")
+            finally:
+                os.close(fd)
         except (OSError, ValueError):
             return None
         return holder if isinstance(holder, dict) else None
@@ -341,7 +352,7 @@ class RunDirectory:
             holder = self.lock_holder()
             return holder is not None and ObjectLock.stale_reason(holder) is None
         try:
-            fd = os.open(self.lock_path, os.O_RDONLY)
+            fd = os.open(self.lock_path, os.O_RDONLY | os.O_NOFOLLOW)
         except OSError:
             return False
         try:
@@ -377,6 +388,31 @@ class RunDirectory:
 
     def __exit__(self, *exc):
         self.release()
+
+    def check_before_writing(self, overwrite: bool = False) -> None:
+        """Refuse (before anything is created, the lock included) an OUTDIR that is not
+        this tool's: a foreign directory or file is left exactly as it was.
+
+        A local OUTDIR holding this tool's members with a garbled or attribute-less
+        ``zarr.json`` is :class:`~ooc_spectral.exceptions.DamagedFileError` naming the
+        file (it held the run's configuration; nothing can tell which run it was).
+        """
+        if self.remote:
+            return
+        kind = classify_outdir(self.path, RUN_KEY)
+        if kind == "foreign":
+            raise OutputNotWritableError(
+                f"{self.path} exists and is not an ooc-spectral output directory; "
+                + ("--overwrite only replaces an ooc-spectral output, and nothing was deleted; "
+                   if overwrite else "nothing was written there; ")
+                + "choose another --out (or empty this directory yourself)")
+        if kind == "damaged":
+            from ..exceptions import DamagedFileError
+
+            raise DamagedFileError(
+                f"{self.path / 'zarr.json'} is garbled (it held the run's configuration and "
+                "status): this OUTDIR cannot be resumed or verified; restore "
+                f"that file, or delete the directory (rm -r {self.path}) and run the fit again")
 
     # -- state ------------------------------------------------------------- #
     def group(self, mode: str = "a"):
@@ -431,6 +467,7 @@ class RunDirectory:
         zarr's ``*.partial`` temporaries) is recognised and started over.
         """
         digest = config_hash(config)
+        self.check_before_writing(overwrite)
         existing = self.run_attrs()
         names = self._entries()
         if existing is None and names:
@@ -494,6 +531,20 @@ class RunDirectory:
             else:
                 p.unlink()
 
+    def remove_member(self, name: str) -> None:
+        """Delete OUTDIR's member ``name`` (this run's own, under its lock), if present."""
+        import shutil
+
+        if self.remote:
+            if self._exists(name):
+                self.fs.rm(self._key(name), recursive=True)
+            return
+        p = self.path / name
+        if p.is_symlink() or p.is_file():
+            p.unlink()
+        elif p.is_dir():
+            shutil.rmtree(p)
+
     def checkpoint(self, every: int) -> RunCheckpoint:
         return RunCheckpoint(self.group().require_group("checkpoint"), every=every)
 
@@ -503,9 +554,8 @@ class RunDirectory:
             self.fs.pipe_file(self._key(REPORT_NAME),
                               (json.dumps(report, indent=2, default=_json_default) + "\n").encode())
             return
-        tmp = self.path / (REPORT_NAME + ".partial")
-        tmp.write_text(json.dumps(report, indent=2, default=_json_default) + "\n")
-        os.replace(tmp, self.path / REPORT_NAME)
+        write_file_atomic(self.path / REPORT_NAME,
+                          (json.dumps(report, indent=2, default=_json_default) + "\n").encode())
 
     def read_report(self) -> dict | None:
         if self.remote:
@@ -526,40 +576,6 @@ class RunDirectory:
         attrs = dict(group.attrs[RUN_KEY])
         attrs.update(status=status, **fields)
         group.attrs[RUN_KEY] = attrs
-
-
-def _bare_group_meta(read) -> bool:
-    """True when the ``zarr.json`` that ``read()`` returns is torn (written partly: a full
-    disk), empty, or of a group with no attributes: what a run killed while beginning leaves."""
-    try:
-        meta = json.loads(read() or "null")
-    except (OSError, ValueError):
-        return True
-    return meta is None or (isinstance(meta, dict) and meta.get("node_type") == "group"
-                            and not meta.get("attributes"))
-
-
-def _unfinished_beginning(path: Path, entries) -> bool:
-    """True when OUTDIR holds only what a run killed while beginning can leave.
-
-    That is: ``zarr.json`` torn or of a group with no attributes at all, an
-    empty ``checkpoint`` group, zarr's ``*.partial`` temporaries. Nothing a
-    user made holds data of this shape, so starting over loses nothing.
-    """
-    for p in entries:
-        if p.name.endswith(".partial") and p.is_file():
-            continue
-        if p.name == "zarr.json" and p.is_file():
-            if not _bare_group_meta(p.read_text):
-                return False
-            continue
-        if p.name == "checkpoint" and p.is_dir() and not p.is_symlink():
-            inner = list(p.iterdir())
-            if all(q.is_file() and (q.name == "zarr.json" or q.name.endswith(".partial"))
-                   for q in inner):
-                continue
-        return False
-    return True
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:

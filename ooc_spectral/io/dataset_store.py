@@ -68,25 +68,32 @@ def check_free_space(loc: str, plan: DatasetPlan, dt: np.dtype) -> None:
         )
 
 
-def create_group(loc: str, overwrite: bool):
-    """A new zarr v3 group at ``loc``; an existing store only with ``overwrite``.
-
-    A file, or a non-empty directory that is not a zarr store, is never replaced.
+def create_group(loc: str, overwrite: bool, attributes: dict | None = None):
+    """A new zarr v3 group at ``loc``, created with ``attributes`` (the writer's marker) in
+    one write; an existing store is replaced only with ``overwrite``, and only when it is
+    an input group this tool wrote (its attributes carry ``ooc_spectral_dataset`` or
+    ``ooc_spectral_import``): a file, a foreign directory or a user's own zarr group is
+    never deleted (:func:`~ooc_spectral.io.safety.check_replaceable`).
     """
+    from .layout import IMPORT_KEY
+    from .safety import check_replaceable
+
     if is_local(loc):
         path = loc.removeprefix("file://")
         if os.path.exists(path) and not os.path.isdir(path):
             raise OutputNotWritableError(
                 f"{loc!r} is an existing file, not a directory; choose another output path"
             )
-        if (overwrite and os.path.isdir(path) and os.listdir(path)
-                and not os.path.exists(os.path.join(path, "zarr.json"))):
+        if not overwrite and os.path.isdir(path) and os.listdir(path):
             raise OutputNotWritableError(
-                f"{loc!r} is a non-empty directory that is not a zarr store; refusing to "
-                "delete it with overwrite=True; choose another output path"
-            )
+                f"data already exist at {loc!r} (a non-empty directory); nothing was written "
+                "there; pass overwrite=True (--overwrite) to replace a data set this tool wrote, "
+                "or choose another output path")
+    if overwrite:
+        check_replaceable(loc, (DATASET_KEY, IMPORT_KEY), "an input data set")
     try:
-        return zarr.open_group(loc, mode="w" if overwrite else "w-", zarr_format=3)
+        return zarr.create_group(loc, overwrite=overwrite, zarr_format=3,
+                                 attributes=attributes or {})
     except (FileExistsError, zarr.errors.ContainsGroupError,
             zarr.errors.ContainsArrayError) as exc:
         raise OutputNotWritableError(
@@ -102,10 +109,12 @@ def create_arrays(group, plan: DatasetPlan, chunk_rows: int, dt: np.dtype) -> di
     # zarr v3 dimension names, so that xarray.open_zarr opens the group
     arrays = {DATA_ARRAY_NAME: group.create_array(
         DATA_ARRAY_NAME, shape=(plan.n, plan.dim), chunks=(chunk_rows, plan.dim), dtype=dt,
-        dimension_names=("sample", "feature"))}
+        dimension_names=("sample", "feature"),
+        config={"write_empty_chunks": True})}  # every chunk: an absent one is damage
     for lab in plan.spec.labels:
         arrays[lab.name] = group.create_array(lab.name, shape=(plan.n,), chunks=(chunk_rows,),
-                                              dtype=lab.dtype, dimension_names=("sample",))
+                                              dtype=lab.dtype, dimension_names=("sample",),
+                                              config={"write_empty_chunks": True})
     return arrays
 
 

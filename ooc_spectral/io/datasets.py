@@ -412,10 +412,9 @@ def make_data(name: str, n: int, out: str | os.PathLike, *, dim: int | None = No
                 overwrite = True  # an interrupted make-data of the same data: start over
 
     check_free_space(loc, plan, dt)
-    group = create_group(loc, overwrite)
-    arrays = create_arrays(group, plan, chunk_rows, dt)
     meta = dict(dataset_meta(plan, chunk_rows, dt), complete=False)
-    group.attrs[DATASET_KEY] = meta
+    group = create_group(loc, overwrite, {DATASET_KEY: meta})  # the marker in the same write
+    arrays = create_arrays(group, plan, chunk_rows, dt)
 
     # Regions: whole storage chunks (aligned writes), about REGION_BYTES_TARGET of
     # float64 rows each; the next region is assembled while the previous is written.

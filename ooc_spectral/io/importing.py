@@ -255,12 +255,12 @@ def import_table(source: str | os.PathLike, out: str | os.PathLike, *,
         names, n, batches = _hdf5(src, columns, rows, dataset)
     d = len(names)
     loc = os.fspath(out)
-    group = create_group(loc, overwrite)
     meta = {"source": os.path.abspath(src), "format": fmt,
             "columns": [str(c) if fmt in ("parquet", "csv") else int(c) for c in names],
             "dtype": dt.name, "chunk_rows": rows}
-    group.attrs[IMPORT_KEY] = {**meta, "complete": False}
+    group = create_group(loc, overwrite, {IMPORT_KEY: {**meta, "complete": False}})
     arr = group.create_array(DATA_ARRAY_NAME, shape=(n or 0, d), chunks=(rows, d), dtype=dt,
+                             config={"write_empty_chunks": True},  # an absent chunk is damage
                              dimension_names=("sample", "feature"), **checksummed())
     written = 0
     for block in batches:

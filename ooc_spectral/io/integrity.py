@@ -3,7 +3,9 @@
 Inputs
     :func:`input_fingerprint` describes a zarr input cheaply, without reading its
     values: a digest of its metadata and of the listing of its chunk objects
-    (key, size and modification time, or the ETag/mtime an object store gives).
+    (key, size, modification and change times and inode, or the ETag/mtime an object
+    store gives: a rewrite whose modification time was restored still moves the change
+    time).
     A batch job records it and compares it before it reports "already complete"
     or resumes, so a replaced input is never answered with yesterday's result or
     mixed with it. The listing also shows chunks that do not exist: zarr reads
@@ -35,7 +37,12 @@ import numpy as np
 from ..exceptions import MissingChunkError
 
 __all__ = ["checksummed", "arrays_digest", "input_fingerprint", "chunk_keys",
-           "missing_chunks", "damaged_chunks", "fingerprint_changes"]
+           "missing_chunks", "damaged_chunks", "fingerprint_changes", "unwritten_inner_chunks",
+           "absent_chunks_are_fill", "COMPLETE_ATTR"]
+
+#: Attribute (on an input array or its group) by which a user says the data are complete:
+#: chunks that have no object are fill values by intent (zarr's ``write_empty_chunks``).
+COMPLETE_ATTR = "ooc_spectral_complete"
 
 
 def checksummed() -> dict:
@@ -99,7 +106,11 @@ def _listing(arr) -> dict[str, tuple]:
                     st = p.stat()
                 except OSError:
                     continue
-                out[str(p.relative_to(root)).replace(os.sep, "/")] = (st.st_size, st.st_mtime_ns)
+                # the change time and the inode too: a rewrite whose modification time was
+                # put back (touch -r, os.utime) still moves the change time, which no call
+                # but the kernel's sets; a file replaced by another has another inode
+                out[str(p.relative_to(root)).replace(os.sep, "/")] = (
+                    st.st_size, f"{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}")
         return out
     fs = getattr(arr.store, "fs", None)
     if fs is not None:  # fsspec: sizes and ETag or modification time in one listing
@@ -156,21 +167,38 @@ def damaged_chunks(arr, coords_list=None) -> list[tuple[tuple[int, ...], str, st
 def input_fingerprint(arr, url: str | None = None) -> dict:
     """Fingerprint of a zarr input: metadata digest plus chunk listing digest.
 
-    Raises :class:`MissingChunkError` naming the first chunk without an object
-    (it would read as fill values).
+    Raises :class:`MissingChunkError` naming the first chunk without an object, or the
+    first inner chunk a shard's index lists as never written (either would read as fill
+    values), unless the data say that absent chunks are fill values by intent
+    (:func:`absent_chunks_are_fill`): zarr does not write a chunk that is all fill value
+    (``write_empty_chunks=False``, its default), so complete data may lack some.
     """
     listing = _listing(arr)
     missing = missing_chunks(arr, listing)
     where = url or str(arr.store_path)
-    if missing:
-        coords, key = missing[0]
-        rows = _chunk_region(arr, coords)[0]
-        raise MissingChunkError(
-            f"chunk {key!r} (rows {rows.start}-{rows.stop - 1}) of the input {where} does not "
-            f"exist ({len(missing)} of {len(chunk_keys(arr))} chunks are missing); zarr would "
-            "read it as fill values: restore or regenerate the input"
-        )
+    if missing or getattr(arr, "shards", None) is not None:
+        unwritten = unwritten_inner_chunks(arr, listing) if not missing else []
+        if (missing or unwritten) and absent_chunks_are_fill(arr, url) is None:
+            how = (f"if the writer left them out because they are all fill value "
+                   f"({arr.metadata.fill_value!r}; zarr's write_empty_chunks=False), mark the "
+                   f"data complete: set the attribute {COMPLETE_ATTR} = true on the array or "
+                   "its group (zarr.open_group(PATH).attrs[" f"{COMPLETE_ATTR!r}" "] = True); "
+                   "otherwise restore or regenerate the input")
+            if missing:
+                coords, key = missing[0]
+                rows = _chunk_region(arr, coords)[0]
+                raise MissingChunkError(
+                    f"chunk {key!r} (rows {rows.start}-{rows.stop - 1}) of the input {where} "
+                    f"does not exist ({len(missing)} of {len(chunk_keys(arr))} chunks are "
+                    f"missing); zarr would read it as fill values: {how}")
+            key, start, stop = unwritten[0]
+            raise MissingChunkError(
+                f"shard {key!r} of the input {where} lists {len(unwritten)} inner chunk(s) as "
+                f"never written (the first holds rows {start}-{stop - 1}; a writer stopped "
+                f"mid-shard?); zarr would read them as fill values: {how}")
     meta = json.dumps(arr.metadata.to_dict(), sort_keys=True, default=str)
+    if os.environ.get("OOC_SPECTRAL_FINGERPRINT", "").strip().lower() == "content":
+        listing = _content_listing(arr, listing)  # every byte read: nothing can fool it
     h = hashlib.sha256()
     for key in sorted(listing):
         size, stamp = listing[key]
@@ -180,7 +208,8 @@ def input_fingerprint(arr, url: str | None = None) -> dict:
         "listing_sha256": h.hexdigest(),
         "n_objects": len(listing),
         "bytes": int(sum(int(v[0] or 0) for v in listing.values())),
-        "newest": max((v[1] for v in listing.values() if isinstance(v[1], int)), default=None),
+        "newest": max((int(str(v[1]).split(":")[0]) for v in listing.values()
+                       if str(v[1]).split(":")[0].isdigit()), default=None),
     }
 
 
@@ -192,8 +221,80 @@ def fingerprint_changes(old: dict | None, new: dict | None) -> list[str]:
     if old.get("metadata_sha256") != new.get("metadata_sha256"):
         out.append("its metadata")
     if old.get("listing_sha256") != new.get("listing_sha256"):
-        what = "its chunk objects (sizes or modification times)"
+        what = "its chunk objects (sizes, modification or change times, or files replaced)"
         if old.get("bytes") != new.get("bytes"):
             what += f", {old.get('bytes')} -> {new.get('bytes')} bytes"
         out.append(what)
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# absent chunks: missing pieces, or fill values by intent
+# --------------------------------------------------------------------------- #
+def unwritten_inner_chunks(arr, listing: dict | None = None) -> list[tuple[str, int, int]]:
+    """Inner chunks inside the array's extent that a shard's index lists as never written:
+    ``(shard key, first row, last row + 1)`` each. One read of each shard's index."""
+    from zarr.codecs import ShardingCodec
+    from zarr.core.sync import sync
+    from zarr.storage import StorePath
+
+    codec = next((c for c in arr.metadata.codecs if isinstance(c, ShardingCodec)), None)
+    if codec is None:
+        return []
+    shards, inner, shape = tuple(arr.shards), tuple(codec.chunk_shape), tuple(arr.shape)
+    per_shard = tuple(s // c for s, c in zip(shards, inner))
+    out = []
+    for coords, key in chunk_keys(arr):
+        if listing is not None and key not in listing:
+            continue  # a missing shard: reported by missing_chunks
+        index = sync(codec._load_shard_index_maybe(StorePath(arr.store, key), per_shard))
+        if index is None:
+            continue
+        written = index.get_full_chunk_map()
+        for local in itertools.product(*(range(p) for p in per_shard)):
+            start = [sc * sh + lc * ic for sc, sh, lc, ic in zip(coords, shards, local, inner)]
+            if any(a >= n for a, n in zip(start, shape)) or written[local]:
+                continue
+            out.append((key, start[0], min(start[0] + inner[0], shape[0])))
+    return out
+
+
+def absent_chunks_are_fill(arr, url: str | None = None) -> str | None:
+    """Why the absent chunks of ``arr`` are fill values by intent, or None.
+
+    The array or its group carries :data:`COMPLETE_ATTR` = true: its writer (or the
+    user) says the data are complete, so a chunk without an object is one zarr left
+    out because it was all fill value (``write_empty_chunks=False``). This tool's own
+    writers (``make-data``, ``import``) write every chunk, so a chunk missing from
+    their data is damage, whatever their ``complete`` marker says.
+    """
+    found = [dict(arr.attrs)]
+    if url and "/" in url.rstrip("/"):
+        import zarr
+
+        from .storage import is_url, options_for
+
+        parent = url.rstrip("/").rsplit("/", 1)[0]
+        extra = {"storage_options": options_for(parent)} if is_url(parent) else {}
+        try:
+            found.append(dict(zarr.open_group(parent, mode="r", **extra).attrs))
+        except Exception:  # no group above the array
+            pass
+    for attrs in found:
+        if attrs.get(COMPLETE_ATTR) is True:
+            return f"its attribute {COMPLETE_ATTR} = true"
+    return None
+
+
+def _content_listing(arr, listing: dict) -> dict:
+    """``listing`` with each object's stamp replaced by the SHA-256 of its bytes (the input
+    fingerprint with ``OOC_SPECTRAL_FINGERPRINT=content``: a full read of the input)."""
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    out = {}
+    for key, (size, _) in listing.items():  # keys relative to the store's root
+        buf = sync(arr.store.get(key, default_buffer_prototype()))
+        digest = hashlib.sha256(buf.to_bytes()).hexdigest() if buf is not None else None
+        out[key] = (size, f"sha256:{digest}")
     return out

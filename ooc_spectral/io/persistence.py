@@ -87,6 +87,10 @@ def save_model(est, path, *, overwrite: bool = False) -> None:
         arrays["preimage_centers"] = preimage.centers
         arrays["preimage_dual_coef"] = preimage.dual_coef
     loc = os.fspath(path)
+    if overwrite:  # only a model (or a save killed before its marker) is ever replaced
+        from .safety import check_replaceable
+
+        check_replaceable(loc, (MODEL_KEY,), "a model", bare_members=set(arrays))
     try:
         group = zarr.open_group(loc, mode="w" if overwrite else "w-")
     except (FileExistsError, zarr.errors.ContainsGroupError, zarr.errors.ContainsArrayError) as exc:
@@ -159,7 +163,21 @@ def load_model_and_digest(cls, path):
     """:func:`load_model`, and the ``arrays_sha256`` recorded with those arrays (None for
     a model saved without one): the model's identity, which changes whenever a refit or
     an overwrite writes new arrays at ``path``."""
+    from ..exceptions import DamagedFileError, OocSpectralError
+
     loc = os.fspath(path)
+    try:
+        return _load_model(cls, loc)
+    except OocSpectralError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # garbled metadata
+        raise DamagedFileError(
+            f"the model at {loc!r} is damaged: its metadata (a zarr.json) is garbled or lost "
+            f"a field ({type(exc).__name__}: {' '.join(str(exc).split())[:120]}); restore it, "
+            "or rerun the fit (a rerun of `ooc-spectral fit` rewrites it)") from None
+
+
+def _load_model(cls, loc: str):
     group = _open_model_group(loc)
     meta = group.attrs[MODEL_KEY]
     if meta.get("format") != FORMAT_VERSION:

@@ -107,8 +107,104 @@ def check_readable_here(url: str, storage_options=None) -> str:
         raise StoreNotFoundError(f"{exc} [{where}]; {need}") from None
     coords, key = chunk_keys(arr)[0]
     if not sync(arr.store.exists(key)):
+        from .integrity import absent_chunks_are_fill
+
+        if absent_chunks_are_fill(arr, url) is not None:  # fill values by intent
+            return where
         raise MissingChunkError(
             f"chunk {key!r} of the input {url} does not exist {where}; {need}"
         )
     arr[_chunk_region(arr, coords)]
     return where
+
+
+# --------------------------------------------------------------------------- #
+# completeness of an OUTDIR
+# --------------------------------------------------------------------------- #
+def garbled_metadata(path) -> list[str]:
+    """Every ``zarr.json`` under the local directory ``path`` that is not valid JSON."""
+    import json
+
+    from .storage import is_url
+
+    text = os.fspath(path)
+    if is_url(text) and not text.startswith("file://"):
+        return []
+    out = []
+    for dirpath, _, files in os.walk(text.removeprefix("file://")):
+        if "zarr.json" in files:
+            p = os.path.join(dirpath, "zarr.json")
+            try:
+                with open(p, "rb") as f:
+                    json.loads(f.read())
+            except (OSError, ValueError):
+                out.append(p)
+    return sorted(out)
+
+
+def missing_members(path) -> tuple[list[str], dict | None]:
+    """What a complete OUTDIR at ``path`` must hold and does not: ``(lines, run attrs)``.
+
+    A fit's complete OUTDIR holds ``embedding`` and ``embedding_written`` (zarr arrays),
+    ``model`` (a group carrying the model's attributes) and ``report.json`` (JSON whose
+    ``config_hash`` is the run's); a transform's the same but the model. An OUTDIR
+    whose run is not complete, or a group that is no run (a saved model), has no such
+    list (the lines are empty). Raises :class:`~ooc_spectral.exceptions.DamagedFileError`
+    when OUTDIR's own ``zarr.json`` is garbled.
+    """
+    import json
+
+    from .checkpoint import RUN_KEY, REPORT_NAME
+    from .safety import read_json_file
+    from .storage import filesystem, join
+
+    text = os.fspath(path)
+    fs, root = filesystem(text)
+
+    def read(name):
+        return fs.cat_file(f"{root.rstrip('/')}/{name}")
+
+    try:
+        meta = read_json_file(lambda: read("zarr.json"), join(text, "zarr.json"),
+                              "it holds the run's configuration and status: restore it, or "
+                              f"delete {text} and run the command again")
+    except FileNotFoundError:
+        return [], None
+    attrs = (meta.get("attributes") or {}).get(RUN_KEY) if isinstance(meta, dict) else None
+    if not isinstance(attrs, dict) or attrs.get("status") != "complete":
+        return [], attrs
+    lines = []
+    needed = [("embedding/zarr.json", "the embedding array"),
+              ("embedding_written/zarr.json", "the embedding's written markers")]
+    if "estimator" in (attrs.get("config") or {}):
+        needed.append(("model/zarr.json", "the saved model"))
+    for key, what in needed:
+        try:
+            node = json.loads(read(key))
+        except FileNotFoundError:
+            lines.append(f"{key.rsplit('/', 1)[0]}: missing ({what})")
+            continue
+        except (OSError, ValueError):
+            lines.append(f"{key}: not valid JSON ({what})")
+            continue
+        if key.startswith("model/") and MODEL_KEY not in (node.get("attributes") or {}):
+            lines.append(f"model: its attributes lost the model's description ({what})")
+    try:
+        report = json.loads(read(REPORT_NAME))
+        if not isinstance(report, dict) or report.get("config_hash") != attrs.get("config_hash"):
+            lines.append(f"{REPORT_NAME}: not the report of this run")
+    except FileNotFoundError:
+        lines.append(f"{REPORT_NAME}: missing (the run's report)")
+    except (OSError, ValueError):
+        lines.append(f"{REPORT_NAME}: not valid JSON (the run's report)")
+    return lines, attrs
+
+
+def rerun_command(path, attrs: dict | None) -> str:
+    """The command that repairs the OUTDIR at ``path`` (from its run attributes)."""
+    config = (attrs or {}).get("config") or {}
+    url = (config.get("input") or {}).get("url") or "INPUT"
+    if "model" in config:
+        return (f"ooc-spectral transform {config['model']} {url} --out {os.fspath(path)} "
+                "(the same command as before)")
+    return f"ooc-spectral fit {url} --out {os.fspath(path)} with the same options as before"

@@ -110,6 +110,25 @@ def connect_timeout() -> float:
     return float(parse_timedelta(dask.config.get("ooc-spectral.connect-timeout", CONNECT_TIMEOUT)))
 
 
+
+def check_scheduler_scheme(address: str | None) -> None:
+    """Raise :class:`SchedulerError` (exit 2, before anything is created) when ``address``
+    names a transport dask does not have (``udp://``, ``http://``)."""
+    from ..exceptions import SchedulerError
+
+    if not address or "://" not in address:
+        return
+    scheme = address.split("://", 1)[0]
+    try:  # the transports this installation of distributed knows (tls, inproc, ws, ...)
+        from distributed.comm.registry import backends
+        known = set(backends)
+    except Exception:  # pragma: no cover - distributed absent: the client fails later
+        return
+    if scheme not in known:
+        raise SchedulerError(
+            f"scheduler address {address!r}: dask has no {scheme}:// transport (it knows "
+            f"{', '.join(sorted(known))}); pass the scheduler's tcp://HOST:PORT")
+
 def probe_scheduler(address: str, timeout: float | None = None) -> None:
     """Check that ``address`` answers as a dask scheduler, within ``timeout`` seconds.
 
@@ -129,6 +148,7 @@ def probe_scheduler(address: str, timeout: float | None = None) -> None:
     timeout = connect_timeout() if timeout is None else float(timeout)
     scheme, _, rest = address.rpartition("://")
     if scheme not in ("", "tcp"):
+        check_scheduler_scheme(address)
         return
     host, _, port = rest.rpartition(":")
     host = host.strip("[]")

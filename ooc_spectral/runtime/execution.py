@@ -281,10 +281,11 @@ class Executor:
 
         ac = as_completed(futures)
         since_no_worker = None
-        last_check = time.monotonic()
+        last_check = last_progress = time.monotonic()
         while not ac.is_empty():
             if ac.has_ready():
                 since_no_worker = None
+                last_progress = time.monotonic()
                 yield next(ac)
                 continue
             time.sleep(0.02)
@@ -292,8 +293,45 @@ class Executor:
             if now - last_check < POLL_SECONDS:
                 continue
             last_check = now
-            since_no_worker = self._check_workers(
-                label, since_no_worker, f"{ac.count()} of {len(futures)} parts unfinished")
+            detail = f"{ac.count()} of {len(futures)} parts unfinished"
+            since_no_worker = self._check_workers(label, since_no_worker, detail)
+            self._check_progress(label, now - last_progress, detail)
+
+    def _check_progress(self, label: str, idle: float, detail: str) -> None:
+        """The progress watchdog: raise :class:`StalledRunError` when no part finished for
+        ``paused_timeout`` seconds while every worker is paused (dask pauses a worker at
+        its memory limit's pause fraction, and a paused worker is not a lost one), or for
+        ``stall_timeout`` seconds whatever the reason (off unless configured)."""
+        from ..exceptions import StalledRunError
+
+        paused_timeout, stall_timeout = watchdog_timeouts()
+        if idle < min(paused_timeout, stall_timeout):
+            return
+        try:
+            workers = list(self.client.scheduler_info().get("workers", {}).values())
+        except Exception:  # the scheduler is gone: the future's result will say so
+            return
+        paused = bool(workers) and all(w.get("status") == "paused" for w in workers)
+        limit = worker_memory_limit(self.client)
+        if paused and idle >= paused_timeout:
+            from ..core.planning import DEFAULT_TASK_MEMORY
+
+            need = max(2 * limit if limit else 0,
+                       smallest_memory_limit(int(self.task_memory or DEFAULT_TASK_MEMORY)))
+            raise StalledRunError(
+                f"{label}: every worker is paused at its memory limit"
+                + (f" ({format_bytes(limit)})" if limit else "")
+                + f" and no part finished for {idle:.0f} s ({detail}); dask pauses a worker "
+                "whose memory passes the pause fraction of its limit, and it never resumed: "
+                f"pass --memory-limit {format_bytes(need)} or more (or fewer "
+                "--threads-per-worker), then rerun the same command: it resumes")
+        if idle >= stall_timeout:
+            raise StalledRunError(
+                f"{label}: no part finished for {idle:.0f} s ({detail}; "
+                f"ooc-spectral.stall-timeout); the workers"
+                + (f" (memory limit {format_bytes(limit)} each)" if limit else "")
+                + " stopped making progress: check their logs and memory, then rerun the "
+                "same command: it resumes")
 
     def _check_workers(self, label: str, since: float | None, detail: str) -> float | None:
         """When no worker has been connected since ``since`` (updated and returned; None
@@ -340,6 +378,18 @@ class Executor:
 
 #: Seconds between two checks of the cluster while a pass waits for its parts.
 POLL_SECONDS = 1.0
+
+
+def watchdog_timeouts() -> tuple[float, float]:
+    """``(paused, stall)`` seconds of the progress watchdog (dask config
+    ``ooc-spectral.paused-timeout``, default 300 s, and ``ooc-spectral.stall-timeout``,
+    default off; env ``DASK_OOC_SPECTRAL__PAUSED_TIMEOUT`` and ``..._STALL_TIMEOUT``)."""
+    from dask.utils import parse_timedelta
+
+    paused = parse_timedelta(dask.config.get("ooc-spectral.paused-timeout", "300s"))
+    stall = dask.config.get("ooc-spectral.stall-timeout", None)
+    stall = float("inf") if stall in (None, False, "off", "none") else parse_timedelta(stall)
+    return float(paused), float(stall)
 
 
 def no_workers_timeout() -> float:
