@@ -245,7 +245,9 @@ class _ZarrRef:
                         "command to resume (retries: $OOC_SPECTRAL_READ_ATTEMPTS, "
                         "$OOC_SPECTRAL_READ_BACKOFF)"
                     ) from exc
-                c, a, b, cause = self._culprit(start, stop, exc)
+                c, _, _, cause = self._culprit(start, stop, exc)
+                # the chunk's own rows, whatever part of it was asked for: what to restore
+                a, b = c * self.chunk_rows, min((c + 1) * self.chunk_rows, self.array.shape[0])
                 raise StoreReadError(
                     f"could not read rows {a}-{b - 1} (chunk {c} of {self.url}): "
                     f"{type(cause).__name__}: {' '.join(str(cause).split())}; the store is "
