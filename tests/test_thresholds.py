@@ -236,20 +236,3 @@ def test_tol_zero_refused_with_a_positive_checked_advice():
                                       normalization="divisive", random_state=0).fit(X)
     assert est.max_residual_ <= advice
 
-
-def test_small_data_a_dictionary_cannot_certify_is_solved_exactly():
-    """Kernel PCA on rows few enough for the exact solve, at a tol float64 cannot certify
-    with a dictionary: the exact solve instead (more accurate than any tol), with a warning
-    that says why, and its interval holds."""
-    from sklearn.datasets import make_swiss_roll
-    from sklearn.decomposition import KernelPCA
-
-    from ooc_spectral.exceptions import DictionaryWarning
-
-    X = make_swiss_roll(2000, random_state=0)[0]
-    with pytest.warns(DictionaryWarning, match="cannot certify tol=1e-08"):
-        est = GreedySpectralEmbedding(n_components=3, gamma=0.05, tol=1e-8, random_state=0).fit(X)
-    assert est.max_residual_ == 0.0 and len(est.dictionary_indices_) == len(X)
-    exact = KernelPCA(3, kernel="rbf", gamma=0.05, eigen_solver="dense").fit(X).eigenvalues_
-    lo, hi = est.eigenvalue_interval_.T
-    assert np.all(lo <= exact) and np.all(exact <= hi)

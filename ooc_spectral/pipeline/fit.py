@@ -425,20 +425,19 @@ class FitRun:
         return (c.normalization == "additive" and c.dictionary_size is None
                 and c.dictionary_selection == "greedy" and n <= min(EXACT_MAX_ROWS, c.max_dictionary_size))
 
-    def run_exact(self, kernel: Kernel, gamma, out, breakdown=None) -> FitResult:
+    def run_exact(self, kernel: Kernel, gamma, out) -> FitResult:
         """Exact kernel PCA (:func:`~ooc_spectral.core.eigensolve.solve_exact`), then pass 3.
 
-        Taken when most rows would enter the dictionary (its factor as large as the full
-        problem, far worse conditioned), or float64 cannot certify ``tol`` with one
-        (``breakdown``): the exact solve is more accurate than any tol."""
+        Taken when most rows would enter the dictionary: the greedy path would
+        then cost more than the full problem and its factor would be as large and
+        far worse conditioned.
+        """
         c, s = self.config, self.source
-        msg = ((f"float64 cannot certify tol={c.tol:.3g} with a dictionary on these rows "
-                f"({breakdown}); the data are small, so" if breakdown is not None else
-                f"half of the {s.n_rows} rows entered the dictionary"
-                + (f" (gamma={gamma:.3g})" if gamma is not None else "")
-                + " before the scan was done: no row is near the span of the others, so")
-               + f" kernel PCA is solved exactly on the {s.n_rows} x {s.n_rows} Gram matrix instead")
-        if breakdown is None and gamma is not None and c.kernel in ("rbf", "laplacian"):
+        msg = (f"half of the {s.n_rows} rows entered the dictionary"
+               + (f" (gamma={gamma:.3g})" if gamma is not None else "")
+               + f" before the scan was done: no row is near the span of the others, so kernel "
+               f"PCA is solved exactly on the {s.n_rows} x {s.n_rows} Gram matrix instead")
+        if gamma is not None and c.kernel in ("rbf", "laplacian"):
             msg += (f"; for a small dictionary use a smaller gamma (try gamma={gamma / 10:.3g}) "
                     "or a larger tol")
         warn_once(msg, DictionaryWarning, stacklevel=3)
@@ -538,8 +537,6 @@ class FitRun:
                 raise
             return self.run_exact(kernel, gamma, out)
         except NumericalBreakdownError as err:
-            if exact:  # small data: the exact solve needs no certificate
-                return self.run_exact(kernel, gamma, out, breakdown=err)
             raise self.advised(err, kernel) from err
         log.info("dictionary: %d points", dictionary.size)
         self.check_dictionary(dictionary, kernel, gamma, tol)
@@ -561,8 +558,6 @@ class FitRun:
                 check_certificate(cert, tol, dictionary.size, kernel, dictionary,
                                   max_kx=sums.max_kx if sums is not None else 0.0, sums=sums)
         except NumericalBreakdownError as err:
-            if exact:
-                return self.run_exact(kernel, gamma, out, breakdown=err)
             raise self.advised(err, kernel) from err
         depth = summation_depth(s.n_rows, self.plan.rows, len(X.chunks[0]))
         with self.stage("solve"):
