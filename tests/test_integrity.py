@@ -35,7 +35,8 @@ from ooc_spectral.batch.jobs import FitJob, run_fit_job
 from test_cli import EXE, cli  # noqa: F401
 from test_resume import in_pass2, kill_when
 
-PARAMS = {"n_components": 2, "gamma": 0.01, "tol": 1e-2, "random_state": 0, "chunk_rows": 4000}
+PARAMS = {"n_components": 2, "gamma": 0.01, "tol": 1e-2, "random_state": 0, "chunk_rows": 4000,
+          "output_dtype": "float64"}  # what the command line writes
 CLI_ARGS = ["--gamma", "0.01", "--tol", "1e-2", "--n-components", "2", "--chunk-rows", "4000",
             "-q"]
 
@@ -137,7 +138,7 @@ def test_transform_of_a_replaced_input_is_never_the_old_result(roll, cluster, co
                                             out=str(out), cluster=opts))
     assert report["input_fingerprint"]["listing_sha256"]
     expected = GreedySpectralEmbedding.load(ref_out / "model").transform(
-        zarr.open_array(str(roll / "in2.zarr" / "data"))[...])
+        zarr.open_array(str(roll / "in2.zarr" / "data"))[...].astype(np.float64))
     np.testing.assert_allclose(_emb(out), expected, rtol=0, atol=1e-12)
     assert not np.allclose(_emb(out), first)
 
@@ -192,8 +193,9 @@ def test_transform_with_a_refitted_model_is_never_the_old_result(roll, cluster, 
     old rows are not reported (they were, with exit 0, before; an outside audit)."""
     from ooc_spectral.batch.jobs import TransformJob, run_transform_job
 
-    X1 = zarr.open_array(str(roll / "in.zarr" / "data"))[...]
-    X2 = zarr.open_array(str(roll / "in2.zarr" / "data"))[...]
+    # float64 as the command line computes and writes (float32 rows give float32 in Python)
+    X1 = zarr.open_array(str(roll / "in.zarr" / "data"))[...].astype(np.float64)
+    X2 = zarr.open_array(str(roll / "in2.zarr" / "data"))[...].astype(np.float64)
     model, out = tmp_path / "model", tmp_path / "t"
     GreedySpectralEmbedding(n_components=2, gamma=0.05, random_state=0).fit(X1).save(model)
     job = TransformJob(model=str(model), input=str(roll / "in.zarr"), out=str(out),

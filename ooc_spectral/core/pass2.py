@@ -402,7 +402,9 @@ def _sized(func):
 
     @functools.wraps(func)
     def wrapper(block, dictionary, offset, *args, **kwargs):
-        with loops_for(len(block) * dictionary.size):
+        # the preimage kind gets its problem (the spectral map's dictionary) instead
+        m = getattr(dictionary, "size", None) or dictionary.spectral_map.dictionary.size
+        with loops_for(len(block) * m):
             return func(block, dictionary, offset, *args, **kwargs)
 
     return wrapper
