@@ -107,7 +107,7 @@ def test_distributed_client_gives_same_labels(tmp_path, spirals, client):
 
 
 @pytest.mark.parametrize("params, match", [
-    ({"n_clusters": 1}, "n_clusters=1 is out of range"),
+    ({"n_clusters": 0}, "n_clusters=0 is out of range"),
     ({"n_clusters": 2.5}, "n_clusters=2.5 has type float"),
     ({"n_init": 0}, "n_init=0 is out of range"),
     ({"kmeans_tol": -1.0}, "kmeans_tol=-1.0 is out of range"),
