@@ -658,7 +658,9 @@ def test_a_full_disk_while_creating_the_embedding_is_a_runtime_failure(tmp_path,
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(writeback.zarr, "open_group", full)
+    import zarr
+
+    monkeypatch.setattr(zarr, "open_group", full)  # writeback imports zarr when it writes
     out = writeback.EmbeddingOutput(str(tmp_path / "o"), 10, 2, 5)
     with pytest.raises(OSError) as info:
         out.prepare()
