@@ -162,3 +162,22 @@ def restore_logging_module():
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept
+
+
+@pytest.fixture(autouse=True)
+def package_logger_restored():
+    """The package logger as each test found it. Commands run in-process (``main([...])``)
+    attach the command line's handler and settings to ``logging.getLogger("ooc_spectral")``,
+    as a command's process should; left in place, a later test in the same worker would see
+    warnings as log lines (:func:`~ooc_spectral.exceptions.warn_once`) and miss records in
+    ``caplog``."""
+    import logging
+
+    log = logging.getLogger("ooc_spectral")
+    handlers, level, propagate = list(log.handlers), log.level, log.propagate
+    yield
+    for h in list(log.handlers):
+        if h not in handlers:
+            log.removeHandler(h)
+    log.setLevel(level)
+    log.propagate = propagate

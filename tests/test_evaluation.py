@@ -123,10 +123,10 @@ def test_protocol_reference_is_the_exact_unit_eigenvectors_of_d2_and_d3(protocol
 
 def test_protocol_greedy_at_tiny_tol_scores_as_the_full_gram(protocol):
     full = protocol.evaluate(ExactKernelEmbedding(2, gamma=GAMMA))
-    greedy = protocol.evaluate(GreedySpectralEmbedding(2, gamma=GAMMA, tol=1e-8, random_state=0))
+    greedy = protocol.evaluate(GreedySpectralEmbedding(2, gamma=GAMMA, tol=0.0, random_state=0))
     assert greedy.error.mean == pytest.approx(full.error.mean, rel=1e-8)
-    # at this tol more than half of the 400 rows enter the dictionary, so the fit takes the
-    # exact path (the full Gram matrix): every row is a dictionary point
+    # tol=0 keeps every direction: more than half of the 400 rows enter the dictionary, so
+    # the fit takes the exact path (the full Gram matrix): every row is a dictionary point
     assert greedy.info["m"] == 400 and full.n_train == 400
     # a model trained on 30 rows generalizes worse than one trained on all of D1
     small = protocol.evaluate(ExactKernelEmbedding(2, gamma=GAMMA), 30)
