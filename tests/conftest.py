@@ -166,18 +166,23 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def package_logger_restored():
-    """The package logger as each test found it. Commands run in-process (``main([...])``)
-    attach the command line's handler and settings to ``logging.getLogger("ooc_spectral")``,
+    """Every test starts and ends with the package logger in its library state: no handler
+    of its own, level NOTSET, propagating, enabled. Commands run in-process (``main([...])``,
+    in a test or a module fixture) attach the command line's handler and stop propagation,
     as a command's process should; left in place, a later test in the same worker would see
-    warnings as log lines (:func:`~ooc_spectral.exceptions.warn_once`) and miss records in
+    warnings as log lines (:func:`~ooc_spectral.exceptions.warn_once`) and nothing in
     ``caplog``."""
     import logging
 
-    log = logging.getLogger("ooc_spectral")
-    handlers, level, propagate = list(log.handlers), log.level, log.propagate
+    def clean():
+        log = logging.getLogger("ooc_spectral")
+        log.handlers[:] = []
+        log.setLevel(logging.NOTSET)
+        log.propagate = True
+        for name, lg in list(logging.root.manager.loggerDict.items()):
+            if name.split(".")[0] == "ooc_spectral" and isinstance(lg, logging.Logger):
+                lg.disabled = False
+
+    clean()
     yield
-    for h in list(log.handlers):
-        if h not in handlers:
-            log.removeHandler(h)
-    log.setLevel(level)
-    log.propagate = propagate
+    clean()
