@@ -20,7 +20,7 @@ from .._validation import check_finite
 from ..exceptions import ConfigurationMismatchError
 from ..io.integrity import checksummed, damaged_chunks, missing_chunks
 from ..runtime.execution import Executor, shared
-from .writeback import EMBEDDING, WRITTEN, EmbeddingOutput, _chunk_list, _open
+from .writeback import EMBEDDING, WRITTEN, EmbeddingOutput, _chunk_list, _open, read_markers
 
 __all__ = ["ClusterOutput", "LABELS", "LABELS_WRITTEN"]
 
@@ -70,11 +70,7 @@ class ClusterOutput(EmbeddingOutput):
         base = self.url.rstrip("/")
         arr = zarr.open_array(f"{base}/{LABELS}", mode="r")
         marks_arr = zarr.open_array(f"{base}/{LABELS_WRITTEN}", mode="r+")
-        try:
-            marks = marks_arr[:]
-        except Exception:  # the markers themselves are damaged: trust none
-            marks = np.zeros(self.n_chunks, dtype=np.uint8)
-            marks_arr[:] = marks
+        marks = read_markers(marks_arr, self.n_chunks)
         written = {(int(i),) for i in np.flatnonzero(marks)}
         bad = {c[0] for c, _ in missing_chunks(arr) if c in written}
         candidates = [(c, k) for c, k in _chunk_list(arr) if c in written and c[0] not in bad]

@@ -281,11 +281,7 @@ class EmbeddingOutput:
         base = self.url.rstrip("/")
         emb = zarr.open_array(f"{base}/{EMBEDDING}", mode="r")
         marks_arr = zarr.open_array(f"{base}/{WRITTEN}", mode="r+")
-        try:
-            marks = marks_arr[:]
-        except Exception:  # the markers themselves are damaged: trust none
-            marks = np.zeros(self.n_chunks, dtype=np.uint8)
-            marks_arr[:] = marks
+        marks = read_markers(marks_arr, self.n_chunks)
         written = {(int(i), 0) for i in np.flatnonzero(marks)}
         problems: dict[int, str] = {}
         for coords, key in missing_chunks(emb):
@@ -358,3 +354,14 @@ def _chunk_list(arr):
     from ..io.integrity import chunk_keys
 
     return chunk_keys(arr)
+
+
+def read_markers(marks_arr, n_chunks: int) -> np.ndarray:
+    """The per-chunk written markers; all reset to 0 (and rewritten so) where the markers
+    themselves are damaged: a rerun then trusts no chunk."""
+    try:
+        return marks_arr[:]
+    except Exception:
+        marks = np.zeros(n_chunks, dtype=np.uint8)
+        marks_arr[:] = marks
+        return marks
