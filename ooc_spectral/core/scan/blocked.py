@@ -55,6 +55,12 @@ from .certify import decide, entered_resolved
 from .local_certificate import CERTIFY_THREADS, certify_rows, scan_pool
 from .state import DictionaryState
 
+#: Rows after an uncertified one that the walk bounds again with it, against the grown
+#: dictionary, in one vectorized call: a small fit whose rows each wait for the points
+#: before them (every row of its first block) then costs a few calls per point entered
+#: rather than a Python-level bound per row.
+REBOUND_ROWS = 64
+
 __all__ = ["scan_block", "scan_rows", "block_coordinates", "uncertified_rows", "pointwise_scan"]
 
 
@@ -194,6 +200,7 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
         alpha = np.ones(c)
         E = np.broadcast_to(diag_error(kernel, X, x_aux, kx), (c,)).astype(np.float64)
     certified = (dhat + E <= tol) if certify else np.ones(c, dtype=bool)
+    bounded = np.full(c, m0)  # the dictionary size each row's E was computed against
     Zn = np.empty((c, min(c, 32)))
     G = None
 
@@ -210,9 +217,15 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
         zi = np.concatenate([Z0[i], Zn[i, :j]])
         d_i = float(delta[i - pos])
         if not certified[i]:
-            E_i = (rnd.row_bound(state.L, zi, X[i], None if x_aux is None else x_aux[i:i + 1],
-                                 float(kx[i])) if j else float(E[i]))  # against the grown one
-            certified[i] = dhat[i] + E_i <= tol
+            if bounded[i] != m:  # bound it again against the grown dictionary, with the
+                # uncertified rows after it (one vectorized call, not one per row)
+                w = i + np.flatnonzero(~certified[i:i + REBOUND_ROWS])
+                Zw = np.concatenate([Z0[w], Zn[w, :j]], axis=1)
+                E[w] = rnd.residual_bounds(state.L, Zw, dhat[w], None, X[w],
+                                           None if x_aux is None else x_aux[w], kx[w], tol)
+                bounded[w] = m
+                certified[w] = dhat[w] + E[w] <= tol
+            E_i = float(E[i])
             if not decide(d_i, float(dhat[i]), float(floor[i]), E_i, tol, int(rows[i])):
                 pos = i + 1
                 continue
