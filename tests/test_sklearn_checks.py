@@ -4,8 +4,7 @@ Each expected failure is listed with a one-line reason (issue 38: every check pa
 but those; an object array of non-numbers raises a TypeError, partial_fit exists only
 where it works, GreedySpectralClustering takes n_clusters=1). The ones marked WORDING
 fail only because scikit-learn's check matches its own message text while ours
-names the problem differently; the ones marked SMALL-DATA are checks on 1-10
-rows that a method with a minimum size cannot pass.
+names the problem differently. No other check fails.
 """
 
 import warnings
@@ -44,19 +43,8 @@ WORDING = {
         "'Reshape your data'",
 }
 
-EXTRA = {
-    "LandmarkIsomap": {
-        "check_estimators_nan_inf":
-            "SMALL-DATA: n_neighbors=10 is refused on the check's 10 graph rows before the "
-            "NaN check",
-        "check_fit2d_1feature":
-            "SMALL-DATA: n_neighbors=10 is refused on the check's 10 graph rows",
-    },
-}
-
-
 def _expected_failed_checks(estimator):
-    return {**WORDING, **EXTRA.get(type(estimator).__name__, {})}
+    return dict(WORDING)
 
 
 ESTIMATORS = [

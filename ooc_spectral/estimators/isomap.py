@@ -177,7 +177,8 @@ class LandmarkIsomap(Fitted, FeatureNamesMixin, TransformerMixin, BaseEstimator)
     Parameters
     ----------
     n_components : int, default=2
-    n_neighbors : int, default=10
+    n_neighbors : int, default=5
+        As :class:`Isomap` and scikit-learn's ``Isomap``.
     graph_size : int, default=20000
         Rows of the seeded sample that carries the neighbourhood graph.
     kernel, gamma, tol, dictionary_size, max_dictionary_size, sample_size, chunk_rows
@@ -202,7 +203,7 @@ class LandmarkIsomap(Fitted, FeatureNamesMixin, TransformerMixin, BaseEstimator)
     n_features_in_ : int
     """
 
-    def __init__(self, n_components=2, *, n_neighbors=10, graph_size=20000, kernel="rbf",
+    def __init__(self, n_components=2, *, n_neighbors=5, graph_size=20000, kernel="rbf",
                  gamma=None, tol=1e-3, dictionary_size=None, max_dictionary_size=5000,
                  sample_size=20000, chunk_rows=None, random_state=None):
         store_params(self, locals())
