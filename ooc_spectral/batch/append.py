@@ -43,7 +43,7 @@ import numpy as np
 
 from ..io.checkpoint import RunCheckpoint, _now, config_hash
 from ..core.config import FitConfig
-from ..io.integrity import _chunk_region, _listing, chunk_keys
+from ..io.integrity import _listing, chunk_keys
 from ..io.source import DataSource, open_source
 from ..core.statistics import Certificate, Moments, from_flat
 

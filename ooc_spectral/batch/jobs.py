@@ -63,6 +63,37 @@ def _mark_stopped(rundir: RunDirectory, exc: BaseException) -> None:
         rundir.mark("failed", error=f"{type(exc).__name__}: {exc}")
 
 
+@contextlib.contextmanager
+def _marked_if_stopped(rundir: RunDirectory):
+    """Mark OUTDIR ``interrupted`` or ``failed`` when the block raises (and re-raise)."""
+    try:
+        yield
+    except BaseException as exc:
+        _mark_stopped(rundir, exc)
+        raise
+
+
+def _provenance(resolved: dict) -> dict:
+    """The closing fields of every ``report.json``: the configuration's hash, the versions
+    that ran it, and when it finished."""
+    return {"config_hash": config_hash(resolved), "versions": package_versions(),
+            "finished": _now()}
+
+
+def _complete(rundir: RunDirectory, report: dict, **marker) -> dict:
+    """Write ``report.json``, then the ``complete`` marker, last; returns the report."""
+    rundir.write_report(report)
+    rundir.mark("complete", finished=report["finished"], **marker)
+    return report
+
+
+def _begin(rundir: RunDirectory, resolved: dict, extra: dict, *, overwrite: bool) -> bool:
+    """Begin the run in OUTDIR or take up the one there; True to resume (the same
+    configuration, and the same input and model as when it began)."""
+    resuming = rundir.begin(resolved, overwrite=overwrite, extra=extra)
+    return resuming and _same_input_or_restart(rundir, resolved, extra)
+
+
 def _same_input_or_restart(rundir: RunDirectory, resolved: dict, extra: dict) -> bool:
     """True to resume; False after starting OUTDIR over because what the run reads changed.
 
@@ -206,9 +237,7 @@ def run_fit_job(job: FitJob) -> dict:
                 log.warning("the run in %s cannot be updated with the rows of %s (%s): fitting "
                             "every row again", job.outdir, job.input, why)
                 overwrite = True
-        resuming = rundir.begin(resolved, overwrite=overwrite, extra=extra)
-        if resuming:
-            resuming = _same_input_or_restart(rundir, resolved, extra)
+        resuming = _begin(rundir, resolved, extra, overwrite=overwrite)
         if resuming:
             prune_damaged_checkpoint(rundir, full=rundir.status() == "complete")
         if resuming and rundir.status() == "complete":
@@ -224,7 +253,7 @@ def run_fit_job(job: FitJob) -> dict:
             log.info("resuming the run in %s", job.outdir)
         t0 = time.perf_counter()
         progress = ProgressLog()
-        try:
+        with _marked_if_stopped(rundir):
             with MemorySampler() as sampler, \
                     compute_engine(job.cluster, source.n_rows * source.n_features * source.itemsize,
                                    needs_cluster=bool(job.performance_report)) as engine, \
@@ -293,19 +322,11 @@ def run_fit_job(job: FitJob) -> dict:
                 **where,
                 "resumed_stages": result.resumed,
                 "config": resolved,
-                "config_hash": config_hash(resolved),
-                "versions": package_versions(),
                 "blas": blas_backend(),
                 "compiled_loops": loops_backend(),  # pass 2's elementwise loops (ooc_spectral._accel.fused)
-                "finished": _now(),
+                **_provenance(resolved),
             }
-            rundir.write_report(report)
-            rundir.mark("complete", finished=report["finished"],  # the marker, last
-                        update_base=base_rows)
-            return report
-        except BaseException as exc:
-            _mark_stopped(rundir, exc)
-            raise
+            return _complete(rundir, report, update_base=base_rows)
 
 
 def _keep_update_base(rundir: RunDirectory, job: FitJob, config: FitConfig, source: DataSource,
@@ -341,7 +362,7 @@ def _run_update_job(job: FitJob, rundir: RunDirectory, plan, source: DataSource,
         finally:
             timings[name] = round(timings.get(name, 0.0) + time.perf_counter() - t, 4)
 
-    try:
+    with _marked_if_stopped(rundir):
         with MemorySampler() as sampler, dask_client(job.cluster) as client, \
                 _performance_report(job.performance_report):
             executor = Executor(client, on_progress=ProgressLog().parts)
@@ -384,18 +405,11 @@ def _run_update_job(job: FitJob, rundir: RunDirectory, plan, source: DataSource,
             "scheduler": job.cluster.address or "embedded LocalCluster",
             "resumed_stages": ["pass3"] if plan.phase == "write" else [],
             "config": resolved,
-            "config_hash": config_hash(resolved),
-            "versions": package_versions(),
-            "finished": _now(),
+            **_provenance(resolved),
         }
-        rundir.write_report(report)
-        rundir.mark("complete", finished=report["finished"], update=None,
-                    update_base=source.n_rows,
-                    last_update={k: report["update"][k] for k in ("rows_before", "rows_added")})
-        return report
-    except BaseException as exc:
-        _mark_stopped(rundir, exc)
-        raise
+        return _complete(rundir, report, update=None, update_base=source.n_rows,
+                         last_update={k: report["update"][k]
+                                      for k in ("rows_before", "rows_added")})
 
 
 @dataclass
@@ -437,13 +451,11 @@ def run_transform_job(job: TransformJob) -> dict:
     with rundir:
         rundir.acquire(description=f"transform {job.input}")
         extra = {"input_fingerprint": fingerprint, "model_sha256": model_digest}
-        resuming = rundir.begin(resolved, overwrite=job.overwrite, extra=extra)
-        if resuming:
-            resuming = _same_input_or_restart(rundir, resolved, extra)
+        resuming = _begin(rundir, resolved, extra, overwrite=job.overwrite)
         if resuming and rundir.status() == "complete":
             return rundir.read_report() or {}
         t0 = time.perf_counter()
-        try:
+        with _marked_if_stopped(rundir):
             progress = ProgressLog()
             with compute_engine(job.cluster, source.n_rows * source.n_features * source.itemsize
                                 ) as engine:
@@ -466,14 +478,8 @@ def run_transform_job(job: TransformJob) -> dict:
                       "input_fingerprint": fingerprint,
                       "n_samples": source.n_rows, "n_components": smap.n_components,
                       "wall_seconds": round(time.perf_counter() - t0, 4),
-                      "config_hash": config_hash(resolved), "versions": package_versions(),
-                      "finished": _now()}
-            rundir.write_report(report)
-            rundir.mark("complete", finished=report["finished"])
-            return report
-        except BaseException as exc:
-            _mark_stopped(rundir, exc)
-            raise
+                      **_provenance(resolved)}
+            return _complete(rundir, report)
 
 
 def damaged_run_outputs(outdir) -> list[str]:

@@ -27,15 +27,14 @@ import time
 import numpy as np
 import zarr
 
-from ..io.checkpoint import RunDirectory, _now, config_hash
-from ..io.persistence import package_versions
+from ..io.checkpoint import RunDirectory
 from ..io.source import open_source
 from ..pipeline.cluster_output import ClusterOutput
 from ..pipeline.representatives import fit_representatives, task_rows
 from ..runtime.cluster import compute_engine
 from ..runtime.monitor import MemorySampler, ProgressLog
-from .jobs import (FitJob, _check_workers_see_input, _input_unchanged_since, _mark_stopped,
-                   _output_outside_input, _same_input_or_restart, input_identity)
+from .jobs import (FitJob, _begin, _check_workers_see_input, _complete, _input_unchanged_since,
+                   _marked_if_stopped, _output_outside_input, _provenance, input_identity)
 
 __all__ = ["run_representatives_job", "MODEL"]
 
@@ -94,16 +93,14 @@ def run_representatives_job(job: FitJob, *, n_clusters: int, n_representatives: 
     with rundir:
         rundir.acquire(description=f"fit {job.input} (representatives)")
         extra = {**job.attrs, "input_fingerprint": fingerprint}
-        resuming = rundir.begin(resolved, overwrite=job.overwrite, extra=extra)
-        if resuming:
-            resuming = _same_input_or_restart(rundir, resolved, extra)
+        resuming = _begin(rundir, resolved, extra, overwrite=job.overwrite)
         if resuming and rundir.status() == "complete":
             log.info("%s already holds the complete result of this configuration", job.outdir)
             return rundir.read_report() or {}
         if resuming:
             log.info("resuming the run in %s", job.outdir)
         t0 = time.perf_counter()
-        try:
+        with _marked_if_stopped(rundir):
             with MemorySampler() as sampler, \
                     compute_engine(job.cluster, source.n_rows * source.n_features * source.itemsize) \
                     as engine:
@@ -143,15 +140,9 @@ def run_representatives_job(job: FitJob, *, n_clusters: int, n_representatives: 
                 "wall_seconds": round(time.perf_counter() - t0, 4),
                 "peak_memory_bytes": sampler.peak, **where,
                 "resumed": bool(resuming), "config": resolved,
-                "config_hash": config_hash(resolved), "versions": package_versions(),
-                "finished": _now(),
+                **_provenance(resolved),
             }
-            rundir.write_report(report)
-            rundir.mark("complete", finished=report["finished"])
-            return report
-        except BaseException as exc:
-            _mark_stopped(rundir, exc)
-            raise
+            return _complete(rundir, report)
 
 
 def load_cluster_map(outdir: str):
@@ -192,13 +183,11 @@ def run_representatives_transform(model: str, cmap, digest: str, input, out: str
     with rundir:
         rundir.acquire(description=f"transform {input} (representatives)")
         extra = {"input_fingerprint": fingerprint, "model_sha256": digest}
-        resuming = rundir.begin(resolved, overwrite=overwrite, extra=extra)
-        if resuming:
-            resuming = _same_input_or_restart(rundir, resolved, extra)
+        resuming = _begin(rundir, resolved, extra, overwrite=overwrite)
         if resuming and rundir.status() == "complete":
             return rundir.read_report() or {}
         t0 = time.perf_counter()
-        try:
+        with _marked_if_stopped(rundir):
             with compute_engine(cluster, source.n_rows * source.n_features * source.itemsize) \
                     as engine:
                 executor = engine.executor(ProgressLog().parts)
@@ -215,11 +204,5 @@ def run_representatives_transform(model: str, cmap, digest: str, input, out: str
                       "cluster_sizes": [int(c) for c in _cluster_sizes(
                           rundir.join("labels"), len(cmap.centers))],
                       "wall_seconds": round(time.perf_counter() - t0, 4),
-                      "config_hash": config_hash(resolved), "versions": package_versions(),
-                      "finished": _now()}
-            rundir.write_report(report)
-            rundir.mark("complete", finished=report["finished"])
-            return report
-        except BaseException as exc:
-            _mark_stopped(rundir, exc)
-            raise
+                      **_provenance(resolved)}
+            return _complete(rundir, report)

@@ -46,14 +46,15 @@ FUSED = "ooc_spectral/_accel/fused.py"
 
 #: the test files that cover each module (run with -x, in this order: cheap first)
 COVER = {
-    EIG: ["tests/test_thresholds.py", "tests/test_exactness.py"],
+    EIG: ["tests/test_bound_values.py", "tests/test_thresholds.py", "tests/test_exactness.py"],
     STAT: ["tests/test_statistics.py", "tests/test_thresholds.py", "tests/test_exactness.py"],
-    ROUND: ["tests/test_certificate.py", "tests/test_thresholds.py"],
-    CERT: ["tests/test_certificate.py", "tests/test_scan.py"],
+    ROUND: ["tests/test_bound_values.py", "tests/test_certificate.py", "tests/test_thresholds.py"],
+    CERT: ["tests/test_bound_values.py", "tests/test_certificate.py", "tests/test_scan.py"],
     MODEL: ["tests/test_thresholds.py", "tests/test_kernels.py", "tests/test_exactness.py"],
-    KERN: ["tests/test_kernels.py", "tests/test_certificate.py", "tests/test_exactness.py"],
-    CHECKS: ["tests/test_thresholds.py", "tests/test_certificate.py"],
-    PASS2: ["tests/test_statistics.py", "tests/test_thresholds.py", "tests/test_exactness.py"],
+    KERN: ["tests/test_bound_values.py", "tests/test_kernels.py", "tests/test_certificate.py",
+           "tests/test_exactness.py"],
+    CHECKS: ["tests/test_bound_values.py", "tests/test_thresholds.py", "tests/test_certificate.py"],
+    PASS2: ["tests/test_bound_values.py", "tests/test_statistics.py", "tests/test_thresholds.py", "tests/test_exactness.py"],
     FUSED: ["tests/test_fused.py", "tests/test_statistics.py"],
 }
 
