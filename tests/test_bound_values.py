@@ -101,7 +101,7 @@ def test_accumulation_error_is_its_formula(certified):
             4 * gamma_n(depth + 4) * scale, rel=1e-12)
 
 
-def _moved_spectrum(p=4, m=12, delta=1e-6, sign=1.0, seed=5):
+def _moved_spectrum(p=4, m=12, delta=1e-6, sign=1.0, seed=5, certified=False):
     rng = np.random.default_rng(seed)
     Q, _ = np.linalg.qr(rng.standard_normal((m, m)))
     exact = np.sort(rng.uniform(1.0, 10.0, m))[::-1]
@@ -110,25 +110,30 @@ def _moved_spectrum(p=4, m=12, delta=1e-6, sign=1.0, seed=5):
     true = np.linalg.eigvalsh(C)[::-1][:p]
     W = Q[:, :p]
     smap = SimpleNamespace(components=W, eigenvalues=true + sign * delta)
-    sums = SimpleNamespace(certified=True, sum_sq=0.0, sum_kx=0.0)
-    dictionary = SimpleNamespace(rounding=None, L=None)
+    sums = SimpleNamespace(certified=True, sum_sq=0.0, sum_kx=0.0, sum_xi2=0.0)
+    # certified: the dictionary's factor and rounding constants enter (an exact factor
+    # here, L = I, theta = 0); else the eigensolve's own rounding alone
+    dictionary = (SimpleNamespace(rounding=SimpleNamespace(theta=0.0), L=np.eye(m))
+                  if certified else SimpleNamespace(rounding=None, L=None))
     lower, upper = spectrum_allowance(dictionary, C, smap, sums, depth=m)
     return true, smap.eigenvalues, lower, upper
 
 
+@pytest.mark.parametrize("certified", [False, True])
 @pytest.mark.parametrize("delta", [1e-9, 1e-6, 1e-3])
-def test_lower_allowance_covers_eigenvalues_reported_too_high(delta):
+def test_lower_allowance_covers_eigenvalues_reported_too_high(delta, certified):
     """Eigenvalues reported delta above the exact ones (a residual ``C W - W Lambda`` of
     norm about delta): the lower allowance reaches down to the exact ones, and not
     more than a small factor past them."""
-    true, lam, lower, _ = _moved_spectrum(delta=delta, sign=+1.0)
+    true, lam, lower, _ = _moved_spectrum(delta=delta, sign=+1.0, certified=certified)
     assert np.all(lam - lower <= true)
     assert np.all(lower <= 10 * delta)
 
 
+@pytest.mark.parametrize("certified", [False, True])
 @pytest.mark.parametrize("delta", [1e-9, 1e-6, 1e-3])
-def test_upper_allowance_covers_eigenvalues_reported_too_low(delta):
-    true, lam, _, upper = _moved_spectrum(delta=delta, sign=-1.0)
+def test_upper_allowance_covers_eigenvalues_reported_too_low(delta, certified):
+    true, lam, _, upper = _moved_spectrum(delta=delta, sign=-1.0, certified=certified)
     assert np.all(lam + upper >= true)
     assert np.all(upper <= 10 * delta)
 
