@@ -705,3 +705,57 @@ def test_a_result_lost_with_the_last_worker_before_it_is_gathered_ends_the_pass(
             assert outcome, "_result still waiting 240 s after the last worker left"
             assert isinstance(outcome[0], WorkersLostError), outcome[0]
             assert "before its result was gathered" in str(outcome[0])
+
+
+_RELEASE = threading.Event()
+
+
+def _wait_for_release():
+    return _RELEASE.wait(120)
+
+
+def test_a_scheduler_that_stops_answering_ends_the_pass(monkeypatch):
+    # A stopped scheduler (SIGSTOP, a frozen VM) keeps its connections open and never
+    # answers: client.scheduler_info() in the pass's checks waited for ever, past the
+    # watchdog (workflows/bench/adversarial.py, wd-scheduler-stopped). Each question now
+    # waits SCHEDULER_ANSWER_SECONDS, and a scheduler unanswered for no-workers-timeout
+    # ends the pass with StalledRunError (exit 1, the rerun resumes).
+    import asyncio
+
+    import dask
+    from distributed import Client, LocalCluster
+
+    from ooc_spectral.exceptions import StalledRunError
+    from ooc_spectral.runtime import execution
+
+    async def never(**kwargs):
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(execution, "SCHEDULER_ANSWER_SECONDS", 0.5)
+    _RELEASE.clear()
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        try:
+            with dask.config.set({"ooc-spectral.no-workers-timeout": "2s"}):
+                ex = execution.Executor(client)
+                client.scheduler.identity = never  # the scheduler stops answering
+                outcome: list = []
+
+                def run_pass():
+                    try:
+                        outcome.append(ex.run("pass 2", {0: dask.delayed(
+                            _wait_for_release, pure=False)()}))
+                    except BaseException as exc:  # noqa: BLE001 -- examined below
+                        outcome.append(exc)
+
+                # liveness, not speed: the pass must end; a daemon thread, so that a hang
+                # fails the test after a generous bound
+                waiter = threading.Thread(target=run_pass, daemon=True)
+                waiter.start()
+                waiter.join(timeout=240)
+            assert outcome, "the pass still waiting 240 s after the scheduler stopped answering"
+            assert isinstance(outcome[0], StalledRunError), outcome[0]
+            assert "the dask scheduler has not answered" in str(outcome[0])
+        finally:
+            del client.scheduler.identity
+            _RELEASE.set()

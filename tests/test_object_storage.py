@@ -190,6 +190,23 @@ def test_a_changed_input_on_s3_is_detected_by_its_etags(data, s3, tmp_path):
     assert open_source(url).fingerprint() == second
 
 
+def test_a_complete_s3_outdir_missing_members_is_repaired_by_the_rerun(data, local_fit, s3):
+    """The report and an embedding chunk deleted from a complete OUTDIR on S3: verify
+    names them, and the same command restores them. The rerun removes the model and
+    saves it again; zarr's shared file system instance still listed the removed model,
+    and the save refused it ("a model or other data already exists", exit 2) before its
+    listing was dropped (workflows/bench/adversarial.py, s3-deleted-*)."""
+    fs, out = s3["fs"], f"s3://{BUCKET}/repaired"
+    assert run("fit", data[1], "--out", out, *FIT, *THREADS) == 0
+    assert run("verify", out, "-q") == 0  # its listings are now in this process's caches
+    fs.rm(f"{BUCKET}/repaired/report.json")
+    fs.rm(f"{BUCKET}/repaired/embedding/c/1/0")
+    assert run("verify", out, "-q") == 2
+    assert run("fit", data[1], "--out", out, *FIT, *THREADS) == 0
+    assert run("verify", out, "-q") == 0
+    np.testing.assert_allclose(embedding(out), embedding(local_fit), rtol=0, atol=1e-10)
+
+
 # --------------------------------------------------------------------------- lock, SIGKILL
 def _partials_done(fs, out: str) -> int:
     fs.invalidate_cache()

@@ -92,7 +92,7 @@ def save_model(est, path, *, overwrite: bool = False) -> None:
 
         check_replaceable(loc, (MODEL_KEY,), "a model", bare_members=set(arrays))
     try:
-        group = zarr.open_group(loc, mode="w" if overwrite else "w-")
+        group = zarr.open_group(_listed_afresh(loc), mode="w" if overwrite else "w-")
     except (FileExistsError, zarr.errors.ContainsGroupError, zarr.errors.ContainsArrayError) as exc:
         raise OutputNotWritableError(
             f"a model or other data already exists at {loc!r}; pass overwrite=True to replace it"
@@ -133,6 +133,21 @@ def save_model(est, path, *, overwrite: bool = False) -> None:
         },
         "versions": package_versions(),
     }
+
+
+def _listed_afresh(loc: str):
+    """``loc`` for zarr to create a group at: a URL as a store whose listing cache is
+    dropped first. zarr shares one file system instance per process, and its cached
+    listings may predate a deletion made through another instance (a rerun removing the
+    model of a complete OUTDIR on S3, then saving it again): mode ``w-`` then saw the
+    deleted model and refused."""
+    from .storage import is_url
+
+    if not is_url(loc):
+        return loc
+    store = zarr.storage.FsspecStore.from_url(loc, read_only=False)
+    store.fs.invalidate_cache()
+    return store
 
 
 def _open_model_group(loc: str):

@@ -164,7 +164,9 @@ class Executor:
     ``DASK_OOC_SPECTRAL__NO_WORKERS_TIMEOUT``) it raises :class:`WorkersLostError`,
     and a task that killed every worker that ran it (dask's ``KilledWorker``)
     raises :class:`WorkerMemoryError` when the workers' memory limit is below
-    what a task needs, :class:`WorkersLostError` otherwise.
+    what a task needs, :class:`WorkersLostError` otherwise. Each question to the
+    scheduler waits at most :data:`SCHEDULER_ANSWER_SECONDS`: a scheduler that does not
+    answer for ``no-workers-timeout`` (stopped, frozen) raises :class:`StalledRunError`.
     """
 
     def __init__(self, client=None, on_progress: Callable[[PartProgress], None] | None = None,
@@ -307,12 +309,11 @@ class Executor:
         paused_timeout, stall_timeout = watchdog_timeouts()
         if idle < min(paused_timeout, stall_timeout):
             return
-        try:
-            workers = list(self.client.scheduler_info().get("workers", {}).values())
-        except Exception:  # the scheduler is gone: the future's result will say so
-            return
+        identity = scheduler_identity(self.client)  # None: the scheduler did not answer
+        workers = list((identity or {}).get("workers", {}).values())
         paused = bool(workers) and all(w.get("status") == "paused" for w in workers)
-        limit = worker_memory_limit(self.client)
+        limits = [int(w["memory_limit"]) for w in workers if w.get("memory_limit")]
+        limit = min(limits) if limits else None
         if paused and idle >= paused_timeout:
             from ..core.planning import DEFAULT_TASK_MEMORY
 
@@ -330,17 +331,30 @@ class Executor:
                 f"{label}: no part finished for {idle:.0f} s ({detail}; "
                 f"ooc-spectral.stall-timeout); the workers"
                 + (f" (memory limit {format_bytes(limit)} each)" if limit else "")
-                + " stopped making progress: check their logs and memory, then rerun the "
-                "same command: it resumes")
+                + " stopped making progress"
+                + (f" and the dask scheduler does not answer within {SCHEDULER_ANSWER_SECONDS:g} s"
+                   if identity is None else "")
+                + ": check their logs and memory, then rerun the same command: it resumes")
 
     def _check_workers(self, label: str, since: float | None, detail: str) -> float | None:
         """When no worker has been connected since ``since`` (updated and returned; None
-        while workers are there) for ``no_workers_timeout``, raise :class:`WorkersLostError`."""
+        while workers are there) for ``no_workers_timeout``, raise :class:`WorkersLostError`;
+        when the scheduler has not answered for that long (stopped, or a host that no
+        longer routes), :class:`StalledRunError`."""
+        n = self._n_workers()
         now = time.monotonic()
-        if self._n_workers():
+        if n:
             return None
         since = now if since is None else since
         if now - since >= self.no_workers_timeout:
+            if n is None:
+                from ..exceptions import StalledRunError
+
+                raise StalledRunError(
+                    f"{label}: the dask scheduler has not answered for {now - since:.0f} s "
+                    f"({detail}; each question waits {SCHEDULER_ANSWER_SECONDS:g} s, "
+                    "ooc-spectral.no-workers-timeout bounds the whole): check that it runs "
+                    "(not stopped, not overloaded) and rerun the same command: it resumes")
             raise WorkersLostError(
                 f"{label}: no dask worker has been connected to the scheduler for "
                 f"{self.no_workers_timeout:g} s ({detail}); start workers (or check why they "
@@ -348,11 +362,11 @@ class Executor:
             )
         return since
 
-    def _n_workers(self) -> int:
-        try:
-            return len(self.client.scheduler_info().get("workers", {}))
-        except Exception:  # the scheduler is gone: the future's result will say so
-            return 1
+    def _n_workers(self) -> int | None:
+        """The scheduler's workers, or None when it did not answer (a scheduler that is
+        gone also fails the futures, whose results then say so)."""
+        identity = scheduler_identity(self.client)
+        return None if identity is None else len(identity.get("workers", {}))
 
     def _result(self, label: str, fut):
         """The result of a finished part, gathered from the worker that holds it.
@@ -378,6 +392,22 @@ class Executor:
 
 #: Seconds between two checks of the cluster while a pass waits for its parts.
 POLL_SECONDS = 1.0
+#: Seconds one check waits for the scheduler's answer: a stopped scheduler (SIGSTOP, a
+#: frozen VM) keeps its connections open and never answers, and ``client.scheduler_info()``
+#: would wait for ever; a scheduler unanswered through ``no-workers-timeout`` ends the pass.
+SCHEDULER_ANSWER_SECONDS = 10.0
+
+
+def scheduler_identity(client, timeout: float | None = None) -> dict | None:
+    """The scheduler's identity (its ``workers`` included), or None when it did not answer
+    within ``timeout`` seconds (default :data:`SCHEDULER_ANSWER_SECONDS`) or the
+    connection failed."""
+    try:
+        return client.sync(client.scheduler.identity,
+                           callback_timeout=SCHEDULER_ANSWER_SECONDS if timeout is None
+                           else timeout)
+    except Exception:  # timed out, or the connection is gone
+        return None
 
 
 def watchdog_timeouts() -> tuple[float, float]:
