@@ -4,23 +4,27 @@ Each trial runs the real console script (``python -m ooc_spectral``) in subproce
 against a small swiss roll, does what an adversary or an accident would (a kill at
 a chosen moment, a damaged or deleted file, an input changed under the run, a
 foreign directory as OUTDIR, a planted symlink, a hostile workflow file, data zarr
-wrote sparsely) and classifies what the tool answered:
+wrote sparsely, two runs at once on one OUTDIR, a full disk, a worker or scheduler
+paused, stopped or killed, object storage killed under the run, damaged, unreachable
+or refusing the keys) and classifies what the tool answered:
 
 - ``safe: refused`` - exit 2 with a message naming the fix, and nothing outside
   OUTDIR changed (a listing with SHA-256 digests of the parent directory compared);
-- ``safe: stopped`` - exit 1 ("rerun"), and the rerun gives the fresh run's result;
+- ``safe: stopped`` - exit 1 ("rerun") naming the cause within the bound, and the
+  rerun gives the fresh run's result;
 - ``safe: identical`` - exit 0 with an embedding bit-identical to a fresh run on the
   same input (after a rerun where the trial says so);
 - ``UNSAFE ...`` - anything else: an exit 0 with a wrong, stale or damaged result, a
   write outside OUTDIR, a hang past the bound. The script exits 1 when any trial is.
 
-Not here (they need services this script does not start): object storage on moto's
-server (``tests/test_object_storage.py``), a full disk on a small tmpfs
-(``tests/test_batch_safety.py``, which needs a private mount namespace), the memory
-watchdog on a paused cluster (``tests/test_outdir_safety.py``).
+The services are this script's own: object storage is moto's S3 server on 127.0.0.1
+(a thread of this script; the commands reach it through ``AWS_ENDPOINT_URL`` and fake
+keys), a full disk is a small tmpfs mounted in a private mount namespace (``unshare``;
+where the machine allows none those rows say "not run"), the watchdog trials start a
+``dask scheduler`` and ``dask worker`` processes and pass ``--scheduler``.
 
-    python workflows/bench/adversarial.py                # every trial (a few minutes)
-    python workflows/bench/adversarial.py --only lock    # trials whose name holds "lock"
+    python workflows/bench/adversarial.py              # every trial (17 minutes on 2 cores)
+    python workflows/bench/adversarial.py --only s3-   # the trials whose name holds "s3-"
 
 Writes ``adversarial.md`` to ``--out`` (default ``workflows/bench/results``).
 """
@@ -29,12 +33,16 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -44,18 +52,33 @@ import zarr
 FIT = ["--gamma", "0.05", "--tol", "1e-2", "--n-components", "2", "--engine", "threads",
        "--threads-per-worker", "1", "--chunk-rows", "400", "--checkpoint-every", "1", "-q"]
 BOUND = 600  # seconds any one command may take before it counts as a hang
+SECRETS: list[str] = []  # never printed in the table (the fake keys of the S3 trials)
 
 
-def cli(*args, cwd=None, wait=True):
+def cli(*args, cwd=None, wait=True, env=None, timeout=BOUND):
     cmd = [sys.executable, "-m", "ooc_spectral", *map(str, args)]
     if not wait:
         return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+                                text=True, env=env, start_new_session=True)
     try:
-        p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=BOUND)
+        p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                           env=env)
     except subprocess.TimeoutExpired:
         return 124, "hang"
     return p.returncode, " ".join(p.stderr.split())
+
+
+def timed(proc: subprocess.Popen, timeout: float) -> tuple[int, str, float]:
+    """Wait for ``proc`` at most ``timeout`` s: (exit code, stderr on one line, seconds);
+    a command still running then is killed and answers (124, "hang")."""
+    t0 = time.time()
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return 124, "hang", time.time() - t0
+    return proc.returncode, " ".join(err.split()), time.time() - t0
 
 
 def snapshot(root: Path, skip: Path | None = None) -> dict:
@@ -75,9 +98,10 @@ def snapshot(root: Path, skip: Path | None = None) -> dict:
     return out
 
 
-def embedding(out: Path):
+def embedding(out):
+    """OUTDIR's embedding (a local path or an s3:// URL), or None where it cannot be read."""
     try:
-        return zarr.open_array(str(out / "embedding"), mode="r")[...]
+        return zarr.open_array(f"{str(out).rstrip('/')}/embedding", mode="r")[...]
     except Exception:
         return None
 
@@ -98,10 +122,34 @@ class Trials:
         d.mkdir()
         return d
 
-    def record(self, name, what, code, msg, verdict):
+    def record(self, name, what, code, msg, verdict, answer=None):
+        if msg.find("ooc-spectral: error: ") > 0:  # the tool's line, after others' log lines
+            msg = "(after dask's log lines) " + msg[msg.index("ooc-spectral: error: "):]
         msg = msg.replace("ooc-spectral: error: ", "").replace(str(self.work), "$TMP")
-        self.rows.append((name, what, f"exit {code}", verdict + (f": {msg[:110]}" if msg and
-                                                                 code else "")))
+        msg = re.sub(r"pid \d+ on (\S+) since [\d\-T:+]+", r"pid PID on \1 since START", msg)
+        for secret in SECRETS:
+            msg = msg.replace(secret, "***")
+        self.rows.append((name, what, answer or f"exit {code}",
+                          verdict + (f": {msg[:110]}" if msg and code else "")))
+
+    def stopped(self, name, what, first, rerun, out, reference, needle="", bound=BOUND):
+        """The first command (code, message, seconds) ended nonzero within ``bound`` with
+        ``needle`` in its message; the rerun (code, message) gave the fresh run's result."""
+        code1, msg1, secs = first
+        code2, msg2 = rerun
+        answer = f"exit {code1} in {secs:.0f} s, then {code2}"
+        if code1 == 124 or secs > bound:
+            self.record(name, what, code1, msg1, f"UNSAFE: no end within {bound} s", answer)
+        elif code1 == 0:
+            self.identical(name, what + " (it completed)", code2, msg2, out, reference)
+        elif code1 not in (1, 2) or needle.lower() not in msg1.lower():
+            self.record(name, what, code1, msg1, "UNSAFE: another answer", answer)
+        else:
+            emb = embedding(out)
+            same = code2 == 0 and emb is not None and np.array_equal(emb, reference)
+            verdict = ("safe: stopped" if code1 == 1 else "safe: refused") if same else \
+                "UNSAFE: the rerun failed" if code2 else "UNSAFE: the rerun gave another result"
+            self.record(name, what, code1, msg1 if same else msg2 or msg1, verdict, answer)
 
     def refused(self, name, what, code, msg, before, after, needle=""):
         ok = code == 2 and before == after and needle in msg
@@ -318,6 +366,434 @@ def hostile_workflow(t: Trials, name: str, text: str, allow=(), what: str = ""):
     t.refused(name, "workflow file: " + what, code, msg, before, snapshot(d), "--allow")
 
 
+# --------------------------------------------------------------------------- races
+def race(t: Trials, name: str, configs: list[list[str]], out=None, data=None,
+         references=None):
+    """Two fits started at once into the same OUTDIR: one runs, the other refuses naming the
+    lock (or, had it started after, finds the run complete or of another configuration);
+    OUTDIR ends with the result of a fresh run of the one that answered 0."""
+    d = t.case(name)
+    out = d / "out" if out is None else out
+    data = t.data if data is None else data
+    before = snapshot(d, skip=out if isinstance(out, Path) else None)
+    procs = [cli("fit", data, "--out", out, *cfg, wait=False, cwd=d) for cfg in configs]
+    answers = [timed(p, BOUND) for p in procs]
+    codes = [a[0] for a in answers]
+    answer = "exits " + " and ".join(map(str, codes))
+    loser = next((a[1] for a in answers if a[0]), "")
+    what = ("two fits at once into one OUTDIR"
+            + (" (tol 1e-2 and 1e-3)" if configs[0] != configs[1] else ""))
+    winners = [i for i, c in enumerate(codes) if c == 0]
+    if 124 in codes:
+        t.record(name, what, 124, "hang", "UNSAFE: a hang", answer)
+    elif snapshot(d, skip=out if isinstance(out, Path) else None) != before:
+        t.record(name, what, 0, "", "UNSAFE: a write outside OUTDIR", answer)
+    elif not winners:
+        t.record(name, what, codes[0], loser, "UNSAFE: neither ran", answer)
+    elif len(winners) == 2 and configs[0] != configs[1]:
+        t.record(name, what, 0, "", "UNSAFE: both exit 0 with two configurations", answer)
+    elif len(winners) == 1 and (codes[1 - winners[0]] != 2 or not any(
+            w in loser for w in ("locked by another run", "different configuration"))):
+        t.record(name, what, codes[1 - winners[0]], loser, "UNSAFE: another answer", answer)
+    else:
+        ref = (references or [t.ref, t.ref])[winners[0]]
+        emb = embedding(out)
+        same = emb is not None and np.array_equal(emb, ref)
+        t.record(name, what + ": OUTDIR holds the fresh result of the run that answered 0",
+                 2 if len(winners) == 1 else 0, loser,
+                 "safe: identical" if same else "UNSAFE: another result", answer)
+
+
+def race_configs(t: Trials):
+    d = t.work / "race-configs-fresh"
+    other = [*FIT[:2], "--tol", "1e-3", *FIT[4:]]
+    assert FIT[2:4] == ["--tol", "1e-2"]
+    assert cli("fit", t.data, "--out", d, *other)[0] == 0
+    race(t, "race-configs", [FIT, other], references=[t.ref, embedding(d)])
+
+
+# --------------------------------------------------------------------------- a full disk
+def private_mount_namespace() -> list[str] | None:
+    """``unshare`` arguments for a private mount namespace where a tmpfs can be mounted."""
+    for cmd in (["unshare", "--mount", "--propagation", "private"], ["unshare", "-rm"]):
+        try:
+            ok = subprocess.run([*cmd, "sh", "-c", "mount -t tmpfs -o size=64k none /mnt"],
+                                capture_output=True, timeout=30, check=False).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        if ok:
+            return cmd
+    return None
+
+
+STATUS = """
+import json, os, sys
+out = sys.argv[1]
+try:
+    with open(os.path.join(out, "zarr.json")) as f:
+        status = json.load(f)["attributes"]["ooc_spectral_run"]["status"]
+except FileNotFoundError:
+    status = "no run"
+except Exception as exc:
+    status = f"zarr.json unreadable ({type(exc).__name__})"
+print(status, "with" if os.path.exists(os.path.join(out, "report.json")) else "without",
+      "report.json")
+"""
+
+
+def full_disk(t: Trials, free_part: float):
+    """OUTDIR on a tmpfs (in a private mount namespace) filled but for ``free_part`` of what
+    the output takes: the fit stops naming the disk, OUTDIR does not say complete; the same
+    command after the filler is deleted gives the fresh result."""
+    name = f"full-disk-{round(free_part * 100)}"
+    d = t.case(name)
+    if UNSHARE is None:
+        t.record(name, "OUTDIR on a full tmpfs", 0, "", "not run: no private mount namespace "
+                 "(unshare) to mount a tmpfs in", "-")
+        return
+    need = sum(-(-p.stat().st_size // 4096) * 4096 for p in t.fresh.rglob("*") if p.is_file())
+    free = int(need * free_part) // 4096 * 4096
+    size = need + (1 << 20)
+    py = shlex.join([sys.executable, "-m", "ooc_spectral"])
+    fit = shlex.join(["fit", str(t.data), "--out", "mnt/out", *FIT])
+    (d / "mnt").mkdir()
+    script = f"""
+mount -t tmpfs -o size={size} adversarial mnt || exit 99
+head -c {size - free} /dev/zero > mnt/filler 2> /dev/null
+{py} {fit} 2> err1.txt; echo $? > code1.txt
+{py} verify mnt/out > /dev/null 2> verify.txt; echo $? > vcode.txt
+{shlex.quote(sys.executable)} -c {shlex.quote(STATUS)} mnt/out > status.txt
+rm mnt/filler
+{py} {fit} 2> err2.txt; echo $? > code2.txt
+ls -A mnt > listing.txt
+cp -r mnt/out out
+"""
+    t0 = time.time()
+    try:
+        proc = subprocess.run([*UNSHARE, "sh", "-c", script], cwd=d, capture_output=True,
+                              text=True, timeout=3 * BOUND, check=False)
+    except subprocess.TimeoutExpired:
+        t.record(name, "OUTDIR on a full tmpfs", 124, "hang", "UNSAFE: a hang", "-")
+        return
+    assert proc.returncode != 99, proc.stderr
+
+    def read(f):
+        return " ".join((d / f).read_text().split()) if (d / f).exists() else ""
+
+    code1, code2, vcode = int(read("code1.txt")), int(read("code2.txt")), int(read("vcode.txt"))
+    status, msg = read("status.txt"), read("err1.txt")
+    what = (f"OUTDIR on a tmpfs with {free // 1024} KiB free of the {need // 1024} KiB the output "
+            f"takes: then {status}, verify exit {vcode}; the filler deleted, the same command")
+    answer = f"exit {code1}, then {code2} ({time.time() - t0:.0f} s)"
+    if code1 == 0:
+        t.record(name, what, code1, msg, "UNSAFE: exit 0 on a full disk", answer)
+    elif code1 == 124 or "space" not in msg:
+        t.record(name, what, code1, msg, "UNSAFE: the disk is not named", answer)
+    elif status.startswith("complete") or "without" not in status:
+        t.record(name, what, code1, msg, "UNSAFE: the output looks complete", answer)
+    elif read("listing.txt") != "out":
+        t.record(name, what, code1, msg, f"UNSAFE: the disk holds {read('listing.txt')}",
+                 answer)
+    else:
+        same = code2 == 0 and np.array_equal(embedding(d / "out"), t.ref)
+        t.record(name, what, code1, msg if same else read("err2.txt"),
+                 "safe: stopped" if same else "UNSAFE: the rerun gave another answer", answer)
+
+
+UNSHARE: list[str] | None = None
+
+
+# --------------------------------------------------------------------------- the watchdog
+class Cluster:
+    """A dask scheduler and workers, each its own process (SIGSTOP, SIGKILL at will)."""
+
+    def __init__(self, d: Path):
+        self.d = d
+        d.mkdir()
+        self.procs: list[subprocess.Popen] = []
+        sched = d / "scheduler.json"
+        self.scheduler = self._start(["scheduler", "--scheduler-file", sched, "--port", "0",
+                                      "--no-dashboard"])
+        deadline = time.time() + 120
+        while not sched.exists():
+            assert time.time() < deadline and self.scheduler.poll() is None
+            time.sleep(0.1)
+        time.sleep(0.5)
+        self.address = json.loads(sched.read_text())["address"]
+
+    def _start(self, args, env=None):
+        p = subprocess.Popen([DASK, *map(str, args)], cwd=self.d, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True,
+                             env=None if env is None else {**os.environ, **env})
+        self.procs.append(p)
+        return p
+
+    def worker(self, env=None) -> subprocess.Popen:
+        from distributed import Client
+
+        w = self._start(["worker", self.address, "--nthreads", "1", "--no-nanny",
+                         "--no-dashboard", "--memory-limit", "2GiB"], env)
+        n = sum(p.poll() is None for p in self.procs) - 1  # the live workers
+        with Client(self.address, timeout=60) as c:
+            c.wait_for_workers(n, timeout=120)
+        return w
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGCONT)
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+DASK = shutil.which("dask") or "dask"
+CFIT = [a for a in FIT if a not in ("--engine", "threads")]
+assert len(CFIT) == len(FIT) - 2
+
+
+def cluster_reference(t: Trials):
+    if getattr(t, "cluster_ref", None) is None:
+        c = Cluster(t.work / "cluster-fresh-cluster")
+        try:
+            c.worker()
+            code, msg = cli("fit", t.data, "--out", t.work / "cluster-fresh", *CFIT,
+                            "--scheduler", c.address)
+            assert code == 0, msg
+        finally:
+            c.close()
+        t.cluster_ref = embedding(t.work / "cluster-fresh")
+    return t.cluster_ref
+
+
+def in_pass2(out: Path) -> bool:
+    return (out / "checkpoint" / "partials").exists()
+
+
+def watchdog(t: Trials, name: str, what: str, env: dict, needle: str, *, worker_env=None,
+             act=None, when=in_pass2, heal=None, bound=BOUND):
+    """A fit on a scheduler and one worker of this script's; ``act(cluster, fit)`` done
+    when ``when(out)`` (or before the fit when ``when`` is None); the fit must end within
+    ``bound`` naming ``needle``; ``heal(cluster)``, then the same command."""
+    ref = cluster_reference(t)
+    d = t.case(name)
+    out = d / "out"
+    c = Cluster(t.work / f"{name}-cluster")
+    try:
+        c.worker(worker_env)
+        args = ["fit", t.data, "--out", out, *CFIT, "--scheduler", c.address]
+        before = snapshot(d, skip=out)
+        if when is None:
+            act(c, None)
+        proc = cli(*args, wait=False, cwd=d, env={**os.environ, **env})
+        if when is not None:
+            deadline = time.time() + BOUND
+            while proc.poll() is None and not when(out) and time.time() < deadline:
+                time.sleep(0.002)
+            act(c, proc)
+        first = timed(proc, bound)
+        if heal is not None:
+            heal(c)
+        rerun = cli(*args, cwd=d)
+        if snapshot(d, skip=out) != before:
+            t.record(name, what, first[0], first[1], "UNSAFE: a write outside OUTDIR")
+            return
+        t.stopped(name, what, first, rerun, out, ref, needle, bound)
+    finally:
+        c.close()
+
+
+def stop(which):
+    def act(c: Cluster, _):
+        p = c.scheduler if which == "scheduler" else c.procs[-1]
+        os.killpg(p.pid, signal.SIGSTOP)
+    return act
+
+
+def cont(which):
+    def heal(c: Cluster):
+        p = c.scheduler if which == "scheduler" else c.procs[1]
+        os.killpg(p.pid, signal.SIGCONT)
+    return heal
+
+
+def kill_worker(c: Cluster, _):
+    os.killpg(c.procs[-1].pid, signal.SIGKILL)
+
+
+def new_worker(c: Cluster):
+    for p in c.procs[1:]:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    c.worker()
+
+
+# --------------------------------------------------------------------------- object storage
+BUCKET = "adversary"
+S3_KEY, S3_SECRET = "AKIAADVERSARY0000000", "adversary-secret-never-shown"
+AWS_VARS = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+            "AWS_DEFAULT_REGION")
+
+
+class _Throttle:
+    """WSGI middleware of the moto server: once ``needle`` is set, each PUT whose path
+    holds it waits 50 ms, and the first one sets ``seen`` (a kill then lands mid-write)."""
+
+    def __init__(self, app):
+        self.app, self.needle, self.seen = app, None, threading.Event()
+
+    def __call__(self, environ, start_response):
+        needle = self.needle
+        if needle and environ.get("REQUEST_METHOD") == "PUT" and \
+                needle in environ.get("PATH_INFO", ""):
+            self.seen.set()
+            time.sleep(0.05)
+        return self.app(environ, start_response)
+
+
+class S3:
+    """moto's S3 server on 127.0.0.1 (a thread of this script); this script and its
+    commands reach it through the standard AWS variables; the trials' data set in a bucket."""
+
+    def __init__(self, t: Trials):
+        import logging
+
+        import s3fs
+        from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self.server.start()
+        self.throttle = _Throttle(self.server._server.app)
+        self.server._server.app = self.throttle
+        host, port = self.server.get_host_and_port()
+        self.endpoint = f"http://{host}:{port}"
+        self.saved = {k: os.environ.get(k) for k in AWS_VARS}
+        os.environ.update(AWS_ENDPOINT_URL=self.endpoint, AWS_ACCESS_KEY_ID=S3_KEY,
+                          AWS_SECRET_ACCESS_KEY=S3_SECRET, AWS_DEFAULT_REGION="us-east-1")
+        SECRETS.extend([S3_KEY, S3_SECRET])
+        s3fs.S3FileSystem.clear_instance_cache()
+        self.fs = s3fs.S3FileSystem()
+        self.fs.mkdir(BUCKET)
+        self.fs.put(str(t.data), f"{BUCKET}/data.zarr", recursive=True)
+        assert self.fs.exists(f"{BUCKET}/data.zarr/data/zarr.json")
+        self.data = self.url("data.zarr")
+        self.fresh = self.url("fresh")
+        code, msg = cli("fit", self.data, "--out", self.fresh, *FIT, cwd=t.work)
+        assert code == 0, msg
+        self.ref = embedding(self.fresh)
+
+    def url(self, name: str) -> str:
+        return f"s3://{BUCKET}/{name}"
+
+    def objects(self) -> dict:
+        self.fs.invalidate_cache()
+        return {k: v.get("ETag") for k, v in self.fs.find(BUCKET, detail=True).items()}
+
+    def outside(self, name: str) -> dict:
+        return {k: v for k, v in self.objects().items() if not k.startswith(f"{BUCKET}/{name}/")}
+
+    def close(self):
+        import s3fs
+
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        s3fs.S3FileSystem.clear_instance_cache()
+        self.server.stop()
+
+
+def s3_fit(t: Trials, s3: S3):
+    t.identical("s3-fit", "input and OUTDIR on s3:// at moto's server: the local fresh run's "
+                "result", 0, "", s3.fresh)
+
+
+def s3_kill(t: Trials, s3: S3, name: str, member: str, what: str):
+    d = t.case(name)
+    out = s3.url(name)
+    before = s3.outside(name)
+    s3.throttle.seen.clear()
+    s3.throttle.needle = f"/{BUCKET}/{name}/{member}"
+    try:
+        proc = cli("fit", s3.data, "--out", out, *FIT, wait=False, cwd=d)
+        deadline = time.time() + BOUND
+        while proc.poll() is None and not s3.throttle.seen.wait(0.01) and time.time() < deadline:
+            pass
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    finally:
+        s3.throttle.needle = None
+    code, msg = cli("fit", s3.data, "--out", out, *FIT, cwd=d)
+    if s3.outside(name) != before or list(d.iterdir()):
+        t.record(name, what, code, msg, "UNSAFE: a write outside OUTDIR")
+        return
+    t.identical(name, f"SIGKILL while {what} is written to s3://, then the same command",
+                code, msg, out, s3.ref)
+
+
+def s3_deleted(t: Trials, s3: S3, name: str, member: str):
+    out = s3.url(name)
+    s3.fs.copy(f"{BUCKET}/fresh", f"{BUCKET}/{name}", recursive=True)
+    s3.fs.rm(f"{BUCKET}/{name}/{member}", recursive=True)
+    s3.fs.invalidate_cache()
+    vcode, vmsg = cli("verify", out)
+    code, msg = cli("fit", s3.data, "--out", out, *FIT)
+    after, _ = cli("verify", out)
+    what = f"the object {member} of an s3:// OUTDIR deleted: verify exit {vcode}"
+    if vcode == 0 or after != 0:
+        t.record(name, what + f", rerun, verify exit {after}", vcode, vmsg,
+                 "UNSAFE: verify called it intact" if vcode == 0 else "UNSAFE")
+        return
+    t.identical(name, what + ", the rerun restores it, verify exit 0", code, msg, out, s3.ref)
+
+
+def s3_unreachable(t: Trials, s3: S3, kind: str):
+    """The endpoint closed or silent, or keys the server does not know: the fit ends, names
+    the cause, writes nothing; with the right endpoint and keys the same command."""
+    import socket
+
+    from moto import settings
+
+    name = f"s3-{kind}"
+    d = t.case(name)
+    out = s3.url(name)
+    env = dict(os.environ)
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    if kind == "silent-endpoint":
+        srv.listen(64)  # accepts connections (the kernel does), never answers
+        what = "AWS_ENDPOINT_URL a port that accepts and never answers"
+    else:
+        srv.close()  # nothing listens there
+        what = "AWS_ENDPOINT_URL a port where nothing listens"
+    if kind.endswith("endpoint"):
+        env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{port}"
+        needle = f"127.0.0.1:{port}"
+    else:  # unknown-keys
+        what, needle = "keys the server does not know (moto's authentication on)", ""
+    before = s3.outside(name)
+    if kind == "unknown-keys":
+        settings.INITIAL_NO_AUTH_ACTION_COUNT = 0  # every request is checked from now on
+    try:
+        first = timed(cli("fit", s3.data, "--out", out, *FIT, wait=False, cwd=d, env=env),
+                      BOUND)
+    finally:
+        settings.INITIAL_NO_AUTH_ACTION_COUNT = float("inf")
+        srv.close()
+    written = [k for k in s3.objects() if k.startswith(f"{BUCKET}/{name}/")]
+    rerun = cli("fit", s3.data, "--out", out, *FIT, cwd=d)
+    if s3.outside(name) != before or list(d.iterdir()) or written:
+        t.record(name, what, first[0], first[1], "UNSAFE: a write" + (
+            f" at the server ({len(written)} objects)" if written else " outside OUTDIR"))
+        return
+    t.stopped(name, what + "; then the right one, the same command", first, rerun, out,
+              s3.ref, needle)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
@@ -367,25 +843,97 @@ def main(argv=None) -> int:
             t, "wf-overwrite-allowed", '[[step]]\nrun = "make-data"\nname = "spiral"\nn = 100\n'
             'out = "{outside}"\noverwrite = true\n', allow=("--allow", "overwrite"),
             what="make-data, overwrite = true, out outside its root; --allow overwrite")),
+        ("race-same", lambda: race(t, "race-same", [FIT, FIT])),
+        ("race-configs", lambda: race_configs(t)),
+        ("full-disk-5", lambda: full_disk(t, 0.05)),
+        ("full-disk-50", lambda: full_disk(t, 0.5)),
+        ("full-disk-95", lambda: full_disk(t, 0.95)),
+        ("wd-worker-paused", lambda: watchdog(
+            t, "wd-worker-paused", "the only worker paused at its memory limit from the start "
+            "(pause fraction 0.01), paused-timeout 5 s; then a new worker, the same command",
+            {"DASK_OOC_SPECTRAL__PAUSED_TIMEOUT": "5s"}, "paused at its memory limit",
+            worker_env={"DASK_DISTRIBUTED__WORKER__MEMORY__PAUSE": "0.01",
+                        "DASK_DISTRIBUTED__WORKER__MEMORY__TARGET": "False",
+                        "DASK_DISTRIBUTED__WORKER__MEMORY__SPILL": "False"},
+            act=lambda c, p: None, when=None, heal=new_worker)),
+        ("wd-worker-stopped", lambda: watchdog(
+            t, "wd-worker-stopped", "the only worker SIGSTOPped in pass 2, stall-timeout 10 s; "
+            "then SIGCONT, the same command", {"DASK_OOC_SPECTRAL__STALL_TIMEOUT": "10s"},
+            "no part finished", act=stop("worker"), heal=cont("worker"))),
+        ("wd-worker-killed", lambda: watchdog(
+            t, "wd-worker-killed", "the only worker SIGKILLed in pass 2, no-workers-timeout 5 s;"
+            " then a new worker, the same command",
+            {"DASK_OOC_SPECTRAL__NO_WORKERS_TIMEOUT": "5s"}, "no dask worker",
+            act=kill_worker, heal=new_worker)),
+        ("wd-scheduler-stopped-before", lambda: watchdog(
+            t, "wd-scheduler-stopped-before", "--scheduler a SIGSTOPped scheduler (connect "
+            "timeout 30 s, the default); then SIGCONT, the same command", {},
+            "no dask handshake", act=stop("scheduler"), when=None, heal=cont("scheduler"))),
+        ("wd-scheduler-stopped", lambda: watchdog(
+            t, "wd-scheduler-stopped", "the scheduler SIGSTOPped in pass 2, stall-timeout 10 s; "
+            "then SIGCONT, the same command", {"DASK_OOC_SPECTRAL__STALL_TIMEOUT": "10s"}, "",
+            act=stop("scheduler"), heal=cont("scheduler"), bound=240)),
+        ("s3-fit", lambda: s3_fit(t, s3())),
+        ("s3-kill-pass2", lambda: s3_kill(t, s3(), "s3-kill-pass2", "checkpoint/partials/",
+                                          "a checkpoint part of pass 2")),
+        ("s3-kill-model", lambda: s3_kill(t, s3(), "s3-kill-model", "model/", "the model")),
+        ("s3-kill-pass3", lambda: s3_kill(t, s3(), "s3-kill-pass3", "embedding/c/",
+                                          "an embedding chunk (pass 3)")),
+        ("s3-deleted-chunk", lambda: s3_deleted(t, s3(), "s3-deleted-chunk", "embedding/c/1/0")),
+        ("s3-deleted-report", lambda: s3_deleted(t, s3(), "s3-deleted-report", "report.json")),
+        ("s3-race", lambda: race(t, "s3-race", [FIT, FIT], out=s3().url("s3-race"),
+                                 data=s3().data, references=[s3().ref, s3().ref])),
+        ("s3-closed-endpoint", lambda: s3_unreachable(t, s3(), "closed-endpoint")),
+        ("s3-silent-endpoint", lambda: s3_unreachable(t, s3(), "silent-endpoint")),
+        ("s3-unknown-keys", lambda: s3_unreachable(t, s3(), "unknown-keys")),
     ]
-    for name, trial in trials:
-        if args.only in name:
-            t0 = time.time()
+    servers: list[S3] = []
+
+    def s3() -> S3:
+        if not servers:
             try:
-                trial()
-            except Exception as exc:  # the trial's own set-up failed
-                t.record(name, "trial set-up failed", -1, f"{type(exc).__name__}: {exc}",
-                         "UNSAFE: not run")
-            print(f"{name}: {t.rows[-1][3]} ({time.time() - t0:.0f} s)", file=sys.stderr)
+                import moto.server  # noqa: F401
+                import s3fs  # noqa: F401
+            except ImportError as exc:
+                raise NotRun(f"moto's server and s3fs are needed ({exc})") from None
+            servers.append(S3(t))
+        return servers[0]
+
+    global UNSHARE
+    UNSHARE = private_mount_namespace()
+    t0_all = time.time()
+    try:
+        for name, trial in trials:
+            if args.only in name:
+                t0 = time.time()
+                try:
+                    trial()
+                except NotRun as exc:
+                    t.record(name, "-", 0, "", f"not run: {exc}", "-")
+                except Exception as exc:  # the trial's own set-up failed
+                    t.record(name, "trial set-up failed", -1, f"{type(exc).__name__}: {exc}",
+                             "UNSAFE: not run")
+                print(f"{name}: {t.rows[-1][3]} ({time.time() - t0:.0f} s)", file=sys.stderr)
+    finally:
+        for server in servers:
+            server.close()
     lines = ["| trial | what was done | answer | outcome |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in t.rows]
+    safe = sum(r[3].startswith("safe") for r in t.rows)
+    unsafe = sum(r[3].startswith("UNSAFE") for r in t.rows)
+    lines += ["", (f"{len(t.rows)} trials: {safe} safe, {unsafe} UNSAFE, "
+                   f"{len(t.rows) - safe - unsafe} not run ({time.time() - t0_all:.0f} s).")]
     table = "\n".join(lines)
     print(table)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "adversarial.md").write_text(table + "\n")
     shutil.rmtree(work, ignore_errors=True)
-    return 1 if any(r[3].startswith("UNSAFE") for r in t.rows) else 0
+    return 1 if unsafe else 0
+
+
+class NotRun(Exception):
+    """What a trial needs is not on this machine (the row says what)."""
 
 
 if __name__ == "__main__":
