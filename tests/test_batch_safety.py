@@ -691,20 +691,28 @@ def test_a_result_lost_with_the_last_worker_before_it_is_gathered_ends_the_pass(
             cluster.sync(next(iter(cluster.workers.values())).close)
             # liveness, not speed: _result must end (raise) rather than wait for ever; it runs
             # in a daemon thread so that a hang fails the test after a generous bound
-            outcome: list = []
-
-            def wait_for_result():
-                try:
-                    outcome.append(ex._result("pass 2", fut))
-                except BaseException as exc:  # noqa: BLE001 -- examined below
-                    outcome.append(exc)
-
-            waiter = threading.Thread(target=wait_for_result, daemon=True)
-            waiter.start()
-            waiter.join(timeout=240)
+            outcome = _outcome_within(lambda: ex._result("pass 2", fut))
             assert outcome, "_result still waiting 240 s after the last worker left"
             assert isinstance(outcome[0], WorkersLostError), outcome[0]
             assert "before its result was gathered" in str(outcome[0])
+
+
+def _outcome_within(call, bound: float = 240.0) -> list:
+    """``[result or exception]`` of ``call()`` run in a daemon thread, or ``[]`` if it is
+    still running after ``bound`` seconds: liveness, not speed (a hang fails the test
+    after a generous bound instead of hanging the suite)."""
+    outcome: list = []
+
+    def run():
+        try:
+            outcome.append(call())
+        except BaseException as exc:  # noqa: BLE001 -- examined by the caller
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=run, daemon=True)
+    waiter.start()
+    waiter.join(timeout=bound)
+    return outcome
 
 
 _RELEASE = threading.Event()
@@ -739,20 +747,8 @@ def test_a_scheduler_that_stops_answering_ends_the_pass(monkeypatch):
             with dask.config.set({"ooc-spectral.no-workers-timeout": "2s"}):
                 ex = execution.Executor(client)
                 client.scheduler.identity = never  # the scheduler stops answering
-                outcome: list = []
-
-                def run_pass():
-                    try:
-                        outcome.append(ex.run("pass 2", {0: dask.delayed(
-                            _wait_for_release, pure=False)()}))
-                    except BaseException as exc:  # noqa: BLE001 -- examined below
-                        outcome.append(exc)
-
-                # liveness, not speed: the pass must end; a daemon thread, so that a hang
-                # fails the test after a generous bound
-                waiter = threading.Thread(target=run_pass, daemon=True)
-                waiter.start()
-                waiter.join(timeout=240)
+                outcome = _outcome_within(lambda: ex.run("pass 2", {0: dask.delayed(
+                    _wait_for_release, pure=False)()}))
             assert outcome, "the pass still waiting 240 s after the scheduler stopped answering"
             assert isinstance(outcome[0], StalledRunError), outcome[0]
             assert "the dask scheduler has not answered" in str(outcome[0])
