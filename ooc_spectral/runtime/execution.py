@@ -312,8 +312,7 @@ class Executor:
         identity = scheduler_identity(self.client)  # None: the scheduler did not answer
         workers = list((identity or {}).get("workers", {}).values())
         paused = bool(workers) and all(w.get("status") == "paused" for w in workers)
-        limits = [int(w["memory_limit"]) for w in workers if w.get("memory_limit")]
-        limit = min(limits) if limits else None
+        limit = worker_memory_limit(self.client, identity or {})
         if paused and idle >= paused_timeout:
             from ..core.planning import DEFAULT_TASK_MEMORY
 
@@ -437,13 +436,14 @@ def _threads_per_worker(client) -> int:
         return 1
 
 
-def worker_memory_limit(client) -> int | None:
-    """The smallest memory limit of the connected workers (None when unlimited or unknown)."""
-    try:
-        limits = [w.get("memory_limit") for w in client.scheduler_info().get("workers", {}).values()]
-    except Exception:
-        return None
-    limits = [int(v) for v in limits if v]
+def worker_memory_limit(client, identity: dict | None = None) -> int | None:
+    """The smallest memory limit of the connected workers (None when unlimited or unknown,
+    or the scheduler did not answer), from ``identity`` if given
+    (:func:`scheduler_identity`), else asked of the scheduler."""
+    if identity is None:
+        identity = scheduler_identity(client)
+    limits = [int(w["memory_limit"]) for w in (identity or {}).get("workers", {}).values()
+              if w.get("memory_limit")]
     return min(limits) if limits else None
 
 
