@@ -420,6 +420,46 @@ def test_sub_blocks_give_the_moments_and_embedding_of_the_whole_block(fitted):
     assert folded.sq == pytest.approx(parts.sq, rel=1e-14)
 
 
+def test_in_memory_row_blocks_give_the_dask_views_tasks_and_values(fitted):
+    """Numpy rows reach the passes as :class:`RowBlocks` (no dask array): the same task
+    layout as ``to_dask``'s, the same pass-2 statistic and the same embedding, bit for
+    bit; a sparse matrix is densified task by task, to the dense rows' values."""
+    import dask.array as da
+    import scipy.sparse
+
+    from ooc_spectral.io.row_blocks import RowBlocks
+    from ooc_spectral.io.source import open_source
+    from ooc_spectral.pipeline.accumulate import accumulate
+    from ooc_spectral.pipeline.writeback import map_rows
+    from ooc_spectral.runtime.execution import Executor
+
+    X, est = fitted
+    smap = est.spectral_map_
+    source = open_source(X)
+    sizes = (700, 700, 700, len(X) - 2100)
+    view, ref = source.task_view(sizes), source.to_dask(sizes)
+    assert isinstance(view, RowBlocks) and isinstance(ref, da.Array)
+    assert view.chunks == ref.chunks and view.shape == ref.shape
+    assert source.task_view(1000).chunks == source.to_dask(1000).chunks
+    blocks = view.to_delayed().ravel()
+    assert [b.compute().shape[0] for b in blocks] == list(sizes)
+    ex = Executor(local=True, threads=2)
+    got = accumulate(view, smap.dictionary, "moments", executor=ex, max_segments=2)
+    want = accumulate(ref, smap.dictionary, "moments", executor=ex, max_segments=2)
+    assert got.n == want.n == len(X) and got.certificate == want.certificate
+    np.testing.assert_array_equal(got.mean, want.mean)
+    np.testing.assert_array_equal(got.m2, want.m2)
+    E = map_rows(view, smap, chunk_starts=source.chunk_starts, block_rows=300)
+    assert isinstance(E, np.ndarray) and E.shape == (len(X), smap.n_components)
+    np.testing.assert_array_equal(
+        E, map_rows(ref, smap, chunk_starts=source.chunk_starts, block_rows=300).compute())
+    np.testing.assert_allclose(E, est.embedding_, rtol=0, atol=1e-13)  # other sub-blocks
+    np.testing.assert_array_equal(
+        map_rows(view, smap, block_rows=300, dtype="float32"), E.astype(np.float32))
+    sparse = open_source(scipy.sparse.csr_matrix(X))
+    np.testing.assert_array_equal(map_rows(sparse.task_view(sizes), smap, block_rows=300), E)
+
+
 def test_a_storage_chunk_layout_change_changes_nothing(tmp_path, swiss_roll):
     """One storage chunk, 300-row chunks, tasks of 777 rows (row ranges across chunks),
     tasks split inside a chunk: the same dictionary and embedding."""

@@ -190,6 +190,28 @@ def test_a_changed_input_on_s3_is_detected_by_its_etags(data, s3, tmp_path):
     assert open_source(url).fingerprint() == second
 
 
+def test_keys_the_store_refuses_are_exit_1_naming_the_urls_and_the_fix(data, s3, capsys):
+    """moto's authentication on: every request with keys it does not know is a 403, which
+    s3fs raises as a bare PermissionError("Forbidden"); the error names the command's
+    URLs and where the credentials come from, and nothing is written."""
+    from moto import settings as moto_settings
+
+    out = f"s3://{BUCKET}/refused"
+    before = ls(s3["fs"], f"s3://{BUCKET}")
+    moto_settings.INITIAL_NO_AUTH_ACTION_COUNT = 0  # every request is checked from now on
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        code = run("fit", data[1], "--out", out, *FIT, *THREADS)
+    finally:
+        moto_settings.INITIAL_NO_AUTH_ACTION_COUNT = float("inf")
+        s3fs.S3FileSystem.clear_instance_cache()
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "PermissionError" in err and data[1] in err and out in err, err
+    assert "AWS_ACCESS_KEY_ID" in err and "--storage-options" in err, err
+    assert ls(s3["fs"], f"s3://{BUCKET}") == before
+
+
 def test_a_complete_s3_outdir_missing_members_is_repaired_by_the_rerun(data, local_fit, s3):
     """The report and an embedding chunk deleted from a complete OUTDIR on S3: verify
     names them, and the same command restores them. The rerun removes the model and

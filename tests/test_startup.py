@@ -57,8 +57,9 @@ def test_the_estimators_and_star_import_resolve():
 # issue 38: start-up proportional to the work
 # ---------------------------------------------------------------------- #
 #: What a small in-memory fit, ``--help`` and an argument error must not import.
-#: (xarray is not here: dask.array imports it, and pandas with it, wherever installed.)
-HEAVY = {"distributed", "zarr", "fsspec", "matplotlib", "numba", "llvmlite"}
+#: (xarray: dask.array imports it wherever it is installed, and a numpy fit builds no
+#: dask array; pandas is not here: scikit-learn imports it wherever it is installed.)
+HEAVY = {"distributed", "zarr", "fsspec", "matplotlib", "numba", "llvmlite", "xarray"}
 
 _SMALL_FIT = """
 import numpy as np
@@ -73,6 +74,15 @@ def test_a_small_in_memory_fit_imports_no_cluster_storage_or_compiled_loops():
     mods = _modules_after(_SMALL_FIT)
     assert "ooc_spectral" in mods and "sklearn" in mods
     assert not mods & HEAVY, sorted(mods & HEAVY)
+
+
+def test_a_small_in_memory_fit_and_transform_build_no_dask_array():
+    # the passes' tasks of numpy rows are dask.delayed calls on RowBlocks: importing
+    # dask.array (and xarray with it) would be most of a small fit's fixed cost
+    out = subprocess.run([sys.executable, "-c", _SMALL_FIT + "\nimport sys\n"
+                          "print('dask.array' in sys.modules, 'dask' in sys.modules)"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.split()[-2:] == ["False", "True"], out.stdout
 
 
 def test_a_small_fit_loads_neither_mkl_nor_llvm():

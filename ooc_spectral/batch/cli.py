@@ -350,12 +350,21 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-def _runtime_failure(exc: BaseException) -> str:
+def _runtime_failure(exc: BaseException, args=None) -> str:
     """The one-line message of a runtime failure (exit 1), with the fix where one is known."""
     text = f"{type(exc).__name__}: {_one_line(exc)}"
     if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
         text += ("; the disk is full: free space (or point --out at a larger disk) and rerun "
                  "the same command, it resumes")
+    elif isinstance(exc, PermissionError):
+        # an object store's 403 arrives as a bare "Forbidden": say where, and what to check
+        places = [str(v) for k in ("model", "input", "path", "out")
+                  if (v := getattr(args, k, None)) and "://" in str(v)]
+        if places:
+            text += (f"; the object store refused access to {' or '.join(places)}: check the "
+                     "credentials (--storage-options '{\"key\": ..., \"secret\": ...}' or "
+                     "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) and that they may read the "
+                     "input and write --out")
     return text
 
 
@@ -392,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "the same command resumes it", args.json, status="interrupted")
     except Exception as exc:  # a runtime failure
         log.debug("traceback", exc_info=True)
-        return _fail(EXIT_FAILURE, _runtime_failure(exc), args.json)
+        return _fail(EXIT_FAILURE, _runtime_failure(exc, args), args.json)
     finally:
         _restore_signals(previous)
         clear_interrupt()  # nothing noted here reaches a later run of this process

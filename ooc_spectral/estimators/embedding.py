@@ -403,9 +403,9 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
                                 itemsize=source.itemsize)
         dtype = FitConfig.from_params({"output_dtype": self.output_dtype}
                                       ).with_output_dtype(source.dtype).output_dtype
-        out = map_rows(source.to_dask(plan.rows), smap, chunk_starts=source.chunk_starts,
-                              block_rows=block, dtype=dtype)
-        return compute(out)[0] if source.kind == "numpy" else out
+        # numpy for numpy input (RowBlocks), else the lazy dask array
+        return map_rows(source.task_view(plan.rows), smap, chunk_starts=source.chunk_starts,
+                        block_rows=block, dtype=dtype)
 
     def inverse_transform(self, X):
         """Rows of the input space whose embedding is X (the learned pre-image map).

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dask.array as da
 import numpy as np
 
 from .._validation import check_finite
@@ -34,6 +34,10 @@ from ..exceptions import (
     TransientReadError,
 )
 from .layout import DATA_ARRAY_NAME, DATASET_KEY, IMPORT_KEY, table_format
+from .row_blocks import RowBlocks
+
+if TYPE_CHECKING:
+    import dask.array as da
 
 log = logging.getLogger("ooc_spectral")
 
@@ -137,6 +141,22 @@ class DataSource:
             self.read_rows(int(rows[a]), int(rows[b - 1]) + 1) for a, b in zip(starts, stops)
         ])
 
+    def task_view(self, task_rows: int | tuple[int, ...] | None = None) -> "RowBlocks | da.Array":
+        """The rows as the parallel passes' tasks: :meth:`to_dask`, except that in-memory
+        (numpy) rows become a :class:`RowBlocks`, which gives the passes the same tasks
+        without building (or importing) a dask array."""
+        if self.kind == "numpy":
+            return RowBlocks(self._numpy, self._sizes(task_rows))
+        return self.to_dask(task_rows)
+
+    def _sizes(self, task_rows) -> tuple[int, ...]:
+        n = self.n_rows
+        if isinstance(task_rows, (tuple, list)):
+            if sum(task_rows) != n or min(task_rows, default=1) <= 0:
+                raise ValueError(f"row chunks {task_rows[:4]}... do not split {n} rows")
+            return tuple(int(r) for r in task_rows)
+        return row_chunks(n, self.storage_chunk_rows if task_rows is None else task_rows)
+
     def to_dask(self, task_rows: int | tuple[int, ...] | None = None) -> da.Array:
         """A dask view with row chunks of ``task_rows`` rows, all columns in one.
 
@@ -146,13 +166,10 @@ class DataSource:
         row order, summing to the number of rows): the reduction passes' tasks
         (:meth:`~ooc_spectral.core.planning.TaskPlan.reduce_chunks`).
         """
-        n, d = self.shape
-        if isinstance(task_rows, (tuple, list)):
-            if sum(task_rows) != n or min(task_rows, default=1) <= 0:
-                raise ValueError(f"to_dask: row chunks {task_rows[:4]}... do not split {n} rows")
-            sizes = tuple(int(r) for r in task_rows)
-        else:
-            sizes = row_chunks(n, self.storage_chunk_rows if task_rows is None else task_rows)
+        import dask.array as da
+
+        d = self.n_features
+        sizes = self._sizes(task_rows)
         if self.kind == "numpy":
             return da.from_array(self._numpy, chunks=(sizes, d), name=False)
         if self.kind == "zarr":
@@ -398,10 +415,10 @@ def open_source(X) -> DataSource:
         if len(getattr(X, "shape", ())) == 2 and X.shape[0] and X.shape[1]:
             _validate_meta(X.shape, X.dtype, "the sparse matrix")
         X = _DenseRows(X)
-    elif isinstance(X, da.Array) and _is_sparse(getattr(X, "_meta", None)):
+    elif _is_dask_array(X) and _is_sparse(getattr(X, "_meta", None)):
         _validate_meta(X.shape, X.dtype, "the dask array of sparse chunks")
         X = X.map_blocks(_densify, dtype=X.dtype, meta=np.empty((0, 0), dtype=X.dtype))
-    if isinstance(X, da.Array):
+    if _is_dask_array(X):
         _validate_meta(X.shape, X.dtype, "the dask array")
         if any(np.isnan(c) for c in X.chunks[0]):
             raise InvalidInputError(
@@ -466,6 +483,12 @@ def _is_zarr_array(X) -> bool:
 
     zarr = sys.modules.get("zarr")
     return zarr is not None and isinstance(X, zarr.Array)
+
+
+def _is_dask_array(X) -> bool:
+    """A ``dask.array.Array`` (there is none unless dask.array has been imported)."""
+    mod = sys.modules.get("dask.array")
+    return mod is not None and isinstance(X, mod.Array)
 
 
 def _is_xarray(X) -> bool:

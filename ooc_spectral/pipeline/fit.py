@@ -52,7 +52,7 @@ from ..core.statistics import Statistic
 from ..exceptions import (DictionaryError, DictionarySizeError, DictionaryWarning, InvalidInputError,
                           NumericalBreakdownError, warn_once)
 from ..io.source import DataSource
-from ..runtime.execution import Executor, compute
+from ..runtime.execution import Executor
 from .accumulate import PartialStore, accumulate, extension_pass
 from .certification import advised, eigenvalue_interval, exact_interval, rounding_report
 from .scan import GreedyScan, Rescan, Selection
@@ -304,7 +304,7 @@ class FitRun:
     def reduce_view(self):
         """The input as the reduction passes' tasks: the plan's equal tasks, the last ones
         re-split so that the threads finish together (:attr:`TaskPlan.tail`)."""
-        return self.source.to_dask(self.plan.reduce_chunks(self.source.n_rows))
+        return self.source.task_view(self.plan.reduce_chunks(self.source.n_rows))
 
     def tail_of(self, X) -> int:
         """How many of X's last row chunks are :meth:`reduce_view`'s re-split tail."""
@@ -315,7 +315,7 @@ class FitRun:
         """The input as pass 3's tasks: equal tasks of whole output chunks (a resumed
         output keeps its chunks)."""
         rows = self.plan.rows if out is None else out.task_rows(self.plan.rows)
-        return self.source.to_dask(rows)
+        return self.source.task_view(rows)
 
     def block_rows(self, dictionary_size: int) -> int:
         """Rows per sub-block of a task with a dictionary of ``dictionary_size`` points."""
@@ -495,12 +495,9 @@ class FitRun:
             # n_components=None: the placeholder made before the fit becomes the real array
             out = EmbeddingOutput(out.url, out.n_rows, smap.n_components, out.chunk_rows,
                                   dtype=out.dtype).prepare(resume=False)
-        if out is None:
-            embedding = map_rows(X, smap, chunk_starts=self.source.chunk_starts,
-                                 block_rows=block, dtype=self.config.output_dtype)
-            if self.source.kind == "numpy":
-                (embedding,) = compute(embedding)
-            return embedding
+        if out is None:  # numpy for numpy input, else the lazy dask array
+            return map_rows(X, smap, chunk_starts=self.source.chunk_starts,
+                            block_rows=block, dtype=self.config.output_dtype)
         # X is write_view(out): whole output chunks per task (out.write raises otherwise)
         written = out.write(X, smap, self.executor, block_rows=block)
         if self.resume and written < self.source.n_rows:

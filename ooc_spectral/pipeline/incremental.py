@@ -179,7 +179,7 @@ class IncrementalFit:
                               requested=self.config.chunk_rows, itemsize=source.itemsize)
 
     def _moments(self, source: DataSource, dictionary: Dictionary) -> Moments:
-        X = source.to_dask(self._task_rows(source, dictionary.size))
+        X = source.task_view(self._task_rows(source, dictionary.size))
         return accumulate(X, dictionary, "moments", executor=self.executor,
                           chunk_starts=source.chunk_starts)
 
@@ -188,7 +188,7 @@ class IncrementalFit:
         if b.size == dictionary.size:
             return
         if b.source is not None:
-            X = b.source.to_dask(self._task_rows(b.source, dictionary.size))
+            X = b.source.task_view(self._task_rows(b.source, dictionary.size))
             b.moments, _ = extension_pass(X, dictionary, b.moments, b.size,
                                           executor=self.executor, chunk_starts=b.source.chunk_starts)
         else:  # carried: zero coordinates on the new points

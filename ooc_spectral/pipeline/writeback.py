@@ -28,8 +28,9 @@ import errno
 import functools
 import uuid
 
+from typing import TYPE_CHECKING
+
 import dask
-import dask.array as da
 import numpy as np
 
 from .._accel.fused import loops_for
@@ -38,7 +39,11 @@ from .._validation import check_finite
 from ..core.model import SpectralMap
 from ..exceptions import ConfigurationMismatchError, OutputNotWritableError
 from ..io.integrity import checksummed, damaged_chunks, missing_chunks
-from ..runtime.execution import Executor, shared
+from ..io.row_blocks import RowBlocks
+from ..runtime.execution import Executor, compute, shared
+
+if TYPE_CHECKING:
+    import dask.array as da
 
 __all__ = ["map_rows", "client_accel", "EmbeddingOutput", "EMBEDDING", "WRITTEN"]
 
@@ -90,9 +95,10 @@ def _embed_located(block, smap, chunk_starts=None, block_rows=None, dtype="float
     return _embed_block(block, smap, offset, chunk_starts, block_rows, dtype)
 
 
-def map_rows(X: da.Array, fitted, chunk_starts=None, *, block_rows: int | None = None,
-             dtype="float64", name: str = "ooc-spectral-embed") -> da.Array:
-    """A fitted map applied to every row of ``X``: the lazy dask array ``(n, p)``.
+def map_rows(X: da.Array | RowBlocks, fitted, chunk_starts=None, *, block_rows: int | None = None,
+             dtype="float64", name: str = "ooc-spectral-embed") -> da.Array | np.ndarray:
+    """A fitted map applied to every row of ``X``: the lazy dask array ``(n, p)``, or,
+    for in-memory rows (a :class:`~ooc_spectral.io.source.RowBlocks`), its values.
 
     The one place where a fitted model meets the rows of a source: the write-back
     of pass 3, every estimator's ``transform`` and the baselines' embeddings.
@@ -108,6 +114,10 @@ def map_rows(X: da.Array, fitted, chunk_starts=None, *, block_rows: int | None =
     p = fitted.n_components
     dtype = np.dtype(dtype)
     starts = None if chunk_starts is None else shared(np.asarray(chunk_starts))
+    if isinstance(X, RowBlocks):
+        return _map_in_memory(X, shared(fitted), starts, block_rows, dtype, p)
+    import dask.array as da
+
     # The keys must name this input and this map: with one fixed name, two embeddings
     # computed together, or one computed while another's results are held on a
     # cluster (persisted, or futures alive), share keys and one gets the other's values.
@@ -115,6 +125,19 @@ def map_rows(X: da.Array, fitted, chunk_starts=None, *, block_rows: int | None =
     return da.map_blocks(_embed_located, X, shared(fitted), starts, block_rows, str(dtype),
                          dtype=dtype, meta=np.empty((0, p), dtype=dtype),
                          chunks=(X.chunks[0], (p,)), name=name)
+
+
+def _map_in_memory(X: RowBlocks, fitted_key, starts_key, block_rows, dtype: np.dtype,
+                   p: int) -> np.ndarray:
+    """:func:`map_rows` of in-memory rows, computed: the same tasks, one per row chunk."""
+    bounds = np.concatenate([[0], np.cumsum(X.chunks[0], dtype=np.int64)])
+    tasks = [dask.delayed(_embed_block, pure=True)(block, fitted_key, int(bounds[i]), starts_key,
+                                                   block_rows, str(dtype))
+             for i, block in enumerate(X.to_delayed().ravel())]
+    out = np.empty((X.shape[0], p), dtype=dtype)
+    for i, part in enumerate(compute(*tasks)):
+        out[bounds[i]:bounds[i + 1]] = part
+    return out
 
 
 @functools.lru_cache(maxsize=32)
@@ -344,6 +367,7 @@ class EmbeddingOutput:
         arr.attrs["complete"] = True
 
     def as_dask(self) -> da.Array:
+        import dask.array as da
         import zarr
 
         arr = zarr.open_array(f"{self.url.rstrip('/')}/{EMBEDDING}", mode="r")
