@@ -31,21 +31,18 @@ class RowBlocks:
         self.shape = (int(rows.shape[0]), int(rows.shape[1]))
         self.dtype = np.dtype(rows.dtype)
         self.chunks = (tuple(int(r) for r in sizes), (self.shape[1],))
+        #: Row boundaries of the tasks: task i holds rows ``bounds[i]:bounds[i + 1]``.
+        self.bounds = np.concatenate([[0], np.cumsum(self.chunks[0], dtype=np.int64)])
         self._name = f"rows-{uuid.uuid4().hex}"
-
-    @property
-    def npartitions(self) -> int:
-        return len(self.chunks[0])
 
     def to_delayed(self) -> np.ndarray:
         """One ``Delayed`` per task (an object array of shape ``(tasks, 1)``)."""
         import dask
 
         whole = dask.delayed(self._rows, name=self._name)
-        bounds = np.concatenate([[0], np.cumsum(self.chunks[0], dtype=np.int64)])
         out = np.empty((len(self.chunks[0]), 1), dtype=object)
         for i in range(len(self.chunks[0])):
-            a, b = int(bounds[i]), int(bounds[i + 1])
+            a, b = int(self.bounds[i]), int(self.bounds[i + 1])
             out[i, 0] = dask.delayed(_slice_rows, pure=True)(whole, a, b,
                                                              dask_key_name=f"{self._name}-{i}")
         return out

@@ -476,19 +476,22 @@ def open_source(X) -> DataSource:
     )
 
 
-def _is_zarr_array(X) -> bool:
-    """A ``zarr.Array`` (recognized without importing zarr: one exists only where zarr is
-    loaded; 0.2-0.6 s of a small fit's start-up otherwise, issue 38)."""
-    import sys
+def _loaded_instance(X, module: str, cls: str) -> bool:
+    """``isinstance(X, module.cls)``, recognized without importing ``module``: there is no
+    such object unless the module is loaded (importing zarr or dask.array to find out was
+    most of a small fit's start-up, issue 38)."""
+    mod = sys.modules.get(module)
+    return mod is not None and isinstance(X, getattr(mod, cls))
 
-    zarr = sys.modules.get("zarr")
-    return zarr is not None and isinstance(X, zarr.Array)
+
+def _is_zarr_array(X) -> bool:
+    """A ``zarr.Array``."""
+    return _loaded_instance(X, "zarr", "Array")
 
 
 def _is_dask_array(X) -> bool:
-    """A ``dask.array.Array`` (there is none unless dask.array has been imported)."""
-    mod = sys.modules.get("dask.array")
-    return mod is not None and isinstance(X, mod.Array)
+    """A ``dask.array.Array``."""
+    return _loaded_instance(X, "dask.array", "Array")
 
 
 def _is_xarray(X) -> bool:

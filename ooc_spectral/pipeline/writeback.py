@@ -130,7 +130,7 @@ def map_rows(X: da.Array | RowBlocks, fitted, chunk_starts=None, *, block_rows: 
 def _map_in_memory(X: RowBlocks, fitted_key, starts_key, block_rows, dtype: np.dtype,
                    p: int) -> np.ndarray:
     """:func:`map_rows` of in-memory rows, computed: the same tasks, one per row chunk."""
-    bounds = np.concatenate([[0], np.cumsum(X.chunks[0], dtype=np.int64)])
+    bounds = X.bounds
     tasks = [dask.delayed(_embed_block, pure=True)(block, fitted_key, int(bounds[i]), starts_key,
                                                    block_rows, str(dtype))
              for i, block in enumerate(X.to_delayed().ravel())]
