@@ -387,3 +387,29 @@ def test_advice_of_the_issue_is_computed(data, tmp_path):
     assert "after scanning 0 of" not in proc.stderr and "gamma=5e+05" not in proc.stderr
     assert "after scanning at least 301 of 6000 rows" in proc.stderr
     assert "leave gamma to the heuristic" in proc.stderr
+
+
+@pytest.mark.parametrize("quiet", [True, False])
+def test_quiet_holds_for_the_loggers_distributed_configures_when_imported_later(quiet):
+    """``-q`` leaves the one-line error alone on stderr: importing distributed after the
+    logging is configured (the cluster is started lazily) resets its loggers' levels from
+    its own configuration (``distributed.client`` at warning), so a stopped scheduler's
+    traceback came through. Without ``-q``, the machinery's info lines stay out too."""
+    code = (
+        "import logging, sys\n"
+        "from ooc_spectral.batch.cli import configure_logging\n"
+        f"configure_logging(quiet={quiet})\n"
+        "assert 'distributed' not in sys.modules\n"
+        "import distributed\n"
+        "logging.getLogger('distributed.client').error('CLIENT-ERROR')\n"
+        "logging.getLogger('distributed.scheduler').info('SCHEDULER-INFO')\n"
+        "logging.getLogger('distributed.client').warning('CLIENT-WARNING')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "SCHEDULER-INFO" not in proc.stderr
+    if quiet:
+        assert "CLIENT-ERROR" not in proc.stderr and "CLIENT-WARNING" not in proc.stderr
+    else:
+        assert "CLIENT-ERROR" in proc.stderr and "CLIENT-WARNING" in proc.stderr

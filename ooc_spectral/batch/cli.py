@@ -340,10 +340,32 @@ def configure_logging(quiet: bool = False, verbose: bool = False) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
-    for name in ("distributed", "tornado", "asyncio", "bokeh"):
-        # --quiet: our one-line error says what failed; dask's tracebacks and nanny warnings
-        # (workers restarted, memory) are noise for cron
-        logging.getLogger(name).setLevel(logging.CRITICAL + 1 if quiet else logging.WARNING)
+    # --quiet: our one-line error says what failed; dask's tracebacks and nanny warnings
+    # (workers restarted, memory) are noise for cron
+    _quiet_libraries(logging.CRITICAL + 1 if quiet else logging.WARNING)
+
+
+#: The loggers of the cluster machinery, with those that distributed sets a level of its
+#: own on when it is imported (its ``logging`` configuration's defaults).
+_LIBRARY_LOGGERS = ("distributed", "distributed.client", "distributed.gc", "tornado",
+                    "tornado.application", "asyncio", "bokeh")
+
+
+def _quiet_libraries(level: int) -> None:
+    """The cluster machinery's loggers at ``level``, now and after ``distributed`` is
+    imported: importing it sets the levels of its ``logging`` configuration (``distributed``
+    at info, ``distributed.client`` at warning, ...), over any set before. So the same
+    levels go into that configuration, unless the user's own is a ``logging.config``
+    dictionary (``version``), which distributed then applies as it is."""
+    for name in _LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(level)
+    if "distributed" in sys.modules:
+        return  # imported already: it will not set them again
+    import dask.config
+
+    current = dask.config.get("logging", default=None) or {}
+    if isinstance(current, dict) and "version" not in current:
+        dask.config.set({"logging": {**current, **{n: level for n in _LIBRARY_LOGGERS}}})
 
 
 def _one_line(exc: BaseException) -> str:
