@@ -413,3 +413,21 @@ def test_quiet_holds_for_the_loggers_distributed_configures_when_imported_later(
         assert "CLIENT-ERROR" not in proc.stderr and "CLIENT-WARNING" not in proc.stderr
     else:
         assert "CLIENT-ERROR" in proc.stderr and "CLIENT-WARNING" in proc.stderr
+
+
+@pytest.mark.parametrize("quiet", [True, False])
+def test_the_users_own_distributed_logging_levels_yield_only_to_quiet(quiet):
+    """A level the user configured for distributed (dask's ``logging`` configuration, here
+    by environment) stands without ``-q``; ``-q``, asked for on the command line, wins."""
+    code = (
+        "import logging, sys\n"
+        "from ooc_spectral.batch.cli import configure_logging\n"
+        f"configure_logging(quiet={quiet})\n"
+        "import distributed\n"
+        "logging.getLogger('distributed.scheduler').info('SCHEDULER-INFO')\n"
+    )
+    env = dict(os.environ, DASK_LOGGING='{"distributed": "info"}')
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert ("SCHEDULER-INFO" in proc.stderr) is (not quiet), proc.stderr

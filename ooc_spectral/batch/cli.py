@@ -342,7 +342,7 @@ def configure_logging(quiet: bool = False, verbose: bool = False) -> None:
     root.propagate = False
     # --quiet: our one-line error says what failed; dask's tracebacks and nanny warnings
     # (workers restarted, memory) are noise for cron
-    _quiet_libraries(logging.CRITICAL + 1 if quiet else logging.WARNING)
+    _quiet_libraries(logging.CRITICAL + 1 if quiet else logging.WARNING, override=quiet)
 
 
 #: The loggers of the cluster machinery, with those that distributed sets a level of its
@@ -351,12 +351,13 @@ _LIBRARY_LOGGERS = ("distributed", "distributed.client", "distributed.gc", "torn
                     "tornado.application", "asyncio", "bokeh")
 
 
-def _quiet_libraries(level: int) -> None:
+def _quiet_libraries(level: int, override: bool) -> None:
     """The cluster machinery's loggers at ``level``, now and after ``distributed`` is
     imported: importing it sets the levels of its ``logging`` configuration (``distributed``
     at info, ``distributed.client`` at warning, ...), over any set before. So the same
-    levels go into that configuration, unless the user's own is a ``logging.config``
-    dictionary (``version``), which distributed then applies as it is."""
+    levels go into that configuration: over the user's own levels there where
+    ``override`` (``-q`` asked for), else under them. A user's ``logging.config``
+    dictionary there (``version``) is left as it is: distributed applies it."""
     for name in _LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(level)
     if "distributed" in sys.modules:
@@ -365,7 +366,8 @@ def _quiet_libraries(level: int) -> None:
 
     current = dask.config.get("logging", default=None) or {}
     if isinstance(current, dict) and "version" not in current:
-        dask.config.set({"logging": {**current, **{n: level for n in _LIBRARY_LOGGERS}}})
+        ours = {n: level for n in _LIBRARY_LOGGERS}
+        dask.config.set({"logging": {**current, **ours} if override else {**ours, **current}})
 
 
 def _one_line(exc: BaseException) -> str:
