@@ -431,3 +431,19 @@ def test_the_users_own_distributed_logging_levels_yield_only_to_quiet(quiet):
                           timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     assert ("SCHEDULER-INFO" in proc.stderr) is (not quiet), proc.stderr
+
+
+@pytest.mark.parametrize("command", ["inspect", "verify"])
+def test_commands_that_start_no_cluster_import_no_dask_to_set_up_logging(fitted, command):
+    """The logging set-up reaches into dask's configuration only for commands that may
+    start a cluster; reading an OUTDIR does not pay dask's import for it."""
+    out, _ = fitted
+    code = (
+        "import sys\n"
+        "from ooc_spectral.batch.cli import main\n"
+        f"rc = main([{command!r}, {str(out)!r}, '-q'])\n"
+        "print(rc, 'dask' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.stdout.split()[-2:] == ["0", "False"], (proc.stdout, proc.stderr)
