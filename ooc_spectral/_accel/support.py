@@ -17,11 +17,11 @@ __all__ = ["once", "config_flag", "contiguous_float64", "accel_for", "accel_allo
 
 #: Fewest entries of a task's block (its rows x the dictionary's points) for which the
 #: optional accelerators are used: numba's compiled loops and Intel MKL. Loading them
-#: costs a process 0.26-0.5 s each (numba and LLVM from the disk cache; libmkl_rt and its
-#: kernels, 0.5-0.9 s on a loaded 2-core machine) and they save well under 1 ns an entry,
-#: so they pay on blocks of millions of entries, as a large fit's tasks are (262,144
-#: rows x m), never on a small fit's (2,000-4,096 rows x tens of points). Below it,
-#: NumPy and its BLAS: the same values to rounding (issue 38).
+#: costs a process a fixed fraction of a second each (numba and LLVM from the disk cache;
+#: libmkl_rt and its kernels) and they save well under 1 ns an entry, so they pay on
+#: blocks of millions of entries, as a large fit's tasks are (262,144 rows x m), never on
+#: a small fit's (2,000-4,096 rows x tens of points) (docs/measurements.md, "Start-up and
+#: resident costs"). Below it, NumPy and its BLAS: the same values to rounding (issue 38).
 ACCEL_MIN_ENTRIES = 2**23
 #: Fewest rows of a fit for which the client's own work (the scan, the solve) may load
 #: the accelerators (the estimator and the command line's fit set :func:`accel_for`).

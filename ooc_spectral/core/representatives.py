@@ -97,9 +97,9 @@ __all__ = [
 #: Bytes of the distance block a sub-block of rows holds (rows x m float64).
 DISTANCE_BLOCK_BYTES = 32 * 2**20
 #: Up to this many features the nearest representatives come from a k-d tree (scipy's
-#: ``cKDTree``, exact), above it from blocked products and a partial sort: at m = 1000,
-#: 2e4 rows, one thread, the tree took 0.05 s at d = 2-3 against 0.6 s, was even at
-#: d = 8 and slower beyond (0.74 s against 0.48 s at d = 16).
+#: ``cKDTree``, exact), above it from blocked products and a partial sort: the tree is
+#: far faster at a few features, even at 8 and slower beyond (docs/measurements.md,
+#: "Nearest representatives").
 KDTREE_MAX_FEATURES = 8
 #: Rows per sub-block of :func:`chunk_bipartite`: its pair numbers and products are
 #: ``K^2`` values a row (25 at K = 5, 400 bytes with both), 13 MiB at 32768 rows

@@ -53,8 +53,8 @@ REPRESENTATIVES_PURPOSE = 0x52
 KMEANS_PURPOSE = 0x4C
 #: The stages in the client (selection, an in-memory pass, the solve, k-means) run on
 #: one BLAS/OpenMP thread: small products, and on a shared machine more threads spin.
-#: The dense solve at m = 899 (digits) took 0.12-0.26 s on one thread and 0.9-3.8 s on
-#: two, 2 cores under load (docs/representatives.md).
+#: The dense solve ran several times slower on two threads than on one, 2 cores under
+#: load (docs/representatives.md).
 CLIENT_THREADS = 1
 #: An eigenvalue ``mu`` of the transfer cut within this of 1 counts a piece of the graph.
 PIECES_TOL = 1e-10

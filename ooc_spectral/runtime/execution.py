@@ -75,8 +75,8 @@ def _scheduler():
 
 def _default_scheduler() -> dict:
     """``dask.compute``'s keyword naming the threaded scheduler where :func:`_scheduler`
-    found none: dask would otherwise import ``distributed`` to look for a client (0.25 s of
-    a small fit's start-up, issue 38). Empty where a scheduler or client is set."""
+    found none: dask would otherwise import ``distributed`` to look for a client, most of a
+    small fit's start-up (docs/measurements.md, "Start-up and resident costs"). Empty where a scheduler or client is set."""
     import dask.threaded
 
     # the function, not its name: dask looks for a client to resolve a name
@@ -113,7 +113,7 @@ def active_client():
     """The default ``distributed.Client``, or None when there is none.
 
     A process that has not imported ``distributed`` has no client: it is not imported
-    to find that out (about 0.25 s, most of a small fit's fixed cost; issue 38)."""
+    to find that out (most of a small fit's fixed cost; docs/measurements.md, "Start-up and resident costs")."""
     import sys
 
     if "distributed" not in sys.modules:
