@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import inspect
+import warnings
 
 import dask.array as da
 import numpy as np
@@ -19,7 +20,7 @@ import zarr
 from sklearn.base import clone
 from sklearn.decomposition import KernelPCA
 
-from ooc_spectral import GreedySpectralEmbedding
+from ooc_spectral import GreedySpectralEmbedding, InvalidInputError
 from ooc_spectral.core.config import parameter_fields
 from ooc_spectral.core.kernels import RBFKernel
 
@@ -239,6 +240,26 @@ def test_save_load_transforms_identically(tmp_path, swiss_roll, kw):
     # the saved model is zarr arrays and JSON, nothing pickled
     g = zarr.open_group(str(tmp_path / "model.zarr"), mode="r")
     assert all(g[k].dtype.kind in "fiu" for k in g.array_keys())
+
+
+def test_a_model_loads_from_an_outdir_without_a_warning_and_an_array_path_is_named(
+        tmp_path, swiss_roll):
+    """A fit's OUTDIR holds report.json beside its zarr groups: loading its model looks
+    the group up by name (listing the members made zarr warn of report.json, on every
+    ``ooc-spectral transform``); a zarr array passed as a model is named as one."""
+    X = swiss_roll[0][:600]
+    est = GreedySpectralEmbedding(n_components=2, tol=1e-2, random_state=1).fit(X)
+    out = tmp_path / "out"
+    zarr.open_group(str(out), mode="w")
+    est.save(out / "model")
+    (out / "report.json").write_text("{}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        back = GreedySpectralEmbedding.load(out)
+    np.testing.assert_array_equal(back.transform(X[:50]), est.transform(X[:50]))
+    write_zarr(tmp_path / "x.zarr", X, 300)
+    with pytest.raises(InvalidInputError, match="is a zarr array, not a saved model"):
+        GreedySpectralEmbedding.load(tmp_path / "x.zarr")
 
 
 def test_sklearn_conventions(swiss_roll):

@@ -31,6 +31,7 @@ from ooc_spectral.exceptions import (
     UsageError,
 )
 from ooc_spectral.batch.jobs import FitJob, run_fit_job
+from ooc_spectral.io.persistence import attrs_digest
 
 from test_cli import EXE, cli  # noqa: F401
 from test_resume import in_pass2, kill_when
@@ -287,6 +288,50 @@ def test_a_flipped_byte_in_a_model_array_makes_load_raise(complete_run, tmp_path
     (model / "eigenvalues" / "c" / "0").unlink()
     with pytest.raises(DamagedDataError, match="digest"):
         GreedySpectralEmbedding.load(model)
+
+
+def _edit_model_meta(model: Path, edit) -> None:
+    path = model / "zarr.json"
+    doc = json.loads(path.read_text())
+    edit(doc["attributes"]["ooc_spectral_model"])
+    path.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda m: m["kernel"].update(gamma=m["kernel"]["gamma"] * 1.6), "description"),
+    (lambda m: m["fitted"].update(max_residual_=1e-12), "description"),
+    (lambda m: m["params"].update(n_components=1), "description"),
+    (lambda m: m.pop("attrs_sha256"), "no digest"),
+    # the arrays' digest gone, the description's recomputed to match: still refused
+    (lambda m: (m.pop("arrays_sha256"), m.update(attrs_sha256=attrs_digest(m))), "no digest"),
+], ids=["kernel gamma", "certificate", "params", "no description digest", "no arrays digest"])
+def test_a_changed_model_description_makes_load_and_verify_fail(complete_run, tmp_path, edit,
+                                                                 match):
+    """The model's zarr.json (kernel, parameters, certificate) is covered by its own digest,
+    ``attrs_sha256``: a changed digit is refused by load, by transform and by verify (the
+    arrays' digest alone let a changed gamma transform every row differently, exit 0)."""
+    ref_out, _ = complete_run
+    model = tmp_path / "model"
+    shutil.copytree(ref_out / "model", model)
+    _edit_model_meta(model, edit)
+    with pytest.raises(DamagedDataError, match=match):
+        GreedySpectralEmbedding.load(model)
+    proc = cli("verify", model)  # damage: exit 1, the rerun repairs it (docs/user_guide/batch.md)
+    assert proc.returncode == 1 and "digest" in proc.stderr, (proc.returncode, proc.stderr)
+    proc = cli("transform", model, ref_out / "model" / "dictionary", "--out", tmp_path / "t", "-q",
+               "--engine", "threads")
+    assert proc.returncode == 2 and match in proc.stderr, (proc.returncode, proc.stderr)
+
+
+def test_a_format_2_model_without_a_description_digest_still_loads(complete_run, tmp_path):
+    ref_out, _ = complete_run
+    model = tmp_path / "model"
+    shutil.copytree(ref_out / "model", model)
+    _edit_model_meta(model, lambda m: (m.pop("attrs_sha256"), m.update(format=2)))
+    old, new = GreedySpectralEmbedding.load(model), GreedySpectralEmbedding.load(ref_out / "model")
+    X = new.dictionary_[:20] + 0.1
+    np.testing.assert_array_equal(old.transform(X), new.transform(X))
+    assert cli("verify", model).returncode == 0
 
 
 # --------------------------------------------------------------------------- #

@@ -12,6 +12,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import sklearn.exceptions
 
@@ -31,6 +32,58 @@ def test_the_fit_command_path_does_not_import_scikit_learn():
                           "ooc_spectral.pipeline.accumulate, ooc_spectral.pipeline.writeback")
     assert "ooc_spectral" in mods and "dask" in mods
     assert "sklearn" not in mods
+
+
+def test_fit_transform_and_verify_on_the_threads_engine_import_neither_sklearn_nor_distributed(
+        tmp_path):
+    """The command line saves and reads models without the estimator (scikit-learn's
+    import), and names dask's threaded scheduler by its function (its name made dask
+    import distributed to look for a client); the model it writes is the one
+    ``GreedySpectralEmbedding.save`` writes after the same fit."""
+    import zarr
+
+    from ooc_spectral import GreedySpectralEmbedding
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(3000, 3))
+    zarr.create_array(str(tmp_path / "x.zarr"), shape=X.shape, chunks=(500, 3), dtype="f8")[:] = X
+    out, emb = tmp_path / "out", tmp_path / "emb"
+    args = ["--gamma", "0.3", "--tol", "1e-2", "--n-components", "2", "--engine", "threads",
+            "--random-state", "4", "-q"]
+    x = str(tmp_path / "x.zarr")
+    # the estimator's fit and save come after the modules are listed, in the same process
+    # (one BLAS set-up: a float can differ between processes, not within one)
+    code = (f"import sys\nfrom ooc_spectral.cli import main\n"
+            f"assert main(['fit', {x!r}, '--out', {str(out)!r}, *{args!r}]) == 0\n"
+            f"assert main(['transform', {str(out)!r}, {x!r}, '--out', {str(emb)!r}, "
+            f"'--engine', 'threads', '-q']) == 0\n"
+            f"assert main(['verify', {str(out)!r}, '-q']) == 0\n"
+            "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))\n"
+            "import zarr\nfrom ooc_spectral import GreedySpectralEmbedding\n"
+            "est = GreedySpectralEmbedding(n_components=2, gamma=0.3, tol=1e-2, random_state=4,"
+            f" output_dtype='float64').fit(zarr.open_array({x!r}, mode='r'))\n"
+            f"est.save({str(tmp_path / 'saved')!r})\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    mods = set(proc.stdout.split())
+    assert "ooc_spectral" in mods and "dask" in mods
+    assert not mods & {"sklearn", "distributed"}, sorted(mods & {"sklearn", "distributed"})
+    # the model is the estimator's: same arrays (digest), same attributes but the timings
+    cli_meta = zarr.open_group(str(out / "model"), mode="r").attrs["ooc_spectral_model"]
+    est_meta = zarr.open_group(str(tmp_path / "saved"), mode="r").attrs["ooc_spectral_model"]
+    assert cli_meta["arrays_sha256"] == est_meta["arrays_sha256"]
+    assert set(cli_meta) == set(est_meta)
+    for key in est_meta:
+        if key not in ("fitted", "attrs_sha256"):  # the digest covers the timings
+            assert cli_meta[key] == est_meta[key], key
+    assert set(cli_meta["fitted"]) == set(est_meta["fitted"])
+    for key, value in est_meta["fitted"].items():
+        if key != "timings_":
+            assert cli_meta["fitted"][key] == value, key
+    # and the transform job's rows are the loaded estimator's
+    E = zarr.open_array(str(emb / "embedding"), mode="r")[...]
+    loaded = GreedySpectralEmbedding.load(out)
+    np.testing.assert_allclose(E, loaded.transform(X), rtol=1e-12, atol=1e-12)
 
 
 def test_not_fitted_error_is_scikit_learns_and_one_class():

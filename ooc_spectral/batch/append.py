@@ -315,8 +315,7 @@ def run_update(plan: AppendPlan, *, outdir: str, rundir, source: DataSource, con
     ``stage(name)`` is a context manager timing a stage (the job's). The caller
     holds the lock and writes the report and the completion marker.
     """
-    from ..estimators.embedding import GreedySpectralEmbedding
-    from ..io.persistence import load_model
+    from ..io.persistence import model_of_fit, read_model, write_model
     from ..core.planning import plan_task_rows
     from ..pipeline.writeback import EMBEDDING, WRITTEN, EmbeddingOutput
 
@@ -339,11 +338,8 @@ def run_update(plan: AppendPlan, *, outdir: str, rundir, source: DataSource, con
         what = solve_update(config, source, base, plan.rows_before, executor, timings)
         r = what.result
         with stage("model"):
-            est = GreedySpectralEmbedding(**config.to_json())
-            est._set_fitted(r)
-            est.n_samples_fit_ = n_new
             rundir.remove_member("model")  # OUTDIR's own (a damaged one too), under its lock
-            est.save(model_path)
+            write_model(model_of_fit(r, config, n_samples=n_new), model_path)
             save_base(checkpoint, n_new, r.scan_state, r.stats, r.spectral_map.components, r.gamma,
                       append_anchor(source))
         group = rundir.group()
@@ -366,7 +362,7 @@ def run_update(plan: AppendPlan, *, outdir: str, rundir, source: DataSource, con
         what = UpdateResult(update["rows_before"], update["rows_added"],
                             update["dictionary_before"], update["dictionary_after"],
                             update["order_changed"], dict(update.get("stages", {})))
-        smap = load_model(GreedySpectralEmbedding, model_path).spectral_map_
+        smap = read_model(model_path).spectral_map
         out = EmbeddingOutput(outdir, n_new, smap.n_components,
                               source.storage_chunk_rows,
                               dtype=config.output_dtype).prepare(resume=True)

@@ -25,7 +25,7 @@ from ..runtime.cluster import ClusterOptions, compute_engine, dask_client
 from ..core.config import FitConfig
 from ..runtime.execution import Executor
 from ..runtime.monitor import MemorySampler, ProgressLog
-from ..io.persistence import load_model, load_model_and_digest, package_versions
+from ..io.persistence import model_of_fit, package_versions, read_model, write_model
 from ..exceptions import DictionaryError
 from ..pipeline.advice import with_advice
 from ..pipeline.fit import FitRun
@@ -207,8 +207,6 @@ def _performance_report(path: str | None):
 
 def run_fit_job(job: FitJob) -> dict:
     """Run or resume a fit into ``job.outdir``; returns the report."""
-    from ..estimators.embedding import GreedySpectralEmbedding
-
     config = FitConfig.from_params(job.params)
     if isinstance(job.input, (str, os.PathLike)):
         _output_outside_input(job.outdir, job.input)
@@ -273,10 +271,8 @@ def run_fit_job(job: FitJob) -> dict:
                     raise advised from err
                 _input_unchanged_since(source, fingerprint, job.input)
                 with run.stage("model"):
-                    est = GreedySpectralEmbedding(**config.to_json())
-                    est._set_fitted(result)
                     rundir.remove_member("model")  # ours: a damaged one is replaced too
-                    est.save(rundir.join("model"))
+                    write_model(model_of_fit(result, config), rundir.join("model"))
                     base_rows = _keep_update_base(rundir, job, config, source, result)
                 where = engine.report()
             report = {
@@ -347,7 +343,6 @@ def _run_update_job(job: FitJob, rundir: RunDirectory, plan, source: DataSource,
                     config: FitConfig, resolved: dict, fingerprint: dict | None) -> dict:
     """Update the finished fit in OUTDIR with the rows appended to its input (issue 16)."""
     from .append import run_update
-    from ..estimators.embedding import GreedySpectralEmbedding
 
     log.info("the input %s has %d rows appended after the %d fitted in %s: updating the fit",
              job.input, source.n_rows - plan.rows_before, plan.rows_before, job.outdir)
@@ -371,7 +366,7 @@ def _run_update_job(job: FitJob, rundir: RunDirectory, plan, source: DataSource,
                 config=config, resolved=resolved, fingerprint=fingerprint, executor=executor,
                 checkpoint=rundir.checkpoint(job.checkpoint_every), stage=stage)
             workers = len(client.scheduler_info().get("workers", {}))
-        est = load_model(GreedySpectralEmbedding, rundir.join("model"))
+        model = read_model(rundir.join("model"))
         stages = {**what.timings, **timings}
         report = {
             "status": "complete",
@@ -382,13 +377,13 @@ def _run_update_job(job: FitJob, rundir: RunDirectory, plan, source: DataSource,
             "n_features": source.n_features,
             "n_components": config.n_components,
             "kernel": config.kernel,
-            "gamma": est.gamma_,
+            "gamma": model.fitted["gamma_"],
             "tol": config.tol,
-            "dictionary_size": int(est.dictionary_.shape[0]),
+            "dictionary_size": int(model.spectral_map.dictionary.size),
             "max_residual": update["max_residual"],
             "max_residual_row": update["max_residual_row"],
             "eigenvalue_error_bound": update["eigenvalue_error_bound"],
-            "eigenvalues": [float(v) for v in est.eigenvalues_],
+            "eigenvalues": [float(v) for v in model.spectral_map.eigenvalues],
             "normalization": config.normalization,
             "update": {
                 "rows_before": what.rows_before, "rows_added": what.rows_added,
@@ -426,21 +421,20 @@ class TransformJob:
 
 def run_transform_job(job: TransformJob) -> dict:
     """Out-of-sample embedding of ``job.input`` with a saved model, into ``job.out``."""
-    from ..estimators.embedding import GreedySpectralEmbedding
-
     # the digest read with the arrays it covers (a refit between two reads cannot pair
     # the new digest with the old model's rows)
-    est, model_digest = load_model_and_digest(GreedySpectralEmbedding, job.model)
+    model = read_model(job.model)
+    model_digest, n_features_in = model.digest, int(model.fitted["n_features_in_"])
     if isinstance(job.input, (str, os.PathLike)):
         _output_outside_input(job.out, job.input)
-    smap = est.spectral_map_
+    smap = model.spectral_map
     source = open_source(job.input)
-    if source.n_features != est.n_features_in_:
+    if source.n_features != n_features_in:
         from ..exceptions import InvalidInputError
 
         raise InvalidInputError(
             f"{job.input} has {source.n_features} features, but the model was fitted with "
-            f"{est.n_features_in_}; pass rows with the training columns"
+            f"{n_features_in}; pass rows with the training columns"
         )
     from ..io.storage import absolute
 
@@ -467,7 +461,8 @@ def run_transform_job(job: TransformJob) -> dict:
                     log.warning("--chunk-rows: %s", plan.note)
                 out = EmbeddingOutput(job.out, source.n_rows, smap.n_components,
                                       plan.output_chunk_rows,
-                                      dtype=est.output_dtype).prepare(resume=resuming)
+                                      dtype=model.params.get("output_dtype")
+                                      ).prepare(resume=resuming)
                 block = plan_block_rows(plan.rows, source.n_features, smap.dictionary.size,
                                         memory=executor.task_memory, itemsize=source.itemsize,
                                         cache=executor.cache_block)
@@ -501,9 +496,7 @@ def damaged_run_outputs(outdir) -> list[str]:
 
     model = join(outdir, "model")
     try:
-        from ..estimators.embedding import GreedySpectralEmbedding
-
-        load_model(GreedySpectralEmbedding, model)
+        read_model(model)
     except Exception as exc:
         problems.append(f"model: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
     seen = {p.split(":", 1)[0] for p in problems}

@@ -18,16 +18,23 @@ Layout of a saved model (group attributes under the key ``ooc_spectral_model``):
     preimage_dual_coef    (c, d)  float64   its coefficients (the map's alpha is an attribute)
 
 The attributes are written last: a group without them is not a model. Every
-chunk carries a CRC-32C checksum and the attributes record ``arrays_sha256``,
-a digest of every array's values; :func:`load_model` checks both and raises
-:class:`~ooc_spectral.exceptions.DamagedDataError` naming the array when one
-fails (a flipped bit, a deleted chunk read back as fill values).
+chunk carries a CRC-32C checksum, the attributes record ``arrays_sha256``, a
+digest of every array's values, and ``attrs_sha256``, a digest of the attributes
+themselves (the kernel, the parameters, the certificate's figures, and
+``arrays_sha256``); :func:`read_model` checks all three and raises
+:class:`~ooc_spectral.exceptions.DamagedDataError` naming what failed (a flipped
+bit, a deleted chunk read back as fill values, a changed digit in zarr.json, a
+description from another save). These detect damage, not an adversary: whoever
+can rewrite a model can rewrite its digests too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from dataclasses import dataclass
 from importlib import metadata
+from typing import Any
 
 import numpy as np
 import zarr
@@ -44,12 +51,28 @@ from .integrity import arrays_digest, checksummed
 from ..core.kernel_choice import kernel_from_attrs, kernel_to_attrs
 from ..core.model import Dictionary, SpectralMap
 
-__all__ = ["save_model", "load_model", "MODEL_KEY", "FORMAT_VERSION", "package_versions"]
+__all__ = ["SavedModel", "save_model", "load_model", "read_model", "write_model", "model_of_fit",
+           "MODEL_KEY", "FORMAT_VERSION", "package_versions"]
 
 MODEL_KEY = "ooc_spectral_model"
 #: 2: kernel PCA models map rows by their orthogonal projection (``center`` is the
-#: mean coordinate ``zbar``); format 1 used the affine projection.
-FORMAT_VERSION = 2
+#: mean coordinate ``zbar``); format 1 used the affine projection. 3: the attributes
+#: carry their own digest, ``attrs_sha256`` (format 2 is still read, without it).
+FORMAT_VERSION = 3
+READABLE_FORMATS = (2, 3)
+
+
+def attrs_digest(meta: dict) -> str:
+    """SHA-256 of a model's attributes (its canonical JSON), ``attrs_sha256`` left out:
+    with ``arrays_sha256`` among them, it ties the description (kernel, parameters,
+    the certificate's figures) to the arrays. A digest detects damage (a changed digit,
+    a field lost, a description from another save), not someone who rewrites it too."""
+    import hashlib
+    import json
+
+    body = {k: v for k, v in meta.items() if k != "attrs_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"))
+                          .encode()).hexdigest()
 
 
 def package_versions() -> dict[str, str]:
@@ -63,9 +86,90 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+@dataclass
+class SavedModel:
+    """A fitted model as it is saved: what ``GreedySpectralEmbedding``'s fitted
+    attributes hold, without the estimator (the command line writes and reads models
+    without importing scikit-learn).
+
+    ``fitted`` maps the scalar fitted attributes (``gamma_``, ``tol_``,
+    ``max_residual_``, ...) to JSON values (:func:`fitted_record`); ``params`` are the
+    estimator's parameters; ``digest`` is the ``arrays_sha256`` read with the arrays
+    (None for a model being written).
+    """
+
+    class_name: str
+    params: dict
+    spectral_map: SpectralMap
+    fitted: dict
+    preimage: Any = None
+    digest: str | None = None
+
+
+#: The fitted attributes every saved model records (:func:`fitted_record`).
+FITTED = ("gamma_", "tol_", "max_residual_", "max_residual_row_", "eigenvalue_error_bound_",
+          "eigenvalue_interval_", "n_features_in_", "n_samples_fit_", "random_state_",
+          "timings_")
+
+
+def fitted_record(*, gamma, tol, max_residual, max_residual_row, eigenvalue_error_bound,
+                  eigenvalue_interval, n_features, n_samples, random_state, timings) -> dict:
+    """The fitted attributes a model saves, as JSON values, under their ``*_`` names."""
+    return {
+        "gamma_": gamma,
+        "tol_": float(tol),
+        "max_residual_": float(max_residual),
+        "max_residual_row_": int(max_residual_row),
+        "eigenvalue_error_bound_": (None if eigenvalue_error_bound is None
+                                    else float(eigenvalue_error_bound)),
+        "eigenvalue_interval_": (None if eigenvalue_interval is None
+                                 else [[float(a), float(b)] for a, b in eigenvalue_interval]),
+        "n_features_in_": int(n_features),
+        "n_samples_fit_": int(n_samples),
+        "random_state_": int(random_state),
+        "timings_": {k: float(v) for k, v in timings.items()},
+    }
+
+
+def model_of_fit(result, config: FitConfig, *, n_samples: int | None = None,
+                 class_name: str = "GreedySpectralEmbedding") -> SavedModel:
+    """The model of a finished fit (a :class:`~ooc_spectral.pipeline.fit.FitResult` of
+    ``config``), as ``GreedySpectralEmbedding.save`` writes it after that fit;
+    ``n_samples`` overrides the fitted row count (an update's)."""
+    random_state = result.config.random_state
+    return SavedModel(
+        class_name=class_name,
+        params=config.to_json() | {"random_state": int(random_state)},
+        spectral_map=result.spectral_map,
+        fitted=fitted_record(
+            gamma=result.gamma, tol=result.tol, max_residual=result.max_residual,
+            max_residual_row=result.max_residual_row,
+            eigenvalue_error_bound=result.eigenvalue_error_bound,
+            eigenvalue_interval=result.eigenvalue_interval, n_features=result.n_features,
+            n_samples=result.n_samples if n_samples is None else n_samples,
+            random_state=random_state, timings=result.timings),
+        preimage=result.preimage)
+
+
 def save_model(est, path, *, overwrite: bool = False) -> None:
     """Write the fitted estimator ``est`` to the zarr group at ``path``."""
-    smap: SpectralMap = est.spectral_map_
+    write_model(SavedModel(
+        class_name=type(est).__name__,
+        params=est._config().to_json() | {"random_state": int(est.random_state_)},
+        spectral_map=est.spectral_map_,
+        fitted=fitted_record(
+            gamma=est.gamma_, tol=est.tol_, max_residual=est.max_residual_,
+            max_residual_row=est.max_residual_row_,
+            eigenvalue_error_bound=getattr(est, "eigenvalue_error_bound_", None),
+            eigenvalue_interval=getattr(est, "eigenvalue_interval_", None),
+            n_features=est.n_features_in_, n_samples=est.n_samples_fit_,
+            random_state=est.random_state_, timings=est.timings_),
+        preimage=getattr(est, "preimage_map_", None)), path, overwrite=overwrite)
+
+
+def write_model(model: SavedModel, path, *, overwrite: bool = False) -> None:
+    """Write ``model`` to the zarr group at ``path`` (the layout above)."""
+    smap = model.spectral_map
     d: Dictionary = smap.dictionary
     kernel_attrs, kernel_arrays = kernel_to_attrs(d.kernel)
     arrays = {
@@ -82,7 +186,7 @@ def save_model(est, path, *, overwrite: bool = False) -> None:
         arrays["dictionary_aux"] = d.aux
     if smap.center is not None:
         arrays["center"] = smap.center
-    preimage = getattr(est, "preimage_map_", None)
+    preimage = model.preimage
     if preimage is not None:  # its kernel is the model's kernel (saved above)
         arrays["preimage_centers"] = preimage.centers
         arrays["preimage_dual_coef"] = preimage.dual_coef
@@ -103,11 +207,11 @@ def save_model(est, path, *, overwrite: bool = False) -> None:
     for name, value in values.items():
         group.create_array(name, shape=value.shape, dtype=value.dtype,
                            chunks=value.shape or (1,), **checksummed())[...] = value
-    group.attrs[MODEL_KEY] = {
+    meta = {
         "arrays_sha256": arrays_digest(values),
         "format": FORMAT_VERSION,
-        "class": type(est).__name__,
-        "params": est._config().to_json() | {"random_state": int(est.random_state_)},
+        "class": model.class_name,
+        "params": model.params,
         "kernel": kernel_attrs,
         "mode": smap.mode,
         "affine": bool(d.affine),
@@ -115,24 +219,10 @@ def save_model(est, path, *, overwrite: bool = False) -> None:
         "beta": float(d.beta),
         "n_samples": int(smap.n_samples),
         "preimage_alpha": None if preimage is None else float(preimage.alpha),
-        "fitted": {
-            "gamma_": est.gamma_,
-            "tol_": float(est.tol_),
-            "max_residual_": float(est.max_residual_),
-            "max_residual_row_": int(est.max_residual_row_),
-            "eigenvalue_error_bound_": (
-                None if getattr(est, "eigenvalue_error_bound_", None) is None
-                else float(est.eigenvalue_error_bound_)),
-            "eigenvalue_interval_": (
-                None if getattr(est, "eigenvalue_interval_", None) is None
-                else [[float(a), float(b)] for a, b in est.eigenvalue_interval_]),
-            "n_features_in_": int(est.n_features_in_),
-            "n_samples_fit_": int(est.n_samples_fit_),
-            "random_state_": int(est.random_state_),
-            "timings_": {k: float(v) for k, v in est.timings_.items()},
-        },
+        "fitted": model.fitted,
         "versions": package_versions(),
     }
+    group.attrs[MODEL_KEY] = meta | {"attrs_sha256": attrs_digest(meta)}
 
 
 def _listed_afresh(loc: str):
@@ -158,8 +248,19 @@ def _open_model_group(loc: str):
             f"no saved model at {loc!r}; check the path (a model is a zarr group written by "
             "GreedySpectralEmbedding.save or the 'model' group of an ooc-spectral fit output)"
         ) from exc
-    if MODEL_KEY not in group.attrs and "model" in group.group_keys():
-        group = group["model"]  # an `ooc-spectral fit` output directory
+    except zarr.errors.ContainsArrayError as exc:
+        raise InvalidInputError(
+            f"{loc!r} is a zarr array, not a saved model (a zarr group written by "
+            "GreedySpectralEmbedding.save, or an ooc-spectral fit output); pass the model's path"
+        ) from exc
+    if MODEL_KEY not in group.attrs:  # an `ooc-spectral fit` output directory?
+        # looked up by name: listing the members warns of report.json, not zarr's
+        try:
+            inner = group["model"]
+        except KeyError:
+            inner = None
+        if isinstance(inner, zarr.Group):
+            group = inner
     if MODEL_KEY not in group.attrs:
         raise InvalidInputError(
             f"the zarr group at {loc!r} is not a complete saved model (no {MODEL_KEY!r} "
@@ -175,30 +276,66 @@ def load_model(cls, path):
 
 
 def load_model_and_digest(cls, path):
-    """:func:`load_model`, and the ``arrays_sha256`` recorded with those arrays (None for
-    a model saved without one): the model's identity, which changes whenever a refit or
-    an overwrite writes new arrays at ``path``."""
+    """:func:`load_model`, and the ``arrays_sha256`` recorded with those arrays: the
+    model's identity, which changes whenever a refit or an overwrite writes new arrays
+    at ``path``."""
+    model = read_model(path)
+    with _garbled_metadata(os.fspath(path)):
+        est = cls(**model.params)
+        smap = model.spectral_map
+        est.spectral_map_ = smap
+        est.kernel_ = smap.dictionary.kernel
+        est.eigenvalues_ = smap.eigenvalues.copy()
+        est.dictionary_ = smap.dictionary.points
+        est.dictionary_indices_ = smap.dictionary.indices
+        for name, value in model.fitted.items():
+            if name == "eigenvalue_interval_" and value is not None:
+                value = np.asarray(value, dtype=np.float64).reshape(-1, 2)
+            setattr(est, name, value)
+        est.resumed_stages_ = []
+        est._set_preimage(model.preimage)
+    return est, model.digest
+
+
+def read_model(path) -> SavedModel:
+    """Read the model at ``path`` (a saved model, or an ``ooc-spectral fit`` OUTDIR),
+    checking every array against its checksums and the digest saved with them."""
+    loc = os.fspath(path)
+    with _garbled_metadata(loc):
+        return _read_model(loc)
+
+
+@contextlib.contextmanager
+def _garbled_metadata(loc: str):
+    """A field of the model's metadata missing or of the wrong type: DamagedFileError."""
     from ..exceptions import DamagedFileError, OocSpectralError
 
-    loc = os.fspath(path)
     try:
-        return _load_model(cls, loc)
+        yield
     except OocSpectralError:
         raise
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # garbled metadata
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise DamagedFileError(
             f"the model at {loc!r} is damaged: its metadata (a zarr.json) is garbled or lost "
             f"a field ({type(exc).__name__}: {' '.join(str(exc).split())[:120]}); restore it, "
             "or rerun the fit (a rerun of `ooc-spectral fit` rewrites it)") from None
 
 
-def _load_model(cls, loc: str):
+def _read_model(loc: str) -> SavedModel:
     group = _open_model_group(loc)
     meta = group.attrs[MODEL_KEY]
-    if meta.get("format") != FORMAT_VERSION:
+    if meta.get("format") not in READABLE_FORMATS:
         raise InvalidInputError(
             f"the model at {loc!r} has format {meta.get('format')!r}; this version of "
-            f"ooc_spectral reads format {FORMAT_VERSION}: refit, or use the version that wrote it"
+            f"ooc_spectral reads formats {', '.join(map(str, READABLE_FORMATS))}: refit, or "
+            "use the version that wrote it"
+        )
+    if meta["format"] >= 3 and meta.get("attrs_sha256") != attrs_digest(meta):
+        raise DamagedDataError(
+            f"the model at {loc!r} is damaged: its description (zarr.json: the kernel, the "
+            "parameters, the certificate's figures) does not match the digest saved with it "
+            f"({'no digest' if 'attrs_sha256' not in meta else 'a changed field'}); restore it, "
+            "or rerun the fit (a rerun of `ooc-spectral fit` rewrites it)"
         )
     arr = {}
     for name in group.array_keys():
@@ -211,11 +348,11 @@ def _load_model(cls, loc: str):
                 "rerun the fit (a rerun of `ooc-spectral fit` rewrites it)"
             ) from exc
     digest = meta.get("arrays_sha256")
-    if digest is not None and arrays_digest(arr) != digest:
+    if digest is None or arrays_digest(arr) != digest:
         raise DamagedDataError(
             f"the model at {loc!r} is damaged: its arrays do not match the digest saved with "
-            "them (a changed or deleted chunk); restore it, or rerun the fit (a rerun of "
-            "`ooc-spectral fit` rewrites it)"
+            f"them ({'no digest' if digest is None else 'a changed or deleted chunk'}); "
+            "restore it, or rerun the fit (a rerun of `ooc-spectral fit` rewrites it)"
         )
     kernel = kernel_from_attrs(meta["kernel"], arr)
     dictionary = Dictionary(
@@ -231,24 +368,16 @@ def _load_model(cls, loc: str):
     )
     smap = SpectralMap(dictionary, meta["mode"], arr.get("center"), arr["components"],
                        arr["eigenvalues"], int(meta["n_samples"]))
-    params = FitConfig.from_params(meta["params"]).to_json()
-    est = cls(**params)
-    fitted = meta["fitted"]
-    est.spectral_map_ = smap
-    est.kernel_ = kernel
-    est.eigenvalues_ = smap.eigenvalues.copy()
-    est.dictionary_ = dictionary.points
-    est.dictionary_indices_ = dictionary.indices
-    for name, value in fitted.items():
-        if name == "eigenvalue_interval_" and value is not None:
-            value = np.asarray(value, dtype=np.float64).reshape(-1, 2)
-        setattr(est, name, value)
-    est.resumed_stages_ = []
     preimage = None
     if "preimage_dual_coef" in arr:
         from ..core.preimage import PreimageMap
 
         preimage = PreimageMap(kernel.without_center(), arr["preimage_centers"],
                                arr["preimage_dual_coef"], float(meta["preimage_alpha"]))
-    est._set_preimage(preimage)
-    return est, digest
+    fitted = dict(meta["fitted"])
+    lost = [name for name in FITTED if name not in fitted]
+    if lost:
+        raise KeyError(", ".join(lost))
+    return SavedModel(class_name=str(meta.get("class", "")),
+                      params=FitConfig.from_params(meta["params"]).to_json(),
+                      spectral_map=smap, fitted=fitted, preimage=preimage, digest=digest)

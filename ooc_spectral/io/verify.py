@@ -18,7 +18,7 @@ import zarr
 
 from ..exceptions import MissingChunkError
 from .integrity import _chunk_region, arrays_digest, chunk_keys, damaged_chunks, missing_chunks
-from .persistence import MODEL_KEY
+from .persistence import MODEL_KEY, attrs_digest
 
 __all__ = ["verify_group", "check_readable_here"]
 
@@ -57,20 +57,24 @@ def verify_group(path) -> dict[str, Any]:
                 report["missing"].append(f"{name}: chunk {key}")
         for _, key, err in damaged_chunks(arr, keys):
             report["damaged"].append(f"{name}: chunk {key} ({err})")
-    # the model's digest of its values
+    # the model's digests: of its description, and of its values
     for gname in ("", "model"):
         try:
             g = group[gname] if gname else group
         except KeyError:
             continue
         meta = g.attrs.get(MODEL_KEY) if isinstance(g, zarr.Group) else None
-        if meta and meta.get("arrays_sha256"):
-            try:
-                values = {k: np.asarray(g[k][...]) for k in g.array_keys()}
-            except Exception:
-                continue  # already listed as damaged
-            if arrays_digest(values) != meta["arrays_sha256"]:
-                report["digest_mismatch"].append(f"{gname or '.'}: the model's arrays")
+        if not isinstance(meta, dict):
+            continue
+        where = gname or "."
+        if meta.get("format") != 2 and meta.get("attrs_sha256") != attrs_digest(meta):
+            report["digest_mismatch"].append(f"{where}: the model's description (zarr.json)")
+        try:
+            values = {k: np.asarray(g[k][...]) for k in g.array_keys()}
+        except Exception:
+            continue  # already listed as damaged
+        if arrays_digest(values) != meta.get("arrays_sha256"):
+            report["digest_mismatch"].append(f"{where}: the model's arrays")
     return report
 
 

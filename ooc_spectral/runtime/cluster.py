@@ -448,5 +448,9 @@ def compute_engine(options: ClusterOptions, input_bytes: int | None = None, *,
         return
     threads = (options.workers or os.cpu_count() or 1) * max(1, int(options.threads_per_worker))
     log.info("running on %d threads in this process (%s)", threads, why)
-    with dask.config.set(scheduler="threads", num_workers=threads):
+    import dask.threaded
+
+    # the function, not its name: to resolve a name dask imports distributed to look for a
+    # client (docs/measurements.md, "Start-up and resident costs")
+    with dask.config.set(scheduler=dask.threaded.get, num_workers=threads):
         yield Engine("threads", None, threads, why, f"{threads} threads in this process")
