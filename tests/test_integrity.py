@@ -354,6 +354,18 @@ def _damage_checkpoint(out: Path, how: str) -> None:
         b = bytearray(chunk.read_bytes())
         b[: min(16, len(b))] = os.urandom(min(16, len(b)))
         chunk.write_bytes(bytes(b))
+    elif how == "edited scalar":  # valid JSON, a plausible value: the digest covers it
+        meta_path = part / "zarr.json"
+        doc = json.loads(meta_path.read_text())
+        scalars = doc["attributes"]["partial"]["scalars"]
+        key = next(k for k, v in sorted(scalars.items()) if isinstance(v, float) and v)
+        scalars[key] /= 1000
+        meta_path.write_text(json.dumps(doc))
+    elif how == "edited scan pointer":
+        meta_path = out / "checkpoint" / "zarr.json"
+        doc = json.loads(meta_path.read_text())
+        doc["attributes"]["scan"]["tol"] *= 10
+        meta_path.write_text(json.dumps(doc))
     elif how == "scan state":
         slot = json.loads((out / "checkpoint" / "zarr.json").read_text())["attributes"]["scan"]["slot"]
         _flip_byte(next(p for p in (out / "checkpoint" / slot / "L").rglob("*")
@@ -361,9 +373,10 @@ def _damage_checkpoint(out: Path, how: str) -> None:
 
 
 @pytest.mark.parametrize("how", ["deleted part", "deleted file", "truncated chunk",
-                                 "garbled chunk", "scan state"])
+                                 "garbled chunk", "edited scalar", "scan state",
+                                 "edited scan pointer"])
 def test_a_damaged_checkpoint_is_recomputed(roll, cluster, complete_run, tmp_path, caplog, how):
-    ref_out, _ = complete_run
+    ref_out, ref_report = complete_run
     out = tmp_path / "out"
     shutil.copytree(ref_out, out)
     _damage_checkpoint(out, how)
@@ -374,6 +387,8 @@ def test_a_damaged_checkpoint_is_recomputed(roll, cluster, complete_run, tmp_pat
     if how != "deleted part":
         assert "damaged" in caplog.text and "discarding" in caplog.text
     assert report["status"] == "complete"
+    for key in ("max_residual", "eigenvalue_error_bound", "eigenvalue_interval", "eigenvalues"):
+        assert report[key] == ref_report[key], key
     np.testing.assert_array_equal(_emb(out), _emb(ref_out))
     got, ref = _model_arrays(out), _model_arrays(ref_out)
     assert got.keys() == ref.keys()

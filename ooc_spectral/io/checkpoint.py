@@ -45,7 +45,7 @@ import numpy as np
 import zarr
 
 from ..exceptions import ConfigurationMismatchError, LockedError, OutputNotWritableError
-from .integrity import arrays_digest, checksummed
+from .integrity import checksummed, record_digest
 from .safety import bare_group_meta as _bare_group_meta
 from .safety import classify_outdir, open_nofollow, write_file_atomic
 from .safety import unfinished_beginning as _unfinished_beginning
@@ -118,9 +118,9 @@ class RunCheckpoint:
         try:
             slot = self.group[meta["slot"]]
             out = {k: np.asarray(slot[k][...]) for k in ("points", "indices", "L", "w")}
-            digest = meta.get("sha256")
-            if digest is not None and arrays_digest(out) != digest:
-                raise ValueError("the arrays do not match the digest saved with them")
+            if record_digest(out, {k: v for k, v in meta.items() if k != "sha256"}) != \
+                    meta.get("sha256"):
+                raise ValueError("the arrays and fields do not match the digest saved with them")
         except Exception as exc:  # a deleted, truncated or garbled part
             log.warning("the checkpoint's scan state (%s) is damaged (%s: %s); discarding it "
                         "and scanning again", meta.get("slot"), type(exc).__name__,
@@ -144,10 +144,9 @@ class RunCheckpoint:
                                     overwrite=True, **checksummed())
             arr[...] = value
         # the pointer is written last, atomically
-        self.group.attrs["scan"] = {"slot": slot_name, "windows_done": int(windows_done),
-                                    "tol": float(tol), "size": int(state.size),
-                                    "prefix_done": bool(prefix_done), "time": _now(),
-                                    "sha256": arrays_digest(values)}
+        fields = {"slot": slot_name, "windows_done": int(windows_done), "tol": float(tol),
+                  "size": int(state.size), "prefix_done": bool(prefix_done), "time": _now()}
+        self.group.attrs["scan"] = fields | {"sha256": record_digest(values, fields)}
 
     # -- pass-2 partials --------------------------------------------------- #
     def _partial_name(self, stage: str, segment: int) -> str:
@@ -172,9 +171,9 @@ class RunCheckpoint:
             missing = set(meta.get("arrays", arrays)) - set(arrays)
             if missing:
                 raise KeyError(f"arrays {sorted(missing)} are missing")
-            digest = meta.get("sha256")
-            if digest is not None and arrays_digest(arrays) != digest:
-                raise ValueError("the arrays do not match the digest saved with them")
+            if record_digest(arrays, {k: v for k, v in meta.items() if k != "sha256"}) != \
+                    meta.get("sha256"):  # the scalars too: they become the certificate
+                raise ValueError("the arrays and scalars do not match the digest saved with them")
             if meta.get("part", name) != name:  # another segment's part moved here
                 raise ValueError(f"it holds the part {meta.get('part')!r}")
         except Exception as exc:  # a deleted, truncated or garbled part
@@ -203,8 +202,8 @@ class RunCheckpoint:
                 arr[...] = value
             else:
                 scalars[key] = value.item() if isinstance(value, np.generic) else value
-        g.attrs["partial"] = {"scalars": scalars, "arrays": sorted(arrays),
-                              "sha256": arrays_digest(arrays), "part": name}
+        fields = {"scalars": scalars, "arrays": sorted(arrays), "part": name}
+        g.attrs["partial"] = fields | {"sha256": record_digest(arrays, fields)}
 
 
 class RunDirectory:

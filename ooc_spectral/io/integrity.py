@@ -62,6 +62,16 @@ def arrays_digest(arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
+def record_digest(arrays: dict[str, np.ndarray], fields: dict) -> str:
+    """SHA-256 of a saved record: its arrays (:func:`arrays_digest`) and the JSON fields
+    saved beside them (canonical JSON), so that a changed scalar is caught as surely as a
+    changed array value."""
+    import json
+
+    blob = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(f"{arrays_digest(arrays)}|{blob}".encode()).hexdigest()
+
+
 # --------------------------------------------------------------------------- #
 # chunk keys and store listings
 # --------------------------------------------------------------------------- #
