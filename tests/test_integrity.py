@@ -274,6 +274,22 @@ def test_a_complete_outdir_whose_embedding_metadata_is_gone_is_rewritten(
     assert cli("verify", out).returncode == 0
 
 
+def test_a_resized_embedding_is_not_complete_and_the_rerun_writes_it_whole(
+        roll, cluster, complete_run, tmp_path):
+    """Every chunk of a truncated embedding decodes: its shape against the run's report
+    tells it (verify said intact and the rerun 'already complete', found by an audit)."""
+    ref_out, _ = complete_run
+    out = tmp_path / "out"
+    shutil.copytree(ref_out, out)
+    arr = zarr.open_array(str(out / "embedding"), mode="r+")
+    arr.resize((arr.shape[0] - arr.chunks[0], arr.shape[1]))
+    proc = cli("verify", out)
+    assert proc.returncode == 2 and "its shape is" in proc.stderr, proc.stderr
+    _job(roll / "in.zarr", out, cluster)
+    np.testing.assert_array_equal(_emb(out), _emb(ref_out))
+    assert cli("verify", out).returncode == 0
+
+
 def test_a_flipped_byte_in_a_model_array_makes_load_raise(complete_run, tmp_path):
     ref_out, _ = complete_run
     model = tmp_path / "model"

@@ -246,6 +246,11 @@ def run_fit_job(job: FitJob) -> dict:
                 return rundir.read_report() or {}
             log.warning("%s was complete, but %s; repairing it from the saved run state",
                         job.outdir, "; ".join(damage[:5]))
+            from ..io.verify import RESHAPED
+
+            if any(line.startswith(f"embedding: {RESHAPED}") for line in damage):
+                for name in ("embedding", "embedding_written"):  # written whole again
+                    rundir.remove_member(name)
             rundir.mark("running", repaired=damage[:100])
         if resuming:
             log.info("resuming the run in %s", job.outdir)

@@ -146,6 +146,11 @@ def garbled_metadata(path) -> list[str]:
     return sorted(out)
 
 
+#: How :func:`missing_members` names an embedding of another shape than the run's
+#: (the rerun that repairs the OUTDIR writes it whole again).
+RESHAPED = "its shape is"
+
+
 def missing_members(path) -> tuple[list[str], dict | None]:
     """What a complete OUTDIR at ``path`` must hold and does not: ``(lines, run attrs)``.
 
@@ -177,7 +182,16 @@ def missing_members(path) -> tuple[list[str], dict | None]:
     attrs = (meta.get("attributes") or {}).get(RUN_KEY) if isinstance(meta, dict) else None
     if not isinstance(attrs, dict) or attrs.get("status") != "complete":
         return [], attrs
-    lines = []
+    lines, report = [], None
+    try:
+        report = json.loads(read(REPORT_NAME))
+        if not isinstance(report, dict) or report.get("config_hash") != attrs.get("config_hash"):
+            lines.append(f"{REPORT_NAME}: not the report of this run")
+            report = None
+    except FileNotFoundError:
+        lines.append(f"{REPORT_NAME}: missing (the run's report)")
+    except (OSError, ValueError):
+        lines.append(f"{REPORT_NAME}: not valid JSON (the run's report)")
     needed = [("embedding/zarr.json", "the embedding array"),
               ("embedding_written/zarr.json", "the embedding's written markers")]
     if "estimator" in (attrs.get("config") or {}):
@@ -193,14 +207,11 @@ def missing_members(path) -> tuple[list[str], dict | None]:
             continue
         if key.startswith("model/") and MODEL_KEY not in (node.get("attributes") or {}):
             lines.append(f"model: its attributes lost the model's description ({what})")
-    try:
-        report = json.loads(read(REPORT_NAME))
-        if not isinstance(report, dict) or report.get("config_hash") != attrs.get("config_hash"):
-            lines.append(f"{REPORT_NAME}: not the report of this run")
-    except FileNotFoundError:
-        lines.append(f"{REPORT_NAME}: missing (the run's report)")
-    except (OSError, ValueError):
-        lines.append(f"{REPORT_NAME}: not valid JSON (the run's report)")
+        if key.startswith("embedding/") and report is not None:  # resized or replaced since
+            shape = [report.get("n_samples"), report.get("n_components")]
+            if node.get("shape") != shape:
+                lines.append(f"embedding: {RESHAPED} {node.get('shape')}, the run's report "
+                             f"says {shape} (rows x components): resized or replaced since")
     return lines, attrs
 
 
