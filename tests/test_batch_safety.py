@@ -514,6 +514,46 @@ def test_workflow_root_above_the_working_directory_is_refused(tmp_path):
     assert (tmp_path / "x.zarr" / "zarr.json").exists()
 
 
+@pytest.mark.parametrize("text, named", [
+    ("step = [1, 2]\n", "step 0 is 1, not a table"),
+    ('step = ["fit"]\n', "step 0 is 'fit', not a table"),
+    ('workflow = 3\n[[step]]\nrun = "fit"\n', "workflow = 3 must be a table"),
+    ('[workflow]\nroot = 5\n[[step]]\nrun = "fit"\n', "root = 5 must be a string"),
+], ids=["step ints", "step strings", "workflow int", "root int"])
+def test_a_workflow_of_the_wrong_shape_is_exit_2_naming_the_key(tmp_path, text, named):
+    """Found by an audit: each of these ended in a bare AttributeError or TypeError, exit 1
+    (which says 'transient, run again')."""
+    wf = tmp_path / "w.toml"
+    wf.write_text(text)
+    proc = cli("run", wf, cwd=tmp_path)
+    assert proc.returncode == 2 and named in proc.stderr, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr
+
+
+def test_an_evaluate_step_whose_out_is_the_root_writes_nothing_above_it(tmp_path):
+    """The ob2005 experiments' reference cache was written beside ``out`` (OUT/..), above the
+    workflow's root when out = "." (found by an audit); it lives under ``out`` now."""
+    root = tmp_path / "parent" / "root"
+    root.mkdir(parents=True)
+    wf = root / "wf.toml"
+    wf.write_text('[workflow]\nroot = "."\n[[step]]\nrun = "evaluate"\n'
+                  'experiment = "ob2005-table1"\nout = "."\nparam = { datasets = "spiral", '
+                  'normalizations = "additive", scale = 0.02, repeats = 1, tols = "1e-2" }\n')
+    cli("run", wf, "-q", cwd=root, check=0)
+    written = [p for p in (tmp_path / "parent").rglob("*") if p.is_file()]
+    assert any(".reference-cache" in p.parts for p in written)  # the cache was used
+    assert all(p.is_relative_to(root) for p in written), [str(p) for p in written]
+    # a shared cache is a path like out: resolved under the root, refused above it
+    text = wf.read_text()
+    wf.write_text(text.replace('out = "."', 'out = "."\ncache_dir = "shared/cache"'))
+    cli("run", wf, "-q", cwd=root, check=0)
+    assert list((root / "shared" / "cache").glob("reference-*.npz"))
+    wf.write_text(text.replace('out = "."', 'out = "."\ncache_dir = "../cache"'))
+    proc = cli("run", wf, "-q", cwd=root)
+    assert proc.returncode == 2 and "cache_dir" in proc.stderr, proc.stderr
+    assert not (tmp_path / "parent" / "cache").exists()
+
+
 def test_the_quickstart_root_from_the_repository_root_stays_valid(monkeypatch):
     from ooc_spectral.batch.workflow import load_workflow
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from sklearn.metrics.pairwise import laplacian_kernel, linear_kernel, polynomial_kernel, rbf_kernel
@@ -55,6 +57,28 @@ def test_median_heuristic():
     assert median_heuristic_gamma("polynomial", S) == pytest.approx(1 / np.median((S**2).sum(1)))
     assert median_heuristic_gamma("linear", S) is None
     assert median_heuristic_gamma("rbf", np.ones((5, 2))) == 1.0  # all distances zero
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "laplacian"])
+def test_data_too_small_for_a_median_gamma_are_refused_with_a_scale_that_works(kernel):
+    """Rows at scale 1e-155 (squared distances subnormal): 1 / median overflowed to an
+    infinite gamma and the fit ended in a raw OverflowError (found by an audit). It is
+    refused naming the scale; the data multiplied as advised fit, certified."""
+    from sklearn.datasets import make_s_curve
+
+    from ooc_spectral import GreedySpectralEmbedding, InvalidInputError
+
+    X = (make_s_curve(300, random_state=0)[0] + [3.0, 1.0, 2.0]) * 1e-155
+    tol = 1e-3
+    scale = 1e-155 if kernel == "rbf" else 1e-310  # the laplacian's L1 median: subnormal too
+    X = X * (scale / 1e-155)
+    with pytest.raises(InvalidInputError, match=r"multiply the data by (1e\d+)") as info:
+        GreedySpectralEmbedding(n_components=2, kernel=kernel, tol=tol, random_state=0).fit(X)
+    factor = float(re.search(r"multiply the data by (1e\d+)", str(info.value)).group(1))
+    est = GreedySpectralEmbedding(n_components=2, kernel=kernel, tol=tol, random_state=0)
+    est.fit(X * factor)
+    assert np.isfinite(est.gamma_) and est.gamma_ > 0 and est.max_residual_ <= tol
+    assert est.dictionary_.shape[0] > 2 and np.all(np.isfinite(est.embedding_))
 
 
 def test_subset_normalized_kernel_is_divisive_normalization():

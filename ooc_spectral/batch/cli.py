@@ -316,6 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="directory for the tables and figures")
     p.add_argument("--param", action="append", metavar="KEY=VALUE",
                    help="a parameter of the experiment (repeatable; VALUE read as JSON if it can be)")
+    p.add_argument("--cache-dir", default=None,
+                   help="where the experiments that cache exact references keep them, so "
+                   "that several share them (default: OUT/.reference-cache)")
     p.add_argument("--list", action="store_true", help="list the experiments and exit")
     _add_common(p, cmd_evaluate)
 

@@ -171,8 +171,11 @@ def cmd_evaluate(args) -> dict:
         return {"experiments": sorted(available())}
     if not args.experiment or not args.out:
         raise CommandError("evaluate needs an experiment name and --out (or --list)")
+    params = _key_values(args.param)
+    if args.cache_dir:
+        params["cache_dir"] = args.cache_dir  # an experiment without a cache refuses it
     return {"status": "complete", "experiment": args.experiment, "out": args.out,
-            **(run_experiment(args.experiment, args.out, **_key_values(args.param)) or {})}
+            **(run_experiment(args.experiment, args.out, **params) or {})}
 
 
 def cmd_inspect(args) -> dict:

@@ -87,9 +87,10 @@ PERMISSIONS = ("scheduler", "overwrite", "outside-cwd", "outside-root", "resourc
 #: Without ``--allow resources``: the smallest chunk of rows a file may ask for (smaller
 #: ones make one file per few rows: 40k files for 40k rows at chunk_rows = 1).
 MIN_CHUNK_ROWS = 256
-PATH_KEYS = {"input", "out", "outdir", "model", "path", "performance_report", "workflow"}
+PATH_KEYS = {"input", "out", "outdir", "model", "path", "performance_report", "workflow",
+             "cache_dir"}
 #: The keys that name a place a step writes: only under the root, unless allowed.
-WRITE_KEYS = {"out", "performance_report"}
+WRITE_KEYS = {"out", "performance_report", "cache_dir"}
 #: Storage-option names (at any depth) that choose where requests go.
 _ENDPOINT_WORDS = ("endpoint", "url", "host", "proxy", "connection_string", "account_name")
 _CONTROL = {"help", "func", "json", "quiet", "verbose", "command"}
@@ -134,6 +135,13 @@ def load_workflow(path, overrides=(), allow=frozenset()) -> dict:
                             "([storage_options] endpoint_url = \"...\")")
     check_endpoints(storage_options, allow, f"{path}: [storage_options]")
     meta = data.get("workflow", {})
+    if not isinstance(meta, dict):
+        raise WorkflowError(f"{path}: workflow = {meta!r} must be a table ([workflow] with "
+                            "name, description, root)")
+    for key in ("name", "description", "root"):
+        if key in meta and not isinstance(meta[key], str):
+            raise WorkflowError(f"{path}: [workflow] {key} = {meta[key]!r} must be a string, "
+                                f"found {type(meta[key]).__name__}; quote it")
     extra = set(meta) - {"name", "description", "root"}
     if extra:
         raise WorkflowError(f"{path}: [workflow]: unknown key {sorted(extra)[0]!r}; known keys: "
@@ -144,6 +152,9 @@ def load_workflow(path, overrides=(), allow=frozenset()) -> dict:
     ids = []
     from_command_line: set[tuple[int, str]] = set()  # (step, key) given with --set
     for i, step in enumerate(steps):
+        if not isinstance(step, dict):
+            raise WorkflowError(f"{path}: step {i} is {step!r}, not a table; write each step "
+                                "as a [[step]] table with run = \"...\" and its keys")
         action = step.get("run")
         if action not in STEP_ACTIONS:
             raise WorkflowError(f"{path}: step {i}: key 'run' is {action!r}; expected one of "

@@ -14,7 +14,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..exceptions import InvalidParameterError
+from ..exceptions import InvalidInputError, InvalidParameterError
 from .callable_kernel import CallableKernel
 from .kernel_names import KERNEL_ALIASES, KERNELS, NO_GAMMA, canonical_kernel
 from .kernels import (CosineKernel, Kernel, LaplacianKernel, LinearKernel,
@@ -84,7 +84,18 @@ def median_heuristic_gamma(kernel: str, sample: np.ndarray) -> float | None:
         med = float(np.median(d[iu])) if iu[0].size else 0.0
     if not np.isfinite(med) or med <= 0.0:
         return 1.0
-    return 1.0 / med
+    gamma = 1.0 / med
+    if not np.isfinite(gamma):  # a subnormal median: its inverse overflows
+        squared = kernel in ("polynomial", "rbf")
+        what = {"polynomial": "squared norm of the", "rbf": "squared distance between"}.get(
+            kernel, "distance between")
+        # the power that brings the median to about 1, within what a float64 can hold
+        power = min(round(-np.log10(med) / (2 if squared else 1)), 300)
+        raise InvalidInputError(
+            f"the data are too small in scale for float64: the median {what} sampled rows is "
+            f"{med:.3g}, and the median-heuristic gamma (its inverse) overflows; multiply the "
+            f"data by 1e{power}, or pass gamma")
+    return gamma
 
 
 def resolve_gamma(kernel: str, gamma: float | None, source, seed: int,

@@ -141,10 +141,18 @@ class _Setup:
                 f"{self.n_components} components, gamma = {self.gamma:.4g}")
 
 
-def _setups(out: Path, datasets, scale, seed, mnist, cache, spiral_noise) -> list[_Setup]:
+def _setups(out: Path, datasets, scale, seed, mnist, cache, spiral_noise,
+            cache_dir=None) -> list[_Setup]:
+    """The data sets of an experiment. The exact references are cached in ``cache_dir``
+    (``evaluate --cache-dir``, a path a workflow resolves under its root like ``out``),
+    by default under ``out``: never beside it, where out = "." would reach above a
+    workflow's root."""
     names = pc.as_list("datasets", datasets)
     pc.check_choices("datasets", names, tuple(DATASETS))
-    cache_dir = (out.parent / ".reference-cache") if pc.as_bool("cache", cache) else None
+    if not pc.as_bool("cache", cache):
+        cache_dir = None
+    else:
+        cache_dir = Path(cache_dir) if cache_dir else out / ".reference-cache"
     return [_Setup(n, scale=pc.as_float("scale", scale, 0.0), seed=pc.as_int("seed", seed, 0),
                    mnist=mnist, cache_dir=cache_dir,
                    spiral_noise=pc.as_float("spiral_noise", spiral_noise, 0.0, inclusive=True))
@@ -196,7 +204,7 @@ def _row(result) -> dict:
 @pc.single_threaded_experiment
 def run_table1(out: Path, datasets="spiral,digits", normalizations="additive,divisive",
                tols=None, scale=1.0, repeats=3, seed=0,
-               mnist=None, cache=True, spiral_noise=0.0) -> dict:
+               mnist=None, cache=True, spiral_noise=0.0, cache_dir=None) -> dict:
     """Table 1: generalization error at equal running time, greedy dictionary vs full Gram matrix.
 
     The full-Gram method (exact kernel PCA / spectral clustering, out of sample
@@ -205,7 +213,7 @@ def run_table1(out: Path, datasets="spiral,digits", normalizations="additive,div
     dictionary run is set against the largest n the full-Gram method can train
     on in at most the same CPU time.
     """
-    setups = _setups(out, datasets, scale, seed, mnist, cache, spiral_noise)
+    setups = _setups(out, datasets, scale, seed, mnist, cache, spiral_noise, cache_dir)
     norms = _norms(normalizations)
     repeats = pc.as_int("repeats", repeats)
     plt = pc.pyplot()
@@ -342,7 +350,7 @@ def _table1_panel(ax, setup, norm: str, exact, greedy) -> None:
 @pc.single_threaded_experiment
 def run_figure3(out: Path, datasets="spiral,digits", normalizations="additive,divisive",
                 tols=None, scale=1.0, seed=0, mnist=None, cache=True,
-                spiral_noise=0.0) -> dict:
+                spiral_noise=0.0, cache_dir=None) -> dict:
     """Figure 3: generalization error against the training-set size, dictionary vs full Gram.
 
     For each n of a grid the full-Gram method and the greedy dictionary (one
@@ -350,7 +358,7 @@ def run_figure3(out: Path, datasets="spiral,digits", normalizations="additive,di
     curve at n is also the Nyström method with eigenvectors estimated on n
     random points.
     """
-    setups = _setups(out, datasets, scale, seed, mnist, cache, spiral_noise)
+    setups = _setups(out, datasets, scale, seed, mnist, cache, spiral_noise, cache_dir)
     norms = _norms(normalizations)
     plt = pc.pyplot()
     fig, axes = plt.subplots(len(norms), len(setups), figsize=(5.2 * len(setups), 4.0 * len(norms)),
@@ -427,7 +435,7 @@ def _fig4_estimator(method: str, setup: _Setup, norm: str, m: int, seed: int):
 def run_figure4(out: Path, datasets="spiral,digits", normalizations="additive,divisive",
                 methods="greedy,random,nystrom,nystrom-largest-diagonal,nystrom-volume",
                 m_max=None, volume_max_m=64, repeats=5, scale=1.0, seed=0, mnist=None,
-                cache=True, spiral_noise=0.0) -> dict:
+                cache=True, spiral_noise=0.0, cache_dir=None) -> dict:
     """Figure 4: error against subset size m, greedy vs random dictionary vs Nyström on a subset.
 
     All methods see all of D1. The dictionary methods (greedy, random) project
@@ -436,7 +444,7 @@ def run_figure4(out: Path, datasets="spiral,digits", normalizations="additive,di
     over ``repeats`` seeds (visiting order, random subsets); the table gives the
     mean error over seeds with a 95% t-interval across seeds.
     """
-    setups = _setups(out, datasets, scale, seed, mnist, cache, spiral_noise)
+    setups = _setups(out, datasets, scale, seed, mnist, cache, spiral_noise, cache_dir)
     norms = _norms(normalizations)
     meths = pc.as_list("methods", methods)
     pc.check_choices("methods", meths, FIG4_METHODS)
