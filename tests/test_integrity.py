@@ -290,6 +290,29 @@ def test_a_resized_embedding_is_not_complete_and_the_rerun_writes_it_whole(
     assert cli("verify", out).returncode == 0
 
 
+@pytest.mark.parametrize("with_marker", [False, True], ids=["chunk", "chunk and its marker"])
+def test_an_embedding_chunk_from_another_run_is_found_and_written_again(
+        roll, cluster, complete_run, tmp_path, with_marker):
+    """Each written-marker holds a digest of its chunk keyed by the run: a chunk copied
+    from another run's OUTDIR decodes and passes its checksum, but not the digest (verify
+    said intact and the rerun 'already complete', found by an outside audit)."""
+    ref_out, _ = complete_run
+    other = tmp_path / "other"
+    _job(roll / "in2.zarr", other, cluster)
+    out = tmp_path / "out"
+    shutil.copytree(ref_out, out)
+    shutil.copy(other / "embedding" / "c" / "1" / "0", out / "embedding" / "c" / "1" / "0")
+    if with_marker:
+        shutil.copy(other / "embedding_written" / "c" / "1", out / "embedding_written" / "c" / "1")
+    assert not np.array_equal(_emb(out), _emb(ref_out))
+    proc = cli("verify", out)
+    assert proc.returncode == 1 and "embedding/c/1/0" in proc.stdout + proc.stderr, proc
+    assert "another run" in proc.stdout + proc.stderr
+    _job(roll / "in.zarr", out, cluster)
+    np.testing.assert_array_equal(_emb(out), _emb(ref_out))
+    assert cli("verify", out).returncode == 0
+
+
 def test_a_flipped_byte_in_a_model_array_makes_load_raise(complete_run, tmp_path):
     ref_out, _ = complete_run
     model = tmp_path / "model"

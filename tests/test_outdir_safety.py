@@ -338,6 +338,13 @@ def test_an_allowed_endpoint_passes_the_check():
     check_endpoints(opts, {"endpoint=http://127.0.0.1:9000"}, "w")
     with pytest.raises(WorkflowError):
         check_endpoints(opts, {"endpoint=http://127.0.0.1:9001"}, "w")
+    # inside an array of tables, and an array of endpoints (an audit's finding)
+    for nested in ({"x": [{"endpoint_url": "http://127.0.0.1:9001"}]},
+                   {"endpoint_urls": ["http://127.0.0.1:9001"]}):
+        with pytest.raises(WorkflowError, match="--allow endpoint=http://127.0.0.1:9001"):
+            check_endpoints(nested, set(), "w")
+    check_endpoints({"x": [{"endpoint_url": "http://127.0.0.1:9000"}]},
+                    {"endpoint=http://127.0.0.1:9000"}, "w")
 
 
 # ------------------------------------------------------------------ 5: a restored mtime

@@ -341,6 +341,10 @@ def check_endpoints(options, allow, where: str) -> None:
             for k, v in value.items():
                 walk(v, f"{path}.{k}")
             return
+        if isinstance(value, list):  # tables inside arrays too: x = [{ endpoint_url = ... }]
+            for i, v in enumerate(value):
+                walk(v, f"{path}[{i}]")
+            return
         name = path.rsplit(".", 1)[-1].lower()
         if not any(w in name for w in _ENDPOINT_WORDS):
             return

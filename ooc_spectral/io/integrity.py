@@ -160,15 +160,50 @@ def _chunk_region(arr, coords) -> tuple[slice, ...]:
     return tuple(slice(c * s, min((c + 1) * s, n)) for c, s, n in zip(coords, shape, arr.shape))
 
 
-def damaged_chunks(arr, coords_list=None) -> list[tuple[tuple[int, ...], str, str]]:
-    """The chunks of ``arr`` that fail to decode (checksum, codec): (coords, key, error)."""
+def damaged_chunks(arr, coords_list=None, check=None) -> list[tuple[tuple[int, ...], str, str]]:
+    """The chunks of ``arr`` that fail to decode (checksum, codec): (coords, key, error).
+
+    ``check(coords, values)``, if given, sees each chunk that decodes and returns an
+    error string for one whose values are wrong (None otherwise): each chunk is read once.
+    """
     out = []
     for coords, key in (chunk_keys(arr) if coords_list is None else coords_list):
         try:
-            arr[_chunk_region(arr, coords)]
+            values = arr[_chunk_region(arr, coords)]
         except Exception as exc:  # a checksum or codec failure inside zarr
             out.append((coords, key, f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"))
+            continue
+        err = check(coords, values) if check is not None else None
+        if err:
+            out.append((coords, key, err))
     return out
+
+
+#: A written-marker without a digest: chunks of output arrays marked by writers that do
+#: not digest them (and OUTDIRs written before markers carried digests).
+UNDIGESTED = 1
+
+
+def chunk_digest(run_id: str | None, index: int, values: np.ndarray) -> int:
+    """A 64-bit digest of output chunk ``index``'s values, keyed by the run: its written
+    marker (top bit set, so never 0, "not written", nor :data:`UNDIGESTED`). A chunk
+    copied from another run's output, or changed since, does not match it, though it
+    decodes and passes its checksum."""
+    h = hashlib.blake2b(np.ascontiguousarray(values).tobytes(), digest_size=8,
+                        key=f"{run_id}:{int(index)}".encode()[:64])
+    return int.from_bytes(h.digest(), "little") | (1 << 63)
+
+
+def digest_check(run_id: str | None, marks: np.ndarray):
+    """The ``check`` of :func:`damaged_chunks` for the chunks of a 1-D-chunked output
+    whose written markers are ``marks`` (chunks marked :data:`UNDIGESTED` pass)."""
+    def check(coords, values):
+        mark = int(marks[coords[0]])
+        if mark in (0, UNDIGESTED) or chunk_digest(run_id, coords[0], values) == mark:
+            return None
+        return ("its values do not match the digest written with them (a chunk of another "
+                "run's output, or changed since)")
+    return check
 
 
 # --------------------------------------------------------------------------- #

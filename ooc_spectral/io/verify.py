@@ -17,7 +17,8 @@ import numpy as np
 import zarr
 
 from ..exceptions import MissingChunkError
-from .integrity import _chunk_region, arrays_digest, chunk_keys, damaged_chunks, missing_chunks
+from .integrity import (_chunk_region, arrays_digest, chunk_keys, damaged_chunks, digest_check,
+                        missing_chunks)
 from .persistence import MODEL_KEY, attrs_digest
 
 __all__ = ["verify_group", "check_readable_here"]
@@ -47,6 +48,12 @@ def verify_group(path) -> dict[str, Any]:
     group = zarr.open_group(os.fspath(path), mode="r")
     report: dict[str, Any] = {"arrays": 0, "chunks": 0, "missing": [], "damaged": [],
                               "digest_mismatch": []}
+    checks = {}  # an OUTDIR's embedding: each chunk against the digest in its written-marker
+    try:
+        marks, emb = group["embedding_written"], group["embedding"]
+        checks["embedding"] = digest_check(emb.attrs.get("run_id"), marks[:])
+    except Exception:  # no embedding, or its markers are damaged (listed below)
+        pass
     for name, arr in _arrays(group):
         report["arrays"] += 1
         keys = chunk_keys(arr)
@@ -55,7 +62,7 @@ def verify_group(path) -> dict[str, Any]:
         if not optional:
             for _, key in missing_chunks(arr):
                 report["missing"].append(f"{name}: chunk {key}")
-        for _, key, err in damaged_chunks(arr, keys):
+        for _, key, err in damaged_chunks(arr, keys, checks.get(name)):
             report["damaged"].append(f"{name}: chunk {key} ({err})")
     # the model's digests: of its description, and of its values
     for gname in ("", "model"):

@@ -20,7 +20,8 @@ from .._validation import check_finite
 from ..exceptions import ConfigurationMismatchError
 from ..io.integrity import checksummed, damaged_chunks, missing_chunks
 from ..runtime.execution import Executor, shared
-from .writeback import EMBEDDING, WRITTEN, EmbeddingOutput, _chunk_list, _open, read_markers
+from .writeback import (EMBEDDING, WRITTEN, EmbeddingOutput, _chunk_list, _open, mark_written,
+                        read_markers)
 
 __all__ = ["ClusterOutput", "LABELS", "LABELS_WRITTEN"]
 
@@ -35,8 +36,10 @@ def _write_both(block, cmap, url: str, start: int, stop: int, chunk_rows: int,
     E = cmap.embed(X)
     labels = cmap.labels_of(E)
     first, last = start // chunk_rows, -(-stop // chunk_rows)
-    _open(url, EMBEDDING, run_id, options)[start:stop] = E
-    _open(url, WRITTEN, run_id, options)[first:last] = 1
+    emb = _open(url, EMBEDDING, run_id, options)
+    emb[start:stop] = E
+    mark_written(_open(url, WRITTEN, run_id, options), np.asarray(E, dtype=emb.dtype), start,
+                 stop, chunk_rows, emb.attrs.get("run_id"))
     _open(url, LABELS, run_id, options)[start:stop] = labels.astype(np.int32)
     _open(url, LABELS_WRITTEN, run_id, options)[first:last] = 1
     return stop - start

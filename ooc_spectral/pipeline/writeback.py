@@ -38,14 +38,15 @@ from .._accel.support import ACCEL_MIN_ROWS, accel_for
 from .._validation import check_finite
 from ..core.model import SpectralMap
 from ..exceptions import ConfigurationMismatchError, OutputNotWritableError
-from ..io.integrity import checksummed, damaged_chunks, missing_chunks
+from ..io.integrity import (UNDIGESTED, checksummed, chunk_digest, damaged_chunks, digest_check,
+                            missing_chunks)
 from ..io.row_blocks import RowBlocks
 from ..runtime.execution import Executor, compute, shared
 
 if TYPE_CHECKING:
     import dask.array as da
 
-__all__ = ["map_rows", "client_accel", "EmbeddingOutput", "EMBEDDING", "WRITTEN"]
+__all__ = ["map_rows", "client_accel", "EmbeddingOutput", "EMBEDDING", "WRITTEN", "mark_written"]
 
 EMBEDDING = "embedding"
 WRITTEN = "embedding_written"
@@ -165,10 +166,26 @@ def _write_block(block, smap: SpectralMap, url: str, start: int, stop: int,
                  chunk_rows: int, run_id: str | None = None, options=None,
                  block_rows: int | None = None, dtype="float64") -> int:
     out = _embed_block(block, smap, start, None, block_rows, dtype)
-    _open(url, EMBEDDING, run_id, options)[start:stop] = out
-    first, last = start // chunk_rows, -(-stop // chunk_rows)
-    _open(url, WRITTEN, run_id, options)[first:last] = 1
+    emb = _open(url, EMBEDDING, run_id, options)
+    emb[start:stop] = out
+    mark_written(_open(url, WRITTEN, run_id, options), np.asarray(out, dtype=emb.dtype),
+                 start, stop, chunk_rows, emb.attrs.get("run_id"))
     return stop - start
+
+
+def mark_written(marks, values: np.ndarray, start: int, stop: int, chunk_rows: int,
+                 run_id: str | None) -> None:
+    """Mark the whole output chunks of rows ``start:stop`` (``values``) written, each with
+    its :func:`~ooc_spectral.io.integrity.chunk_digest` (markers of OUTDIRs written
+    before markers were 64-bit: 1)."""
+    first, last = start // chunk_rows, -(-stop // chunk_rows)
+    if marks.dtype != np.uint64:
+        marks[first:last] = UNDIGESTED
+        return
+    marks[first:last] = np.array(
+        [chunk_digest(run_id, c, values[max(c * chunk_rows, start) - start:
+                                        min((c + 1) * chunk_rows, stop) - start])
+         for c in range(first, last)], dtype=np.uint64)
 
 
 def _unfinished_api_output(group) -> bool:
@@ -275,8 +292,8 @@ class EmbeddingOutput:
                 fill_value=np.nan, overwrite=True, dimension_names=("sample", "component"),
                 attributes={"complete": False, "run_id": self.run_id}, **checksummed(),
             )
-            group.create_array(
-                WRITTEN, shape=(self.n_chunks,), chunks=(1,), dtype="uint8",
+            group.create_array(  # 0: not written; else the chunk's digest (mark_written)
+                WRITTEN, shape=(self.n_chunks,), chunks=(1,), dtype="uint64",
                 fill_value=0, overwrite=True, dimension_names=("output_chunk",), attributes={"run_id": self.run_id},
                 **checksummed(),
             )
@@ -311,7 +328,8 @@ class EmbeddingOutput:
             if coords in written:
                 problems[coords[0]] = f"embedding chunk {key} is missing"
         candidates = [(c, k) for c, k in _chunk_list(emb) if c in written and c[0] not in problems]
-        for coords, key, err in damaged_chunks(emb, candidates):
+        check = digest_check(emb.attrs.get("run_id"), marks)
+        for coords, key, err in damaged_chunks(emb, candidates, check):
             problems[coords[0]] = f"embedding chunk {key} is damaged ({err})"
         for i in sorted(problems):
             marks_arr[i] = 0
@@ -386,6 +404,6 @@ def read_markers(marks_arr, n_chunks: int) -> np.ndarray:
     try:
         return marks_arr[:]
     except Exception:
-        marks = np.zeros(n_chunks, dtype=np.uint8)
+        marks = np.zeros(n_chunks, dtype=marks_arr.dtype)
         marks_arr[:] = marks
         return marks
