@@ -177,6 +177,37 @@ def test_a_configuration_that_cannot_be_updated_refits(rows, tmp_path, cluster, 
                                    rtol=1e-6, atol=1e-8 * np.abs(rows).max())
 
 
+@pytest.mark.parametrize("damage", ["report lost", "model description changed"])
+def test_a_damaged_updated_outdir_is_refitted_not_repaired_from_the_first_fits_state(
+        rows, tmp_path, cluster, caplog, damage):
+    """The checkpoint of an updated OUTDIR holds the first fit's scan and sums (of fewer
+    rows): the repair of a damaged complete OUTDIR resumed them and wrote a model whose
+    factor did not match its kernel and whose max_residual_ was false, exit 0 (found by an
+    outside audit). Such an OUTDIR is fitted again, every row, and certified."""
+    arr = write_input(tmp_path / "x.zarr", rows[:N_OLD])
+    out = tmp_path / "out"
+    fit(tmp_path / "x.zarr", out, cluster)
+    append(arr, rows)
+    assert fit(tmp_path / "x.zarr", out, cluster)["update"]["rows_added"] == N_NEW - N_OLD
+    if damage == "report lost":
+        (out / "report.json").unlink()
+    else:
+        meta = out / "model" / "zarr.json"
+        meta.write_text(meta.read_text().replace('"n_samples": 8000', '"n_samples": 8001'))
+    with caplog.at_level("WARNING", logger="ooc_spectral"):
+        rep = fit(tmp_path / "x.zarr", out, cluster)
+    assert "fitting every row again" in caplog.text
+    assert rep["status"] == "complete" and rep["n_samples"] == N_NEW
+    est = GreedySpectralEmbedding.load(out / "model")
+    L, D = est.spectral_map_.dictionary.L, est.dictionary_
+    np.testing.assert_allclose(L @ L.T, est.kernel_(D), atol=1e-12)
+    Z = solve_triangular(L, est.kernel_(rows, D).T, lower=True)
+    w = solve_triangular(L, np.ones(len(D)), lower=True)
+    delta = est.kernel_.diag(rows) - (Z * Z).sum(0) + (1 - w @ Z) ** 2 / (w @ w)
+    assert delta.max() <= est.max_residual_ <= PARAMS["tol"]
+    np.testing.assert_allclose(est.transform(rows), embedding(out), rtol=0, atol=1e-10)
+
+
 def test_a_float32_output_stays_float32_after_an_update(rows, tmp_path, cluster):
     arr = write_input(tmp_path / "x.zarr", rows[:N_OLD])
     fit(tmp_path / "x.zarr", tmp_path / "out", cluster, output_dtype="float32")

@@ -244,14 +244,22 @@ def run_fit_job(job: FitJob) -> dict:
                 log.info("%s already holds the complete result of this configuration",
                          job.outdir)
                 return rundir.read_report() or {}
-            log.warning("%s was complete, but %s; repairing it from the saved run state",
-                        job.outdir, "; ".join(damage[:5]))
-            from ..io.verify import RESHAPED
+            if (rundir.run_attrs() or {}).get("last_update"):
+                # the result of an update with appended rows: the checkpoint holds the
+                # first fit's scan and sums (of fewer rows), which cannot repair it
+                log.warning("%s was complete, but %s; its result came from an update with "
+                            "appended rows, which the saved run state cannot repair: fitting "
+                            "every row again", job.outdir, "; ".join(damage[:5]))
+                resuming = _begin(rundir, resolved, extra, overwrite=True)
+            else:
+                log.warning("%s was complete, but %s; repairing it from the saved run state",
+                            job.outdir, "; ".join(damage[:5]))
+                from ..io.verify import RESHAPED
 
-            if any(line.startswith(f"embedding: {RESHAPED}") for line in damage):
-                for name in ("embedding", "embedding_written"):  # written whole again
-                    rundir.remove_member(name)
-            rundir.mark("running", repaired=damage[:100])
+                if any(line.startswith(f"embedding: {RESHAPED}") for line in damage):
+                    for name in ("embedding", "embedding_written"):  # written whole again
+                        rundir.remove_member(name)
+                rundir.mark("running", repaired=damage[:100])
         if resuming:
             log.info("resuming the run in %s", job.outdir)
         t0 = time.perf_counter()
