@@ -313,6 +313,32 @@ def test_an_embedding_chunk_from_another_run_is_found_and_written_again(
     assert cli("verify", out).returncode == 0
 
 
+@pytest.mark.parametrize("member", ["model", "embedding"])
+def test_a_member_copied_from_another_run_is_not_this_runs_and_the_rerun_replaces_it(
+        roll, cluster, complete_run, tmp_path, member):
+    """A whole member restored from another OUTDIR (a wrong backup) is self-consistent: its
+    digests match it. The report names the run's own (the model's arrays digest, the
+    embedding's run id), so verify refuses it and the rerun writes the run's own again
+    (found by a second outside audit: both passed verify and the rerun, exit 0)."""
+    ref_out, _ = complete_run
+    other = tmp_path / "other"
+    _job(roll / "in2.zarr", other, cluster)
+    out = tmp_path / "out"
+    shutil.copytree(ref_out, out)
+    names = ["model"] if member == "model" else ["embedding", "embedding_written"]
+    for name in names:
+        shutil.rmtree(out / name)
+        shutil.copytree(other / name, out / name)
+    proc = cli("verify", out)
+    assert proc.returncode == 2 and "not this run's" in proc.stdout + proc.stderr, proc
+    _job(roll / "in.zarr", out, cluster)
+    np.testing.assert_array_equal(_emb(out), _emb(ref_out))
+    got, ref = _model_arrays(out), _model_arrays(ref_out)
+    for k in ref:
+        np.testing.assert_array_equal(got[k], ref[k], err_msg=k)
+    assert cli("verify", out).returncode == 0
+
+
 def test_a_flipped_byte_in_a_model_array_makes_load_raise(complete_run, tmp_path):
     ref_out, _ = complete_run
     model = tmp_path / "model"

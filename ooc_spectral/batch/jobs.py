@@ -25,7 +25,7 @@ from ..runtime.cluster import ClusterOptions, compute_engine, dask_client
 from ..core.config import FitConfig
 from ..runtime.execution import Executor
 from ..runtime.monitor import MemorySampler, ProgressLog
-from ..io.persistence import model_of_fit, package_versions, read_model, write_model
+from ..io.persistence import MODEL_KEY, model_of_fit, package_versions, read_model, write_model
 from ..exceptions import DictionaryError
 from ..pipeline.advice import with_advice
 from ..pipeline.fit import FitRun
@@ -81,7 +81,18 @@ def _provenance(resolved: dict) -> dict:
 
 
 def _complete(rundir: RunDirectory, report: dict, **marker) -> dict:
-    """Write ``report.json``, then the ``complete`` marker, last; returns the report."""
+    """Write ``report.json``, then the ``complete`` marker, last; returns the report.
+
+    The report names the members it describes (the embedding's run id, the model's
+    ``arrays_sha256``): a member copied from another OUTDIR is self-consistent, but not
+    this run's (:func:`~ooc_spectral.io.verify.missing_members`)."""
+    import zarr
+
+    group = zarr.open_group(rundir.url, mode="r")
+    if "embedding" in group:
+        report["embedding_run_id"] = group["embedding"].attrs.get("run_id")
+    if "model" in group:
+        report["model_sha256"] = (group["model"].attrs.get(MODEL_KEY) or {}).get("arrays_sha256")
     rundir.write_report(report)
     rundir.mark("complete", finished=report["finished"], **marker)
     return report
@@ -254,9 +265,10 @@ def run_fit_job(job: FitJob) -> dict:
             else:
                 log.warning("%s was complete, but %s; repairing it from the saved run state",
                             job.outdir, "; ".join(damage[:5]))
-                from ..io.verify import RESHAPED
+                from ..io.verify import FOREIGN, RESHAPED
 
-                if any(line.startswith(f"embedding: {RESHAPED}") for line in damage):
+                if any(line.startswith((f"embedding: {RESHAPED}", f"embedding: {FOREIGN}"))
+                       for line in damage):
                     for name in ("embedding", "embedding_written"):  # written whole again
                         rundir.remove_member(name)
                 rundir.mark("running", repaired=damage[:100])

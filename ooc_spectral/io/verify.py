@@ -156,6 +156,9 @@ def garbled_metadata(path) -> list[str]:
 #: How :func:`missing_members` names an embedding of another shape than the run's
 #: (the rerun that repairs the OUTDIR writes it whole again).
 RESHAPED = "its shape is"
+#: ... and a member of another run (copied from another OUTDIR: self-consistent, but not
+#: the one the run's report describes).
+FOREIGN = "not this run's"
 
 
 def missing_members(path) -> tuple[list[str], dict | None]:
@@ -212,8 +215,18 @@ def missing_members(path) -> tuple[list[str], dict | None]:
         except (OSError, ValueError):
             lines.append(f"{key}: not valid JSON ({what})")
             continue
-        if key.startswith("model/") and MODEL_KEY not in (node.get("attributes") or {}):
+        attrs_of = node.get("attributes") or {}
+        if key.startswith("model/") and MODEL_KEY not in attrs_of:
             lines.append(f"model: its attributes lost the model's description ({what})")
+        elif key.startswith("model/") and (report or {}).get("model_sha256") and \
+                attrs_of[MODEL_KEY].get("arrays_sha256") != report["model_sha256"]:
+            lines.append(f"model: {FOREIGN} (its arrays' digest is not the one the run's "
+                         "report records: copied from another output?)")
+        if key.startswith("embedding/") and (report or {}).get("embedding_run_id") and \
+                attrs_of.get("run_id") != report["embedding_run_id"]:
+            lines.append(f"embedding: {FOREIGN} (run id {attrs_of.get('run_id')!r}, the run's "
+                         f"report says {report['embedding_run_id']!r}: copied from another "
+                         "output?)")
         if key.startswith("embedding/") and report is not None:  # resized or replaced since
             shape = [report.get("n_samples"), report.get("n_components")]
             if node.get("shape") != shape:
