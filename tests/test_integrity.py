@@ -339,6 +339,23 @@ def test_a_member_copied_from_another_run_is_not_this_runs_and_the_rerun_replace
     assert cli("verify", out).returncode == 0
 
 
+def test_a_model_array_of_fill_values_is_stored_and_an_absent_one_proven_by_the_digest(tmp_path):
+    """The exact path (half the rows enter the dictionary) saves w = 0: zarr left that
+    chunk out, and verify called the fresh OUTDIR damaged forever (a second audit)."""
+    X = np.random.default_rng(3).normal(size=(300, 3))
+    zarr.create_array(str(tmp_path / "in.zarr"), shape=X.shape, chunks=(64, 3),
+                      dtype="f8")[:] = X
+    out = tmp_path / "out"
+    cli("fit", tmp_path / "in.zarr", "--out", out, "--tol", "1e-6", "--gamma", "5",
+        "--engine", "threads", "-q", check=0)
+    w = zarr.open_array(str(out / "model" / "w"), mode="r")[...]
+    assert not w.any()  # the exact path's w
+    assert (out / "model" / "w" / "c" / "0").is_file()
+    assert cli("verify", out).returncode == 0
+    (out / "model" / "w" / "c" / "0").unlink()  # a model saved before: the digest proves it
+    assert cli("verify", out).returncode == 0
+
+
 def test_a_flipped_byte_in_a_model_array_makes_load_raise(complete_run, tmp_path):
     ref_out, _ = complete_run
     model = tmp_path / "model"

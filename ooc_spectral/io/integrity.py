@@ -46,10 +46,12 @@ COMPLETE_ATTR = "ooc_spectral_complete"
 
 
 def checksummed() -> dict:
-    """Keyword arguments of ``create_array`` that give every chunk a CRC-32C checksum."""
+    """Keyword arguments of ``create_array`` that give every chunk a CRC-32C checksum, and
+    store every chunk written, even one equal to the fill value (zarr leaves those out by
+    default, and a missing chunk must mean damage: an all-zero array of a model was)."""
     from zarr.codecs import Crc32cCodec
 
-    return {"compressors": [Crc32cCodec()]}
+    return {"compressors": [Crc32cCodec()], "config": {"write_empty_chunks": True}}
 
 
 def arrays_digest(arrays: dict[str, np.ndarray]) -> str:
