@@ -241,7 +241,8 @@ def _fit_cli(inp, out, *extra):
                  "--quiet", *extra])
 
 
-def test_cli_writes_labels_beside_the_embedding_and_resumes(blobs8, tmp_path, monkeypatch):
+def test_cli_writes_labels_beside_the_embedding_and_resumes(blobs8, tmp_path, monkeypatch,
+                                                            capsys):
     import json
     import zarr
     from ooc_spectral.pipeline import cluster_output, representatives as prep
@@ -288,8 +289,14 @@ def test_cli_writes_labels_beside_the_embedding_and_resumes(blobs8, tmp_path, mo
                  str(tmp_path / "pred"), "--engine", "threads", "--quiet"]) == 0
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "pred" / "labels"))[:],
                                   labels[:2500])
-    # a third run finds the complete result; another configuration is refused
+    # a third run finds the complete result, warning of nothing it was not given (the
+    # command line's own default --output-dtype was named as ignored); verify calls the
+    # OUTDIR intact (it asked for model/, which this job does not write: exit 2 forever,
+    # found by an audit); another configuration is refused
+    capsys.readouterr()
     assert _fit_cli(tmp_path / "in.zarr", tmp_path / "out", "--chunk-rows", "1000") == 0
+    assert "does not use" not in capsys.readouterr().err
+    assert main(["verify", str(tmp_path / "out"), "--quiet"]) == 0
     assert _fit_cli(tmp_path / "in.zarr", tmp_path / "out", "--chunk-rows", "1000",
                     "--n-neighbors", "4") == 2
 

@@ -114,7 +114,8 @@ def _fit_representatives(args, job) -> dict:
     fields = FitConfig.__dataclass_fields__
     ignored = [f"--{k.replace('_', '-')}" for k, v in job.params.items()
                if k not in ("n_components", "random_state", "chunk_rows") and k in fields
-               and v != fields[k].default]
+               and v != fields[k].default
+               and not (k == "output_dtype" and v == "float64")]  # the command line's default
     if ignored:
         import logging
 

@@ -210,7 +210,11 @@ def missing_members(path) -> tuple[list[str], dict | None]:
         lines.append(f"{REPORT_NAME}: not valid JSON (the run's report)")
     needed = [("embedding/zarr.json", "the embedding array"),
               ("embedding_written/zarr.json", "the embedding's written markers")]
-    if "estimator" in (attrs.get("config") or {}):
+    estimator = (attrs.get("config") or {}).get("estimator")
+    if isinstance(estimator, dict) and estimator.get("affinity") == "representatives":
+        needed += [("representatives_model/zarr.json", "the saved map"),
+                   ("labels/zarr.json", "the cluster labels")]
+    elif estimator is not None:
         needed.append(("model/zarr.json", "the saved model"))
     for key, what in needed:
         try:
