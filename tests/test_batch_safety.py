@@ -552,6 +552,11 @@ def test_an_evaluate_step_whose_out_is_the_root_writes_nothing_above_it(tmp_path
     proc = cli("run", wf, "-q", cwd=root)
     assert proc.returncode == 2 and "cache_dir" in proc.stderr, proc.stderr
     assert not (tmp_path / "parent" / "cache").exists()
+    # nor as an experiment parameter, which no path check sees (a second audit)
+    wf.write_text(text.replace('tols = "1e-2"', f'tols = "1e-2", cache_dir = "{tmp_path / "c"}"'))
+    proc = cli("run", wf, "-q", cwd=root)
+    assert proc.returncode == 2 and "--cache-dir" in proc.stderr, proc.stderr
+    assert not (tmp_path / "c").exists()
 
 
 def test_the_quickstart_root_from_the_repository_root_stays_valid(monkeypatch):

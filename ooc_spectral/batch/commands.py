@@ -173,6 +173,11 @@ def cmd_evaluate(args) -> dict:
     if not args.experiment or not args.out:
         raise CommandError("evaluate needs an experiment name and --out (or --list)")
     params = _key_values(args.param)
+    if "cache_dir" in params:  # a path written to: only the checked option may name it
+        raise CommandError(
+            "cache_dir is a path the experiment writes to: give it as --cache-dir (in a "
+            "workflow file, the step's cache_dir key, resolved and checked like out), not "
+            "as a --param")
     if args.cache_dir:
         params["cache_dir"] = args.cache_dir  # an experiment without a cache refuses it
     return {"status": "complete", "experiment": args.experiment, "out": args.out,
