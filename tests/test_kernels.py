@@ -59,24 +59,28 @@ def test_median_heuristic():
     assert median_heuristic_gamma("rbf", np.ones((5, 2))) == 1.0  # all distances zero
 
 
-@pytest.mark.parametrize("kernel", ["rbf", "laplacian"])
-def test_data_too_small_for_a_median_gamma_are_refused_with_a_scale_that_works(kernel):
-    """Rows at scale 1e-155 (squared distances subnormal): 1 / median overflowed to an
-    infinite gamma and the fit ended in a raw OverflowError (found by an audit). It is
-    refused naming the scale; the data multiplied as advised fit, certified."""
+@pytest.mark.parametrize("kernel, scale", [
+    ("rbf", 1e-155),  # squared distances subnormal: 1 / median overflowed to inf
+    ("rbf", 1e-165),  # they underflow to 0: the all-equal fallback (gamma 1) took it
+    ("polynomial", 1e-165),
+    ("laplacian", 1e-310),  # L1 distances subnormal
+    ("rbf", 1e160),  # squared distances overflow
+], ids=["rbf-1e-155", "rbf-1e-165", "polynomial-1e-165", "laplacian-1e-310", "rbf-1e160"])
+def test_data_out_of_scale_for_a_median_gamma_are_refused_with_a_scale_that_works(kernel, scale):
+    """Rows at scales where the median-heuristic gamma cannot be formed in float64 (found by
+    two audits: a raw OverflowError, then advice that could not work). They are refused
+    naming the power of ten that brings them to scale; the data so multiplied fit, certified."""
     from sklearn.datasets import make_s_curve
 
     from ooc_spectral import GreedySpectralEmbedding, InvalidInputError
 
-    X = (make_s_curve(300, random_state=0)[0] + [3.0, 1.0, 2.0]) * 1e-155
-    tol = 1e-3
-    scale = 1e-155 if kernel == "rbf" else 1e-310  # the laplacian's L1 median: subnormal too
-    X = X * (scale / 1e-155)
-    with pytest.raises(InvalidInputError, match=r"multiply the data by (1e\d+)") as info:
+    X = (make_s_curve(300, random_state=0)[0] + [3.0, 1.0, 2.0]) * scale
+    tol = 1e-7 if kernel == "polynomial" else 1e-3
+    with pytest.raises(InvalidInputError, match=r"multiply the data by (1e-?\d+)") as info:
         GreedySpectralEmbedding(n_components=2, kernel=kernel, tol=tol, random_state=0).fit(X)
-    factor = float(re.search(r"multiply the data by (1e\d+)", str(info.value)).group(1))
+    power = int(re.search(r"multiply the data by 1e(-?\d+)", str(info.value)).group(1))
     est = GreedySpectralEmbedding(n_components=2, kernel=kernel, tol=tol, random_state=0)
-    est.fit(X * factor)
+    est.fit(X * 10.0**power)
     assert np.isfinite(est.gamma_) and est.gamma_ > 0 and est.max_residual_ <= tol
     assert est.dictionary_.shape[0] > 2 and np.all(np.isfinite(est.embedding_))
 

@@ -73,29 +73,40 @@ def median_heuristic_gamma(kernel: str, sample: np.ndarray) -> float | None:
     if callable(kernel) or kernel in NO_GAMMA:
         return None
     X = _f64(sample)
-    if kernel == "polynomial":
-        med = float(np.median(_sq_norms(X)))
-    else:
-        from scipy.spatial.distance import cdist
-
-        metric = "sqeuclidean" if kernel == "rbf" else "cityblock"
-        d = cdist(X, X, metric=metric)
-        iu = np.triu_indices(X.shape[0], k=1)
-        med = float(np.median(d[iu])) if iu[0].size else 0.0
-    if not np.isfinite(med) or med <= 0.0:
+    med = _median_measure(kernel, X)
+    if np.isfinite(med) and med > 0.0 and np.isfinite(1.0 / med):
+        return 1.0 / med
+    # zero, subnormal or overflowing: look again at unit scale (an exact power of two)
+    top = float(np.abs(X).max()) if X.size else 0.0
+    if not np.isfinite(top) or top == 0.0:
         return 1.0
-    gamma = 1.0 / med
-    if not np.isfinite(gamma):  # a subnormal median: its inverse overflows
-        squared = kernel in ("polynomial", "rbf")
-        what = {"polynomial": "squared norm of the", "rbf": "squared distance between"}.get(
-            kernel, "distance between")
-        # the power that brings the median to about 1, within what a float64 can hold
-        power = min(round(-np.log10(med) / (2 if squared else 1)), 300)
-        raise InvalidInputError(
-            f"the data are too small in scale for float64: the median {what} sampled rows is "
-            f"{med:.3g}, and the median-heuristic gamma (its inverse) overflows; multiply the "
-            f"data by 1e{power}, or pass gamma")
-    return gamma
+    e = -int(np.floor(np.log2(top)))  # X * 2**e exactly (ldexp: 2**e itself may overflow)
+    med_unit = _median_measure(kernel, np.ldexp(X, e))
+    if not med_unit > 0.0:  # the sampled rows are all equal: any gamma
+        return 1.0
+    k = 2 if kernel in ("polynomial", "rbf") else 1  # squared distances, or L1
+    log_med = np.log10(med_unit) - k * e * np.log10(2.0)
+    what = {"polynomial": "squared norm of the", "rbf": "squared distance between"}.get(
+        kernel, "distance between")
+    # the power of ten that brings the median to about 1, within what a float64 holds
+    power = int(np.clip(round(-log_med / k), -300, 300))
+    raise InvalidInputError(
+        f"the data are too {'small' if log_med < 0 else 'large'} in scale for float64: the "
+        f"median {what} sampled rows is about 1e{round(log_med)}, and the median-heuristic "
+        f"gamma (its inverse) {'overflows' if log_med < 0 else 'underflows'} (no gamma can "
+        f"help at this scale); multiply the data by 1e{power}")
+
+
+def _median_measure(kernel: str, X: np.ndarray) -> float:
+    """The median the heuristic inverts: of squared norms (polynomial), of squared
+    distances (rbf) or of L1 distances (laplacian) over distinct pairs of rows."""
+    if kernel == "polynomial":
+        return float(np.median(_sq_norms(X)))
+    from scipy.spatial.distance import cdist
+
+    d = cdist(X, X, metric="sqeuclidean" if kernel == "rbf" else "cityblock")
+    iu = np.triu_indices(X.shape[0], k=1)
+    return float(np.median(d[iu])) if iu[0].size else 0.0
 
 
 def resolve_gamma(kernel: str, gamma: float | None, source, seed: int,
