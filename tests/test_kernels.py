@@ -64,12 +64,13 @@ def test_median_heuristic():
     ("rbf", 1e-165),  # they underflow to 0: the all-equal fallback (gamma 1) took it
     ("polynomial", 1e-165),
     ("laplacian", 1e-310),  # L1 distances subnormal
-    ("rbf", 1e160),  # squared distances overflow
-], ids=["rbf-1e-155", "rbf-1e-165", "polynomial-1e-165", "laplacian-1e-310", "rbf-1e160"])
-def test_data_out_of_scale_for_a_median_gamma_are_refused_with_a_scale_that_works(kernel, scale):
-    """Rows at scales where the median-heuristic gamma cannot be formed in float64 (found by
-    two audits: a raw OverflowError, then advice that could not work). They are refused
-    naming the power of ten that brings them to scale; the data so multiplied fit, certified."""
+], ids=["rbf-1e-155", "rbf-1e-165", "polynomial-1e-165", "laplacian-1e-310"])
+def test_data_too_small_for_a_median_gamma_are_refused_with_a_scale_that_works(kernel, scale):
+    """Rows too small in scale for the median-heuristic gamma to be formed in float64 (found
+    by two audits: a raw OverflowError, then advice that could not work). They are refused
+    naming the power of ten that brings them to scale; the data so multiplied fit, certified.
+    (Rows too large: tests/test_batch_safety.py::test_finite_values_whose_squared_norms_
+    overflow_are_named.)"""
     from sklearn.datasets import make_s_curve
 
     from ooc_spectral import GreedySpectralEmbedding, InvalidInputError

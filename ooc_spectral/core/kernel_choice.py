@@ -86,15 +86,16 @@ def median_heuristic_gamma(kernel: str, sample: np.ndarray) -> float | None:
         return 1.0
     k = 2 if kernel in ("polynomial", "rbf") else 1  # squared distances, or L1
     log_med = np.log10(med_unit) - k * e * np.log10(2.0)
+    if log_med > 0:  # too large: the input check names the row whose norm overflows
+        return 1.0
     what = {"polynomial": "squared norm of the", "rbf": "squared distance between"}.get(
         kernel, "distance between")
     # the power of ten that brings the median to about 1, within what a float64 holds
-    power = int(np.clip(round(-log_med / k), -300, 300))
+    power = min(round(-log_med / k), 300)
     raise InvalidInputError(
-        f"the data are too {'small' if log_med < 0 else 'large'} in scale for float64: the "
-        f"median {what} sampled rows is about 1e{round(log_med)}, and the median-heuristic "
-        f"gamma (its inverse) {'overflows' if log_med < 0 else 'underflows'} (no gamma can "
-        f"help at this scale); multiply the data by 1e{power}")
+        f"the data are too small in scale for float64: the median {what} sampled rows is "
+        f"about 1e{round(log_med)}, and the median-heuristic gamma (its inverse) overflows "
+        f"(no gamma can help at this scale); multiply the data by 1e{power}")
 
 
 def _median_measure(kernel: str, X: np.ndarray) -> float:

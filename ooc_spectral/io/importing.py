@@ -260,8 +260,8 @@ def import_table(source: str | os.PathLike, out: str | os.PathLike, *,
             "dtype": dt.name, "chunk_rows": rows}
     group = create_group(loc, overwrite, {IMPORT_KEY: {**meta, "complete": False}})
     arr = group.create_array(DATA_ARRAY_NAME, shape=(n or 0, d), chunks=(rows, d), dtype=dt,
-                             config={"write_empty_chunks": True},  # an absent chunk is damage
-                             dimension_names=("sample", "feature"), **checksummed())
+                             dimension_names=("sample", "feature"),
+                             **checksummed())  # every chunk stored: an absent one is damage
     written = 0
     for block in batches:
         block = _numeric(block, names, dt)
