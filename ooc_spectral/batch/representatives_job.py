@@ -44,6 +44,17 @@ log = logging.getLogger("ooc_spectral")
 MODEL = "representatives_model"
 
 
+def _damage(url: str) -> list[str]:
+    """What verify would report of a complete OUTDIR of this job (every chunk re-read,
+    each output chunk against its marker's digest); the resumed run rewrites those
+    output chunks (``ClusterOutput.prepare`` audits them) and the map."""
+    from ..io.verify import missing_members, verify_group
+
+    report = verify_group(url)
+    return (missing_members(url)[0] + report["missing"] + report["damaged"]
+            + report["digest_mismatch"])
+
+
 def _save_model(url: str, fit) -> None:
     group = zarr.open_group(url, mode="a")
     if MODEL in group:
@@ -95,8 +106,14 @@ def run_representatives_job(job: FitJob, *, n_clusters: int, n_representatives: 
         extra = {**job.attrs, "input_fingerprint": fingerprint}
         resuming = _begin(rundir, resolved, extra, overwrite=job.overwrite)
         if resuming and rundir.status() == "complete":
-            log.info("%s already holds the complete result of this configuration", job.outdir)
-            return rundir.read_report() or {}
+            damage = _damage(rundir.url)
+            if not damage:
+                log.info("%s already holds the complete result of this configuration",
+                         job.outdir)
+                return rundir.read_report() or {}
+            log.warning("%s was complete, but %s; repairing it from the saved run state",
+                        job.outdir, "; ".join(damage[:5]))
+            rundir.mark("running", repaired=damage[:100])
         if resuming:
             log.info("resuming the run in %s", job.outdir)
         t0 = time.perf_counter()

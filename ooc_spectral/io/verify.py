@@ -48,12 +48,13 @@ def verify_group(path) -> dict[str, Any]:
     group = zarr.open_group(os.fspath(path), mode="r")
     report: dict[str, Any] = {"arrays": 0, "chunks": 0, "missing": [], "damaged": [],
                               "digest_mismatch": []}
-    checks = {}  # an OUTDIR's embedding: each chunk against the digest in its written-marker
-    try:
-        marks, emb = group["embedding_written"], group["embedding"]
-        checks["embedding"] = digest_check(emb.attrs.get("run_id"), marks[:])
-    except Exception:  # no embedding, or its markers are damaged (listed below)
-        pass
+    checks = {}  # an OUTDIR's outputs: each chunk against the digest in its written-marker
+    for name in ("embedding", "labels"):
+        try:
+            marks, arr = group[f"{name}_written"], group[name]
+            checks[name] = digest_check(arr.attrs.get("run_id"), marks[:])
+        except Exception:  # no such output, or its markers are damaged (listed below)
+            pass
     for name, arr in _arrays(group):
         report["arrays"] += 1
         keys = chunk_keys(arr)

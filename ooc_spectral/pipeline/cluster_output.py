@@ -18,7 +18,7 @@ import zarr
 
 from .._validation import check_finite
 from ..exceptions import ConfigurationMismatchError
-from ..io.integrity import checksummed, damaged_chunks, missing_chunks
+from ..io.integrity import checksummed, damaged_chunks, digest_check, missing_chunks
 from ..runtime.execution import Executor, shared
 from .writeback import (EMBEDDING, WRITTEN, EmbeddingOutput, _chunk_list, _open, mark_written,
                         read_markers)
@@ -40,8 +40,10 @@ def _write_both(block, cmap, url: str, start: int, stop: int, chunk_rows: int,
     emb[start:stop] = E
     mark_written(_open(url, WRITTEN, run_id, options), np.asarray(E, dtype=emb.dtype), start,
                  stop, chunk_rows, emb.attrs.get("run_id"))
-    _open(url, LABELS, run_id, options)[start:stop] = labels.astype(np.int32)
-    _open(url, LABELS_WRITTEN, run_id, options)[first:last] = 1
+    lab = _open(url, LABELS, run_id, options)
+    lab[start:stop] = values = labels.astype(np.int32)
+    mark_written(_open(url, LABELS_WRITTEN, run_id, options), values, start, stop, chunk_rows,
+                 lab.attrs.get("run_id"))
     return stop - start
 
 
@@ -63,7 +65,7 @@ class ClusterOutput(EmbeddingOutput):
         group.create_array(LABELS, shape=(self.n_rows,), chunks=(self.chunk_rows,), dtype="int32",
                            fill_value=-1, overwrite=True, dimension_names=("sample",),
                            attributes={"complete": False, "run_id": self.run_id}, **checksummed())
-        group.create_array(LABELS_WRITTEN, shape=(self.n_chunks,), chunks=(1,), dtype="uint8",
+        group.create_array(LABELS_WRITTEN, shape=(self.n_chunks,), chunks=(1,), dtype="uint64",
                            fill_value=0, overwrite=True, dimension_names=("output_chunk",),
                            attributes={"run_id": self.run_id}, **checksummed())
         _open.cache_clear()
@@ -77,7 +79,8 @@ class ClusterOutput(EmbeddingOutput):
         written = {(int(i),) for i in np.flatnonzero(marks)}
         bad = {c[0] for c, _ in missing_chunks(arr) if c in written}
         candidates = [(c, k) for c, k in _chunk_list(arr) if c in written and c[0] not in bad]
-        bad |= {c[0] for c, _, _ in damaged_chunks(arr, candidates)}
+        check = digest_check(arr.attrs.get("run_id"), marks)
+        bad |= {c[0] for c, _, _ in damaged_chunks(arr, candidates, check)}
         for i in sorted(bad):
             marks_arr[i] = 0
         return sorted(bad)
