@@ -265,10 +265,9 @@ def run_fit_job(job: FitJob) -> dict:
             else:
                 log.warning("%s was complete, but %s; repairing it from the saved run state",
                             job.outdir, "; ".join(damage[:5]))
-                from ..io.verify import FOREIGN, RESHAPED
+                from ..io.verify import embedding_to_rewrite
 
-                if any(line.startswith((f"embedding: {RESHAPED}", f"embedding: {FOREIGN}"))
-                       for line in damage):
+                if embedding_to_rewrite(damage):
                     for name in ("embedding", "embedding_written"):  # written whole again
                         rundir.remove_member(name)
                 rundir.mark("running", repaired=damage[:100])

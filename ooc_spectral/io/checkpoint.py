@@ -45,7 +45,7 @@ import numpy as np
 import zarr
 
 from ..exceptions import ConfigurationMismatchError, LockedError, OutputNotWritableError
-from .integrity import checksummed, record_digest
+from .integrity import checksummed, seal_holds, sealed
 from .safety import bare_group_meta as _bare_group_meta
 from .safety import classify_outdir, open_nofollow, write_file_atomic
 from .safety import unfinished_beginning as _unfinished_beginning
@@ -118,8 +118,7 @@ class RunCheckpoint:
         try:
             slot = self.group[meta["slot"]]
             out = {k: np.asarray(slot[k][...]) for k in ("points", "indices", "L", "w")}
-            if record_digest(out, {k: v for k, v in meta.items() if k != "sha256"}) != \
-                    meta.get("sha256"):
+            if not seal_holds(meta, out):
                 raise ValueError("the arrays and fields do not match the digest saved with them")
         except Exception as exc:  # a deleted, truncated or garbled part
             log.warning("the checkpoint's scan state (%s) is damaged (%s: %s); discarding it "
@@ -146,7 +145,7 @@ class RunCheckpoint:
         # the pointer is written last, atomically
         fields = {"slot": slot_name, "windows_done": int(windows_done), "tol": float(tol),
                   "size": int(state.size), "prefix_done": bool(prefix_done), "time": _now()}
-        self.group.attrs["scan"] = fields | {"sha256": record_digest(values, fields)}
+        self.group.attrs["scan"] = sealed(fields, values)
 
     # -- pass-2 partials --------------------------------------------------- #
     def _partial_name(self, stage: str, segment: int) -> str:
@@ -171,8 +170,7 @@ class RunCheckpoint:
             missing = set(meta.get("arrays", arrays)) - set(arrays)
             if missing:
                 raise KeyError(f"arrays {sorted(missing)} are missing")
-            if record_digest(arrays, {k: v for k, v in meta.items() if k != "sha256"}) != \
-                    meta.get("sha256"):  # the scalars too: they become the certificate
+            if not seal_holds(meta, arrays):  # the scalars too: they become the certificate
                 raise ValueError("the arrays and scalars do not match the digest saved with them")
             if meta.get("part", name) != name:  # another segment's part moved here
                 raise ValueError(f"it holds the part {meta.get('part')!r}")
@@ -203,7 +201,7 @@ class RunCheckpoint:
             else:
                 scalars[key] = value.item() if isinstance(value, np.generic) else value
         fields = {"scalars": scalars, "arrays": sorted(arrays), "part": name}
-        g.attrs["partial"] = fields | {"sha256": record_digest(arrays, fields)}
+        g.attrs["partial"] = sealed(fields, arrays)
 
 
 class RunDirectory:

@@ -74,6 +74,18 @@ def record_digest(arrays: dict[str, np.ndarray], fields: dict) -> str:
     return hashlib.sha256(f"{arrays_digest(arrays)}|{blob}".encode()).hexdigest()
 
 
+def sealed(fields: dict, arrays: dict | None = None, key: str = "sha256") -> dict:
+    """``fields`` with their :func:`record_digest` (and that of ``arrays``) under ``key``:
+    the JSON record a checkpoint part, the scan pointer or a model's description saves."""
+    return fields | {key: record_digest(arrays or {}, fields)}
+
+
+def seal_holds(record: dict, arrays: dict | None = None, key: str = "sha256") -> bool:
+    """Whether a record saved by :func:`sealed` (with these ``arrays``) is as it was."""
+    fields = {k: v for k, v in record.items() if k != key}
+    return record.get(key) == record_digest(arrays or {}, fields)
+
+
 # --------------------------------------------------------------------------- #
 # chunk keys and store listings
 # --------------------------------------------------------------------------- #

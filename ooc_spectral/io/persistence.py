@@ -47,7 +47,7 @@ from ..exceptions import (
     OutputNotWritableError,
     StoreNotFoundError,
 )
-from .integrity import arrays_digest, checksummed
+from .integrity import arrays_digest, checksummed, seal_holds, sealed
 from ..core.kernel_choice import kernel_from_attrs, kernel_to_attrs
 from ..core.model import Dictionary, SpectralMap
 
@@ -62,17 +62,17 @@ FORMAT_VERSION = 3
 READABLE_FORMATS = (2, 3)
 
 
-def attrs_digest(meta: dict) -> str:
-    """SHA-256 of a model's attributes (its canonical JSON), ``attrs_sha256`` left out:
-    with ``arrays_sha256`` among them, it ties the description (kernel, parameters,
-    the certificate's figures) to the arrays. A digest detects damage (a changed digit,
-    a field lost, a description from another save), not someone who rewrites it too."""
-    import hashlib
-    import json
+#: The attribute under which a model's description carries its own digest
+#: (:func:`~ooc_spectral.io.integrity.sealed`): with ``arrays_sha256`` among the fields
+#: it covers, it ties the description (kernel, parameters, the certificate's figures) to
+#: the arrays. A digest detects damage (a changed digit, a field lost, a description from
+#: another save), not someone who rewrites it too.
+ATTRS_KEY = "attrs_sha256"
 
-    body = {k: v for k, v in meta.items() if k != "attrs_sha256"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"))
-                          .encode()).hexdigest()
+
+def attrs_digest(meta: dict) -> str:
+    """The digest :data:`ATTRS_KEY` of a model's attributes should hold."""
+    return sealed({k: v for k, v in meta.items() if k != ATTRS_KEY}, key=ATTRS_KEY)[ATTRS_KEY]
 
 
 def package_versions() -> dict[str, str]:
@@ -222,7 +222,7 @@ def write_model(model: SavedModel, path, *, overwrite: bool = False) -> None:
         "fitted": model.fitted,
         "versions": package_versions(),
     }
-    group.attrs[MODEL_KEY] = meta | {"attrs_sha256": attrs_digest(meta)}
+    group.attrs[MODEL_KEY] = sealed(meta, key=ATTRS_KEY)
 
 
 def _listed_afresh(loc: str):
@@ -330,11 +330,11 @@ def _read_model(loc: str) -> SavedModel:
             f"ooc_spectral reads formats {', '.join(map(str, READABLE_FORMATS))}: refit, or "
             "use the version that wrote it"
         )
-    if meta["format"] >= 3 and meta.get("attrs_sha256") != attrs_digest(meta):
+    if meta["format"] >= 3 and not seal_holds(meta, key=ATTRS_KEY):
         raise DamagedDataError(
             f"the model at {loc!r} is damaged: its description (zarr.json: the kernel, the "
             "parameters, the certificate's figures) does not match the digest saved with it "
-            f"({'no digest' if 'attrs_sha256' not in meta else 'a changed field'}); restore it, "
+            f"({'no digest' if ATTRS_KEY not in meta else 'a changed field'}); restore it, "
             "or rerun the fit (a rerun of `ooc-spectral fit` rewrites it)"
         )
     arr = {}

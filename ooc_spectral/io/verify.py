@@ -18,8 +18,8 @@ import zarr
 
 from ..exceptions import MissingChunkError
 from .integrity import (_chunk_region, arrays_digest, chunk_keys, damaged_chunks, digest_check,
-                        missing_chunks)
-from .persistence import MODEL_KEY, attrs_digest
+                        missing_chunks, seal_holds)
+from .persistence import ATTRS_KEY, MODEL_KEY
 
 __all__ = ["verify_group", "check_readable_here"]
 
@@ -75,7 +75,7 @@ def verify_group(path) -> dict[str, Any]:
         if not isinstance(meta, dict):
             continue
         where = gname or "."
-        if meta.get("format") != 2 and meta.get("attrs_sha256") != attrs_digest(meta):
+        if meta.get("format") != 2 and not seal_holds(meta, key=ATTRS_KEY):
             report["digest_mismatch"].append(f"{where}: the model's description (zarr.json)")
         try:
             values = {k: np.asarray(g[k][...]) for k in g.array_keys()}
@@ -166,6 +166,13 @@ RESHAPED = "its shape is"
 #: ... and a member of another run (copied from another OUTDIR: self-consistent, but not
 #: the one the run's report describes).
 FOREIGN = "not this run's"
+
+
+def embedding_to_rewrite(lines: list[str]) -> bool:
+    """Whether :func:`missing_members`' ``lines`` say the embedding is not this run's
+    (another shape, another run's): the repair writes it whole, not chunk by chunk."""
+    return any(line.startswith((f"embedding: {RESHAPED}", f"embedding: {FOREIGN}"))
+               for line in lines)
 
 
 def missing_members(path) -> tuple[list[str], dict | None]:

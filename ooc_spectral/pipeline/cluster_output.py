@@ -20,8 +20,8 @@ from .._validation import check_finite
 from ..exceptions import ConfigurationMismatchError
 from ..io.integrity import checksummed, damaged_chunks, digest_check, missing_chunks
 from ..runtime.execution import Executor, shared
-from .writeback import (EMBEDDING, WRITTEN, EmbeddingOutput, _chunk_list, _open, mark_written,
-                        read_markers)
+from .writeback import (EMBEDDING, WRITTEN, EmbeddingOutput, _chunk_list, _open, read_markers,
+                        write_marked)
 
 __all__ = ["ClusterOutput", "LABELS", "LABELS_WRITTEN"]
 
@@ -35,15 +35,8 @@ def _write_both(block, cmap, url: str, start: int, stop: int, chunk_rows: int,
     check_finite(X, start)
     E = cmap.embed(X)
     labels = cmap.labels_of(E)
-    first, last = start // chunk_rows, -(-stop // chunk_rows)
-    emb = _open(url, EMBEDDING, run_id, options)
-    emb[start:stop] = E
-    mark_written(_open(url, WRITTEN, run_id, options), np.asarray(E, dtype=emb.dtype), start,
-                 stop, chunk_rows, emb.attrs.get("run_id"))
-    lab = _open(url, LABELS, run_id, options)
-    lab[start:stop] = values = labels.astype(np.int32)
-    mark_written(_open(url, LABELS_WRITTEN, run_id, options), values, start, stop, chunk_rows,
-                 lab.attrs.get("run_id"))
+    write_marked(url, EMBEDDING, WRITTEN, E, start, stop, chunk_rows, run_id, options)
+    write_marked(url, LABELS, LABELS_WRITTEN, labels, start, stop, chunk_rows, run_id, options)
     return stop - start
 
 

@@ -46,7 +46,7 @@ from ..runtime.execution import Executor, compute, shared
 if TYPE_CHECKING:
     import dask.array as da
 
-__all__ = ["map_rows", "client_accel", "EmbeddingOutput", "EMBEDDING", "WRITTEN", "mark_written"]
+__all__ = ["map_rows", "client_accel", "EmbeddingOutput", "EMBEDDING", "WRITTEN", "write_marked"]
 
 EMBEDDING = "embedding"
 WRITTEN = "embedding_written"
@@ -166,11 +166,19 @@ def _write_block(block, smap: SpectralMap, url: str, start: int, stop: int,
                  chunk_rows: int, run_id: str | None = None, options=None,
                  block_rows: int | None = None, dtype="float64") -> int:
     out = _embed_block(block, smap, start, None, block_rows, dtype)
-    emb = _open(url, EMBEDDING, run_id, options)
-    emb[start:stop] = out
-    mark_written(_open(url, WRITTEN, run_id, options), np.asarray(out, dtype=emb.dtype),
-                 start, stop, chunk_rows, emb.attrs.get("run_id"))
+    write_marked(url, EMBEDDING, WRITTEN, out, start, stop, chunk_rows, run_id, options)
     return stop - start
+
+
+def write_marked(url: str, name: str, marks_name: str, values: np.ndarray, start: int,
+                 stop: int, chunk_rows: int, run_id: str | None, options=None) -> None:
+    """Write rows ``start:stop`` of the output array ``name``, then mark their whole chunks
+    written in ``marks_name`` (:func:`mark_written`, keyed by the array's own run id)."""
+    arr = _open(url, name, run_id, options)
+    values = np.asarray(values, dtype=arr.dtype)
+    arr[start:stop] = values
+    mark_written(_open(url, marks_name, run_id, options), values, start, stop, chunk_rows,
+                 arr.attrs.get("run_id"))
 
 
 def mark_written(marks, values: np.ndarray, start: int, stop: int, chunk_rows: int,
