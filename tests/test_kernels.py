@@ -83,6 +83,13 @@ def test_data_too_small_for_a_median_gamma_are_refused_with_a_scale_that_works(k
     est = GreedySpectralEmbedding(n_components=2, kernel=kernel, tol=tol, random_state=0)
     est.fit(X * 10.0**power)
     assert np.isfinite(est.gamma_) and est.gamma_ > 0 and est.max_residual_ <= tol
+    from extended_precision import HAS_EXTENDED, true_residuals
+
+    # the certificate, against residuals in extended precision (the exact path has no
+    # factor: every row is a dictionary point, as in tests/test_certificate.py)
+    if HAS_EXTENDED and est.spectral_map_.dictionary.L is not None:
+        assert true_residuals(est.kernel_, X * 10.0**power, est.dictionary_).max() \
+            <= est.max_residual_
     assert est.dictionary_.shape[0] > 2 and np.all(np.isfinite(est.embedding_))
 
 
