@@ -318,3 +318,87 @@ def test_dictionary_warning_is_a_warning_in_python():
 
     with pytest.warns(DictionaryWarning, match="entered the dictionary"):
         GreedySpectralEmbedding(gamma=50.0, random_state=0).fit(_data(200))
+
+
+# ---------------------------------------------------------------------- #
+# issue 38: scikit-learn's estimator protocol without importing scikit-learn
+# (ooc_spectral/estimators/_sklearn.py); scikit-learn's own tools treat the
+# estimators as they treat scikit-learn's
+# ---------------------------------------------------------------------- #
+def test_clone_and_nested_params_through_a_pipeline():
+    from sklearn.base import clone
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    pipe = Pipeline([("scale", StandardScaler()),
+                     ("emb", GreedySpectralEmbedding(n_components=3, gamma=0.05))])
+    params = pipe.get_params(deep=True)
+    assert params["emb__gamma"] == 0.05 and params["emb__n_components"] == 3
+    pipe.set_params(emb__gamma=0.2, emb__kernel="laplacian")
+    assert (pipe["emb"].gamma, pipe["emb"].kernel) == (0.2, "laplacian")
+    est = GreedySpectralEmbedding(gamma=0.3, tol=1e-4).set_output(transform="pandas")
+    copy = clone(est)
+    assert copy is not est and copy.get_params() == est.get_params()
+    assert copy._sklearn_output_config == {"transform": "pandas"}
+    with pytest.raises(ValueError, match=r"Invalid parameter 'gama'.*'gamma'"):
+        est.set_params(gama=1.0)
+    # a fitted clone equals the original fitted the same way
+    X = _data(200)
+    a = GreedySpectralEmbedding(n_components=2, gamma=0.1, random_state=0).fit_transform(X)
+    b = clone(GreedySpectralEmbedding(n_components=2, gamma=0.1, random_state=0)).fit_transform(X)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_grid_search_over_a_pipeline_scores_as_cross_validation_does():
+    from sklearn.base import clone
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import GridSearchCV, cross_val_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.svm import LinearSVC
+
+    X, y = load_digits(return_X_y=True)
+    X, y = X[:300] / 16.0, y[:300]
+    pipe = make_pipeline(GreedySpectralEmbedding(n_components=10, tol=1e-2, random_state=0),
+                         LinearSVC())
+    gammas = [0.002, 0.005]
+    grid = GridSearchCV(pipe, {"greedyspectralembedding__gamma": gammas}, cv=2,
+                        error_score="raise").fit(X, y)
+    for gamma, score in zip(gammas, grid.cv_results_["mean_test_score"]):
+        alone = cross_val_score(clone(pipe).set_params(greedyspectralembedding__gamma=gamma),
+                                X, y, cv=2)
+        assert score == alone.mean() and score > 0.6, (gamma, score, alone)
+    assert grid.best_estimator_[0].gamma == gammas[int(np.argmax(
+        grid.cv_results_["mean_test_score"]))]
+
+
+def test_global_transform_output_and_the_repr():
+    import sklearn
+    import pandas as pd
+
+    X = _data(150)
+    with sklearn.config_context(transform_output="pandas"):
+        out = GreedySpectralEmbedding(n_components=2, gamma=0.05).fit_transform(X)
+    assert isinstance(out, pd.DataFrame)
+    assert list(out.columns) == ["greedyspectralembedding0", "greedyspectralembedding1"]
+    # back to the default: arrays
+    assert isinstance(GreedySpectralEmbedding(n_components=2, gamma=0.05).fit_transform(X),
+                      np.ndarray)
+    with pytest.raises(ValueError, match="set_output"):
+        GreedySpectralEmbedding().set_output(transform="pandsa")
+    # print_changed_only, as scikit-learn's repr
+    assert repr(GreedySpectralEmbedding()) == "GreedySpectralEmbedding()"
+    assert repr(GreedySpectralEmbedding(n_components=3, gamma=0.1)) == \
+        "GreedySpectralEmbedding(gamma=0.1, n_components=3)"
+    html = GreedySpectralEmbedding(gamma=0.1)._repr_html_()
+    assert "GreedySpectralEmbedding" in html and "gamma" in html
+
+
+def test_tags_are_scikit_learns():
+    from sklearn.base import is_clusterer
+    from sklearn.utils import get_tags
+
+    tags = get_tags(GreedySpectralEmbedding())
+    assert tags.transformer_tags.preserves_dtype == ["float64", "float32"]
+    assert tags.input_tags.sparse and not tags.target_tags.required
+    assert is_clusterer(GreedySpectralClustering())
+    assert get_tags(GreedySpectralClustering()).estimator_type == "clusterer"

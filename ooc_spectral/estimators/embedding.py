@@ -6,10 +6,7 @@ import os
 
 import dask
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin
-from sklearn.utils.metaestimators import available_if
-
-from ._sklearn import FeatureNamesMixin
+from ._sklearn import BaseEstimator, FeatureNamesMixin, TransformerMixin, available_if
 from .._params import store_params
 from .._validation import check_fitted, check_n_features
 from ..core.config import FitConfig
