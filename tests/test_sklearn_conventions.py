@@ -321,9 +321,7 @@ def test_dictionary_warning_is_a_warning_in_python():
 
 
 # ---------------------------------------------------------------------- #
-# issue 38: scikit-learn's estimator protocol without importing scikit-learn
-# (ooc_spectral/estimators/_sklearn.py); scikit-learn's own tools treat the
-# estimators as they treat scikit-learn's
+# issue 38: scikit-learn's own tools treat the estimators as they treat its own
 # ---------------------------------------------------------------------- #
 def test_clone_and_nested_params_through_a_pipeline():
     from sklearn.base import clone
@@ -383,8 +381,6 @@ def test_global_transform_output_and_the_repr():
     # back to the default: arrays
     assert isinstance(GreedySpectralEmbedding(n_components=2, gamma=0.05).fit_transform(X),
                       np.ndarray)
-    with pytest.raises(ValueError, match="set_output"):
-        GreedySpectralEmbedding().set_output(transform="pandsa")
     # print_changed_only, as scikit-learn's repr
     assert repr(GreedySpectralEmbedding()) == "GreedySpectralEmbedding()"
     assert repr(GreedySpectralEmbedding(n_components=3, gamma=0.1)) == \
@@ -402,3 +398,17 @@ def test_tags_are_scikit_learns():
     assert tags.input_tags.sparse and not tags.target_tags.required
     assert is_clusterer(GreedySpectralClustering())
     assert get_tags(GreedySpectralClustering()).estimator_type == "clusterer"
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
+def test_every_estimator_is_a_scikit_learn_estimator(cls):
+    """Subclasses of scikit-learn's own bases, not a copy of the protocol: check_estimator
+    chooses checks by isinstance (the clustering checks by ClusterMixin) and warns about
+    any other estimator, and metadata routing comes from BaseEstimator."""
+    from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
+
+    est = cls()
+    assert isinstance(est, BaseEstimator)
+    mixin = ClusterMixin if cls is GreedySpectralClustering else TransformerMixin
+    assert isinstance(est, mixin)
+    assert est.get_metadata_routing() is not None

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 import dask.array as da
 import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
 
-from ..estimators._sklearn import BaseEstimator, FeatureNamesMixin, TransformerMixin
+from ..estimators._sklearn import FeatureNamesMixin
 from .._validation import (check_bool, check_choice, check_fitted, check_float, check_int,
                            check_n_features)
 from ..core.config import resolve_seed

@@ -4,11 +4,10 @@
 (``GreedySpectralClustering``), ``manifold`` (Laplacian eigenmaps, diffusion maps,
 metric MDS, and the rest of the family re-exported), ``isomap``, ``lle``, and what
 they share: ``_manifold`` (maps applied block by block, in-memory reads, the
-eigenproblems) and ``_sklearn`` (scikit-learn's estimator protocol, implemented
-without importing scikit-learn; feature names, sparse input). Public paths:
+eigenproblems) and ``_sklearn`` (feature names, sparse input). Public paths:
 ``from ooc_spectral import GreedySpectralEmbedding``, :mod:`ooc_spectral.manifold`,
-:mod:`ooc_spectral.clustering`. Nothing is imported here, and importing an estimator
-does not import scikit-learn (its import is most of a small job's process).
+:mod:`ooc_spectral.clustering`. Nothing is imported here: importing the package does
+not import scikit-learn.
 
 May import: :mod:`ooc_spectral.pipeline` and every layer below it.
 """

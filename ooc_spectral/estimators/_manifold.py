@@ -16,8 +16,9 @@ import warnings
 import numpy as np
 from scipy.sparse.csgraph import connected_components
 from scipy.sparse.linalg import eigsh
+from sklearn.base import TransformerMixin
 
-from ._sklearn import FeatureNamesMixin, TransformerMixin
+from ._sklearn import FeatureNamesMixin
 from .._validation import check_choice, check_fitted, check_int, check_n_features
 from ..core.eigensolve import fix_signs, top_eigenpairs
 from ..exceptions import InvalidInputError, InvalidParameterError

@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import dask.array as da
 import numpy as np
+from sklearn.base import BaseEstimator, ClusterMixin
 
 from .._params import EMBEDDING_PARAMS, params_of, store_params
-from ._sklearn import BaseEstimator, ClusterMixin, SparseInputMixin
+from ._sklearn import SparseInputMixin
 from .._validation import check_fitted, check_float, check_int, check_n_features
 from ..core.config import resolve_seed
 from .embedding import GreedySpectralEmbedding

@@ -6,7 +6,10 @@ import os
 
 import dask
 import numpy as np
-from ._sklearn import BaseEstimator, FeatureNamesMixin, TransformerMixin, available_if
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils.metaestimators import available_if
+
+from ._sklearn import FeatureNamesMixin
 from .._params import store_params
 from .._validation import check_fitted, check_n_features
 from ..core.config import FitConfig

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.sparse.csgraph import shortest_path
+from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.neighbors import NearestNeighbors
 
 from ._manifold import (
@@ -30,7 +31,7 @@ from ._manifold import (
     top_positive,
 )
 from .._params import store_params
-from ._sklearn import BaseEstimator, FeatureNamesMixin, TransformerMixin
+from ._sklearn import FeatureNamesMixin
 from .._validation import check_int
 from ..core.config import resolve_seed
 from .embedding import GreedySpectralEmbedding

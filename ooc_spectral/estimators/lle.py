@@ -15,6 +15,7 @@ import numpy as np
 from scipy.linalg import eigh, solve
 from scipy.sparse import csr_matrix, identity
 from scipy.sparse.linalg import eigsh
+from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.neighbors import NearestNeighbors
 
 from ._manifold import (
@@ -26,7 +27,7 @@ from ._manifold import (
     read_in_memory,
 )
 from .._params import store_params
-from ._sklearn import BaseEstimator, FeatureNamesMixin, TransformerMixin
+from ._sklearn import FeatureNamesMixin
 from .._validation import check_float
 from ..core.config import resolve_seed
 from ..exceptions import InvalidParameterError

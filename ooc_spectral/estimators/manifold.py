@@ -72,6 +72,7 @@ from typing import Any
 
 import numpy as np
 from scipy.spatial.distance import cdist
+from sklearn.base import BaseEstimator, TransformerMixin
 
 from ._manifold import (
     DENSE_EIGEN_MAX_ROWS,
@@ -84,7 +85,7 @@ from ._manifold import (
     top_positive,
 )
 from .._params import EMBEDDING_PARAMS, params_of, store_params
-from ._sklearn import BaseEstimator, FeatureNamesMixin, TransformerMixin
+from ._sklearn import FeatureNamesMixin
 from .._validation import check_float
 from ..core.config import resolve_seed
 from .embedding import GreedySpectralEmbedding
