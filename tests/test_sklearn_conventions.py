@@ -108,14 +108,58 @@ def test_pandas_output_in_pipeline(cls):
     assert list(pipe.get_feature_names_out()) == names
 
 
-def test_feature_names_in_recorded():
+def _params_for(cls):
+    params = {"random_state": 0} if "random_state" in cls().get_params() else {}
+    if cls in (GreedySpectralEmbedding, GreedySpectralClustering):
+        params["gamma"] = 0.05
+    return params
+
+
+def _apply(est, X):
+    return est.predict(X) if isinstance(est, GreedySpectralClustering) else est.transform(X)
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
+def test_feature_names_are_recorded_and_new_rows_checked_against_them(cls):
+    """Columns are matched by position: a DataFrame whose columns are reordered or renamed
+    would be embedded wrongly without a word (0.7 and 16.2 off for GreedySpectralEmbedding
+    and MetricMDS before this check), so it is refused as scikit-learn refuses it."""
+    import warnings
+
     import pandas as pd
 
-    X = pd.DataFrame(_data(150), columns=["a", "b", "c"])
-    est = GreedySpectralEmbedding(gamma=0.05, random_state=0).fit(X)
-    assert list(est.feature_names_in_) == ["a", "b", "c"]
+    X = pd.DataFrame(_data(150, 4) * [1.0, 2.0, 3.0, 4.0], columns=list("abcd"))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*feature names")  # none on its own names
+        est = cls(**_params_for(cls)).fit(X)
+        same = _apply(est, X)
+    assert list(est.feature_names_in_) == list("abcd")
+    with pytest.raises(ValueError, match="same order as they were in fit"):
+        _apply(est, X[list("dcba")])
+    with pytest.raises(ValueError, match="unseen at fit time"):
+        _apply(est, X.rename(columns={"a": "z"}))
+    # an array after a DataFrame: the values, and scikit-learn's warning, once
+    with pytest.warns(UserWarning, match="does not have valid feature names") as caught:
+        plain = _apply(est, X.to_numpy())
+    assert len([w for w in caught if "feature names" in str(w.message)]) == 1
+    np.testing.assert_array_equal(np.asarray(same), np.asarray(plain))
+    # a refit on an array forgets the names; a DataFrame then is a warning
     est.fit(X.to_numpy())
     assert not hasattr(est, "feature_names_in_")
+    with pytest.warns(UserWarning, match="fitted without feature names"):
+        _apply(est, X)
+
+
+def test_partial_fit_refuses_a_batch_with_other_columns_before_adding_it():
+    import pandas as pd
+
+    X = pd.DataFrame(_data(300, 3), columns=list("abc"))
+    est = GreedySpectralEmbedding(gamma=0.05, tol=1e-2).partial_fit(X.iloc[:150])
+    with pytest.raises(ValueError, match="same order as they were in fit"):
+        est.partial_fit(X.iloc[150:][list("cba")])
+    assert est.n_samples_fit_ == 150
+    est.partial_fit(X.iloc[150:])
+    assert est.n_samples_fit_ == 300 and list(est.feature_names_in_) == list("abc")
 
 
 def test_get_feature_names_out_before_fit_is_not_fitted():

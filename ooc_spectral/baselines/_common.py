@@ -293,6 +293,7 @@ class _KernelEmbeddingBase(FeatureNamesMixin, TransformerMixin, BaseEstimator):
         self.n_features_in_ = source.n_features
         self.n_samples_fit_ = source.n_rows
         self.random_state_ = seed
+        self._check_feature_names(X, reset=True)
         return self
 
     def _check_params(self) -> None:
@@ -353,7 +354,9 @@ class _KernelEmbeddingBase(FeatureNamesMixin, TransformerMixin, BaseEstimator):
         ndarray or dask array of shape (n_rows, n_components)
             numpy for numpy input; on training rows, the training embedding.
         """
-        return self._embed(self._check_fitted(), self._open_new(X))
+        model = self._check_fitted()
+        self._check_feature_names(X, reset=False)
+        return self._embed(model, self._open_new(X))
 
     def _embed(self, model, source: DataSource):
         """``model`` applied to every row of ``source``."""

@@ -182,6 +182,7 @@ class Fitted(FeatureNamesMixin, TransformerMixin):
         self
         """
         self._fit(X)
+        self._check_feature_names(X, reset=True)
         return self
 
     def fit_transform(self, X, y=None):
@@ -214,4 +215,6 @@ class Fitted(FeatureNamesMixin, TransformerMixin):
             numpy for numpy input, a lazy dask array otherwise; on training rows,
             the training embedding.
         """
-        return self._apply(self._check_fitted(), X)
+        emap = self._check_fitted()
+        self._check_feature_names(X, reset=False)
+        return self._apply(emap, X)

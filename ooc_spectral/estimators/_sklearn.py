@@ -3,17 +3,19 @@
 Output feature names (``<classname>0``, ``<classname>1``, ... as scikit-learn's
 decompositions and manifold learners name theirs) make ``set_output(transform="pandas")``
 work, alone and in a :class:`~sklearn.pipeline.Pipeline`; ``feature_names_in_`` is
-recorded in ``fit`` when X has string column names (a pandas DataFrame).
+recorded in ``fit`` when X has string column names (a pandas DataFrame) and new rows'
+names are checked against it.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from sklearn.base import ClassNamePrefixFeaturesOutMixin
+from sklearn.utils.validation import validate_data
 
 from .._validation import check_fitted
 
-__all__ = ["FeatureNamesMixin", "SparseInputMixin"]
+__all__ = ["FeatureNamesMixin", "FeatureNamesInMixin", "SparseInputMixin"]
 
 
 class SparseInputMixin:
@@ -27,19 +29,26 @@ class SparseInputMixin:
         return tags
 
 
-class FeatureNamesMixin(SparseInputMixin, ClassNamePrefixFeaturesOutMixin):
+class FeatureNamesInMixin:
+    """``feature_names_in_`` recorded by ``fit`` and checked by ``transform``/``predict``,
+    as scikit-learn's estimators do (its ``validate_data`` without the array checks, which
+    the passes make block by block).
+
+    ``fit`` on a DataFrame with string column names records them (a refit on an array
+    forgets them); new rows whose names differ from those, or come in another order, are
+    refused with scikit-learn's ValueError naming them, since their columns would be
+    matched by position to the wrong features. An array after a DataFrame (or the
+    reverse) is a UserWarning, as in scikit-learn.
+    """
+
+    def _check_feature_names(self, X, *, reset: bool) -> None:
+        validate_data(self, X, reset=reset, skip_check_array=True, ensure_2d=False)
+
+
+class FeatureNamesMixin(SparseInputMixin, FeatureNamesInMixin, ClassNamePrefixFeaturesOutMixin):
     """``get_feature_names_out`` from the width of the fitted embedding."""
 
     @property
     def _n_features_out(self) -> int:
         # every fitted transformer keeps one eigenvalue per output coordinate
         return int(len(check_fitted(self, "eigenvalues_")))
-
-    def _record_feature_names(self, X) -> None:
-        """Set ``feature_names_in_`` from X's string column names, as scikit-learn does
-        (removed when X has none, so a refit on an array forgets old names)."""
-        columns = getattr(X, "columns", None)
-        if columns is not None and len(columns) and all(isinstance(c, str) for c in columns):
-            self.feature_names_in_ = np.asarray(list(columns), dtype=object)
-        elif hasattr(self, "feature_names_in_"):
-            del self.feature_names_in_

@@ -40,7 +40,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 
 from .._params import EMBEDDING_PARAMS, params_of, store_params
-from ._sklearn import SparseInputMixin
+from ._sklearn import FeatureNamesInMixin, SparseInputMixin
 from .._validation import check_fitted, check_float, check_int, check_n_features
 from ..core.config import resolve_seed
 from .embedding import GreedySpectralEmbedding
@@ -119,7 +119,7 @@ def _labels(E, centers: np.ndarray):
                            for a in range(0, E.shape[0], NUMPY_BLOCK_ROWS)])
 
 
-class GreedySpectralClustering(SparseInputMixin, ClusterMixin, BaseEstimator):
+class GreedySpectralClustering(SparseInputMixin, FeatureNamesInMixin, ClusterMixin, BaseEstimator):
     """Spectral clustering (Ng, Jordan & Weiss) from a greedy dictionary, out of core.
 
     The divisive embedding of :class:`~ooc_spectral.GreedySpectralEmbedding`
@@ -301,9 +301,11 @@ affine, degree_estimate, degree_subset_size, sample_size, chunk_rows
         seed = resolve_seed(self.random_state)
         if self.affinity == "representatives":
             _representatives.fit(self, X, k, self.n_components, seed)
+            self._check_feature_names(X, reset=True)
             return self
         self.cluster_map_ = None
-        est = self._embedding_estimator(p, seed).fit(X, output=output)
+        # the rows without their column names: this estimator checks those (predict)
+        est = self._embedding_estimator(p, seed).fit(open_source(X), output=output)
         n = est.n_samples_fit_
         if n < k:
             raise InvalidInputError(
@@ -336,6 +338,7 @@ affine, degree_estimate, degree_subset_size, sample_size, chunk_rows
         self.eigenvalues_ = est.eigenvalues_.copy()
         self.n_features_in_ = est.n_features_in_
         self.random_state_ = seed
+        self._check_feature_names(X, reset=True)
         return self
 
     def _initial_centers(self, E, k: int, seed: int) -> np.ndarray:
@@ -369,6 +372,7 @@ affine, degree_estimate, degree_subset_size, sample_size, chunk_rows
             this gives back ``labels_``.
         """
         self._check_fitted()
+        self._check_feature_names(X, reset=False)
         if getattr(self, "cluster_map_", None) is not None:
             return _representatives.predict(self, X)
         est = self.embedding_estimator_

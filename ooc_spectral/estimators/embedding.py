@@ -278,7 +278,7 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
             raise advised from err
         self._incremental = None  # a later partial_fit starts afresh
         self._set_fitted(result)
-        self._record_feature_names(X)
+        self._check_feature_names(X, reset=True)
         return self
 
     def fit_transform(self, X, y=None, *, output=None):
@@ -320,6 +320,8 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
 
         source = open_source(X)
         inc = getattr(self, "_incremental", None)
+        # a later batch's columns must be the first batch's (before it is added)
+        self._check_feature_names(X, reset=inc is None)
         if inc is None:
             c = self._config()
             kernel, gamma = resolve_kernel(c, source)
@@ -393,6 +395,7 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
             this gives back the training embedding.
         """
         smap = self._check_fitted()
+        self._check_feature_names(X, reset=False)
         source = open_source(X)
         check_n_features(type(self).__name__, source.n_features, self.n_features_in_)
         # Rows are checked finite block by block inside the projection.

@@ -255,8 +255,8 @@ class LandmarkIsomap(Fitted, FeatureNamesMixin, TransformerMixin, BaseEstimator)
         self.n_features_in_ = source.n_features
         self.random_state_ = seed
         self._map = _IsomapMap(nbrs, k, np.ascontiguousarray(geo.T), col, V / np.sqrt(vals))
-        # the unwrapped transform: embedding_ stays an array under set_output
-        self.embedding_ = type(self).transform.__wrapped__(self, source)
+        # the map itself, not transform: embedding_ stays an array under set_output
+        self.embedding_ = self._apply(self._map, source)
 
     def _row_bytes(self, emap) -> int:
         m = emap.geo.shape[1]

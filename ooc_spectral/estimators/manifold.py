@@ -164,8 +164,8 @@ class _DivisiveBase(Fitted, FeatureNamesMixin, TransformerMixin, BaseEstimator):
         self.dictionary_ = est.dictionary_
         self.max_residual_ = est.max_residual_
         self.random_state_ = seed
-        # the unwrapped transform: embedding_ stays an array under set_output
-        self.embedding_ = type(self).transform.__wrapped__(self, X)
+        # the map itself, not transform: embedding_ stays an array under set_output
+        self.embedding_ = self._apply(self._map, X)
 
     def _row_bytes(self, emap) -> int:
         m = emap.smap.dictionary.size
@@ -415,8 +415,10 @@ class MetricMDS(Fitted, FeatureNamesMixin, TransformerMixin, BaseEstimator):
             numpy for numpy input, a lazy dask array otherwise.
         """
         emap = self._check_fitted()
+        self._check_feature_names(X, reset=False)
         if self.out_of_core_:
-            return emap.transform(X) * self._scale
+            # the rows without their column names: checked above, not by the inner estimator
+            return emap.transform(open_source(X)) * self._scale
         return self._apply(emap, X)
 
     def _row_bytes(self, emap) -> int:
