@@ -456,3 +456,19 @@ def test_every_estimator_is_a_scikit_learn_estimator(cls):
     mixin = ClusterMixin if cls is GreedySpectralClustering else TransformerMixin
     assert isinstance(est, mixin)
     assert est.get_metadata_routing() is not None
+
+
+def test_a_saved_model_keeps_the_feature_names_and_checks_them(tmp_path):
+    import pandas as pd
+
+    X = pd.DataFrame(_data(200, 3) * [1.0, 5.0, 10.0], columns=list("abc"))
+    est = GreedySpectralEmbedding(gamma=0.01, tol=1e-2, random_state=0).fit(X)
+    est.save(tmp_path / "model")
+    loaded = GreedySpectralEmbedding.load(tmp_path / "model")
+    assert list(loaded.feature_names_in_) == list("abc")
+    np.testing.assert_array_equal(loaded.transform(X), est.transform(X))
+    with pytest.raises(ValueError, match="same order as they were in fit"):
+        loaded.transform(X[list("cab")])
+    # a model fitted on an array has no names to keep
+    est.fit(X.to_numpy()).save(tmp_path / "plain")
+    assert not hasattr(GreedySpectralEmbedding.load(tmp_path / "plain"), "feature_names_in_")

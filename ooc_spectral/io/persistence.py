@@ -152,12 +152,17 @@ def model_of_fit(result, config: FitConfig, *, n_samples: int | None = None,
 
 
 def save_model(est, path, *, overwrite: bool = False) -> None:
-    """Write the fitted estimator ``est`` to the zarr group at ``path``."""
+    """Write the fitted estimator ``est`` to the zarr group at ``path``.
+
+    Its ``feature_names_in_`` (a fit on a DataFrame) is saved too, so the loaded model
+    checks new rows' column names as the fitted one does."""
+    names = getattr(est, "feature_names_in_", None)
     write_model(SavedModel(
         class_name=type(est).__name__,
         params=est._config().to_json() | {"random_state": int(est.random_state_)},
         spectral_map=est.spectral_map_,
-        fitted=fitted_record(
+        fitted=({} if names is None else {"feature_names_in_": [str(c) for c in names]})
+        | fitted_record(
             gamma=est.gamma_, tol=est.tol_, max_residual=est.max_residual_,
             max_residual_row=est.max_residual_row_,
             eigenvalue_error_bound=getattr(est, "eigenvalue_error_bound_", None),
@@ -291,6 +296,8 @@ def load_model_and_digest(cls, path):
         for name, value in model.fitted.items():
             if name == "eigenvalue_interval_" and value is not None:
                 value = np.asarray(value, dtype=np.float64).reshape(-1, 2)
+            elif name == "feature_names_in_":
+                value = np.asarray(value, dtype=object)
             setattr(est, name, value)
         est.resumed_stages_ = []
         est._set_preimage(model.preimage)
