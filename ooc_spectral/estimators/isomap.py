@@ -114,6 +114,9 @@ class Isomap(Fitted, FeatureNamesMixin, TransformerMixin, BaseEstimator):
     dist_matrix_ : ndarray of shape (n_samples, n_samples)
         Geodesic distances between training rows.
     n_features_in_ : int
+    feature_names_in_ : ndarray of str, shape (n_features_in_,)
+        The column names of a DataFrame X (only then); ``transform`` refuses rows whose
+        names differ or come in another order.
     """
 
     def __init__(self, n_components=2, *, n_neighbors=5, eigen_solver="auto", max_samples=20000,
@@ -201,6 +204,9 @@ class LandmarkIsomap(Fitted, FeatureNamesMixin, TransformerMixin, BaseEstimator)
         Row numbers in X of the graph's nodes.
     gamma_ : float or None
     n_features_in_ : int
+    feature_names_in_ : ndarray of str, shape (n_features_in_,)
+        The column names of a DataFrame X (only then); ``transform`` refuses rows whose
+        names differ or come in another order.
     """
 
     def __init__(self, n_components=2, *, n_neighbors=5, graph_size=20000, kernel="rbf",

@@ -111,6 +111,9 @@ class LocallyLinearEmbedding(Fitted, FeatureNamesMixin, TransformerMixin, BaseEs
     eigenvalues_ : ndarray of shape (n_components,)
         The eigenvalues of M for the kept eigenvectors (the smallest non-trivial).
     n_features_in_ : int
+    feature_names_in_ : ndarray of str, shape (n_features_in_,)
+        The column names of a DataFrame X (only then); ``transform`` refuses rows whose
+        names differ or come in another order.
     """
 
     def __init__(self, n_components=2, *, n_neighbors=5, reg=1e-3, eigen_solver="auto",

@@ -348,6 +348,9 @@ class MetricMDS(Fitted, FeatureNamesMixin, TransformerMixin, BaseEstimator):
     embedding_estimator_ : GreedySpectralEmbedding or None
         The core estimator of the Euclidean case.
     n_features_in_ : int
+    feature_names_in_ : ndarray of str, shape (n_features_in_,)
+        The column names of a DataFrame X (only then); ``transform`` refuses rows whose
+        names differ or come in another order.
     """
 
     def __init__(self, n_components=2, *, metric="euclidean", tol=0.0, eigen_solver="auto",
