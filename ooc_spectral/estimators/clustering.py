@@ -220,7 +220,7 @@ affine, degree_estimate, degree_subset_size, sample_size, chunk_rows
     n_iter_ : int
         Lloyd iterations run over the whole embedding.
     n_features_in_ : int
-    feature_names_in_ : ndarray of str, shape (n_features_in_,)
+    feature_names_in_ : ndarray of str, shape (n_features,)
         The column names of a DataFrame X (only then); ``predict`` refuses rows whose
         names differ or come in another order.
     random_state_ : int

@@ -186,7 +186,7 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
     tol_ : float
         The tolerance used (found by the search with ``dictionary_size``).
     n_features_in_ : int
-    feature_names_in_ : ndarray of str, shape (n_features_in_,)
+    feature_names_in_ : ndarray of str, shape (n_features,)
         The column names of a DataFrame X (only then); ``transform`` refuses rows whose
         names differ or come in another order.
     n_samples_fit_ : int

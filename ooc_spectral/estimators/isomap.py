@@ -114,7 +114,7 @@ class Isomap(Fitted, FeatureNamesMixin, TransformerMixin, BaseEstimator):
     dist_matrix_ : ndarray of shape (n_samples, n_samples)
         Geodesic distances between training rows.
     n_features_in_ : int
-    feature_names_in_ : ndarray of str, shape (n_features_in_,)
+    feature_names_in_ : ndarray of str, shape (n_features,)
         The column names of a DataFrame X (only then); ``transform`` refuses rows whose
         names differ or come in another order.
     """
@@ -204,7 +204,7 @@ class LandmarkIsomap(Fitted, FeatureNamesMixin, TransformerMixin, BaseEstimator)
         Row numbers in X of the graph's nodes.
     gamma_ : float or None
     n_features_in_ : int
-    feature_names_in_ : ndarray of str, shape (n_features_in_,)
+    feature_names_in_ : ndarray of str, shape (n_features,)
         The column names of a DataFrame X (only then); ``transform`` refuses rows whose
         names differ or come in another order.
     """

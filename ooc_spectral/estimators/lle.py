@@ -111,7 +111,7 @@ class LocallyLinearEmbedding(Fitted, FeatureNamesMixin, TransformerMixin, BaseEs
     eigenvalues_ : ndarray of shape (n_components,)
         The eigenvalues of M for the kept eigenvectors (the smallest non-trivial).
     n_features_in_ : int
-    feature_names_in_ : ndarray of str, shape (n_features_in_,)
+    feature_names_in_ : ndarray of str, shape (n_features,)
         The column names of a DataFrame X (only then); ``transform`` refuses rows whose
         names differ or come in another order.
     """

@@ -348,7 +348,7 @@ class MetricMDS(Fitted, FeatureNamesMixin, TransformerMixin, BaseEstimator):
     embedding_estimator_ : GreedySpectralEmbedding or None
         The core estimator of the Euclidean case.
     n_features_in_ : int
-    feature_names_in_ : ndarray of str, shape (n_features_in_,)
+    feature_names_in_ : ndarray of str, shape (n_features,)
         The column names of a DataFrame X (only then); ``transform`` refuses rows whose
         names differ or come in another order.
     """
