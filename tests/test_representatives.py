@@ -319,3 +319,30 @@ def test_cli_refuses_n_clusters_without_representatives(tmp_path, blobs8):
                  "--n-clusters", "3", "--quiet"]) == 2
     assert main(["fit", str(tmp_path / "in.zarr"), "--out", str(tmp_path / "o"),
                  "--affinity", "representatives", "--quiet"]) == 2
+
+
+def _separated_blobs(centres, n, seed=20):
+    rng = np.random.default_rng(seed)
+    X = np.vstack([rng.normal(size=(n, 3)) + c for c in centres])
+    return X, np.repeat(np.arange(len(centres)), n)
+
+
+def test_a_graph_in_more_pieces_than_clusters_is_refused_with_advice_that_works():
+    """Each piece of the graph is an eigenvalue 1; with more pieces than clusters the
+    embedding kept an arbitrary few of their indicators (n_neighbors=1 on four blobs: 1,097
+    of 1,200 rows at 0, ARI 0.006, exit 0). It is refused, and the advice works."""
+    from ooc_spectral.exceptions import InvalidInputError
+
+    X, y = _separated_blobs([(0, 0, 0), (5, 0, 0), (0, 5, 0), (0, 0, 5)], 300)
+    kw = dict(affinity="representatives", n_representatives=50, random_state=0)
+    with pytest.raises(InvalidInputError, match=r"50 separate pieces.*n_neighbors=5 \(the default\)"):
+        GreedySpectralClustering(4, n_neighbors=1, **kw).fit(X)
+    est = GreedySpectralClustering(4, n_neighbors=5, **kw).fit(X)
+    assert adjusted_rand_score(y, est.labels_) > 0.9
+    assert np.linalg.norm(np.asarray(est.embedding_), axis=1).min() > 0.5
+    # five groups no row links, four clusters asked: the advice names the five
+    X5, y5 = _separated_blobs([(0, 0, 0), (50, 0, 0), (0, 50, 0), (0, 0, 50), (50, 50, 50)], 200)
+    with pytest.raises(InvalidInputError, match=r"5 separate pieces.*ask for n_clusters=5"):
+        GreedySpectralClustering(4, **kw).fit(X5)
+    est = GreedySpectralClustering(5, **kw).fit(X5)
+    assert adjusted_rand_score(y5, est.labels_) == 1.0

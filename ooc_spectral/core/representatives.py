@@ -79,6 +79,7 @@ from .statistics import Statistic
 
 __all__ = [
     "BipartiteSums",
+    "graph_pieces",
     "ClusterMap",
     "combine_in_order",
     "embed_block",
@@ -383,6 +384,22 @@ class TransferCutMap:
         index, b = self.representatives.weights(X)
         b /= b.sum(axis=1, keepdims=True)
         return np.einsum("ck,ckp->cp", b, self.coefficients[index])
+
+
+def graph_pieces(sums: BipartiteSums) -> int:
+    """How many separate pieces the bipartite graph of the rows and the representatives
+    they chose falls into: two representatives are in one piece when a row joins both
+    (``cross > 0``), rows are in their representatives' piece.
+
+    Each piece gives the eigenvalue ``mu = 1`` once; with more pieces than clusters the
+    leading eigenvectors span the pieces' indicators in an arbitrary basis, and nothing
+    in the graph says which pieces belong together.
+    """
+    from scipy.sparse.csgraph import connected_components
+
+    used = sums.degrees > 0
+    n, _ = connected_components(sums.cross[np.ix_(used, used)] > 0, directed=False)
+    return int(n)
 
 
 def solve_transfer_cut(sums: BipartiteSums, reps: Representatives,

@@ -172,6 +172,9 @@ class GreedySpectralClustering(SparseInputMixin, FeatureNamesInMixin, ClusterMix
         ``m`` for ``affinity="representatives"`` (at most half the rows are used).
     n_neighbors : int, default=5
         ``K``, the representatives each row is joined to (``affinity="representatives"``).
+        A graph that falls into more separate pieces than ``n_clusters`` (always with
+        ``K = 1``: one piece per representative) is refused: it does not say which
+        pieces belong together.
     n_components : int, default=None
         Embedding coordinates p, the first trivial one included; None: ``n_clusters``
         (Ng, Jordan & Weiss) for the kernel affinity; for the representatives

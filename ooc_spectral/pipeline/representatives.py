@@ -36,15 +36,16 @@ import numpy as np
 from ..core.pass2 import _InOrder
 from ..core.planning import MAX_SEGMENTS, plan_sample, segments, whole_chunks
 from ..core.representatives import (BipartiteSums, ClusterMap, Representatives, TransferCutMap,
-                                    chunk_bipartite,
+                                    chunk_bipartite, graph_pieces,
                                     combine_in_order, embed_block, nearest_center, select_representatives,
                                     solve_transfer_cut)
+from ..exceptions import InvalidInputError
 from ..runtime.execution import Executor, shared
 from .accumulate import PartialStore, tree_reduce
 from .writeback import map_rows
 
 __all__ = ["RepresentativesFit", "fit_representatives", "bipartite_pass", "label_rows",
-           "choose_representatives", "embed_and_label", "TASK_ROWS"]
+           "choose_representatives", "embed_and_label", "check_connected", "TASK_ROWS"]
 
 #: Rows per task of the passes (rounded to whole storage chunks).
 TASK_ROWS = 1 << 16
@@ -155,6 +156,27 @@ def label_rows(X: da.Array, cmap: ClusterMap, chunk_starts=None) -> da.Array:
                          meta=np.empty((0,), dtype=np.int64), chunks=(X.chunks[0],), name=name)
 
 
+def check_connected(sums: BipartiteSums, n_clusters: int, n_neighbors: int) -> None:
+    """Refuse a graph in more pieces than ``n_clusters`` (:func:`graph_pieces`): its
+    embedding would keep an arbitrary few of the pieces' indicators (the rows of the
+    others at 0) and k-means would group pieces the graph does not relate, a clustering
+    that looks plausible and means nothing."""
+    pieces = graph_pieces(sums)
+    if pieces <= int(n_clusters):
+        return
+    k, K = int(n_clusters), int(n_neighbors)
+    head = (f"the graph of the rows and their n_neighbors={K} nearest representatives falls "
+            f"into {pieces} separate pieces, more than n_clusters={k}: nothing in the graph "
+            "says which pieces belong together, so the clustering would be arbitrary. ")
+    if K == 1:
+        raise InvalidInputError(
+            head + "With n_neighbors=1 each row joins one representative, which makes one "
+            "piece per representative: use n_neighbors=5 (the default) or more")
+    raise InvalidInputError(
+        head + f"The rows form {pieces} groups that no row links: ask for "
+        f"n_clusters={pieces}, or raise n_neighbors if some of those groups should merge")
+
+
 def coordinates_for(tmap: TransferCutMap, n_clusters: int) -> TransferCutMap:
     """The default coordinates for ``n_clusters`` clusters: the constant one and ``k``
     others, unless the graph is in at least ``k`` pieces (``k`` eigenvalues ``mu`` equal
@@ -208,6 +230,7 @@ def fit_representatives(source, *, n_clusters: int, n_components: int | None,
         sums = bipartite_pass(X, reps, executor=executor or Executor(),
                               chunk_starts=source.chunk_starts, store=store)
     times["bipartite pass"] = time.perf_counter() - t
+    check_connected(sums, n_clusters, n_neighbors)
     t = time.perf_counter()
     with threadpool_limits(CLIENT_THREADS):
         tmap = solve_transfer_cut(sums, reps, min(int(n_components or n_clusters + 1),
