@@ -5,7 +5,8 @@ Kernel PCA of the digits, with a certificate
 Kernel PCA of scikit-learn's 8 x 8 digits (1797 rows, 64 pixels) with a Gaussian kernel.
 The fit keeps a dictionary of rows whose span in feature space holds every row to within
 ``tol``; ``max_residual_`` certifies it and every exact eigenvalue lies in
-``[eigenvalues_[i], eigenvalues_[i] + eigenvalue_error_bound_]``.
+``eigenvalue_interval_``: at most ``eigenvalue_error_bound_`` above ``eigenvalues_[i]``, up
+to the eigensolve's rounding, which the interval adds.
 
 With the default ``gamma`` (the median heuristic) no digit is close to the span of the
 others: every row would enter the dictionary, and the fit says so and solves kernel PCA

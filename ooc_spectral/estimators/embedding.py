@@ -175,12 +175,17 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         ``max_t delta_t`` with the final dictionary over all rows (the certificate).
     max_residual_row_ : int
         A row where it is reached.
+    eigenvalue_interval_ : ndarray of shape (n_components, 2) or None
+        Additive normalization: every eigenvalue of the exact centred Gram matrix lies in
+        ``[eigenvalue_interval_[i, 0], eigenvalue_interval_[i, 1]]``, that is from
+        ``eigenvalues_[i]`` to ``eigenvalues_[i] + eigenvalue_error_bound_``, widened by
+        the eigensolve's rounding (the certificate of the spectrum). None for the
+        divisive normalization.
     eigenvalue_error_bound_ : float or None
-        Additive normalization: the width ``b`` of Weyl's interval. Every
-        eigenvalue of the exact centred Gram matrix lies in
-        ``[eigenvalues_[i], eigenvalues_[i] + b]``; ``b`` is the sum of the rows'
-        squared distances to the dictionary's span (at most ``n * max_residual_``)
-        plus their rounding. None for the divisive normalization.
+        Additive normalization: the dictionary's part ``b`` of Weyl's interval, the sum of
+        the rows' certified squared distances to the dictionary's span (at most
+        ``n * max_residual_``); on the exact path, where no row has a distance, the
+        interval's width above ``eigenvalues_``. None for the divisive normalization.
     gamma_ : float or None
         The kernel coefficient used.
     tol_ : float
