@@ -236,3 +236,25 @@ def test_tol_zero_refused_with_a_positive_checked_advice():
                                       normalization="divisive", random_state=0).fit(X)
     assert est.max_residual_ <= advice
 
+
+
+def test_kernels_with_negative_values_are_named_not_blamed_on_tol():
+    """An indefinite polynomial kernel (coef0 < 0) failed in the eigensolve with advice to
+    report a bug; linear and cosine kernels with the divisive normalization were told to
+    lower tol, which cannot help: their exact degrees are negative. Each is named, and the
+    advice works (found by an outside audit)."""
+    from ooc_spectral import InvalidParameterError
+
+    X = np.random.default_rng(0).normal(size=(300, 3))
+    with pytest.raises(InvalidParameterError, match=r"coef0=-1.0.*use coef0 >= 0"):
+        GreedySpectralEmbedding(kernel="poly", coef0=-1.0).fit(X)
+    est = GreedySpectralEmbedding(kernel="poly", coef0=1.0, gamma=0.3, tol=1e-6).fit(X)
+    assert est.max_residual_ <= 1e-6
+    for kernel in ("linear", "cosine"):
+        with pytest.raises(DictionaryError, match="negative whatever tol.*kernel='rbf'"):
+            GreedySpectralEmbedding(kernel=kernel, normalization="divisive").fit(X)
+    # the advice: rbf
+    GreedySpectralEmbedding(kernel="rbf", normalization="divisive", tol=1e-2).fit(X)
+    # the same kernels on data with non-negative kernel values are fitted
+    P = np.abs(X)
+    GreedySpectralEmbedding(kernel="linear", normalization="divisive").fit(P)

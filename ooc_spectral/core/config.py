@@ -175,11 +175,31 @@ class FitConfig:
                     f"{self.sample_size}, the rows Algorithm 2 searches; raise sample_size"
                 )
 
+        if self.kernel_name == "polynomial" and self.coef0 < 0:
+            raise InvalidParameterError(
+                f"kernel='polynomial' with coef0={self.coef0!r}: (gamma x.y + coef0)^degree is "
+                "an inner product in a feature space only for coef0 >= 0, and the greedy "
+                "method projects rows on a span in that space; use coef0 >= 0 "
+                "(scikit-learn's KernelPCA, which drops negative eigenvalues, or "
+                "ooc_spectral.baselines.ExactKernelEmbedding take any coef0)"
+            )
         if self.fit_inverse_transform and self.normalization != "additive":
             raise InvalidParameterError(
                 "fit_inverse_transform=True needs normalization='additive' (kernel PCA, as "
                 "scikit-learn's KernelPCA); the divisive embedding has no pre-image map here"
             )
+
+    @property
+    def negative_values(self) -> str | None:
+        """Why the kernel can take negative values (None where it cannot): such a kernel
+        can give rows negative degrees, which the divisive normalization cannot take."""
+        name = self.kernel_name
+        if name in ("linear", "cosine"):
+            return f"kernel={name!r} is negative for rows at an obtuse angle"
+        if name == "polynomial" and self.degree % 2 == 1:
+            return (f"kernel='polynomial' with the odd degree={self.degree} is negative "
+                    "where gamma x.y + coef0 is")
+        return None
 
     @property
     def kernel_name(self) -> str:

@@ -485,8 +485,20 @@ def extend_moments_kernel(moments: Moments, kcross: CrossMoments, dictionary: Di
                                sq=moments.sq + float(np.trace(new)))
 
 
-def check_degrees(stats: Degrees) -> None:
-    """Raise if an approximate degree is not positive (divisive normalization)."""
+def check_degrees(stats: Degrees, negative_values: str | None = None) -> None:
+    """Raise if an approximate degree is not positive (divisive normalization).
+
+    ``negative_values``: why the kernel itself can be negative (``FitConfig.negative_values``);
+    then the exact degrees can be negative too, and a lower tol would not help.
+    """
+    if stats.min_degree <= 0 and negative_values is not None:
+        raise DictionaryError(
+            f"the approximate degree of row {stats.argmin} is {stats.min_degree:.3g} "
+            f"(not positive), so D^-1/2 K D^-1/2 is undefined: {negative_values}, so a "
+            "row's degree (the sum of its kernel row) can be negative whatever tol. The "
+            "divisive normalization needs a kernel with values >= 0 on the data: use "
+            "kernel='rbf' or 'laplacian', or normalization='additive' (kernel PCA)"
+        )
     if stats.min_degree <= 0:
         raise DictionaryError(
             f"the approximate degree of row {stats.argmin} is {stats.min_degree:.3g} "

@@ -356,7 +356,7 @@ class FitRun:
         # sum_t z_t = L^-1 sum_t k_t: one small solve instead of one per row
         total = solve_triangular(dictionary.L, sums.sum, lower=True, check_finite=False)
         stats = run("degrees", total=total)
-        check_degrees(stats)
+        check_degrees(stats, c.negative_values)
         return stats, total
 
     def solve(self, dictionary: Dictionary, stats: Statistic, total,
