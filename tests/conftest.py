@@ -17,7 +17,8 @@ def one_blas_thread():
 
     The fits here are small; OpenBLAS's busy-waiting threads make them many times
     slower when the two cores are shared with the LocalCluster workers or another
-    job, and the results do not depend on the thread count.
+    job. Where a result could depend on the thread count the library fixes it itself;
+    the tests of that set two threads again (``test_estimator.py``'s pre-image round trip).
     """
     with threadpool_limits(limits=1, user_api="blas"):
         yield

@@ -225,7 +225,11 @@ def test_output_store_is_chunk_aligned_and_marked_complete(tmp_path, reference_f
 @pytest.mark.parametrize("kw", [dict(), dict(normalization="divisive"),
                                 dict(normalization="divisive", degree_estimate="subset"),
                                 dict(kernel="laplacian", tol=0.2),
-                                dict(kernel="polynomial", degree=2)])
+                                dict(kernel="polynomial", degree=2),
+                                # the pre-image pass needs the folded map first, in the
+                                # client: it was solved there on every BLAS thread, and the
+                                # loaded model's rows differed by 7e-16 (an outside audit)
+                                dict(fit_inverse_transform=True)])
 def test_save_load_transforms_identically(tmp_path, swiss_roll, kw):
     X = swiss_roll[0][:1200]
     est = GreedySpectralEmbedding(**(dict(n_components=2, tol=1e-3, random_state=1) | kw)).fit(X)
@@ -234,6 +238,7 @@ def test_save_load_transforms_identically(tmp_path, swiss_roll, kw):
     back = GreedySpectralEmbedding.load(tmp_path / "model.zarr")
     Xn = swiss_roll[0][1200:1500]
     np.testing.assert_array_equal(back.transform(Xn), est.transform(Xn))
+    np.testing.assert_array_equal(back.transform(X), est.embedding_)
     assert back.get_params() == est.get_params()
     assert back.gamma_ == est.gamma_ and back.max_residual_ == est.max_residual_
     np.testing.assert_array_equal(back.dictionary_indices_, est.dictionary_indices_)
@@ -311,3 +316,27 @@ def test_dictionary_size_on_a_sample_of_larger_data(swiss_roll):
     again = GreedySpectralEmbedding(n_components=2, dictionary_size=30, sample_size=600,
                                     gamma=GAMMA, random_state=0).fit(X)
     np.testing.assert_array_equal(again.dictionary_indices_, est.dictionary_indices_)
+
+
+def test_a_model_fitted_with_its_preimage_map_loads_to_the_same_rows_bit_for_bit(tmp_path):
+    """The pre-image pass needs the folded map L^-T W first, in the client, where BLAS ran
+    on every thread; a loaded model folds it inside a task on one: rows differed by up to
+    7e-16 after save and load (an outside audit's case). The map is now folded on one
+    BLAS thread wherever it is first needed. (BLAS on two threads here, as outside the
+    suite: the suite's fixture pins it to one.)"""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        _preimage_map_round_trips(tmp_path)
+
+
+def _preimage_map_round_trips(tmp_path):
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        X, Xn = rng.normal(size=(400, 3)), rng.normal(size=(50, 3))
+        est = GreedySpectralEmbedding(2, gamma=0.2, tol=1e-3, random_state=0,
+                                      fit_inverse_transform=True).fit(X)
+        est.save(tmp_path / f"m{seed}")
+        back = GreedySpectralEmbedding.load(tmp_path / f"m{seed}")
+        np.testing.assert_array_equal(back.transform(Xn), est.transform(Xn))
+        np.testing.assert_array_equal(back.transform(X), est.embedding_)

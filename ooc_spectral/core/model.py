@@ -251,7 +251,13 @@ class SpectralMap:
         - divisive, exact degrees: ``G = L^-T [W / sqrt(Lambda), s]``; the last column
           gives the degree ``d`` and the rest is divided by ``sqrt(d)``;
         - divisive, subset degrees: ``G = L^-T W / sqrt(Lambda)``.
+
+        Solved with BLAS on one thread wherever it is first needed (a task, or the client
+        before the pre-image pass): OpenBLAS splits a solve differently on more threads,
+        and a saved and loaded model must give the rows the fitted one gives, bit for bit.
         """
+        from .._accel.threads import one_thread
+
         d = self.dictionary
         W = self.components
         p = W.shape[1]
@@ -260,7 +266,10 @@ class SpectralMap:
             c0 = -self.center @ W
         elif self.mode == "divisive-exact":
             W = np.column_stack([W, self.center])
-        G = W if d.L is None else solve_triangular(d.L.T, W, lower=False, check_finite=False)
+        if d.L is None:
+            return np.ascontiguousarray(W), c0
+        with one_thread():
+            G = solve_triangular(d.L.T, W, lower=False, check_finite=False)
         return np.ascontiguousarray(G), c0
 
     def _check_degrees(self, deg: np.ndarray) -> None:
