@@ -272,6 +272,20 @@ def test_poly_is_kernel_pcas_name_for_polynomial():
     np.testing.assert_allclose(a.eigenvalues_, exact.eigenvalues_, rtol=1e-6)
 
 
+def test_poly_is_kept_through_save_and_load_and_taken_by_the_baselines(tmp_path):
+    X = _data(300)
+    a = GreedySpectralEmbedding(kernel="poly", gamma=0.3, degree=2, tol=1e-6,
+                                random_state=0).fit(X)
+    a.save(tmp_path / "m")
+    back = GreedySpectralEmbedding.load(tmp_path / "m")
+    assert back.get_params() == a.get_params()
+    np.testing.assert_array_equal(back.transform(X), a.embedding_)
+    for cls in (ExactKernelEmbedding, NystromEmbedding, GaussianProjectionEmbedding):
+        poly = cls(kernel="poly", gamma=0.3, degree=2, random_state=0).fit(X)
+        named = cls(kernel="polynomial", gamma=0.3, degree=2, random_state=0).fit(X)
+        np.testing.assert_array_equal(poly.embedding_, named.embedding_)
+
+
 def test_kernel_callable_on_matrices_or_on_pairs():
     from sklearn.metrics.pairwise import rbf_kernel
 

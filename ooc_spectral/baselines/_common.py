@@ -24,7 +24,7 @@ from ..core.config import resolve_seed
 from ..core.eigensolve import top_eigenpairs
 from ..exceptions import InvalidInputError, InvalidParameterError
 from ..runtime.execution import Executor
-from ..core.kernel_choice import KERNELS, make_kernel, resolve_gamma
+from ..core.kernel_choice import KERNEL_ALIASES, KERNELS, canonical_kernel, make_kernel, resolve_gamma
 from ..core.kernels import Kernel, first_nonpositive
 from ..core.planning import whole_chunks
 from .._validation import check_finite
@@ -82,7 +82,7 @@ def _numpy_for_numpy(source: DataSource, out: da.Array):
 
 def _resolve_kernel(est, source: DataSource, seed: int) -> tuple[Kernel, float | None]:
     """The base kernel; ``gamma=None`` is the core's median heuristic on the same sample."""
-    gamma = resolve_gamma(est.kernel, est.gamma, source, seed)
+    gamma = resolve_gamma(canonical_kernel(est.kernel), est.gamma, source, seed)
     return make_kernel(est.kernel, gamma=gamma, degree=est.degree, coef0=est.coef0), gamma
 
 
@@ -309,7 +309,7 @@ class _KernelEmbeddingBase(FeatureNamesMixin, TransformerMixin, BaseEstimator):
 
     def _check_common(self) -> None:
         check_int(type(self).__name__, "n_components", self.n_components, low=1)
-        check_choice(type(self).__name__, "kernel", self.kernel, KERNELS)
+        check_choice(type(self).__name__, "kernel", self.kernel, KERNELS + tuple(KERNEL_ALIASES))
         check_float(type(self).__name__, "gamma", self.gamma, low=0.0, low_open=True, none=True)
         check_int(type(self).__name__, "degree", self.degree, low=1)
         check_float(type(self).__name__, "coef0", self.coef0)

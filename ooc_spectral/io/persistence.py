@@ -49,6 +49,7 @@ from ..exceptions import (
 )
 from .integrity import arrays_digest, checksummed, seal_holds, sealed
 from ..core.kernel_choice import kernel_from_attrs, kernel_to_attrs
+from ..core.kernel_names import KERNEL_ALIASES
 from ..core.model import Dictionary, SpectralMap
 
 __all__ = ["SavedModel", "save_model", "load_model", "read_model", "write_model", "model_of_fit",
@@ -159,7 +160,9 @@ def save_model(est, path, *, overwrite: bool = False) -> None:
     names = getattr(est, "feature_names_in_", None)
     write_model(SavedModel(
         class_name=type(est).__name__,
-        params=est._config().to_json() | {"random_state": int(est.random_state_)},
+        # the kernel's name as the user gave it ('poly' stays 'poly' for get_params)
+        params=est._config().to_json() | {"random_state": int(est.random_state_)}
+        | ({"kernel": est.kernel} if isinstance(est.kernel, str) else {}),
         spectral_map=est.spectral_map_,
         fitted=({} if names is None else {"feature_names_in_": [str(c) for c in names]})
         | fitted_record(
@@ -385,6 +388,9 @@ def _read_model(loc: str) -> SavedModel:
     lost = [name for name in FITTED if name not in fitted]
     if lost:
         raise KeyError(", ".join(lost))
+    params = FitConfig.from_params(meta["params"]).to_json()
+    if meta["params"].get("kernel") in KERNEL_ALIASES:  # as the user named it ('poly')
+        params["kernel"] = meta["params"]["kernel"]
     return SavedModel(class_name=str(meta.get("class", "")),
-                      params=FitConfig.from_params(meta["params"]).to_json(),
+                      params=params,
                       spectral_map=smap, fitted=fitted, preimage=preimage, digest=digest)
