@@ -30,7 +30,7 @@ class ExactKernelEmbedding(_KernelEmbeddingBase):
     ----------
     n_components : int, default=2
         Number of embedding coordinates.
-    kernel : {"rbf", "laplacian", "linear", "polynomial" (or "poly")}, default="rbf"
+    kernel : {"rbf", "laplacian", "linear", "polynomial", "poly"}, default="rbf"
     gamma : float, default=None
         Kernel coefficient; None: the median heuristic of
         :class:`~ooc_spectral.GreedySpectralEmbedding` on the same seeded sample.
