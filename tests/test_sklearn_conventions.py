@@ -486,3 +486,16 @@ def test_a_saved_model_keeps_the_feature_names_and_checks_them(tmp_path):
     # a model fitted on an array has no names to keep
     est.fit(X.to_numpy()).save(tmp_path / "plain")
     assert not hasattr(GreedySpectralEmbedding.load(tmp_path / "plain"), "feature_names_in_")
+
+
+def test_a_first_partial_fit_batch_too_small_for_the_components_is_named():
+    """partial_fit solves after every batch: a first batch of 1 row (streaming row by
+    row) was told to grow the dictionary with a smaller tol or a larger gamma."""
+    X = _data(6)
+    with pytest.raises(InvalidInputError, match=r"first batch has 1 row.*at least "
+                                                r"n_components \+ 1 = 3"):
+        GreedySpectralEmbedding(n_components=2, gamma=0.5).partial_fit(X[:1])
+    est = GreedySpectralEmbedding(n_components=2, gamma=0.5).partial_fit(X[:3])
+    for i in range(3, 6):  # then row by row
+        est.partial_fit(X[i:i + 1])
+    assert est.n_samples_fit_ == 6

@@ -330,6 +330,13 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         inc = getattr(self, "_incremental", None)
         # a later batch's columns must be the first batch's (before it is added)
         self._check_feature_names(X, reset=inc is None)
+        if inc is None and self.n_components is not None and source.n_rows <= self.n_components:
+            # every call solves: the first batch alone must span the components
+            raise InvalidInputError(
+                f"{type(self).__name__}.partial_fit: the first batch has {source.n_rows} "
+                f"row{'s' * (source.n_rows != 1)}, and the solve after it needs at least "
+                f"n_components + 1 = {self.n_components + 1} (centring takes one direction); "
+                "pass a first batch of that many rows, or lower n_components")
         if inc is None:
             c = self._config()
             kernel, gamma = resolve_kernel(c, source)
