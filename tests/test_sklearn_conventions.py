@@ -499,3 +499,36 @@ def test_a_first_partial_fit_batch_too_small_for_the_components_is_named():
     for i in range(3, 6):  # then row by row
         est.partial_fit(X[i:i + 1])
     assert est.n_samples_fit_ == 6
+
+
+def test_a_dask_dataframes_names_are_recorded_and_checked_as_pandas_ones():
+    """scikit-learn reads the names of pandas frames only: a dask DataFrame's were
+    neither recorded nor checked, and its reordered columns were embedded by position."""
+    import warnings
+
+    import pandas as pd
+
+    dd = pytest.importorskip("dask.dataframe")
+    X = pd.DataFrame(_data(200, 4) * [1.0, 2.0, 3.0, 4.0], columns=list("abcd"))
+    D = dd.from_pandas(X, npartitions=2)
+    est = GreedySpectralEmbedding(gamma=0.05, random_state=0).fit(D)
+    assert list(est.feature_names_in_) == list("abcd")
+    with pytest.raises(ValueError, match="same order as they were in fit"):
+        est.transform(D[list("dcba")])
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*feature names")
+        np.testing.assert_allclose(np.asarray(est.transform(X)), est.embedding_,
+                                   rtol=0, atol=1e-12)
+
+
+def test_mixed_type_column_names_are_refused_before_the_fit_changes_anything():
+    import pandas as pd
+
+    old = pd.DataFrame(_data(200, 4), columns=list("abcd"))
+    est = GreedySpectralEmbedding(gamma=0.05, random_state=0).fit(old)
+    before = est.transform(old[:5])
+    mixed = pd.DataFrame(_data(200, 4, seed=1) * 3, columns=["a", "b", 2, 3])
+    with pytest.raises(TypeError, match="string names"):
+        est.fit(mixed)
+    assert list(est.feature_names_in_) == list("abcd")
+    np.testing.assert_array_equal(est.transform(old[:5]), before)

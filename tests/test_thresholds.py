@@ -258,3 +258,43 @@ def test_kernels_with_negative_values_are_named_not_blamed_on_tol():
     # the same kernels on data with non-negative kernel values are fitted
     P = np.abs(X)
     GreedySpectralEmbedding(kernel="linear", normalization="divisive").fit(P)
+
+
+def test_a_model_saved_before_the_coef0_check_still_loads_and_transforms(tmp_path, monkeypatch):
+    """The coef0 >= 0 check guards new fits only: a model fitted before it existed (this
+    one fits, on non-negative data) loads and transforms as it did."""
+    from ooc_spectral import InvalidParameterError
+    from ooc_spectral.core.config import FitConfig
+
+    P = np.abs(np.random.default_rng(0).normal(size=(300, 3)))
+    params = dict(kernel="polynomial", degree=2, gamma=1.0, coef0=-0.1, tol=1e-3,
+                  random_state=0)
+    with pytest.raises(InvalidParameterError, match="coef0"):
+        GreedySpectralEmbedding(**params).fit(P)
+    with monkeypatch.context() as m:  # as before the check
+        m.setattr(FitConfig, "_check_new_fit", lambda self: None)
+        est = GreedySpectralEmbedding(**params).fit(P)
+        est.save(tmp_path / "m")
+    back = GreedySpectralEmbedding.load(tmp_path / "m")
+    np.testing.assert_array_equal(back.transform(P), est.embedding_)
+
+
+def test_negative_approximate_degrees_of_a_non_negative_kernel_blame_the_approximation():
+    """The kernel is blamed for a negative degree only where it is negative between the
+    dictionary's points and the row: on non-negative rows the linear kernel is not, and a
+    negative degree there comes from a dictionary too small (an outside audit:
+    dictionary_size=2 was told 'whatever tol', where dictionary_size=3 fits)."""
+    from ooc_spectral.core.pass2 import check_degrees
+    from ooc_spectral.core.statistics import Degrees
+    from ooc_spectral.pipeline.fit import _negative_on
+
+    X = np.random.default_rng(0).normal(size=(300, 3))
+    P = np.abs(X) + 0.1
+    d = GreedySpectralEmbedding(kernel="linear", normalization="divisive",
+                                random_state=0).fit(P).spectral_map_.dictionary
+    assert not _negative_on(d, P[:1])
+    assert _negative_on(d, -P[:1])  # a row at an obtuse angle to the dictionary
+    stats = Degrees(3, np.eye(2), -1.0, 7, Certificate(0.0, 0), None)
+    with pytest.raises(DictionaryError, match="loose tol") as info:
+        check_degrees(stats, None)
+    assert "whatever tol" not in str(info.value)

@@ -284,6 +284,7 @@ class _KernelEmbeddingBase(FeatureNamesMixin, TransformerMixin, BaseEstimator):
         self
         """
         self._check_params()
+        self._check_feature_names(X, reset=True)
         source = self._open(X)
         self._check_n_rows(source.n_rows)
         seed = resolve_seed(self.random_state)
@@ -293,7 +294,6 @@ class _KernelEmbeddingBase(FeatureNamesMixin, TransformerMixin, BaseEstimator):
         self.n_features_in_ = source.n_features
         self.n_samples_fit_ = source.n_rows
         self.random_state_ = seed
-        self._check_feature_names(X, reset=True)
         return self
 
     def _check_params(self) -> None:

@@ -113,8 +113,12 @@ class FitConfig:
 
     # ------------------------------------------------------------------ #
     @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> "FitConfig":
-        """Validate estimator parameters; ``random_state`` is resolved to an int seed."""
+    def from_params(cls, params: Mapping[str, Any], *, saved: bool = False) -> "FitConfig":
+        """Validate estimator parameters; ``random_state`` is resolved to an int seed.
+
+        ``saved``: the parameters of a saved model, read to use it: the checks that only
+        guard a new fit (:meth:`_check_new_fit`) are not applied, so a model fitted before
+        a check existed still loads and transforms."""
         values = {}
         for f in dataclasses.fields(cls):
             value = params.get(f.name, f.default)
@@ -140,6 +144,8 @@ class FitConfig:
                 values[f.name] = canonical_kernel(values[f.name])
         config = cls(**values)
         config._check_together()
+        if not saved:
+            config._check_new_fit()
         return config
 
     @property
@@ -175,6 +181,14 @@ class FitConfig:
                     f"{self.sample_size}, the rows Algorithm 2 searches; raise sample_size"
                 )
 
+        if self.fit_inverse_transform and self.normalization != "additive":
+            raise InvalidParameterError(
+                "fit_inverse_transform=True needs normalization='additive' (kernel PCA, as "
+                "scikit-learn's KernelPCA); the divisive embedding has no pre-image map here"
+            )
+
+    def _check_new_fit(self) -> None:
+        """Checks of a new fit's parameters that a saved model's need not pass."""
         if self.kernel_name == "polynomial" and self.coef0 < 0:
             raise InvalidParameterError(
                 f"kernel='polynomial' with coef0={self.coef0!r}: (gamma x.y + coef0)^degree is "
@@ -182,11 +196,6 @@ class FitConfig:
                 "method projects rows on a span in that space; use coef0 >= 0 "
                 "(scikit-learn's KernelPCA, which drops negative eigenvalues, or "
                 "ooc_spectral.baselines.ExactKernelEmbedding take any coef0)"
-            )
-        if self.fit_inverse_transform and self.normalization != "additive":
-            raise InvalidParameterError(
-                "fit_inverse_transform=True needs normalization='additive' (kernel PCA, as "
-                "scikit-learn's KernelPCA); the divisive embedding has no pre-image map here"
             )
 
     @property

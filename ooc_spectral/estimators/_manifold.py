@@ -181,8 +181,8 @@ class Fitted(FeatureNamesMixin, TransformerMixin):
         -------
         self
         """
-        self._fit(X)
         self._check_feature_names(X, reset=True)
+        self._fit(X)
         return self
 
     def fit_transform(self, X, y=None):

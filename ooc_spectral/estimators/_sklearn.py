@@ -42,7 +42,19 @@ class FeatureNamesInMixin:
     """
 
     def _check_feature_names(self, X, *, reset: bool) -> None:
-        validate_data(self, X, reset=reset, skip_check_array=True, ensure_2d=False)
+        validate_data(self, _names_of(X), reset=reset, skip_check_array=True, ensure_2d=False)
+
+
+def _names_of(X):
+    """X itself for scikit-learn's check, or, for a data frame it does not read (a dask
+    DataFrame: scikit-learn reads pandas' and the dataframe interchange protocol's), an
+    empty pandas frame with its columns."""
+    columns = getattr(X, "columns", None)
+    if columns is None or type(X).__module__.split(".")[0] == "pandas":
+        return X
+    import pandas as pd
+
+    return pd.DataFrame(columns=list(columns))
 
 
 class FeatureNamesMixin(SparseInputMixin, FeatureNamesInMixin, ClassNamePrefixFeaturesOutMixin):

@@ -304,10 +304,10 @@ affine, degree_estimate, degree_subset_size, sample_size, chunk_rows
         self
         """
         k, p = self._check_params()
+        self._check_feature_names(X, reset=True)
         seed = resolve_seed(self.random_state)
         if self.affinity == "representatives":
             _representatives.fit(self, X, k, self.n_components, seed)
-            self._check_feature_names(X, reset=True)
             return self
         self.cluster_map_ = None
         # the rows without their column names: this estimator checks those (predict)
@@ -344,7 +344,6 @@ affine, degree_estimate, degree_subset_size, sample_size, chunk_rows
         self.eigenvalues_ = est.eigenvalues_.copy()
         self.n_features_in_ = est.n_features_in_
         self.random_state_ = seed
-        self._check_feature_names(X, reset=True)
         return self
 
     def _initial_centers(self, E, k: int, seed: int) -> np.ndarray:

@@ -274,6 +274,8 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         -------
         self
         """
+        # the column names first, as scikit-learn does: mixed types are refused before the work
+        self._check_feature_names(X, reset=True)
         source = open_source(X)
         config = self._config().with_output_dtype(source.dtype)
         try:
@@ -286,7 +288,6 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
             raise advised from err
         self._incremental = None  # a later partial_fit starts afresh
         self._set_fitted(result)
-        self._check_feature_names(X, reset=True)
         return self
 
     def fit_transform(self, X, y=None, *, output=None):

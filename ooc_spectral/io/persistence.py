@@ -388,7 +388,7 @@ def _read_model(loc: str) -> SavedModel:
     lost = [name for name in FITTED if name not in fitted]
     if lost:
         raise KeyError(", ".join(lost))
-    params = FitConfig.from_params(meta["params"]).to_json()
+    params = FitConfig.from_params(meta["params"], saved=True).to_json()
     if meta["params"].get("kernel") in KERNEL_ALIASES:  # as the user named it ('poly')
         params["kernel"] = meta["params"]["kernel"]
     return SavedModel(class_name=str(meta.get("class", "")),
