@@ -89,9 +89,7 @@ def test_pandas_output_in_pipeline(cls):
     from sklearn.preprocessing import StandardScaler
 
     X = pd.DataFrame(_data(150), columns=["a", "b", "c"], index=np.arange(150) + 1000)
-    params = {"random_state": 0} if "random_state" in cls().get_params() else {}
-    if cls is GreedySpectralEmbedding:
-        params["gamma"] = 0.05
+    params = _params_for(cls)
     pipe = make_pipeline(StandardScaler(), cls(**params)).set_output(transform="pandas")
     out = pipe.fit_transform(X)
     names = [f"{cls.__name__.lower()}{i}" for i in range(2)]
