@@ -346,3 +346,28 @@ def test_a_graph_in_more_pieces_than_clusters_is_refused_with_advice_that_works(
         GreedySpectralClustering(4, **kw).fit(X5)
     est = GreedySpectralClustering(5, **kw).fit(X5)
     assert adjusted_rand_score(y5, est.labels_) == 1.0
+
+
+def test_the_command_line_refuses_a_graph_in_more_pieces_with_exit_2_and_no_complete_output(
+        tmp_path, capsys):
+    """The refusal above, through ``ooc-spectral fit``: exit 2, the same message on stderr,
+    and an OUTDIR that does not look complete (no report, status failed)."""
+    import json
+
+    from ooc_spectral.batch.cli import main
+
+    X, _ = _separated_blobs([(0, 0, 0), (5, 0, 0), (0, 5, 0), (0, 0, 5)], 300)
+    write_zarr(tmp_path / "in.zarr", X, 400)
+    args = ["fit", str(tmp_path / "in.zarr"), "--out", str(tmp_path / "out"), "--affinity",
+            "representatives", "--n-clusters", "4", "--n-representatives", "50", "--seed", "0",
+            "--engine", "threads", "--quiet"]
+    capsys.readouterr()
+    assert main(args + ["--n-neighbors", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "50 separate pieces" in err and "n_neighbors=5 (the default)" in err
+    run = json.loads((tmp_path / "out" / "zarr.json").read_text())["attributes"]["ooc_spectral_run"]
+    assert run["status"] == "failed" and "separate pieces" in run["error"]
+    assert not (tmp_path / "out" / "report.json").exists()
+    # the advice, followed on the same OUTDIR, is another configuration: --overwrite
+    assert main(args + ["--n-neighbors", "5", "--overwrite"]) == 0
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["status"] == "complete"
