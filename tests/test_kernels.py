@@ -42,6 +42,38 @@ def test_any_real_dtype_is_computed_in_float64(dtype):
     np.testing.assert_array_equal(got, k(Xi.astype(np.float64)))
 
 
+@pytest.mark.parametrize("scale", [1e-165, 1e-200, 1e-300, 1e150, 1e300])
+def test_the_cosine_of_rows_does_not_depend_on_their_scale(scale):
+    """Rows at 1e-165 had squared norms that underflow to 0 and were taken for rows of
+    zeros (k(x, x) = 0; the spectrum 68.7 where it is 109.7, inside its own 'certified'
+    interval, an outside audit); at 1e300 they were refused. Scaled exactly by powers of
+    two, every row has its cosine, to rounding."""
+    from sklearn.metrics.pairwise import cosine_similarity
+
+    k = make_kernel("cosine")
+    A = X.copy()
+    A[::3] *= scale  # one row in three at that scale, the rest as they are
+    ref = cosine_similarity(X, Y)
+    np.testing.assert_allclose(k(A, Y), ref, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(k(Y, A), ref.T, rtol=0, atol=1e-14)
+    np.testing.assert_array_equal(k.diag(A), np.ones(len(A)))
+    np.testing.assert_allclose(k(A, A), cosine_similarity(X), rtol=0, atol=1e-14)
+    Z = np.zeros_like(X[:2])
+    assert not k(Z, A).any() and not k.diag(Z).any()  # a row of zeros stays one
+
+
+def test_a_cosine_fit_on_rows_at_tiny_scales_equals_the_fit_at_unit_scale():
+    from ooc_spectral import GreedySpectralEmbedding
+
+    Xf = np.random.default_rng(3).normal(size=(300, 3))
+    A = Xf.copy()
+    A[::3] *= 1e-165
+    kw = dict(n_components=2, kernel="cosine", tol=1e-6, random_state=0)
+    a, b = GreedySpectralEmbedding(**kw).fit(A), GreedySpectralEmbedding(**kw).fit(Xf)
+    np.testing.assert_allclose(a.eigenvalues_, b.eigenvalues_, rtol=1e-12)
+    np.testing.assert_allclose(a.embedding_, b.embedding_, rtol=0, atol=1e-10)
+
+
 def test_rbf_distances_never_negative():
     # identical rows: the expansion |x|^2 + |y|^2 - 2 x.y rounds, the kernel must stay <= 1
     Z = np.repeat(rng.normal(size=(1, 5)) * 1e3, 4, axis=0)

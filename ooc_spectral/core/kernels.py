@@ -425,13 +425,28 @@ class CosineKernel(Kernel):
     A row of zeros has ``k(0, y) = 0`` for every y, its diagonal included, as
     scikit-learn's ``cosine_similarity`` (which normalizes rows and leaves zero
     rows as they are). ``aux`` is the row norms.
+
+    The values do not depend on a row's scale, and neither does their arithmetic:
+    each row is first scaled by the power of two that brings its largest entry into
+    ``[1/2, 1)`` (exact), so rows at ``1e-165`` or ``1e300``, whose squared norms
+    under- or overflow float64, have their cosines like any others (:meth:`_scaled`).
     """
 
     name = "cosine"
     has_aux = True
 
+    @staticmethod
+    def _scaled(X):
+        """``(Xs, ns)``: X's rows scaled exactly by powers of two to a largest entry in
+        ``[1/2, 1)``, and their norms (in ``[1/2, sqrt(n_features)]``, 0 for a row of zeros)."""
+        _, e = np.frexp(np.max(np.abs(X), axis=1, initial=0.0))
+        Xs = np.ldexp(X, -e[:, None])
+        return Xs, np.sqrt(np.einsum("ij,ij->i", Xs, Xs)), e
+
     def aux(self, X):
-        return np.sqrt(_sq_norms(_f64(X)))
+        _, ns, e = self._scaled(_f64(X))
+        with np.errstate(over="ignore"):
+            return np.ldexp(ns, e)  # > 0 for every nonzero row, inf past 1.8e308
 
     @staticmethod
     def _inverse_norms(norms):
@@ -440,10 +455,9 @@ class CosineKernel(Kernel):
         return inv
 
     def pairwise(self, X, Y, x_aux=None, y_aux=None):
-        X, Y = _f64(X), _f64(Y)
-        nx = self.aux(X) if x_aux is None else x_aux
-        ny = self.aux(Y) if y_aux is None else y_aux
-        K = X @ Y.T
+        # the scaled rows, not aux: their products and norms neither under- nor overflow
+        (Xs, nx, _), (Ys, ny, _) = self._scaled(_f64(X)), self._scaled(_f64(Y))
+        K = Xs @ Ys.T
         K *= self._inverse_norms(nx)[:, None]
         K *= self._inverse_norms(ny)[None, :]
         return K
