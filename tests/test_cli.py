@@ -30,10 +30,28 @@ def cli(*args, check=None, timeout=300, **kw):
 
 
 def last_json(proc):
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return strict_loads(proc.stdout.strip().splitlines()[-1])
 
 
 FAST = ["--workers", "1", "--threads-per-worker", "2", "-q"]
+
+
+def strict_loads(text: str):
+    """JSON as strict parsers read it: Infinity and NaN are not JSON (RFC 8259)."""
+    def refuse(name):
+        raise AssertionError(f"{name} is not JSON: strict parsers refuse it")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_reports_write_what_is_not_finite_as_null_for_strict_parsers():
+    """report.json and the --json line wrote Infinity (an uncertified interval, an outside
+    audit): JavaScript's JSON.parse refuses it and jq reads it as 1.8e308, a finite bound."""
+    from ooc_spectral.io import strict_json
+
+    text = strict_json.dumps({"interval": [[-np.inf, np.inf]], "b": np.float64(np.nan),
+                              "rows": np.arange(3), "m": np.int64(7), "ok": 0.5, "when": "now"})
+    assert strict_loads(text) == {"interval": [[None, None]], "b": None, "rows": [0, 1, 2],
+                                  "m": 7, "ok": 0.5, "when": "now"}
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +88,7 @@ def test_make_data_bad_name_is_usage_error(tmp_path):
 def test_fit_writes_embedding_model_and_report(data, fitted):
     out, summary = fitted
     assert summary["status"] == "complete" and summary["exit_code"] == 0
-    report = json.loads((out / "report.json").read_text())
+    report = strict_loads((out / "report.json").read_text())
     for key in ("n_samples", "n_features", "dictionary_size", "tol", "max_residual", "gamma",
                 "eigenvalues", "normalization", "stages", "versions", "config_hash",
                 "resumed_stages"):

@@ -443,7 +443,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _restore_signals(previous)
         clear_interrupt()  # nothing noted here reaches a later run of this process
     if args.json:
-        print(json.dumps({"exit_code": EXIT_OK, **(summary or {})}, default=str), flush=True)
+        from ..io import strict_json
+
+        print(strict_json.dumps({"exit_code": EXIT_OK, **(summary or {})}), flush=True)
     return EXIT_OK
 
 

@@ -45,6 +45,7 @@ import numpy as np
 import zarr
 
 from ..exceptions import ConfigurationMismatchError, LockedError, OutputNotWritableError
+from . import strict_json
 from .integrity import checksummed, seal_holds, sealed
 from .safety import bare_group_meta as _bare_group_meta
 from .safety import classify_outdir, open_nofollow, write_file_atomic
@@ -547,12 +548,11 @@ class RunDirectory:
 
     def write_report(self, report: dict) -> None:
         self.check_lock()  # a run that lost its lock never reports
+        blob = (strict_json.dumps(report, indent=2) + "\n").encode()  # null, never Infinity
         if self.remote:  # one PUT: the object appears whole or not at all
-            self.fs.pipe_file(self._key(REPORT_NAME),
-                              (json.dumps(report, indent=2, default=_json_default) + "\n").encode())
+            self.fs.pipe_file(self._key(REPORT_NAME), blob)
             return
-        write_file_atomic(self.path / REPORT_NAME,
-                          (json.dumps(report, indent=2, default=_json_default) + "\n").encode())
+        write_file_atomic(self.path / REPORT_NAME, blob)
 
     def read_report(self) -> dict | None:
         if self.remote:
@@ -583,11 +583,3 @@ def _flatten(d: dict, prefix: str = "") -> dict:
         else:
             out[f"{prefix}{k}"] = v
     return out
-
-
-def _json_default(value):
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    return str(value)
