@@ -5,7 +5,7 @@
   to the dictionary's span (recomputed from differences in extended precision on the
   fit's own dictionary) and an eigenvalue interval holding the exact centred Gram
   matrix's eigenvalues: across offsets of the data from 0 to 1e6, tol from 1e-3 to
-  1e-12, the Gaussian kernel (median and fixed gamma), the Laplacian, the linear kernel
+  1e-12 and 0, the Gaussian kernel (median and fixed gamma), the Laplacian, the linear kernel
   and ``MetricMDS``, on three data sets, and with a constant column of 1e4 added.
 - The rounding bounds' pieces against exact arithmetic (fractions, extended precision).
 
@@ -33,7 +33,7 @@ from ooc_spectral.manifold import MetricMDS
 pytestmark = pytest.mark.skipif(not HAS_EXTENDED, reason="needs an extended-precision long double")
 
 OFFSETS = [0.0, 10.0, 30.0, 100.0, 1e3, 1e4, 1e5, 1e6]
-TOLS = [1e-3, 1e-6, 1e-8, 1e-10, 1e-12]
+TOLS = [1e-3, 1e-6, 1e-8, 1e-10, 1e-12, 0.0]
 KERNELS = ["rbf-median", "rbf-0.5", "rbf-5", "laplacian", "linear", "mds"]
 DATASETS = ["circles", "moons", "s-curve"]
 N = 300
@@ -219,3 +219,67 @@ def test_the_centre_makes_the_gaussian_kernel_translation_invariant():
     plain = make_kernel("rbf", gamma=0.5)(Y)
     assert np.abs(moved - ref).max() < 1e-9
     assert np.abs(plain - ref).max() > 1e-6  # what the centre prevents
+
+
+def test_tol_zero_is_exact_or_certified_never_certified_by_the_cancellation_it_bounds():
+    """tol=0 skipped every row whose computed residual was below the pivot floor, and the
+    certificate was capped at tol: on 800 rows of 1-D normal data max_residual_ was 5.6e-14
+    and eigenvalue_error_bound_ 0 while a row was at squared distance 0.47 (60-digit
+    mpmath), the embedding 3.7% off KernelPCA and Laplacian eigenmaps 31% off, exit 0
+    (an outside audit). A row now counts as in the span at tol 0 only when certified there,
+    rounding included: otherwise kernel PCA solves the exact problem tol 0 asks for, and
+    the divisive normalization refuses with advice that works."""
+    from sklearn.decomposition import KernelPCA
+
+    from ooc_spectral.exceptions import DictionaryWarning
+    from ooc_spectral.manifold import LaplacianEigenmaps
+
+    X = np.random.default_rng(801).normal(size=(800, 1))
+    with pytest.warns(DictionaryWarning, match=r"tol=0 asks for every direction.*800 x 800"):
+        est = GreedySpectralEmbedding(n_components=3, tol=0, random_state=0).fit(X)
+    ref = KernelPCA(3, kernel="rbf", gamma=est.gamma_, eigen_solver="dense").fit(X)
+    R = ref.transform(X)
+    E = est.embedding_ * np.sign(np.sum(est.embedding_ * R, axis=0))
+    assert np.abs(E - R).max() <= 1e-10 * np.abs(R).max()
+    check_certified("rbf-median", X, est, 0.0)
+    with pytest.raises(NumericalBreakdownError, match=r"tol=0 asks for every direction") as info:
+        LaplacianEigenmaps(2, tol=0, random_state=0).fit(X)
+    advice = info.value.suggested_tol
+    assert advice > 0 and f"Use tol >= {advice:.2g}" in str(info.value)
+    le = LaplacianEigenmaps(2, tol=advice, random_state=0).fit(X)
+    d = le.embedding_estimator_.spectral_map_.dictionary
+    true = true_residuals(d.kernel, X, d.points)
+    assert true.max() <= le.embedding_estimator_.max_residual_ <= advice
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e6, 1e8])
+def test_tol_zero_keeps_rows_in_the_exact_span_out_with_an_honest_certificate(offset):
+    """MetricMDS runs at tol 0: the rows of 3-D data are in the span of 4 of them, which
+    float64 certifies to the resolution of its values (about 1e-13 of k(x, x) at the
+    origin, 2e-6 at 1e8 from it). The certificate is that bound, not 0, and holds."""
+    from sklearn.datasets import make_s_curve
+
+    X = make_s_curve(1500, random_state=0)[0] + offset
+    mds = MetricMDS(n_components=2, random_state=0).fit(X)
+    core = mds.embedding_estimator_
+    assert core.spectral_map_.dictionary.size == 4  # the greedy path, not the exact one
+    check_certified("mds", X, mds, 0.0)
+    assert core.max_residual_ > 0
+    # duplicated rows at tol 0: the six distinct ones, certified within rounding
+    dup = np.repeat(np.random.default_rng(0).normal(size=(6, 3)), 50, axis=0) + offset
+    est = GreedySpectralEmbedding(n_components=3, tol=0, gamma=0.5, random_state=0).fit(dup)
+    assert est.spectral_map_.dictionary.size == 6
+    check_certified("rbf-0.5", dup, est, 0.0)
+
+
+def test_an_interval_float64_cannot_make_finite_is_refused_not_returned(monkeypatch):
+    """Where the factor's rounding swamps the eigenvalues the interval's ends are not
+    finite; the fit refuses (the README's promise) with a tol to use, instead of returning
+    eigenvalue_interval_ = [-inf, inf]."""
+    from ooc_spectral.pipeline import certification
+
+    X = make_moons(N, noise=0.05, random_state=0)[0]
+    swamped = lambda *a, **k: (np.full(2, np.inf), np.full(2, np.inf))  # noqa: E731
+    monkeypatch.setattr(certification, "spectrum_allowance", swamped)
+    with pytest.raises(NumericalBreakdownError, match=r"eigenvalues cannot be certified.*Use tol >="):
+        GreedySpectralEmbedding(n_components=2, gamma=0.5, tol=1e-6, random_state=0).fit(X)

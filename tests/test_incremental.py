@@ -64,6 +64,20 @@ def test_partial_fit_numpy_batches_within_the_bound(batches):
     assert est.max_residual_ <= TOL
 
 
+def test_a_partial_fit_after_fit_carries_no_interval_of_the_fit(batches, tmp_path):
+    """fit, then partial_fit: eigenvalue_interval_ (and rounding_) were the fit's, an
+    interval around another spectrum that held none of the new eigenvalues, and save wrote
+    it (an outside audit). partial_fit derives no interval: None, saved as None."""
+    est = GreedySpectralEmbedding(n_components=P, gamma=GAMMA, tol=TOL, random_state=0)
+    est.fit(batches[0])
+    assert est.eigenvalue_interval_ is not None and est.rounding_ is not None
+    est.partial_fit(batches[0])
+    est.partial_fit(batches[2])
+    assert est.eigenvalue_interval_ is None and est.rounding_ is None
+    est.save(tmp_path / "m")
+    assert GreedySpectralEmbedding.load(tmp_path / "m").eigenvalue_interval_ is None
+
+
 def test_partial_fit_zarr_batches_equal_the_oracle(batches, tmp_path):
     arrays = []
     for i, b in enumerate(batches):

@@ -70,7 +70,12 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
     tol : float, default=1e-3
         The paper's epsilon: a row enters the dictionary when its squared
         feature-space distance to the dictionary's span exceeds ``tol``; after
-        the scan every row is within ``tol`` (see ``max_residual_``).
+        the scan every row is within ``tol`` (see ``max_residual_``). ``tol=0``
+        asks for every direction of the data: a row is left out only where float64
+        certifies it in the span (within 1e-4 of ``k(x, x)``, its bound reported in
+        ``max_residual_``); where it cannot, kernel PCA of at most 8,192 rows is solved
+        exactly on the full Gram matrix (with a ``DictionaryWarning``), and any other fit
+        is refused naming a tol that works.
     dictionary_size : int, default=None
         Ask for a dictionary of exactly this many points instead (by
         ``selection``: RP-Cholesky by default, or the paper's Algorithm 2, a
@@ -180,7 +185,7 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         ``[eigenvalue_interval_[i, 0], eigenvalue_interval_[i, 1]]``, that is from
         ``eigenvalues_[i]`` to ``eigenvalues_[i] + eigenvalue_error_bound_``, widened by
         the eigensolve's rounding (the certificate of the spectrum). None for the
-        divisive normalization.
+        divisive normalization and after ``partial_fit``.
     eigenvalue_error_bound_ : float or None
         Additive normalization: the dictionary's part ``b`` of Weyl's interval, the sum of
         the rows' certified squared distances to the dictionary's span (at most
@@ -352,6 +357,9 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         self.dictionary_indices_ = inc.dictionary.indices
         self.max_residual_, self.max_residual_row_ = inc.max_residual
         self.eigenvalue_error_bound_ = inc.eigenvalue_error_bound
+        # no interval is derived for the incremental solve: an earlier fit's would certify
+        # another spectrum (found by an outside audit)
+        self.eigenvalue_interval_, self.rounding_ = None, None
         self.tol_ = inc.config.tol
         self.n_features_in_ = inc.n_features
         self.n_samples_fit_ = inc.n_samples

@@ -328,7 +328,9 @@ class MetricMDS(Fitted, FeatureNamesMixin, TransformerMixin, BaseEstimator):
     metric : str, default="euclidean"
     tol : float, default=0.0
         Euclidean only: the dictionary scan's tolerance. 0 keeps every direction
-        of the data (rows are then projected exactly).
+        of the data: rows in the span of the others are projected exactly, to the
+        rounding of their values, which ``max_residual_`` of ``embedding_estimator_``
+        bounds (see ``GreedySpectralEmbedding``'s ``tol``).
     eigen_solver : {"auto", "dense", "arpack"}, default="auto"
         Other metrics: the eigensolver of the n x n matrix.
     max_samples : int, default=20000

@@ -3,7 +3,7 @@ and the advice of a breakdown checked before it is given.
 
 - :func:`eigenvalue_interval`: every exact eigenvalue's interval from pass 2's certified
   sums and the eigensolve (:func:`~ooc_spectral.core.eigensolve.spectrum_allowance`);
-  :func:`exact_interval`, the exact path's.
+  :func:`exact_interval`, the exact path's, and :func:`exact_path_warning`, why it is taken.
 - :func:`rounding_report`: the certificate's rounding terms for ``report.json``.
 - :func:`advised` / :func:`advise_tol`: a :class:`~ooc_spectral.exceptions.NumericalBreakdownError`
   of a tol-based fit names the smallest tol whose scan certifies every row of this data
@@ -29,19 +29,38 @@ from ..core.scan.state import DictionaryState
 from ..exceptions import DictionarySizeError, NumericalBreakdownError
 
 __all__ = ["ADVICE_ROWS", "advised", "advise_tol", "eigenvalue_interval", "exact_interval",
-           "rounding_report"]
+           "exact_path_warning", "rounding_report"]
 
 #: Rows of the sample on which the advised tol of a breakdown is checked.
 ADVICE_ROWS = 20_000
 
 
-def eigenvalue_interval(dictionary: Dictionary, stats, smap: SpectralMap, depth: int) -> np.ndarray:
+def eigenvalue_interval(dictionary: Dictionary, stats, smap: SpectralMap, depth: int,
+                        tol: float) -> np.ndarray:
     """``[lambda_i - lower_i, lambda_i + b + upper_i]`` for each computed eigenvalue
-    (:func:`~ooc_spectral.core.eigensolve.spectrum_allowance`), shape (p, 2)."""
+    (:func:`~ooc_spectral.core.eigensolve.spectrum_allowance`), shape (p, 2).
+
+    Raises :class:`NumericalBreakdownError` where an end is not finite: the factor's
+    rounding then swamps the eigenvalues (``||G - I|| >= 1/2`` there), and a spectrum
+    float64 cannot certify is refused, not returned with an interval of ``[-inf, inf]``.
+    The advice, like :func:`~ooc_spectral.core.checks.check_conditioning`'s, is a tol 100
+    times larger (at tol 0, 100 times the smallest pivot that entered), checked by
+    :func:`advised` before it is given.
+    """
     lower, upper = spectrum_allowance(dictionary, stats.m2, smap, stats.sums, depth)
     b = eigenvalue_error_bound(stats.sums, dictionary.size)
     lam = np.asarray(smap.eigenvalues, dtype=np.float64)
-    return np.column_stack([lam - lower, lam + b + upper])
+    interval = np.column_stack([lam - lower, lam + b + upper])
+    if np.all(np.isfinite(interval)):
+        return interval
+    smallest = float(np.min(np.abs(np.diag(dictionary.L)))) ** 2 if dictionary.L is not None else 0.0
+    advice = tol * 100 if tol > 0 else nice_ceil(100 * max(smallest, 1e-300))
+    err = NumericalBreakdownError(
+        f"the eigenvalues cannot be certified: the rounding of the dictionary's Cholesky "
+        f"factor ({dictionary.size} points) swamps them, so no interval around them is finite. "
+        f"Use tol >= {advice:.2g} (with dictionary_size, a smaller one), or a smaller gamma")
+    err.suggested_tol = advice
+    raise err
 
 
 def exact_interval(kernel: Kernel, X: np.ndarray, smap: SpectralMap) -> np.ndarray:
@@ -123,3 +142,21 @@ def advise_tol(run, kernel: Kernel, tol: float) -> tuple[float, str]:
             continue
         return (t if s.n_rows <= ADVICE_ROWS else nice_ceil(2 * t)), what
     return nice_ceil(scale), ""
+
+
+def exact_path_warning(c, n_rows: int, gamma, every_direction: bool) -> str:
+    """Why the fit solves kernel PCA on the full Gram matrix: half of the rows entered
+    the dictionary, or (``every_direction``) tol 0 asked for every direction of the data
+    and the dictionary's factor could not separate them in float64."""
+    exact = f"kernel PCA is solved exactly on the {n_rows} x {n_rows} Gram matrix instead"
+    if every_direction:
+        return (f"tol={c.tol:g} asks for every direction of the data, more than a dictionary's "
+                f"Cholesky factor separates in float64: {exact}; a positive tol keeps the "
+                "dictionary small")
+    msg = (f"half of the {n_rows} rows entered the dictionary"
+           + (f" (gamma={gamma:.3g})" if gamma is not None else "")
+           + f" before the scan was done: no row is near the span of the others, so {exact}")
+    if gamma is not None and c.kernel in ("rbf", "laplacian"):
+        msg += (f"; for a small dictionary use a smaller gamma (try gamma={gamma / 10:.3g}) "
+                "or a larger tol")
+    return msg

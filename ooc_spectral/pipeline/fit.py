@@ -54,7 +54,8 @@ from ..exceptions import (DictionaryError, DictionarySizeError, DictionaryWarnin
 from ..io.source import DataSource
 from ..runtime.execution import Executor
 from .accumulate import PartialStore, accumulate, extension_pass
-from .certification import advised, eigenvalue_interval, exact_interval, rounding_report
+from .certification import (advised, eigenvalue_interval, exact_interval, exact_path_warning,
+                            rounding_report)
 from .scan import GreedyScan, Rescan, Selection
 from .writeback import EmbeddingOutput, map_rows
 
@@ -381,6 +382,12 @@ class FitRun:
         """:func:`~ooc_spectral.pipeline.certification.advised` for this fit."""
         return advised(self, err, kernel)
 
+    def broke_down(self, err: NumericalBreakdownError, kernel: Kernel, gamma, out, exact: bool):
+        """The exact path at tol 0 where it may run (:meth:`run_exact`), else ``err`` advised."""
+        if exact and self.config.tol is not None and self.config.tol <= 0:
+            return self.run_exact(kernel, gamma, out, breakdown=err)
+        raise self.advised(err, kernel) from err
+
     def finish_prefix_scan(self, dictionary, X, stats, total, kernel, gamma, tol):
         """After a prefix scan: scan the rows beyond ``tol``, then bring pass 2 up to date.
 
@@ -400,8 +407,8 @@ class FitRun:
         old_size, dictionary = dictionary.size, self.selection.state.freeze(c.solver)
         log.info("dictionary: %d points", dictionary.size)
         self.check_dictionary(dictionary, kernel, gamma, tol)
-        # every row is certified within tol: by pass 2's bound or by the rescan
-        dictionary = self.with_rounding(dictionary, tol, cap=tol)
+        # every row is certified within tol (tol > 0): by pass 2's bound or by the rescan
+        dictionary = self.with_rounding(dictionary, tol, cap=tol if tol > 0 else math.inf)
         with self.stage("pass2"):
             if c.normalization == "additive" and not rescan.rescanned_all:
                 grown, fresh = extension_pass(
@@ -427,21 +434,16 @@ class FitRun:
         return (c.normalization == "additive" and c.dictionary_size is None
                 and c.dictionary_selection == "greedy" and n <= min(EXACT_MAX_ROWS, c.max_dictionary_size))
 
-    def run_exact(self, kernel: Kernel, gamma, out) -> FitResult:
+    def run_exact(self, kernel: Kernel, gamma, out, breakdown=None) -> FitResult:
         """Exact kernel PCA (:func:`~ooc_spectral.core.eigensolve.solve_exact`), then pass 3.
 
         Taken when most rows would enter the dictionary: the greedy path would
         then cost more than the full problem and its factor would be as large and
-        far worse conditioned.
+        far worse conditioned; and at ``tol <= 0`` when float64 cannot tell a row in the
+        span from a direction of its own (``breakdown``): what tol 0 asks for is exact.
         """
         c, s = self.config, self.source
-        msg = (f"half of the {s.n_rows} rows entered the dictionary"
-               + (f" (gamma={gamma:.3g})" if gamma is not None else "")
-               + f" before the scan was done: no row is near the span of the others, so kernel "
-               f"PCA is solved exactly on the {s.n_rows} x {s.n_rows} Gram matrix instead")
-        if gamma is not None and c.kernel in ("rbf", "laplacian"):
-            msg += (f"; for a small dictionary use a smaller gamma (try gamma={gamma / 10:.3g}) "
-                    "or a larger tol")
+        msg = exact_path_warning(c, s.n_rows, gamma, every_direction=breakdown is not None)
         warn_once(msg, DictionaryWarning, stacklevel=3)
         check_n_components(s.n_rows, c.n_components or 1, 0)
         with self.stage("solve"):
@@ -536,14 +538,15 @@ class FitRun:
                 raise
             return self.run_exact(kernel, gamma, out)
         except NumericalBreakdownError as err:
-            raise self.advised(err, kernel) from err
+            return self.broke_down(err, kernel, gamma, out, exact)
         log.info("dictionary: %d points", dictionary.size)
         self.check_dictionary(dictionary, kernel, gamma, tol)
         try:
             check_conditioning(dictionary, tol)
-            # a complete greedy scan certified every row it skipped: rows are within tol
-            dictionary = self.with_rounding(dictionary, tol, cap=tol if complete and c.dictionary_size
-                                            is None and c.dictionary_selection == "greedy" else math.inf)
+            # a complete greedy scan certified every row it skipped within tol (tol > 0; at
+            # tol 0 within ZERO_TOL_SKIP k(x, x), which pass 2's own bound reports)
+            capped = tol > 0 and complete and c.dictionary_size is None and c.dictionary_selection == "greedy"
+            dictionary = self.with_rounding(dictionary, tol, cap=tol if capped else math.inf)
             X = self.reduce_view()
             with self.stage("pass2"):
                 stats, total = self.accumulate(dictionary, X, tol_check=None if complete else tol)
@@ -556,13 +559,13 @@ class FitRun:
             if c.dictionary_size is None:
                 check_certificate(cert, tol, dictionary.size, kernel, dictionary,
                                   max_kx=sums.max_kx if sums is not None else 0.0, sums=sums)
+            depth = summation_depth(s.n_rows, self.plan.rows, len(X.chunks[0]))
+            with self.stage("solve"):
+                smap = self.solve(dictionary, stats, total, depth)
+                interval = (eigenvalue_interval(dictionary, stats, smap, depth, tol)
+                            if sums is not None else None)
         except NumericalBreakdownError as err:
-            raise self.advised(err, kernel) from err
-        depth = summation_depth(s.n_rows, self.plan.rows, len(X.chunks[0]))
-        with self.stage("solve"):
-            smap = self.solve(dictionary, stats, total, depth)
-            interval = (eigenvalue_interval(dictionary, stats, smap, depth)
-                        if sums is not None else None)
+            return self.broke_down(err, kernel, gamma, out, exact)
         preimage = None
         if c.fit_inverse_transform:
             with self.stage("preimage"):

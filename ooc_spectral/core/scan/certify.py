@@ -35,15 +35,23 @@ import numpy as np
 from scipy.linalg import solve_triangular
 
 from ...exceptions import NumericalBreakdownError
+from ..model import PIVOT_FLOOR
 from ..rounding import U, diag_error, entry_error, factor_error, gamma, kernel_center
 
-__all__ = ["ScanRounding", "RESOLVED", "COEF_SAFETY", "measure_size", "decide", "entered_resolved",
+__all__ = ["ScanRounding", "RESOLVED", "ZERO_TOL_SKIP", "COEF_SAFETY", "measure_size", "decide", "entered_resolved",
            "uncertifiable"]
 
 #: Largest rounding bound, as a fraction of tol, with which a row may enter the
 #: dictionary: below it, a row that is not certainly within tol is certainly beyond
 #: tol minus this fraction, so its pivot is resolved.
 RESOLVED = 0.25
+#: At tol 0, the largest certified squared residual of a row skipped as in the span, as
+#: a fraction of ``k(x, x)``. Rows in the exact span are certified to the resolution
+#: their float64 values allow: about 1e-13 near the origin, 2e-8 and 2e-6 for a linear
+#: kernel on unit-spread data 1e6 and 1e8 from it. A rounding bound past this is of the
+#: order of the directions it could hide (0.02 to 3e3 on Gaussian kernels whose factor
+#: float64 no longer resolves), and the row cannot be decided.
+ZERO_TOL_SKIP = 1e-4
 
 #: Factor on the coefficient sums computed by the scan's own solves: it covers their
 #: forward error while it is below 100%, which the factor's conditioning check
@@ -78,11 +86,22 @@ def decide(delta: float, dhat: float, floor: float, rounding: float, tol: float,
     the pivot ``floor``); it enters when its ``delta`` exceeds tol (the paper's rule).
     A row not certified enters if its rounding is resolved (at most :data:`RESOLVED` of
     tol: its exact residual is then above ``tol - 2E``) and its pivot above the floor.
-    ``tol <= 0`` asks for every direction of the data: rows numerically in the span are
-    skipped, every other row enters.
+    ``tol <= 0`` asks for every direction of the data: a row enters unless it is
+    numerically in the span (``dhat`` below the floor) and certified there to
+    :data:`ZERO_TOL_SKIP` of ``k(x, x)``, rounding included (``dhat + E``, the bound
+    pass 2 then reports). A row whose computed residual is below the floor but whose
+    rounding reaches past that cannot be told from a direction of its own: float64
+    cannot decide it (its exact residual may be far from 0 while ``dhat`` is
+    cancellation noise).
     """
     inspan = dhat <= floor
-    if tol <= 0 or dhat + rounding <= tol:  # tol 0: every direction, none certifiable
+    if tol <= 0:  # every direction: skip only rows certified in the span
+        if not inspan:
+            return delta > tol
+        if dhat + rounding <= floor * (ZERO_TOL_SKIP / PIVOT_FLOOR):
+            return False
+        raise uncertifiable(rounding, tol, row)
+    if dhat + rounding <= tol:
         return delta > tol and not inspan
     if inspan or rounding > RESOLVED * tol:
         raise uncertifiable(rounding, tol, row)
@@ -102,11 +121,16 @@ def uncertifiable(rounding: float, tol: float, row: int | None = None) -> Numeri
 
     which = f"row {row}" if row is not None else "a row"
     advice = certifiable_tol(rounding, tol)
-    err = NumericalBreakdownError(
-        f"at tol={tol:.3g} the rounding of {which}'s residual reaches {rounding:.2g} (more than "
-        f"{RESOLVED:g} of tol): the dictionary's Cholesky factor is too ill-conditioned for "
-        f"float64 arithmetic to tell whether the row is within tol. Use tol >= "
-        f"{advice:.2g}, or a smaller gamma")
+    if tol <= 0:
+        said = (f"tol={tol:.3g} asks for every direction of the data, but the rounding of "
+                f"{which}'s residual reaches {rounding:.2g}: the dictionary's Cholesky factor is "
+                "too ill-conditioned for float64 arithmetic to tell whether the row is in its "
+                "span or a direction of its own")
+    else:
+        said = (f"at tol={tol:.3g} the rounding of {which}'s residual reaches {rounding:.2g} (more "
+                f"than {RESOLVED:g} of tol): the dictionary's Cholesky factor is too "
+                "ill-conditioned for float64 arithmetic to tell whether the row is within tol")
+    err = NumericalBreakdownError(f"{said}. Use tol >= {advice:.2g}, or a smaller gamma")
     err.suggested_tol = advice
     return err
 
