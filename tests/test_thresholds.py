@@ -298,3 +298,30 @@ def test_negative_approximate_degrees_of_a_non_negative_kernel_blame_the_approxi
     with pytest.raises(DictionaryError, match="loose tol") as info:
         check_degrees(stats, None)
     assert "whatever tol" not in str(info.value)
+
+
+def test_n_components_none_keeps_only_eigenvalues_certified_above_zero():
+    """n_components=None kept an eigenvalue of 7.7e-23 whose interval was [-7e-11, 5.5e-10]
+    (cosine rows 1e6 from the origin): a coordinate of noise, with no error (an outside
+    audit). It keeps the eigenvalues whose interval lies above 0; with none, the error
+    names a tol computed from the interval, and following it gives a certified spectrum."""
+    import re
+
+    from ooc_spectral.exceptions import DictionaryError
+
+    A = np.random.default_rng(6).normal(size=(400, 3))
+    X = np.c_[A, np.full(400, 5.0)] + 1e6
+    kw = dict(n_components=None, kernel="cosine", random_state=0)
+    with pytest.raises(DictionaryError, match=r"no eigenvalue .* certified above 0") as info:
+        GreedySpectralEmbedding(tol=1e-6, **kw).fit(X)
+    advice = float(re.search(r"Use tol <= ([0-9.e+-]+)", str(info.value)).group(1))
+    est = GreedySpectralEmbedding(tol=advice, **kw).fit(X)
+    assert est.eigenvalues_.shape[0] >= 1 and np.all(est.eigenvalue_interval_[:, 0] > 0)
+    # where every eigenvalue is certified, as many as KernelPCA(None) keeps
+    from sklearn.decomposition import KernelPCA
+
+    Y = np.c_[A, A[:, 0] + A[:, 1]]
+    ours = GreedySpectralEmbedding(n_components=None, kernel="linear", tol=1e-6).fit(Y)
+    ref = KernelPCA(None, kernel="linear").fit(Y)
+    assert ours.eigenvalues_.shape == ref.eigenvalues_.shape
+    np.testing.assert_allclose(ours.eigenvalues_, ref.eigenvalues_, rtol=1e-10)

@@ -41,9 +41,11 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
     ----------
     n_components : int or None, default=2
         Number of embedding coordinates p; must be below the dictionary size.
-        None: every direction the dictionary supports (every eigenvalue above
-        rounding), as ``KernelPCA(n_components=None)`` keeps every non-zero
-        eigenvalue; the number kept is ``eigenvalues_.shape[0]``.
+        None: every direction the dictionary supports, as
+        ``KernelPCA(n_components=None)`` keeps every non-zero eigenvalue: with the
+        additive normalization every eigenvalue certified above 0 (its
+        ``eigenvalue_interval_`` lies above 0), with the divisive one every
+        eigenvalue above rounding; the number kept is ``eigenvalues_.shape[0]``.
     kernel : {"rbf", "laplacian", "linear", "polynomial", "poly", "cosine"} or callable, default="rbf"
         ``rbf``: ``exp(-gamma ||x-y||^2)``; ``laplacian``: ``exp(-gamma ||x-y||_1)``;
         ``linear``: ``x.y``; ``polynomial`` (or ``poly``, KernelPCA's name):
@@ -59,7 +61,9 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
     gamma : float, default=None
         Kernel coefficient. None: the median heuristic on a seeded sample of
         1000 rows (``1/median ||x-y||^2`` for rbf, ``1/median ||x-y||_1`` for
-        laplacian, ``1/median ||x||^2`` for polynomial); the value used is
+        laplacian, ``1/median ||x||^2`` for polynomial, with ``x`` moved by the
+        sample's mean where the kernel takes a centre: degree 1 with the additive
+        normalization, see the user guide's certificate page); the value used is
         ``gamma_``.
     degree : int, default=3
         Degree of the polynomial kernel.

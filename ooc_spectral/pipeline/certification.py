@@ -3,6 +3,7 @@ and the advice of a breakdown checked before it is given.
 
 - :func:`eigenvalue_interval`: every exact eigenvalue's interval from pass 2's certified
   sums and the eigensolve (:func:`~ooc_spectral.core.eigensolve.spectrum_allowance`);
+  :func:`keep_certified`, the eigenvalues ``n_components=None`` keeps (those above 0);
   :func:`exact_interval`, the exact path's, and :func:`exact_path_warning`, why it is taken.
 - :func:`rounding_report`: the certificate's rounding terms for ``report.json``.
 - :func:`advised` / :func:`advise_tol`: a :class:`~ooc_spectral.exceptions.NumericalBreakdownError`
@@ -26,10 +27,10 @@ from ..core.planning import VisitOrder
 from ..core.rounding import U, entry_error, kernel_center
 from ..core.scan.blocked import scan_rows
 from ..core.scan.state import DictionaryState
-from ..exceptions import DictionarySizeError, NumericalBreakdownError
+from ..exceptions import DictionaryError, DictionarySizeError, NumericalBreakdownError
 
-__all__ = ["ADVICE_ROWS", "advised", "advise_tol", "eigenvalue_interval", "exact_interval",
-           "exact_path_warning", "rounding_report"]
+__all__ = ["ADVICE_ROWS", "advised", "advise_tol", "certified_spectrum", "eigenvalue_interval",
+           "exact_interval", "exact_path_warning", "keep_certified", "rounding_report"]
 
 #: Rows of the sample on which the advised tol of a breakdown is checked.
 ADVICE_ROWS = 20_000
@@ -61,6 +62,44 @@ def eigenvalue_interval(dictionary: Dictionary, stats, smap: SpectralMap, depth:
         f"Use tol >= {advice:.2g} (with dictionary_size, a smaller one), or a smaller gamma")
     err.suggested_tol = advice
     raise err
+
+
+def certified_spectrum(dictionary: Dictionary, stats, smap: SpectralMap, depth: int, tol: float,
+                       n_components, additive: bool) -> tuple[SpectralMap, np.ndarray | None]:
+    """``(smap, interval)``: :func:`eigenvalue_interval` of the additive normalization
+    (None for the divisive one), and with ``n_components=None`` the map cut to the
+    eigenvalues it certifies above 0 (:func:`keep_certified`)."""
+    if not additive:
+        return smap, None
+    return keep_certified(smap, eigenvalue_interval(dictionary, stats, smap, depth, tol),
+                          n_components)
+
+
+def keep_certified(smap: SpectralMap, interval: np.ndarray, n_components):
+    """With ``n_components=None`` ("every direction"), the leading eigenpairs whose
+    interval lies above 0: an eigenvalue above the eigensolve's rounding whose interval
+    reaches 0 may be no direction of the exact problem (cosine rows 1e6 from the origin
+    kept 7.7e-23 in ``[-7e-11, 5.5e-10]``, a coordinate of noise; an outside audit).
+    Raises :class:`~ooc_spectral.exceptions.DictionaryError` when none is."""
+    if n_components is not None or np.all(interval[:, 0] > 0):
+        return smap, interval
+    k = int(np.argmin(interval[:, 0] > 0))
+    if k == 0:
+        # a direction of eigenvalue at most hi spreads the n rows by about hi / n each: a
+        # tol below that lets the dictionary resolve it
+        hi, n = float(interval[0, 1]), max(int(smap.n_samples), 1)
+        advice = nice_ceil(hi / n) / 10 if hi > 0 else 0.0
+        raise DictionaryError(
+            f"no eigenvalue of the centred Gram matrix is certified above 0 (the largest, "
+            f"{smap.eigenvalues[0]:.3g}, may be anywhere in [{interval[0, 0]:.3g}, {hi:.3g}]): "
+            "the data's directions in feature space are below what this dictionary resolves"
+            + (f". Use tol <= {advice:.2g} (about the squared spread of {n} rows along such a "
+               "direction)" if advice > 0 else "")
+            + ", or check the data and the kernel (rows far from the origin are nearly "
+            "parallel to a cosine kernel)")
+    cut = SpectralMap(smap.dictionary, smap.mode, smap.center, smap.components[:, :k].copy(),
+                      smap.eigenvalues[:k].copy(), smap.n_samples)
+    return cut, interval[:k]
 
 
 def exact_interval(kernel: Kernel, X: np.ndarray, smap: SpectralMap) -> np.ndarray:

@@ -54,8 +54,8 @@ from ..exceptions import (DictionaryError, DictionarySizeError, DictionaryWarnin
 from ..io.source import DataSource
 from ..runtime.execution import Executor
 from .accumulate import PartialStore, accumulate, extension_pass
-from .certification import (advised, eigenvalue_interval, exact_interval, exact_path_warning,
-                            rounding_report)
+from .certification import (advised, certified_spectrum, exact_interval, exact_path_warning,
+                            keep_certified, rounding_report)
 from .scan import GreedyScan, Rescan, Selection
 from .writeback import EmbeddingOutput, map_rows
 
@@ -450,7 +450,7 @@ class FitRun:
             Xall = s.read_index(np.arange(s.n_rows))
             check_finite(Xall, 0, chunk_starts=s.chunk_starts)
             smap, _, sums = solve_exact(kernel, Xall, c.n_components, affine=c.affine)
-            interval = exact_interval(kernel, Xall, smap)
+            smap, interval = keep_certified(smap, exact_interval(kernel, Xall, smap), c.n_components)
         preimage = None
         if c.fit_inverse_transform:  # scikit-learn's regression on every row
             with self.stage("preimage"):
@@ -562,8 +562,8 @@ class FitRun:
             depth = summation_depth(s.n_rows, self.plan.rows, len(X.chunks[0]))
             with self.stage("solve"):
                 smap = self.solve(dictionary, stats, total, depth)
-                interval = (eigenvalue_interval(dictionary, stats, smap, depth, tol)
-                            if sums is not None else None)
+                smap, interval = certified_spectrum(dictionary, stats, smap, depth, tol,
+                                                    c.n_components, additive=sums is not None)
         except NumericalBreakdownError as err:
             return self.broke_down(err, kernel, gamma, out, exact)
         preimage = None
