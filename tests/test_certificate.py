@@ -207,6 +207,25 @@ def test_kernel_entry_errors_bound_the_fast_evaluation(name, offset):
     assert np.all(eta >= actual)
 
 
+@pytest.mark.parametrize("offset", [1e6, 1e10, 1.7e12])
+def test_the_degree_one_kernels_entry_error_bounds_the_moved_rows_not_the_offset(offset):
+    """The degree-1 polynomial kernel (MetricMDS's) moves rows by a centre; its entry error
+    is bounded from the moved rows, tight enough to certify rows 1.7e12 from the origin."""
+    from ooc_spectral.core.kernel_choice import data_center, make_kernel
+    from ooc_spectral.core.rounding import entry_error
+
+    X = np.random.default_rng(4).standard_normal((200, 3)) * [2.0, 1.0, 0.5] + offset
+    kernel = make_kernel("polynomial", gamma=0.3, degree=1, coef0=1.0, center=data_center(X[:50]))
+    D, R = X[:40], X[40:]
+    actual = np.abs(kernel.pairwise(R, D) - kernel_matrix(kernel, R, D)).max(axis=1).astype(float)
+    Dm = D - np.asarray(kernel.center)
+    radius = float(np.sqrt((Dm ** 2).sum(axis=1)).max()) * (1 + 1e-15)
+    kx = kernel.diag(R)
+    eta = entry_error(kernel, R, None, kx, radius, float(np.max(np.abs(kernel.diag(D)))))
+    assert np.all(eta >= actual)
+    assert eta.max() < 1e-12  # of the moved rows' scale, not the offset's (1e-3 before)
+
+
 def test_the_centre_makes_the_gaussian_kernel_translation_invariant():
     """Rows moved by 1e6 give the unmoved rows' kernel values to rounding of the data's
     own extent, where the expanded square of uncentred rows loses ~1e-4."""
@@ -252,11 +271,13 @@ def test_tol_zero_is_exact_or_certified_never_certified_by_the_cancellation_it_b
     assert true.max() <= le.embedding_estimator_.max_residual_ <= advice
 
 
-@pytest.mark.parametrize("offset", [0.0, 1e6, 1e8])
+@pytest.mark.parametrize("offset", [0.0, 1e6, 1e8, 1.7e12])
 def test_tol_zero_keeps_rows_in_the_exact_span_out_with_an_honest_certificate(offset):
     """MetricMDS runs at tol 0: the rows of 3-D data are in the span of 4 of them, which
     float64 certifies to the resolution of its values (about 1e-13 of k(x, x) at the
-    origin, 2e-6 at 1e8 from it). The certificate is that bound, not 0, and holds."""
+    origin, 2e-6 at 1e8 from it). The certificate is that bound, not 0, and holds. At
+    1.7e12 (epoch milliseconds) the degree-1 kernel's rounding bound took the rows'
+    uncentred norms and MetricMDS was refused (an outside audit); it bounds the moved rows."""
     from sklearn.datasets import make_s_curve
 
     X = make_s_curve(1500, random_state=0)[0] + offset

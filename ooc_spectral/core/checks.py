@@ -150,7 +150,10 @@ def check_dictionary(dictionary: Dictionary, kernel: Kernel, gamma, tol: float, 
                 f"kernel's feature space on {n_features} features ({dim}), which "
                 f"the {m} dictionary points already span: no tol or gamma can add a "
                 f"direction; lower n_components to at most {max(m - spent, 0)}")
-        if tol >= 0.1 * scale:
+        if tol <= 0:  # tol 0 already asked for every direction: no tol adds one
+            hint = ("; at tol=0 every direction of the data that float64 tells apart from "
+                    "the span of the others is in the dictionary already")
+        elif tol >= 0.1 * scale:
             hint = (f"; tol={tol:.3g} is not small against k(x, x)={scale:.3g}: lower tol "
                     f"(try tol={scale * 1e-3:.3g})")
         elif gamma is not None and c.kernel in ("rbf", "laplacian"):

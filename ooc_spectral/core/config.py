@@ -189,6 +189,13 @@ class FitConfig:
 
     def _check_new_fit(self) -> None:
         """Checks of a new fit's parameters that a saved model's need not pass."""
+        if self.scan == "prefix" and self.dictionary_size is None and self.tol <= 0:
+            raise InvalidParameterError(
+                f"scan='prefix' with tol={self.tol!r}: the prefix scan stops early and then "
+                "scans the rows pass 2 finds beyond tol, and at tol 0 every row is beyond it "
+                "(each row's certified residual includes its rounding); use scan='full' (the "
+                "default), or a positive tol"
+            )
         if self.kernel_name == "polynomial" and self.coef0 < 0:
             raise InvalidParameterError(
                 f"kernel='polynomial' with coef0={self.coef0!r}: (gamma x.y + coef0)^degree is "

@@ -426,27 +426,44 @@ class CosineKernel(Kernel):
     scikit-learn's ``cosine_similarity`` (which normalizes rows and leaves zero
     rows as they are). ``aux`` is the row norms.
 
-    The values do not depend on a row's scale, and neither does their arithmetic:
-    each row is first scaled by the power of two that brings its largest entry into
-    ``[1/2, 1)`` (exact), so rows at ``1e-165`` or ``1e300``, whose squared norms
-    under- or overflow float64, have their cosines like any others (:meth:`_scaled`).
+    The values do not depend on a row's scale, and neither does their arithmetic: rows
+    whose norms are far from 1 (below ``2**-450`` or above ``2**450``, where products of
+    two rows could under- or overflow) are first scaled by the power of two that brings
+    their largest entry into ``[1/2, 1)`` (exact), so rows at ``1e-165`` or ``1e300``,
+    whose squared norms under- or overflow float64, have their cosines like any others
+    (:meth:`_scaled`). Other rows take the plain products, at no extra cost.
     """
 
     name = "cosine"
     has_aux = True
 
+    #: Norms between these are multiplied as they are (their products stay normal).
+    SAFE_NORMS = (2.0 ** -450, 2.0 ** 450)
+
     @staticmethod
     def _scaled(X):
-        """``(Xs, ns)``: X's rows scaled exactly by powers of two to a largest entry in
+        """``(Xs, ns, e)``: X's rows scaled exactly by ``2**-e`` to a largest entry in
         ``[1/2, 1)``, and their norms (in ``[1/2, sqrt(n_features)]``, 0 for a row of zeros)."""
         _, e = np.frexp(np.max(np.abs(X), axis=1, initial=0.0))
         Xs = np.ldexp(X, -e[:, None])
         return Xs, np.sqrt(np.einsum("ij,ij->i", Xs, Xs)), e
 
+    @classmethod
+    def _safe(cls, norms) -> bool:
+        lo, hi = cls.SAFE_NORMS
+        return bool(np.all((norms == 0) | ((norms > lo) & (norms < hi))))
+
     def aux(self, X):
-        _, ns, e = self._scaled(_f64(X))
-        with np.errstate(over="ignore"):
-            return np.ldexp(ns, e)  # > 0 for every nonzero row, inf past 1.8e308
+        X = _f64(X)
+        with np.errstate(over="ignore", under="ignore"):
+            norms = np.sqrt(np.einsum("ij,ij->i", X, X))
+        lo, hi = self.SAFE_NORMS
+        odd = ~((norms > lo) & (norms < hi))  # zero, under- or overflowed, or near it
+        if odd.any():
+            _, ns, e = self._scaled(X[odd])
+            with np.errstate(over="ignore"):
+                norms[odd] = np.ldexp(ns, e)  # > 0 for every nonzero row, inf past 1.8e308
+        return norms
 
     @staticmethod
     def _inverse_norms(norms):
@@ -455,9 +472,13 @@ class CosineKernel(Kernel):
         return inv
 
     def pairwise(self, X, Y, x_aux=None, y_aux=None):
-        # the scaled rows, not aux: their products and norms neither under- nor overflow
-        (Xs, nx, _), (Ys, ny, _) = self._scaled(_f64(X)), self._scaled(_f64(Y))
-        K = Xs @ Ys.T
+        X, Y = _f64(X), _f64(Y)
+        nx = self.aux(X) if x_aux is None else np.asarray(x_aux, dtype=np.float64)
+        ny = self.aux(Y) if y_aux is None else np.asarray(y_aux, dtype=np.float64)
+        if not (self._safe(nx) and self._safe(ny)):
+            # rows whose products could under- or overflow: scaled exactly first
+            (X, nx, _), (Y, ny, _) = self._scaled(X), self._scaled(Y)
+        K = X @ Y.T
         K *= self._inverse_norms(nx)[:, None]
         K *= self._inverse_norms(ny)[None, :]
         return K

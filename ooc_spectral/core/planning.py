@@ -30,6 +30,8 @@ __all__ = [
     "VISIT_WINDOW_ROWS",
     "SCAN_BLOCK_ROWS",
     "SCAN_ONE_BLAS_THREAD_BELOW",
+    "CLIENT_ONE_BLAS_THREAD_BELOW",
+    "small_blas",
     "SCAN_SPLIT_ROWS",
     "SCAN_READ_CACHE_BYTES",
     "scan_block_rows",
@@ -78,6 +80,12 @@ SCAN_PANEL_ROWS = 256
 #: its second thread mostly spins; above it BLAS's own threads pay
 #: (docs/measurements.md, "The scan's BLAS threads").
 SCAN_ONE_BLAS_THREAD_BELOW = 3000
+#: Below this dictionary size the client's O(m^3) stages (the rounding constants, the
+#: eigensolve and the interval) run BLAS on one thread too (:func:`small_blas`): at
+#: m = 453 the eigensolve takes 0.025 s on one thread and 0.022 s on two on quiet
+#: cores, but 0.2 to 2.8 s on two when the cores are shared with other work (OpenBLAS's
+#: threads spin waiting for each other), as a batch job on a shared machine meets.
+CLIENT_ONE_BLAS_THREAD_BELOW = 3000
 #: Decoded storage chunks the scan keeps for a later window of its visiting order,
 #: bytes in the source's dtype (:class:`ooc_spectral.pipeline.scan.WindowReader`): enough
 #: that most chunks shared by windows are decoded once (docs/measurements.md, "The
@@ -526,3 +534,15 @@ def plan_sample(n_rows: int, size: int, seed: int, purpose: int = 0) -> np.ndarr
     picked = np.sort(rng.choice(n_runs, size=-(-size // run), replace=False))
     rows = (picked[:, None] * run + np.arange(run)[None, :]).ravel()[:size]
     return rows.astype(np.int64)
+
+
+def small_blas(size: int, below: int = CLIENT_ONE_BLAS_THREAD_BELOW):
+    """Context manager: BLAS on one thread in this process while ``size`` (a dictionary's
+    points) is below ``below``, unchanged from there on."""
+    if size < below:
+        from .._accel.threads import one_blas_thread
+
+        return one_blas_thread()
+    from contextlib import nullcontext
+
+    return nullcontext()

@@ -348,7 +348,12 @@ def entry_error(kernel, X: np.ndarray, x_aux, kx: np.ndarray, radius: float,
         xn = np.sqrt(np.maximum(np.abs(kx), 0.0))
         return (gamma(dim) + 4 * U) * xn * radius * 1.01
     if isinstance(kernel, PolynomialKernel):
-        xn = np.sqrt(np.maximum(np.einsum("ij,ij->i", X, X), 0.0)) * (1 + gamma(dim))
+        # the rows as the kernel moves them (degree 1 takes a centre), as the linear
+        # kernel's kx: uncentred norms made rows 1e10 from the origin look imprecise
+        # (MetricMDS refused epoch-millisecond data; an outside audit)
+        center = kernel_center(kernel)
+        Xm = X if center is None else X - np.asarray(center, dtype=np.float64)
+        xn = np.sqrt(np.maximum(np.einsum("ij,ij->i", Xm, Xm), 0.0)) * (1 + gamma(dim))
         g, c0, p = float(kernel.gamma), float(kernel.coef0), int(kernel.degree)
         v = g * xn * radius + abs(c0)  # bounds |gamma x.d + coef0|
         dv = g * xn * radius * (gamma(dim) + 2 * U) + U * v

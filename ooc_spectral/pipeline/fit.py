@@ -44,7 +44,7 @@ from ..core.model import Dictionary, SpectralMap
 from ..core.pass2 import check_degrees
 from ..core.rounding import with_rounding
 from ..core.planning import (SAMPLE_PURPOSE, VisitOrder, plan_block_rows, plan_sample, plan_tasks,
-                             tasks_tag)
+                             small_blas, tasks_tag)
 from ..core.scan.blocked import scan_rows
 from ..core.scan.search import search_dictionary
 from ..core.scan.state import DictionaryState, ScanProgress
@@ -375,7 +375,7 @@ class FitRun:
         (:func:`~ooc_spectral.core.rounding.with_rounding`; O(m^3), BLAS): rows whose
         cheap bound exceeds ``tol`` get the sharp one; ``cap``, a bound every row's
         residual already has (the tol of a scan that certified each row it skipped)."""
-        with self.stage("rounding"):
+        with self.stage("rounding"), small_blas(dictionary.size):
             return with_rounding(dictionary, target=tol, cap=cap)
 
     def advised(self, err: NumericalBreakdownError, kernel: Kernel) -> NumericalBreakdownError:
@@ -560,7 +560,7 @@ class FitRun:
                 check_certificate(cert, tol, dictionary.size, kernel, dictionary,
                                   max_kx=sums.max_kx if sums is not None else 0.0, sums=sums)
             depth = summation_depth(s.n_rows, self.plan.rows, len(X.chunks[0]))
-            with self.stage("solve"):
+            with self.stage("solve"), small_blas(dictionary.size):
                 smap = self.solve(dictionary, stats, total, depth)
                 smap, interval = certified_spectrum(dictionary, stats, smap, depth, tol,
                                                     c.n_components, additive=sums is not None)

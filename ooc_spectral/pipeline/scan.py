@@ -265,8 +265,10 @@ class GreedyScan:
         Afterwards every row is within ``tol``. If pass 2 found more than
         ``VIOLATOR_CAP`` such rows, the sequential scan goes on over the rest of
         the data instead. The certificate of the result bounds every row's residual
-        with the final dictionary: the largest of the pass-2 residuals within
-        ``tol`` (they can only have shrunk) and of the scanned rows' final residuals.
+        with the final dictionary: the largest of the pass-2 bounds within ``tol`` (they
+        can only have shrunk) and, where rows were scanned again, ``tol``, within which
+        the scan certified each row it skipped (``tol > 0``: a prefix scan at tol 0 is
+        refused by the parameter check).
         """
         state, order = self.state, self.order
         rows, Xv = beyond.rows, beyond.X
@@ -286,9 +288,10 @@ class GreedyScan:
         if self.checkpoint is not None:
             self.checkpoint.save_scan(state, order.n_windows, tol)
         cert = beyond.within
-        if len(rows) and not rescanned_all:
-            _, delta = state.freeze().project(Xv)
-            i = int(np.argmax(delta))
-            if delta[i] > cert.max_delta:
-                cert = Certificate(float(delta[i]), int(rows[i]))
+        if len(rows):
+            # the scan skipped each of these rows only with its residual plus its rounding
+            # bound within tol: tol bounds them (their computed residuals do not; an outside
+            # audit); the row named is the rescanned one of largest computed residual
+            i = 0 if rescanned_all else int(np.argmax(state.freeze().project(Xv)[1]))
+            cert = Certificate(max(float(cert.max_delta), float(tol)), int(rows[i]))
         return Rescan(state.size > before, rescanned_all, cert)

@@ -40,7 +40,6 @@ used by passes 2 and 3 (``A M A' = Y Y'`` exactly).
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 
 import numpy as np
 from scipy.linalg import solve_triangular
@@ -49,7 +48,8 @@ from ..._accel.blas import solve_lower_transposed
 from ..._accel.threads import one_blas_thread
 from ..kernels import Kernel
 from ..model import PIVOT_FLOOR
-from ..planning import SCAN_ONE_BLAS_THREAD_BELOW, SCAN_PANEL_POINTS, SCAN_PANEL_ROWS, SCAN_SPLIT_ROWS, scan_block_rows
+from ..planning import (SCAN_ONE_BLAS_THREAD_BELOW, SCAN_PANEL_POINTS, SCAN_PANEL_ROWS, SCAN_SPLIT_ROWS,
+                        scan_block_rows, small_blas)
 from ..rounding import diag_error
 from .certify import decide, entered_resolved
 from .local_certificate import CERTIFY_THREADS, certify_rows, scan_pool
@@ -93,7 +93,7 @@ def block_coordinates(state: DictionaryState, X: np.ndarray, x_aux, kx: np.ndarr
     of at least :data:`~ooc_spectral.core.planning.SCAN_SPLIT_ROWS` rows is cut in one
     part per thread while BLAS runs on one thread (a dictionary below
     :data:`~ooc_spectral.core.planning.SCAN_ONE_BLAS_THREAD_BELOW` points, see
-    :func:`_scan_blas_threads`): the kernel products, exponentials and the
+    :func:`~ooc_spectral.core.planning.small_blas`): the kernel products, exponentials and the
     GIL-free triangular solve (:func:`~ooc_spectral._accel.blas.solve_lower_transposed`)
     then run on every core, where the sequential scan otherwise leaves all but
     one idle. Above that size BLAS shares each call itself. The walk through the
@@ -268,14 +268,6 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
     return False, c
 
 
-def _scan_blas_threads(size: int):
-    """One BLAS thread while the dictionary is below :data:`~ooc_spectral.core.planning.
-    SCAN_ONE_BLAS_THREAD_BELOW` points, every thread from there on."""
-    if size < SCAN_ONE_BLAS_THREAD_BELOW:
-        return one_blas_thread()
-    return nullcontext()
-
-
 def scan_rows(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: float, *,
               limit: int | None = None, block_rows: int | None = None,
               certify: bool = True) -> bool:
@@ -288,14 +280,15 @@ def scan_rows(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: floa
     residual. The uncertified rows of consecutive blocks are gathered so that one
     full solve handles many of them (the m x m factor is read once per solve).
     Each block runs BLAS on one thread while the dictionary is small
-    (:func:`_scan_blas_threads`); the selection does not depend on it.
+    (:func:`~ooc_spectral.core.planning.small_blas` below :data:`~ooc_spectral.core.planning.
+    SCAN_ONE_BLAS_THREAD_BELOW`); the selection does not depend on it.
 
     Returns True if it stopped at ``limit`` (see :func:`scan_block`).
     """
     n = X.shape[0]
     a = 0
     while a < n:
-        with _scan_blas_threads(state.size):
+        with small_blas(state.size, SCAN_ONE_BLAS_THREAD_BELOW):
             stopped, a = _scan_next(state, X, rows, tol, a, limit, block_rows, certify)
         if stopped:
             return True
