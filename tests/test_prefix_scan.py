@@ -67,3 +67,16 @@ def test_prefix_scan_without_late_growth_needs_one_pass(small_windows, roll, mon
     full = GreedySpectralEmbedding(gamma=0.05, tol=3e-2, random_state=0).fit(roll)
     np.testing.assert_array_equal(est.dictionary_indices_, full.dictionary_indices_)
     assert est.max_residual_ <= 3e-2
+
+
+def test_a_prefix_scan_at_tol_zero_is_refused_before_any_work():
+    """At tol 0 every row's certified residual (its rounding included) is beyond tol, so
+    the prefix scan rescanned every row and its certificate became -inf, reported as
+    max_residual_ = 0.0 while a row was at squared distance 0.013 (an outside audit)."""
+    from ooc_spectral import InvalidParameterError
+
+    X = np.random.default_rng(0).normal(size=(200, 3))
+    with pytest.raises(InvalidParameterError, match=r"scan='prefix' with tol=0.*scan='full'"):
+        GreedySpectralEmbedding(kernel="linear", tol=0, scan="prefix").fit(X)
+    est = GreedySpectralEmbedding(kernel="linear", tol=0, scan="full").fit(X)
+    assert est.max_residual_ > 0  # certified by its rounding bound, not reported as 0
