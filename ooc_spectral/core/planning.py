@@ -81,11 +81,12 @@ SCAN_PANEL_ROWS = 256
 #: (docs/measurements.md, "The scan's BLAS threads").
 SCAN_ONE_BLAS_THREAD_BELOW = 3000
 #: Below this dictionary size the client's O(m^3) stages (the rounding constants, the
-#: eigensolve and the interval) run BLAS on one thread too (:func:`small_blas`): at
-#: m = 453 the eigensolve takes 0.025 s on one thread and 0.022 s on two on quiet
-#: cores, but 0.2 to 2.8 s on two when the cores are shared with other work (OpenBLAS's
-#: threads spin waiting for each other), as a batch job on a shared machine meets.
-CLIENT_ONE_BLAS_THREAD_BELOW = 3000
+#: eigensolve and the interval) run BLAS on one thread too (:func:`small_blas`). On
+#: cores shared with other work OpenBLAS's threads spin waiting for each other (the
+#: m = 453 eigensolve of a command-line fit took 2.6 s on two threads, 0.04 s on one);
+#: on quiet cores two threads pay from about 1,200 points (docs/measurements.md, "The
+#: client's BLAS threads").
+CLIENT_ONE_BLAS_THREAD_BELOW = 1500
 #: Decoded storage chunks the scan keeps for a later window of its visiting order,
 #: bytes in the source's dtype (:class:`ooc_spectral.pipeline.scan.WindowReader`): enough
 #: that most chunks shared by windows are decoded once (docs/measurements.md, "The
