@@ -62,14 +62,21 @@ def test_the_cosine_of_rows_does_not_depend_on_their_scale(scale):
     assert not k(Z, A).any() and not k.diag(Z).any()  # a row of zeros stays one
 
 
-def test_a_cosine_fit_on_rows_at_tiny_scales_equals_the_fit_at_unit_scale():
+@pytest.mark.parametrize("scale", [1e-165, 1e300])
+def test_a_cosine_fit_on_rows_at_extreme_scales_equals_the_fit_at_unit_scale(scale):
+    """Also without a warning: the scan's dictionary radius overflowed at 1e300."""
+    import warnings
+
     from ooc_spectral import GreedySpectralEmbedding
 
     Xf = np.random.default_rng(3).normal(size=(300, 3))
     A = Xf.copy()
-    A[::3] *= 1e-165
+    A[::3] *= scale
     kw = dict(n_components=2, kernel="cosine", tol=1e-6, random_state=0)
-    a, b = GreedySpectralEmbedding(**kw).fit(A), GreedySpectralEmbedding(**kw).fit(Xf)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        a = GreedySpectralEmbedding(**kw).fit(A)
+    b = GreedySpectralEmbedding(**kw).fit(Xf)
     np.testing.assert_allclose(a.eigenvalues_, b.eigenvalues_, rtol=1e-12)
     np.testing.assert_allclose(a.embedding_, b.embedding_, rtol=0, atol=1e-10)
 

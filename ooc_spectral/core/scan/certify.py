@@ -191,7 +191,8 @@ class ScanRounding:
         self.ell = max(self.ell, math.sqrt(sq + pivot * pivot) * (1 + gamma(m + 2)))
         c = kernel_center(kernel)
         dx = x if c is None else x - np.asarray(c, dtype=np.float64)
-        self.radius = max(self.radius, float(np.sqrt(dx @ dx)) * (1 + gamma(len(x) + 2)))
+        # hypot scales: rows at 1e300 (a cosine kernel takes any scale) do not overflow
+        self.radius = max(self.radius, math.hypot(*np.ravel(dx).tolist()) * (1 + gamma(len(x) + 2)))
         self.kmax = max(self.kmax, abs(float(kx[0])))
         if getattr(kernel, "name", "") == "subset-normalized":
             self.min_weight = min(self.min_weight, float(np.asarray(xa)[0, 1]))
