@@ -56,16 +56,25 @@ def check_conditioning(dictionary: Dictionary, tol: float) -> None:
     if dictionary.L is not None and m > 1:
         rcond, _ = dtrcon(dictionary.L, norm="1", uplo="L", diag="N")
         if rcond * CONDITION_LIMIT < 1.0:
-            # tol 0 kept every direction down to the pivot floor: advise 100x the smallest
-            # pivot that entered, which leaves out the directions that broke the factor
-            smallest = float(np.min(np.abs(np.diag(dictionary.L)))) ** 2
-            advice = tol * 100 if tol > 0 else nice_ceil(100 * max(smallest, 1e-300))
+            advice = conditioning_advice(dictionary, tol)
             raise _advised(advice, NumericalBreakdownError(
                 f"the dictionary's Cholesky factor ({m} points) has condition number about "
                 f"{1 / max(rcond, 1e-300):.2g}, beyond the {CONDITION_LIMIT:.2g} float64 arithmetic "
                 f"resolves: at tol={tol:.3g} the rows' coordinates, residuals and spectrum would "
                 f"be rounding noise at the scale of the small eigenvalues. Use tol >= "
                 f"{advice:.2g}, or a smaller gamma"))
+
+
+def conditioning_advice(dictionary: Dictionary, tol: float) -> float:
+    """The tol to advise when the factor's rounding swamps the fit (its conditioning, or
+    the eigenvalues' interval): 100 times ``tol``; at tol 0, which kept every direction
+    down to the pivot floor, 100 times the smallest pivot that entered, which leaves out
+    the directions that broke the factor. Checked before it is given
+    (:func:`~ooc_spectral.pipeline.certification.advised`)."""
+    if tol > 0:
+        return tol * 100
+    smallest = float(np.min(np.abs(np.diag(dictionary.L)))) ** 2 if dictionary.L is not None else 0.0
+    return nice_ceil(100 * max(smallest, 1e-300))
 
 
 def check_certificate(cert: Certificate, tol: float, m: int, kernel: Kernel, dictionary: Dictionary,

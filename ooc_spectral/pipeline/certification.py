@@ -19,7 +19,7 @@ import re
 import numpy as np
 
 from ..core import planning
-from ..core.checks import check_conditioning, nice_ceil
+from ..core.checks import check_conditioning, conditioning_advice, nice_ceil
 from ..core.eigensolve import eigenvalue_error_bound, spectrum_allowance
 from ..core.kernels import Kernel
 from ..core.model import Dictionary, SpectralMap
@@ -44,9 +44,8 @@ def eigenvalue_interval(dictionary: Dictionary, stats, smap: SpectralMap, depth:
     Raises :class:`NumericalBreakdownError` where an end is not finite: the factor's
     rounding then swamps the eigenvalues (``||G - I|| >= 1/2`` there), and a spectrum
     float64 cannot certify is refused, not returned with an interval of ``[-inf, inf]``.
-    The advice, like :func:`~ooc_spectral.core.checks.check_conditioning`'s, is a tol 100
-    times larger (at tol 0, 100 times the smallest pivot that entered), checked by
-    :func:`advised` before it is given.
+    The advice is :func:`~ooc_spectral.core.checks.conditioning_advice`'s, as for a factor
+    too ill-conditioned, checked by :func:`advised` before it is given.
     """
     lower, upper = spectrum_allowance(dictionary, stats.m2, smap, stats.sums, depth)
     b = eigenvalue_error_bound(stats.sums, dictionary.size)
@@ -54,8 +53,7 @@ def eigenvalue_interval(dictionary: Dictionary, stats, smap: SpectralMap, depth:
     interval = np.column_stack([lam - lower, lam + b + upper])
     if np.all(np.isfinite(interval)):
         return interval
-    smallest = float(np.min(np.abs(np.diag(dictionary.L)))) ** 2 if dictionary.L is not None else 0.0
-    advice = tol * 100 if tol > 0 else nice_ceil(100 * max(smallest, 1e-300))
+    advice = conditioning_advice(dictionary, tol)
     err = NumericalBreakdownError(
         f"the eigenvalues cannot be certified: the rounding of the dictionary's Cholesky "
         f"factor ({dictionary.size} points) swamps them, so no interval around them is finite. "

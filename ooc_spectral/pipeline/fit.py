@@ -374,9 +374,10 @@ class FitRun:
         """The dictionary with the constants pass 2 bounds every row's rounding with
         (:func:`~ooc_spectral.core.rounding.with_rounding`; O(m^3), BLAS): rows whose
         cheap bound exceeds ``tol`` get the sharp one; ``cap``, a bound every row's
-        residual already has (the tol of a scan that certified each row it skipped)."""
+        residual already has (the tol of a scan that certified each row it skipped; none
+        at tol 0, whose scan certifies rows within ZERO_TOL_SKIP k(x, x), not within tol)."""
         with self.stage("rounding"), small_blas(dictionary.size):
-            return with_rounding(dictionary, target=tol, cap=cap)
+            return with_rounding(dictionary, target=tol, cap=cap if tol > 0 else math.inf)
 
     def advised(self, err: NumericalBreakdownError, kernel: Kernel) -> NumericalBreakdownError:
         """:func:`~ooc_spectral.pipeline.certification.advised` for this fit."""
@@ -407,8 +408,8 @@ class FitRun:
         old_size, dictionary = dictionary.size, self.selection.state.freeze(c.solver)
         log.info("dictionary: %d points", dictionary.size)
         self.check_dictionary(dictionary, kernel, gamma, tol)
-        # every row is certified within tol (tol > 0): by pass 2's bound or by the rescan
-        dictionary = self.with_rounding(dictionary, tol, cap=tol if tol > 0 else math.inf)
+        # every row is certified within tol: by pass 2's bound or by the rescan
+        dictionary = self.with_rounding(dictionary, tol, cap=tol)
         with self.stage("pass2"):
             if c.normalization == "additive" and not rescan.rescanned_all:
                 grown, fresh = extension_pass(
@@ -543,10 +544,9 @@ class FitRun:
         self.check_dictionary(dictionary, kernel, gamma, tol)
         try:
             check_conditioning(dictionary, tol)
-            # a complete greedy scan certified every row it skipped within tol (tol > 0; at
-            # tol 0 within ZERO_TOL_SKIP k(x, x), which pass 2's own bound reports)
-            capped = tol > 0 and complete and c.dictionary_size is None and c.dictionary_selection == "greedy"
-            dictionary = self.with_rounding(dictionary, tol, cap=tol if capped else math.inf)
+            # a complete greedy scan certified every row it skipped: rows are within tol
+            dictionary = self.with_rounding(dictionary, tol, cap=tol if complete and c.dictionary_size
+                                            is None and c.dictionary_selection == "greedy" else math.inf)
             X = self.reduce_view()
             with self.stage("pass2"):
                 stats, total = self.accumulate(dictionary, X, tol_check=None if complete else tol)

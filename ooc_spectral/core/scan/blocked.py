@@ -40,7 +40,6 @@ used by passes 2 and 3 (``A M A' = Y Y'`` exactly).
 
 from __future__ import annotations
 
-
 import numpy as np
 from scipy.linalg import solve_triangular
 

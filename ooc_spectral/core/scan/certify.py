@@ -38,8 +38,8 @@ from ...exceptions import NumericalBreakdownError
 from ..model import PIVOT_FLOOR
 from ..rounding import U, diag_error, entry_error, factor_error, gamma, kernel_center
 
-__all__ = ["ScanRounding", "RESOLVED", "ZERO_TOL_SKIP", "COEF_SAFETY", "measure_size", "decide", "entered_resolved",
-           "uncertifiable"]
+__all__ = ["ScanRounding", "RESOLVED", "ZERO_TOL_SKIP", "COEF_SAFETY", "measure_size", "decide",
+           "entered_resolved", "uncertifiable"]
 
 #: Largest rounding bound, as a fraction of tol, with which a row may enter the
 #: dictionary: below it, a row that is not certainly within tol is certainly beyond
