@@ -304,3 +304,19 @@ def test_an_interval_float64_cannot_make_finite_is_refused_not_returned(monkeypa
     monkeypatch.setattr(certification, "spectrum_allowance", swamped)
     with pytest.raises(NumericalBreakdownError, match=r"eigenvalues cannot be certified.*Use tol >="):
         GreedySpectralEmbedding(n_components=2, gamma=0.5, tol=1e-6, random_state=0).fit(X)
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "laplacian", "linear", "polynomial", "cosine"])
+def test_every_kernel_at_its_defaults_and_tol_zero_is_certified_or_refused_with_advice(kernel):
+    """tol 0 with each kernel's other defaults, on data 10 from the origin: the exact path,
+    a certificate that holds against long-double references, or a refusal whose advice,
+    followed, gives one."""
+    X = make_moons(N, noise=0.05, random_state=0)[0] + 10.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            est, used = GreedySpectralEmbedding(kernel=kernel, tol=0, random_state=0).fit(X), 0.0
+        except NumericalBreakdownError as err:
+            used = float(re.search(r"Use tol >= ([0-9.e+-]+)", str(err)).group(1))
+            est = GreedySpectralEmbedding(kernel=kernel, tol=used, random_state=0).fit(X)
+    check_certified(kernel, X, est, used)

@@ -45,6 +45,15 @@ def test_prefix_scan_selects_the_full_scans_dictionary(small_windows, roll, norm
         # 22252e-05 against ...251e-05).
         assert full.max_residual_ <= pre.max_residual_ * (1 + 4 * np.finfo(float).eps)
         assert pre.max_residual_ <= 1e-4
+        # the certificate bounds the exact residuals (long double, from differences) of a
+        # seeded sample of rows and of the row it names
+        from extended_precision import HAS_EXTENDED, true_residuals
+
+        if HAS_EXTENDED:
+            rows = np.union1d(np.random.default_rng(0).choice(len(roll), 3000, replace=False),
+                              [pre.max_residual_row_])
+            d = pre.spectral_map_.dictionary
+            assert true_residuals(d.kernel, roll[rows], d.points).max() <= pre.max_residual_
     else:
         assert pre.max_residual_ == pytest.approx(full.max_residual_, rel=1e-9)
 
