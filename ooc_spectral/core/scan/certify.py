@@ -86,19 +86,20 @@ def decide(delta: float, dhat: float, floor: float, rounding: float, tol: float,
     the pivot ``floor``); it enters when its ``delta`` exceeds tol (the paper's rule).
     A row not certified enters if its rounding is resolved (at most :data:`RESOLVED` of
     tol: its exact residual is then above ``tol - 2E``) and its pivot above the floor.
-    ``tol <= 0`` asks for every direction of the data: a row enters when it is
-    certainly one (``dhat`` above the floor, its rounding at most :data:`RESOLVED` of
-    it); otherwise it is skipped when certified in the span to :data:`ZERO_TOL_SKIP` of
-    ``k(x, x)``, rounding included (``dhat + E``, the bound pass 2 then reports). A row
-    neither cannot be told from a direction of its own: float64 cannot decide it (its
-    exact residual may be far from 0 while ``dhat`` is cancellation noise, or 0 while
-    ``dhat`` is a pivot of noise).
+    ``tol <= 0`` asks for every direction of the data: a row above the floor enters
+    when its pivot is resolved (its rounding at most :data:`RESOLVED` of ``dhat``); a
+    row below it is skipped when certified in the span to :data:`ZERO_TOL_SKIP` of
+    ``k(x, x)``, rounding included (``dhat + E``, the bound pass 2 then reports). Any
+    other row cannot be told from a direction of its own, and float64 cannot decide it:
+    its exact residual may be far from 0 while ``dhat`` is cancellation noise, or 0
+    while ``dhat`` is a pivot of noise.
     """
     inspan = dhat <= floor
     if tol <= 0:  # every direction: enter resolved pivots, skip rows certified in the span
-        if not inspan and rounding <= RESOLVED * dhat:
-            return delta > tol
-        if dhat + rounding <= floor * (ZERO_TOL_SKIP / PIVOT_FLOOR):
+        if not inspan:
+            if rounding <= RESOLVED * dhat:
+                return delta > tol
+        elif dhat + rounding <= floor * (ZERO_TOL_SKIP / PIVOT_FLOOR):
             return False
         raise uncertifiable(rounding, tol, row)
     if dhat + rounding <= tol:
