@@ -24,6 +24,26 @@ def one_blas_thread():
         yield
 
 
+@pytest.fixture(autouse=True)
+def fixed_fresh_seeds(request, monkeypatch):
+    """``random_state=None`` draws its seeds from the test's id, not the OS, in this process.
+
+    A fit left at the default random state scans in a fresh random order; a test that
+    does so would otherwise pass or fail by the draw (a polynomial kernel at tol 1e-6 is
+    refused, with advice, for about one scan order in twenty). Every test now sees the
+    same orders on every run and machine; a claim meant for every order names its seeds.
+    """
+    import itertools
+    import zlib
+
+    from ooc_spectral.core import config
+
+    base = zlib.crc32(request.node.nodeid.encode())
+    draws = itertools.count()
+    monkeypatch.setattr(config, "fresh_seed", lambda: int(
+        np.random.SeedSequence([base, next(draws)]).generate_state(1)[0] >> 1))
+
+
 #: the environment variable of the dask config ``ooc-spectral.mkl``
 MKL_ENV = "DASK_OOC_SPECTRAL__MKL"
 

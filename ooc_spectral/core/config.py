@@ -239,10 +239,16 @@ def parameter_fields() -> tuple[dataclasses.Field, ...]:
     return dataclasses.fields(FitConfig)
 
 
+def fresh_seed() -> int:
+    """A fresh seed from the operating system's entropy: what ``random_state=None`` means."""
+    return int(np.random.SeedSequence().generate_state(1)[0] >> 1)
+
+
 def resolve_seed(random_state) -> int:
-    """An int seed from None (a fresh one), an int, or a ``numpy.random`` generator."""
+    """An int seed from None (a fresh one, :func:`fresh_seed`), an int, or a
+    ``numpy.random`` generator."""
     if random_state is None:
-        return int(np.random.SeedSequence().generate_state(1)[0] >> 1)
+        return fresh_seed()
     if isinstance(random_state, np.random.RandomState):
         return int(random_state.randint(0, 2**31 - 1))
     if isinstance(random_state, np.random.Generator):
