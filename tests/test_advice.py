@@ -63,3 +63,23 @@ def test_a_huge_gamma_names_the_heuristic_checked():
         est = GreedySpectralEmbedding(gamma=gamma, max_dictionary_size=300,
                                       random_state=0).fit(X)
         assert len(est.dictionary_indices_) < 300
+
+
+def test_rows_of_a_few_distinct_values_are_named_not_blamed_on_gamma():
+    """Three distinct rows, each 100 times, and n_components=4: the error said the rbf
+    kernel at gamma=10 was 'nearly constant' (its value between the rows is exp(-1000))
+    and advised a larger gamma, a smaller tol or dictionary_size=5, each of which fails
+    again (an outside audit). It now names the groups of equal rows, and its one advice,
+    fewer components (two: centred, three groups span two directions), fits."""
+    X = np.repeat(np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]]), 100, axis=0)
+    with pytest.raises(DictionaryError) as info:
+        GreedySpectralEmbedding(4, gamma=10.0, random_state=0).fit(X)
+    msg = str(info.value)
+    assert "3 groups of equal or nearly equal rows" in msg
+    assert "larger gamma" not in msg and "dictionary_size=" not in msg
+    assert "lower n_components to at most 2" in msg  # three centred groups span two
+    for kw in (dict(gamma=1000.0), dict(gamma=10.0, tol=1e-9)):  # what it used to advise
+        with pytest.raises(DictionaryError, match="groups of equal"):
+            GreedySpectralEmbedding(4, random_state=0, **kw).fit(X)
+    est = GreedySpectralEmbedding(2, gamma=10.0, random_state=0).fit(X)
+    assert est.dictionary_.shape[0] == 3 and est.max_residual_ <= 1e-3

@@ -194,3 +194,16 @@ def test_unreadable_chunk_raises_store_read_error_naming_it(tmp_path, where):
         fit(arr, **kw)
     assert f"(chunk {bad} of" in str(info.value) and "restore or regenerate" in str(info.value)
     assert isinstance(info.value, OSError) and isinstance(info.value, UsageError)
+
+
+@pytest.mark.parametrize("params", [dict(gamma=1e308), dict(kernel="polynomial", coef0=1e308),
+                                    dict(kernel="polynomial", degree=1_000_000)])
+def test_kernel_parameters_past_float64s_range_are_named_not_an_overflow(params):
+    """gamma=1e308, coef0=1e308 or degree=10**6 are accepted, and the scan's rounding bound
+    is then infinite: its advice raised a raw OverflowError ('cannot convert float infinity
+    to integer'), exit 1 on the command line (an outside audit)."""
+    from ooc_spectral.exceptions import NumericalBreakdownError
+
+    X = np.random.default_rng(0).normal(size=(300, 3))
+    with pytest.raises(NumericalBreakdownError, match="overflows float64.*ordinary size"):
+        GreedySpectralEmbedding(random_state=0, **params).fit(X)

@@ -109,3 +109,29 @@ def test_partial_fit_refuses_what_is_not_incremental(batches):
     est = GreedySpectralEmbedding(gamma=GAMMA, tol=TOL).partial_fit(batches[0])
     with pytest.raises(ValueError, match="features"):
         est.partial_fit(batches[1][:, :2])
+
+
+def test_after_partial_fit_with_numpy_batches_the_bound_is_two_sided():
+    """A sorted swiss roll in ten NumPy batches at tol 1e-3: an exact eigenvalue lies below
+    eigenvalues_, which the one-sided reading documented for fit would deny (an outside
+    audit); the documented two-sided reading of eigenvalue_error_bound_ holds, and no
+    eigenvalue_interval_ claims the one-sided form."""
+    from scipy.spatial.distance import cdist
+
+    from ooc_spectral.datasets import generate
+
+    X, labels = generate("swiss-roll", 2000, seed=0)
+    t = np.asarray(next(iter(labels.values())))
+    X = np.asarray(X, dtype=np.float64)[np.argsort(t)]
+    est = GreedySpectralEmbedding(4, gamma=0.05, tol=1e-3, random_state=0)
+    for b in np.array_split(X, 10):
+        est.partial_fit(b)
+    K = np.exp(-0.05 * cdist(X, X, "sqeuclidean"))
+    K -= K.mean(axis=0)
+    K -= K.mean(axis=1)[:, None]
+    exact = np.linalg.eigvalsh((K + K.T) / 2)[::-1][:4]
+    lam, b = est.eigenvalues_, est.eigenvalue_error_bound_
+    assert np.any(exact < lam - 1e-9 * exact[0])  # below: the one-sided form fails here
+    assert np.all(np.abs(exact - lam) <= b)  # the two-sided one holds
+    assert est.eigenvalue_interval_ is None and est.rounding_ is None
+    assert "two-sided" in type(est).__doc__  # and the attribute's documentation says so

@@ -301,3 +301,64 @@ def test_transform_checks_features(isomaps):
     ours, _ = isomaps
     with pytest.raises(InvalidInputError, match="2 features, but Isomap was fitted with 3"):
         ours.transform(np.zeros((4, 2)))
+
+
+def test_components_of_rounding_noise_are_refused_and_the_advice_equals_sklearn():
+    """Rows on a line span one direction: a second component of Isomap, LandmarkIsomap or
+    a non-Euclidean MetricMDS has an eigenvalue of rounding (about 1e-15 of the first),
+    which the out-of-sample map scaled by 1/sqrt(lambda) into coordinates of 1e5 that
+    transform(X) did not reproduce (found by an outside audit). Each now refuses, naming
+    the count of directions; following it equals scikit-learn's one component."""
+    rng = np.random.default_rng(1)
+    t = np.sort(rng.uniform(-3, 3, 600))
+    X = np.c_[t, 2 * t, -t] + [5.0, 1.0, 2.0]
+    for est in (Isomap(n_components=2, n_neighbors=8),
+                LandmarkIsomap(n_components=2, n_neighbors=8, gamma=1.0, random_state=0),
+                MetricMDS(n_components=2, metric="cityblock")):
+        with pytest.raises(InvalidParameterError, match="rounding level.*lower n_components to 1"):
+            clone(est).fit(X)
+    ours = Isomap(n_components=1, n_neighbors=8).fit(X)
+    theirs = skm.Isomap(n_components=1, n_neighbors=8).fit(X)
+    E, F = ours.embedding_, theirs.embedding_
+    assert rel(E * signs(E, F), F) < 1e-9
+    assert rel(ours.transform(X), E) < 1e-9
+    line = MetricMDS(n_components=1, metric="cityblock").fit(X)
+    # cityblock distances along the line are 4|t_i - t_j|: the coordinate is 4 t, centred
+    ref = 4 * (t - t.mean())[:, None]
+    assert rel(line.embedding_ * signs(line.embedding_, ref), ref) < 1e-9
+
+
+def test_lle_on_a_disconnected_graph_is_refused_with_an_n_neighbors_that_connects_it():
+    """Two swiss rolls 200 apart: the 5-NN graph has two components, and LLE returned,
+    with no warning, coordinates that only told the rolls apart, each collapsed to a point
+    (an outside audit). Refused, naming the smallest n_neighbors that connects the graph,
+    which is then fitted."""
+    X, _ = generate("swiss-roll", 150, seed=0)
+    X = np.asarray(X, dtype=np.float64)
+    X2 = np.r_[X, X + [200.0, 0.0, 0.0]]
+    with pytest.raises(InvalidParameterError, match=r"2 connected components.*n_neighbors >= (\d+)") as info:
+        LocallyLinearEmbedding(n_components=2, n_neighbors=5).fit(X2)
+    import re
+
+    k = int(re.search(r"n_neighbors >= (\d+)", str(info.value)).group(1))
+    from scipy.sparse.csgraph import connected_components
+    from sklearn.neighbors import kneighbors_graph
+
+    assert connected_components(kneighbors_graph(X2, k), directed=False)[0] == 1
+    assert connected_components(kneighbors_graph(X2, k - 1), directed=False)[0] == 2
+    LocallyLinearEmbedding(n_components=2, n_neighbors=k, eigen_solver="dense").fit(X2)
+
+
+def test_parameters_that_break_the_arithmetic_are_named_not_raised_by_numpy(roll):
+    """LLE with reg=0 (allowed) on rows with more neighbours than features raised SciPy's
+    'singular matrix'; MetricMDS(metric='cosine') with a row of zeros raised 'array must not
+    contain infs or NaNs', and its transform returned NaN (an outside audit)."""
+    X = np.asarray(roll[0][:300], dtype=np.float64)
+    with pytest.raises(InvalidParameterError, match="reg=0.*use reg > 0"):
+        LocallyLinearEmbedding(n_neighbors=5, reg=0.0).fit(X)
+    Z = np.r_[X, np.zeros((1, X.shape[1]))]
+    with pytest.raises(InvalidInputError, match="metric='cosine'.*row of zeros"):
+        MetricMDS(metric="cosine").fit(Z)
+    mds = MetricMDS(metric="cosine").fit(X)
+    with pytest.raises(InvalidInputError, match="metric='cosine'.*row of zeros"):
+        mds.transform(Z[-2:])

@@ -136,6 +136,15 @@ def certifiable_tol(rounding: float, tol: float) -> float:
     return nice_ceil(max(8.0 * float(rounding), 10.0 * float(tol)))
 
 
+def _largest_off_diagonal(kernel: Kernel, points: np.ndarray) -> float:
+    """The largest kernel value between two distinct points of a small dictionary."""
+    if len(points) < 2:
+        return 0.0
+    G = np.array(kernel.pairwise(points, points), dtype=np.float64)
+    np.fill_diagonal(G, -np.inf)
+    return float(G.max())
+
+
 def check_dictionary(dictionary: Dictionary, kernel: Kernel, gamma, tol: float, config,
                      n_rows: int, n_features: int) -> None:
     """Explain a degenerate dictionary: too small for ``n_components``, or every row."""
@@ -151,6 +160,7 @@ def check_dictionary(dictionary: Dictionary, kernel: Kernel, gamma, tol: float, 
             f"of none (the {c.kernel} kernel sees the {n_rows} rows as one point, k(x, x) at "
             "most tol), so there is nothing to embed; check the data, or lower tol")
     if m < wanted + spent:
+        limit = max(m - spent, 0)
         scale = float(np.max(kernel.diag(dictionary.points)))
         dim = feature_space_dimension(c.kernel, n_features, c.degree)
         if dim is not None and m >= dim:
@@ -165,6 +175,15 @@ def check_dictionary(dictionary: Dictionary, kernel: Kernel, gamma, tol: float, 
         elif tol >= 0.1 * scale:
             hint = (f"; tol={tol:.3g} is not small against k(x, x)={scale:.3g}: lower tol "
                     f"(try tol={scale * 1e-3:.3g})")
+        elif gamma is not None and c.kernel in ("rbf", "laplacian") and (
+                apart := _largest_off_diagonal(kernel, dictionary.points) / scale) < 0.5:
+            hint = (f"; the {m} dictionary point{'s are' if m != 1 else ' is'} far apart under "
+                    f"the kernel (k between two of them at most {apart:.2g} of k(x, x)), and "
+                    f"every other row is within tol={tol:.3g} of their span: the data hold {m} "
+                    "groups of equal or nearly equal rows, and no kernel width, tol or "
+                    "dictionary size tells equal rows apart")
+            if c.normalization == "additive":  # centred, m groups span m - 1 directions
+                limit = max(m - 1, 0)
         elif gamma is not None and c.kernel in ("rbf", "laplacian"):
             hint = (f"; with gamma={gamma:.3g} the {c.kernel} kernel is nearly constant over "
                     f"the data, so every row is within tol of the first points: use a larger "
@@ -174,7 +193,7 @@ def check_dictionary(dictionary: Dictionary, kernel: Kernel, gamma, tol: float, 
         raise DictionaryError(
             f"the dictionary has only {m} point{'s' if m != 1 else ''}, so n_components="
             f"{c.n_components} is not {'below' if spent else 'at most'} the dictionary size"
-            f"{hint}; or lower n_components to at most {max(m - spent, 0)}"
+            f"{hint}; or lower n_components to at most {limit}"
         )
     if c.dictionary_size is None and m == n:
         msg = (f"every one of the {n} rows entered the dictionary{width}: the kernel is so "

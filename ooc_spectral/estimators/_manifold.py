@@ -21,6 +21,7 @@ from sklearn.base import TransformerMixin
 from ._sklearn import FeatureNamesMixin
 from .._validation import check_choice, check_fitted, check_int, check_n_features
 from ..core.eigensolve import fix_signs, top_eigenpairs
+from ..core.model import PIVOT_FLOOR
 from ..exceptions import InvalidInputError, InvalidParameterError
 from ..core.planning import whole_chunks
 from ..io.source import DataSource, open_source
@@ -111,12 +112,31 @@ def top_positive(owner: str, B: np.ndarray, p: int, solver: str, seed: int):
         vals, V = eigsh(B, k=p, which="LA", v0=v0)
         order = np.argsort(vals)[::-1]
         vals, V = vals[order], fix_signs(V[:, order])
-    if np.any(vals <= 0):
+    floor = rounding_level(B)
+    kept = int(np.sum(vals > floor))
+    if kept < p:
+        spans = (f"the data span {kept} direction{'s' if kept != 1 else ''} in this embedding; "
+                 f"lower n_components to {kept}" if kept else
+                 "the data span no direction in this embedding (every row is at the same place)")
         raise InvalidParameterError(
-            f"{owner}: only {int(np.sum(vals > 0))} of the {p} leading eigenvalues of the "
-            f"double-centred matrix are positive (they are {np.array2string(vals, precision=3)}); "
-            "lower n_components")
+            f"{owner}: only {kept} of the {p} leading eigenvalues of the double-centred matrix "
+            f"are above its rounding level {floor:.2g} (they are "
+            f"{np.array2string(vals, precision=3)}): components beyond would be rounding noise, "
+            f"or directions of negative eigenvalues; {spans}")
     return vals, V
+
+
+def rounding_level(B: np.ndarray) -> float:
+    """The eigenvalues of the double-centred ``B`` (n x n) that float64 cannot tell from 0.
+
+    The entries of ``B`` carry the rounding of the distances and of the centring, a
+    relative :data:`~ooc_spectral.core.model.PIVOT_FLOOR` (1e3 eps) of its largest entry
+    at most, and an error ``E`` of the entries moves each eigenvalue by at most
+    ``||E||_2 <= n max |E_ij|`` (Weyl): an eigenvalue below ``n PIVOT_FLOOR max |B_ij|`` may be
+    rounding alone, and its eigenvector, scaled by ``1/sqrt(lambda)`` in the
+    out-of-sample map, would be noise. The dictionary estimators refuse such components
+    by the same floor on their pivots."""
+    return PIVOT_FLOOR * B.shape[0] * float(np.max(np.abs(B)))
 
 
 def double_centre(S: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:

@@ -195,7 +195,11 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         Additive normalization: the dictionary's part ``b`` of Weyl's interval, the sum of
         the rows' certified squared distances to the dictionary's span (at most
         ``n * max_residual_``); on the exact path, where no row has a distance, the
-        interval's width above ``eigenvalues_``. None for the divisive normalization.
+        interval's width above ``eigenvalues_``. After ``partial_fit`` with NumPy batches
+        carried by their projections, two-sided: each exact eigenvalue lies within
+        ``eigenvalue_error_bound_`` of ``eigenvalues_[i]``, below it too (in exact
+        arithmetic; :mod:`ooc_spectral.pipeline.incremental`). None for the divisive
+        normalization.
     gamma_ : float or None
         The kernel coefficient used.
     tol_ : float
@@ -328,7 +332,8 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         PCA of every row seen projected on the final dictionary. numpy batches
         are not kept: their rows are carried by their projections on the span
         they were seen with, and ``eigenvalue_error_bound_`` widens to cover that
-        (see :mod:`ooc_spectral.pipeline.incremental`). Only ``normalization="additive"``.
+        and becomes two-sided: an exact eigenvalue may then lie below ``eigenvalues_[i]``
+        by up to it (see :mod:`ooc_spectral.pipeline.incremental`). Only ``normalization="additive"``.
 
         Returns
         -------

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import eigh, solve
+from scipy.linalg import LinAlgError, eigh, solve
 from scipy.sparse import csr_matrix, identity
+from scipy.sparse.csgraph import connected_components
 from scipy.sparse.linalg import eigsh
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.neighbors import NearestNeighbors
@@ -40,6 +41,7 @@ def _barycenter_weights(X: np.ndarray, Y: np.ndarray, ind: np.ndarray, reg: floa
 
     The regularized local Gram system of Roweis & Saul, as scikit-learn solves it:
     ``(C + reg trace(C) I) w = 1`` (``reg`` alone when the trace is 0), then normalized.
+    Raises :class:`InvalidParameterError` where ``reg=0`` leaves a system singular.
     """
     n, k = ind.shape
     W = np.empty((n, k))
@@ -49,9 +51,56 @@ def _barycenter_weights(X: np.ndarray, Y: np.ndarray, ind: np.ndarray, reg: floa
         C = Z @ Z.T
         tr = np.trace(C)
         C.flat[::k + 1] += reg * tr if tr > 0 else reg
-        w = solve(C, ones, assume_a="pos")
+        try:
+            w = solve(C, ones, assume_a="pos")
+        except LinAlgError:
+            raise InvalidParameterError(
+                f"LocallyLinearEmbedding: with reg={reg:g} the local Gram matrix of row {i} and "
+                f"its {k} neighbours is singular (they span at most {min(k - 1, X.shape[1])} "
+                "directions around it); use reg > 0 (the default is 1e-3)") from None
         W[i] = w / w.sum()
     return W
+
+
+def _components(ind: np.ndarray) -> int:
+    """How many connected components the k-nearest-neighbour graph ``ind`` (n x k) has."""
+    n, k = ind.shape
+    graph = csr_matrix((np.ones(n * k), ind.ravel(), np.arange(0, n * k + 1, k)), shape=(n, n))
+    return connected_components(graph, directed=False)[0]
+
+
+def _check_connected(name: str, ind: np.ndarray, k: int, nbrs) -> None:
+    """Refuse a neighbour graph of several components, advising the n_neighbors that joins it.
+
+    On such a graph the bottom eigenvectors of M are constant on each component: the
+    embedding only tells the components apart and collapses each to a point. Unlike
+    Isomap's geodesics, no edge added between components would mean anything to the
+    barycentric weights, so the fit is refused."""
+    n_comp = _components(ind)
+    if n_comp == 1:
+        return
+    n = ind.shape[0]
+    lo, hi = k, k
+    while hi < n - 1:  # double, then bisect, the smallest k whose graph is connected
+        hi = min(2 * hi, n - 1)
+        if _components(nbrs.kneighbors(return_distance=False, n_neighbors=hi)) == 1:
+            break
+        lo = hi
+    else:
+        hi = None
+    if hi is not None:
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if _components(nbrs.kneighbors(return_distance=False, n_neighbors=mid)) == 1:
+                hi = mid
+            else:
+                lo = mid
+    advice = (f"use n_neighbors >= {hi}, which connects it" if hi is not None else
+              "no n_neighbors connects it")
+    raise InvalidParameterError(
+        f"{name}: the {k}-nearest-neighbour graph of the rows has {n_comp} connected components, "
+        "and LLE's embedding would then only tell them apart, each collapsed to a point; "
+        f"{advice}, or embed each component separately")
 
 
 @dataclass(frozen=True, eq=False)
@@ -139,6 +188,7 @@ class LocallyLinearEmbedding(Fitted, FeatureNamesMixin, TransformerMixin, BaseEs
         seed = resolve_seed(self.random_state)
         nbrs = NearestNeighbors(n_neighbors=k + 1).fit(Xf)
         ind = nbrs.kneighbors(Xf, return_distance=False)[:, 1:]
+        _check_connected(name, ind, k, nbrs)
         W = _barycenter_weights(Xf, Xf, ind, reg)
         Wm = csr_matrix((W.ravel(), ind.ravel(), np.arange(0, n * k + 1, k)), shape=(n, n))
         IW = identity(n, format="csr") - Wm

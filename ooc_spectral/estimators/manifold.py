@@ -89,7 +89,7 @@ from ._sklearn import FeatureNamesMixin
 from .._validation import check_float
 from ..core.config import resolve_seed
 from .embedding import GreedySpectralEmbedding
-from ..exceptions import InvalidParameterError
+from ..exceptions import InvalidInputError, InvalidParameterError
 from .isomap import GRAPH_SAMPLE_PURPOSE, Isomap, LandmarkIsomap
 from .lle import LocallyLinearEmbedding
 from ..io.source import open_source
@@ -276,6 +276,20 @@ n_features_in_, random_state_
 
 # --------------------------------------------------------------------------- #
 # metric MDS
+def finite_distances(owner: str, S: np.ndarray, metric: str) -> np.ndarray:
+    """``S``, refused where a distance is not finite (the cosine or correlation distance of
+    a row of zeros or a constant row is 0/0)."""
+    bad = ~np.isfinite(S)
+    if bad.any():
+        i, j = (int(v) for v in np.argwhere(bad)[0])
+        raise InvalidInputError(
+            f"{owner}: metric={metric!r} gives no finite distance between row {i} and training "
+            f"row {j} (got {S[i, j]}; the cosine and correlation distances of a row of zeros or "
+            "a constant row are 0/0); remove such rows, or use a metric defined on them, "
+            "e.g. 'euclidean'")
+    return S
+
+
 # --------------------------------------------------------------------------- #
 @dataclass(frozen=True, eq=False)
 class _MDSMap:
@@ -292,7 +306,8 @@ class _MDSMap:
         return int(self.proj.shape[1])
 
     def embed(self, X: np.ndarray) -> np.ndarray:
-        S = cdist(X, self.X_fit, metric=self.metric)
+        S = finite_distances("MetricMDS.transform", cdist(X, self.X_fit, metric=self.metric),
+                             self.metric)
         S *= S
         Kt = S - S.mean(axis=1, keepdims=True)
         Kt -= self.col_mean
@@ -398,7 +413,7 @@ class MetricMDS(Fitted, FeatureNamesMixin, TransformerMixin, BaseEstimator):
             raise InvalidParameterError(
                 f"{name}: metric={self.metric!r} is not a metric scipy.spatial.distance.cdist "
                 f"knows ({exc}); use e.g. 'euclidean', 'cityblock' or 'chebyshev'") from None
-        S = cdist(Xf, Xf, metric=self.metric)
+        S = finite_distances(name, cdist(Xf, Xf, metric=self.metric), self.metric)
         S *= S
         B, col, total = double_centre(S)
         del S

@@ -59,7 +59,8 @@ def with_advice(err: BaseException, config, source) -> BaseException:
 def _too_few_points(err, c, source):
     text = str(err)
     m = re.search(r"the dictionary has only (\d+) points?", text)
-    if m is None or c.n_components is None or "feature space" in text:
+    if (m is None or c.n_components is None or "feature space" in text
+            or "groups of equal" in text):
         return None
     spent = spent_directions(c.affine, c.normalization, c.drop_first)
     # dictionary_size must exceed n_components (the configuration's own check) and give

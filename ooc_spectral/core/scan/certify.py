@@ -121,6 +121,15 @@ def uncertifiable(rounding: float, tol: float, row: int | None = None) -> Numeri
     from ..checks import certifiable_tol
 
     which = f"row {row}" if row is not None else "a row"
+    if not math.isfinite(rounding):  # the kernel's parameters are past float64's range
+        err = NumericalBreakdownError(
+            f"the rounding bound of {which}'s residual overflows float64 ({rounding}): the "
+            "kernel's parameters are past the range float64 computes it in for these rows "
+            "(a gamma or coef0 near 1e308, a huge degree, or rows near float64's limits); use "
+            "parameters of ordinary size (gamma=None picks the median heuristic) or rescale "
+            "the rows")
+        err.suggested_tol = None
+        return err
     advice = certifiable_tol(rounding, tol)
     if tol <= 0:
         said = (f"tol={tol:.3g} asks for every direction of the data, but the rounding of "
