@@ -328,25 +328,28 @@ def test_components_of_rounding_noise_are_refused_and_the_advice_equals_sklearn(
     assert rel(line.embedding_ * signs(line.embedding_, ref), ref) < 1e-9
 
 
-def test_lle_on_a_disconnected_graph_is_refused_with_an_n_neighbors_that_connects_it():
+def test_lle_on_a_disconnected_graph_warns_naming_an_n_neighbors_that_connects_it():
     """Two swiss rolls 200 apart: the 5-NN graph has two components, and LLE returned,
-    with no warning, coordinates that only told the rolls apart, each collapsed to a point
-    (an outside audit). Refused, naming the smallest n_neighbors that connects the graph,
-    which is then fitted."""
-    X, _ = generate("swiss-roll", 150, seed=0)
-    X = np.asarray(X, dtype=np.float64)
-    X2 = np.r_[X, X + [200.0, 0.0, 0.0]]
-    with pytest.raises(InvalidParameterError, match=r"2 connected components.*n_neighbors >= (\d+)") as info:
-        LocallyLinearEmbedding(n_components=2, n_neighbors=5).fit(X2)
+    with no warning, coordinates that only told the rolls apart, one roll collapsed to a
+    point (an outside audit; scikit-learn's LLE is as silent). It now warns, as Isomap
+    does, naming the smallest n_neighbors that connects the graph; with it, no warning."""
     import re
+    import warnings
 
-    k = int(re.search(r"n_neighbors >= (\d+)", str(info.value)).group(1))
     from scipy.sparse.csgraph import connected_components
     from sklearn.neighbors import kneighbors_graph
 
+    X, _ = generate("swiss-roll", 150, seed=0)
+    X = np.asarray(X, dtype=np.float64)
+    X2 = np.r_[X, X + [200.0, 0.0, 0.0]]
+    with pytest.warns(UserWarning, match=r"2 connected components.*n_neighbors >= (\d+)") as rec:
+        LocallyLinearEmbedding(n_components=2, n_neighbors=5).fit(X2)
+    k = int(re.search(r"n_neighbors >= (\d+)", str(rec[0].message)).group(1))
     assert connected_components(kneighbors_graph(X2, k), directed=False)[0] == 1
     assert connected_components(kneighbors_graph(X2, k - 1), directed=False)[0] == 2
-    LocallyLinearEmbedding(n_components=2, n_neighbors=k, eigen_solver="dense").fit(X2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        LocallyLinearEmbedding(n_components=2, n_neighbors=k, eigen_solver="dense").fit(X2)
 
 
 def test_parameters_that_break_the_arithmetic_are_named_not_raised_by_numpy(roll):

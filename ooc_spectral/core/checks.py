@@ -137,9 +137,10 @@ def certifiable_tol(rounding: float, tol: float) -> float:
 
 
 def _largest_off_diagonal(kernel: Kernel, points: np.ndarray) -> float:
-    """The largest kernel value between two distinct points of a small dictionary."""
+    """The largest kernel value between two distinct points of a small dictionary (inf
+    for fewer than two: no pair says the points are apart)."""
     if len(points) < 2:
-        return 0.0
+        return math.inf
     G = np.array(kernel.pairwise(points, points), dtype=np.float64)
     np.fill_diagonal(G, -np.inf)
     return float(G.max())

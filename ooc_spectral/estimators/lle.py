@@ -9,6 +9,7 @@ coordinates back (``w(x_j, x_i) = delta_ij``). Importable from
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,12 +71,13 @@ def _components(ind: np.ndarray) -> int:
 
 
 def _check_connected(name: str, ind: np.ndarray, k: int, nbrs) -> None:
-    """Refuse a neighbour graph of several components, advising the n_neighbors that joins it.
+    """Warn of a neighbour graph of several components, naming the n_neighbors that joins it.
 
     On such a graph the bottom eigenvectors of M are constant on each component: the
-    embedding only tells the components apart and collapses each to a point. Unlike
-    Isomap's geodesics, no edge added between components would mean anything to the
-    barycentric weights, so the fit is refused."""
+    embedding tells the components apart and may collapse a component to a point.
+    scikit-learn's LocallyLinearEmbedding returns that embedding silently; as Isomap
+    does for its geodesics, the fit goes on with a ``UserWarning``, which names the
+    smallest ``n_neighbors`` whose graph is connected."""
     n_comp = _components(ind)
     if n_comp == 1:
         return
@@ -97,10 +99,11 @@ def _check_connected(name: str, ind: np.ndarray, k: int, nbrs) -> None:
                 lo = mid
     advice = (f"use n_neighbors >= {hi}, which connects it" if hi is not None else
               "no n_neighbors connects it")
-    raise InvalidParameterError(
-        f"{name}: the {k}-nearest-neighbour graph of the rows has {n_comp} connected components, "
-        "and LLE's embedding would then only tell them apart, each collapsed to a point; "
-        f"{advice}, or embed each component separately")
+    warnings.warn(
+        f"{name}: the {k}-nearest-neighbour graph of the rows has {n_comp} connected "
+        "components, and LLE's coordinates then tell the components apart (a component may "
+        f"collapse to a point); {advice}, or embed each component separately",
+        UserWarning, stacklevel=4)
 
 
 @dataclass(frozen=True, eq=False)
