@@ -268,9 +268,11 @@ class DamagedFileError(DamagedDataError):
 
 
 class OutputIncompleteError(UsageError, FileNotFoundError):
-    """``ooc-spectral verify`` found a member a complete OUTDIR must hold missing
-    (``embedding``, ``model``, ``report.json``, an array's metadata); exit code 2, the
-    message names what to run."""
+    """A fit OUTDIR given as the model to apply (``ooc-spectral transform OUTDIR``) holds no
+    whole result: its fit did not finish, or a member a complete OUTDIR holds is missing or
+    another run's (``embedding``, ``model``, ``report.json``, an array's metadata); exit
+    code 2, the message names the fit command to rerun. (``verify`` reports the same as
+    :class:`OutputDamagedError`, exit 1.)"""
 
 
 class StalledRunError(OocSpectralError, RuntimeError):
@@ -279,7 +281,9 @@ class StalledRunError(OocSpectralError, RuntimeError):
 
 
 class OutputDamagedError(OocSpectralError, RuntimeError):
-    """``ooc-spectral verify`` found missing or damaged chunks (exit code 1: rerun the fit)."""
+    """``ooc-spectral verify`` found damage: missing or damaged chunks, a member missing or
+    another run's, a garbled ``zarr.json``, an unfinished data set (exit code 1 for every
+    kind; the message names the command that repairs it)."""
 
 
 class StorageBackendError(UsageError, ValueError):

@@ -429,3 +429,79 @@ def test_bad_parameters_are_rejected_before_writing(tmp_path):
         with pytest.raises(InvalidParameterError):
             make_data("swiss-roll", 100, out, **kwargs)
         assert not out.exists()
+
+
+# --------------------------------------------------------------------------- outside audit 8
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+def test_values_a_dtype_cannot_hold_are_refused_before_writing(tmp_path, monkeypatch, capsys):
+    """noise=1e39 in float32 was stored as infinity with exit 0, and verify called it
+    intact (defect 6): it is refused up front, exit 2, naming the noise, the dtype and the
+    fix; float64 holds it."""
+    from ooc_spectral.batch.cli import main
+
+    with pytest.raises(InvalidParameterError,
+                       match=r"noise = 1e\+39.*largest finite float32.*--noise.*float64"):
+        make_data("swiss-roll", 200, tmp_path / "a", noise=1e39)
+    assert not (tmp_path / "a").exists()
+    with pytest.raises(InvalidParameterError, match="t_max=1e\\+300.*smaller parameter values"):
+        generate("spiral", 10, dtype="float32", t_max=1e300)
+    with pytest.raises(InvalidParameterError, match="pad_std = 1e\\+38"):
+        make_data("fishbowl", 10, tmp_path / "p", dim=5, pad_std=1e38)
+    assert np.isfinite(generate("swiss-roll", 200, noise=1e39, dtype="float64")[0]).all()
+    assert main(["make-data", "swiss-roll", "--n", "200", "--noise", "1e39", "--out",
+                 str(tmp_path / "c"), "-q"]) == 2
+    assert "stored as infinity" in capsys.readouterr().err
+    # the last guard: a region that is not finite anyway is never written
+    monkeypatch.setattr(ds, "check_representable", lambda plan, dt: None)
+    with pytest.raises(InvalidParameterError, match=r"row 0 of 'swiss-roll' is not finite in "
+                                                    r"float32.*marked incomplete"):
+        make_data("swiss-roll", 200, tmp_path / "d", noise=1e39)
+    assert zarr.open_group(str(tmp_path / "d"), mode="r").attrs[DATASET_KEY]["complete"] is False
+
+
+def test_wide_rows_are_generated_in_bounded_pieces_with_the_same_values(tmp_path, monkeypatch):
+    """make-data of 10 x 5e7 allocated one n x dim float64 block (3.7 GiB) and failed with
+    MemoryError, exit 1 (defect 9): wide rows get small chunks and are generated a few
+    rows at a time, with the values of whole blocks; a row too wide to hold is refused."""
+    import tracemalloc
+
+    from ooc_spectral.batch.cli import main
+    from ooc_spectral.io import dataset_specs
+
+    assert ds.default_chunk_rows(10, 50_000_000, "float32") == 1  # not one 2 GiB chunk
+    assert ds.default_chunk_rows(10**9, 4096, "float32") == 4096  # as before up to 64 MiB
+    # pieces of 5 rows, chunks of 7 rows, generation blocks of 16: every boundary cut
+    monkeypatch.setattr(ds, "GENERATION_BLOCK_ROWS", 16)
+    monkeypatch.setattr(dataset_specs, "GENERATION_BLOCK_ROWS", 16)
+    monkeypatch.setattr(ds, "PIECE_BYTES_MAX", 8 * 3000 * 5)
+    monkeypatch.setattr(ds, "CHUNK_BYTES_MAX", 4 * 3000 * 7)
+    out = make_data("halo-ball", 50, tmp_path / "w", dim=3000, noise=0.01, seed=4, threads=2)
+    X, labels, attrs = _read(out)
+    assert attrs["chunk_rows"] == 7
+    ref, ref_labels = generate("halo-ball", 50, dim=3000, noise=0.01, seed=4, dtype="float32")
+    np.testing.assert_array_equal(X, ref)  # generate: whole blocks
+    np.testing.assert_array_equal(labels["label"], ref_labels["label"])
+    monkeypatch.undo()
+    # memory: pieces and regions of about one row, not the n x dim block
+    n, dim = 64, 250_000  # 128 MiB of float64
+    monkeypatch.setattr(ds, "PIECE_BYTES_MAX", 8 * dim)
+    monkeypatch.setattr(ds, "CHUNK_BYTES_MAX", 4 * dim)
+    monkeypatch.setattr(ds, "REGION_BYTES_TARGET", 8 * dim)
+    tracemalloc.start()
+    try:
+        make_data("swiss-roll", n, tmp_path / "m", dim=dim, threads=2)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < n * dim * 8 / 8, f"peak {peak / 2**20:.1f} MiB"  # about 9 MiB
+    assert zarr.open_group(str(tmp_path / "m"), mode="r")["data"].chunks == (1, dim)
+    # a row wider than make-data holds at once: exit 2 naming --dim
+    monkeypatch.setattr(ds, "ROW_BYTES_MAX", 8 * 1000)
+    with pytest.raises(InvalidParameterError, match=r"dim = 1001 makes one row .*at most 1000 "
+                                                    r"columns: pass a smaller --dim"):
+        make_data("swiss-roll", 10, tmp_path / "x", dim=1001)
+    assert main(["make-data", "swiss-roll", "--n", "10", "--dim", "5000", "--out",
+                 str(tmp_path / "y"), "-q"]) == 2
+    assert not (tmp_path / "y").exists()

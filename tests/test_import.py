@@ -139,3 +139,102 @@ def test_a_failed_import_is_refused_as_input(tmp_path):
         import_table(tmp_path / "bad.npy", tmp_path / "bad.zarr", chunk_rows=100)
     with pytest.raises(IncompleteInputError, match="import"):
         GreedySpectralEmbedding().fit(str(tmp_path / "bad.zarr"))
+
+
+# --------------------------------------------------------------------------- outside audit 8
+
+
+class _MakesADirectoryWhenUnpickled:
+    """Unpickling this object creates a directory: the proof that a file was unpickled."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        import os
+
+        return (os.mkdir, (self.path,))
+
+
+def test_complex_data_are_refused_not_cast_to_their_real_parts(tmp_path, capsys):
+    """A complex .npy was imported as its real parts with exit 0 (defect 13): it is refused
+    with exit 2, naming the dtype and the fix, before any output is created."""
+    X = np.array([[1 + 5j, 2 - 3j], [3 + 1j, 4 + 0j], [9j, 1 + 1j]])
+    np.save(tmp_path / "c.npy", X)
+    assert main(["import", str(tmp_path / "c.npy"), "--out", str(tmp_path / "c.zarr"),
+                 "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "c.npy: expected a real numeric dtype" in err and "got complex128" in err
+    assert "X.real, X.imag" in err  # the fix
+    assert not (tmp_path / "c.zarr").exists()
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(tmp_path / "c.h5", "w") as f:
+        f.create_dataset("z", data=X.astype(np.complex64))
+    with pytest.raises(InvalidInputError, match=r"dataset 'z'.*got complex64"):
+        import_table(tmp_path / "c.h5", tmp_path / "h.zarr")
+
+
+def test_malformed_files_are_input_errors_naming_the_problem(tmp_path, capsys):
+    """A ragged CSV row and an object .npy exited 1 ("transient") with a raw pandas or numpy
+    exception (defect 14); they exit 2 with the file, the problem and the fix, and an
+    object array is never unpickled."""
+    (tmp_path / "ragged.csv").write_text("a,b,c\n1,2,3\n4,5,6\n7,8,9,10\n")
+    assert main(["import", str(tmp_path / "ragged.csv"), "--out", str(tmp_path / "r.zarr"),
+                 "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "ragged.csv: line 4 has 4 fields where the first line has 3" in err
+    assert "fix that line" in err and "ParserError" not in err
+    # a ragged line far past the first batch (found while streaming): the same
+    lines = ["x,y"] + [f"{i},{i}" for i in range(1000)] + ["1,2,3"]
+    (tmp_path / "late.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(InvalidInputError, match="late.csv: line 1002 has 3 fields"):
+        import_table(tmp_path / "late.csv", tmp_path / "l.zarr", chunk_rows=100)
+
+    marker = tmp_path / "unpickled"
+    obj = np.empty((1, 2), dtype=object)
+    obj[0, 0], obj[0, 1] = 1.0, _MakesADirectoryWhenUnpickled(marker)
+    np.save(tmp_path / "obj.npy", obj, allow_pickle=True)
+    assert main(["import", str(tmp_path / "obj.npy"), "--out", str(tmp_path / "o.zarr"),
+                 "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "obj.npy: expected a real numeric dtype" in err and "got object" in err
+    assert "never loaded" in err and "memory-mapped" not in err
+    assert not marker.exists()  # never unpickled
+
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(InvalidInputError, match="empty.csv is empty"):
+        import_table(tmp_path / "empty.csv", tmp_path / "e.zarr")
+    np.save(tmp_path / "cut.npy", np.ones((100, 3)))
+    raw = (tmp_path / "cut.npy").read_bytes()
+    (tmp_path / "cut.npy").write_bytes(raw[:len(raw) - 800])
+    with pytest.raises(InvalidInputError, match="cut.npy cannot be read .* damaged or truncated"):
+        import_table(tmp_path / "cut.npy", tmp_path / "t.zarr")
+    (tmp_path / "junk.npy").write_bytes(b"not an array at all")
+    with pytest.raises(InvalidInputError, match="junk.npy is not a readable .npy file"):
+        import_table(tmp_path / "junk.npy", tmp_path / "j.zarr")
+
+
+def test_a_first_line_of_numbers_is_data_not_a_header(tmp_path, caplog, capsys):
+    """A headerless numeric CSV lost its first row to the header, silently (defect 15): a
+    first line whose every cell is a number is data (with a warning); --header and
+    --no-header decide explicitly."""
+    src = tmp_path / "x.csv"
+    src.write_text("1.5,2.25\n3.0,4.0\n5.0,6.0\n7.0,8.0\n")
+    every = np.array([[1.5, 2.25], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]])
+    with caplog.at_level("WARNING", logger="ooc_spectral"):
+        out = import_table(src, tmp_path / "auto.zarr")
+    assert out["n"] == 4 and out["columns"] == ["0", "1"]
+    np.testing.assert_array_equal(_data(tmp_path / "auto.zarr")[:], every)
+    assert "the first line (1.5, 2.25) is all numbers, so it is read as data" in caplog.text
+    caplog.clear()
+    assert main(["import", str(src), "--out", str(tmp_path / "no.zarr"), "--no-header",
+                 "--columns", "1", "-q"]) == 0
+    np.testing.assert_array_equal(_data(tmp_path / "no.zarr")[:], every[:, [1]])
+    assert "read as data" not in caplog.text + capsys.readouterr().err  # asked: no warning
+    assert main(["import", str(src), "--out", str(tmp_path / "h.zarr"), "--header", "-q"]) == 0
+    np.testing.assert_array_equal(_data(tmp_path / "h.zarr")[:], every[1:])
+    assert zarr.open_group(str(tmp_path / "h.zarr"), mode="r").attrs[
+        "ooc_spectral_import"]["columns"] == ["1.5", "2.25"]
+    # a header with one name among numbers is a header, as before
+    (tmp_path / "named.csv").write_text("x,2\n1,2\n3,4\n")
+    assert import_table(tmp_path / "named.csv", tmp_path / "n.zarr")["n"] == 2

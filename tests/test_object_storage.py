@@ -212,6 +212,50 @@ def test_keys_the_store_refuses_are_exit_1_naming_the_urls_and_the_fix(data, s3,
     assert ls(s3["fs"], f"s3://{BUCKET}") == before
 
 
+def test_a_store_that_cannot_be_reached_is_exit_1_for_every_command_without_tracebacks(
+        tmp_path):
+    """An endpoint where nothing listens (given on the command line): inspect said "not a
+    zarr store", exit 2, while fit said exit 1, and each printed a traceback per request
+    zarr left pending ("Exception ignored in: <coroutine ...>") after its message (an
+    audit's finding). Now: exit 1 for each, one line saying the store could not be reached."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_ACCESS_KEY_ID="AKIAOOCCLOSEDPORT000", AWS_SECRET_ACCESS_KEY="never-used",
+               AWS_DEFAULT_REGION="us-east-1", AWS_MAX_ATTEMPTS="3",
+               OOC_SPECTRAL_READ_ATTEMPTS="1")  # retries: zarr's other requests still pending
+    options = json.dumps({"endpoint_url": f"http://127.0.0.1:{port}"})
+    url = "s3://bucket/data.zarr"
+    for command in (["inspect", url], ["verify", url],
+                    ["fit", url, "--out", str(tmp_path / "out"), "-q"]):
+        proc = subprocess.run([EXE, *command, "--storage-options", options], env=env,
+                              capture_output=True, text=True, cwd=tmp_path, timeout=300)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1, (command[0], proc.stderr)
+        assert len(lines) == 1, (command[0], proc.stderr)  # no traceback after the message
+        assert lines[0].startswith("ooc-spectral: error: ") and f"127.0.0.1:{port}" in lines[0]
+        assert "could not be reached" in lines[0] and "is not a zarr store" not in lines[0]
+    assert list(tmp_path.iterdir()) == []  # fit created nothing
+
+
+def test_an_option_a_workflow_may_not_set_is_given_on_the_command_line(data, s3, tmp_path,
+                                                                        capsys):
+    """use_ssl = false in the file is exit 2 naming run --storage-options; given there,
+    the same workflow runs."""
+    wf = tmp_path / "wf.toml"
+    wf.write_text(f'[storage_options]\nuse_ssl = false\n\n[[step]]\nrun = "inspect"\n'
+                  f'path = "{data[1]}"\n')
+    assert run("run", wf, "-q") == 2
+    err = capsys.readouterr().err
+    assert "use_ssl is not a storage option a workflow file may set" in err, err
+    assert """--storage-options '{"use_ssl": ...}'""" in err, err
+    wf.write_text(f'[[step]]\nrun = "inspect"\npath = "{data[1]}"\n')
+    assert run("run", wf, "-q", "--storage-options", '{"use_ssl": false}') == 0, \
+        capsys.readouterr().err
+
+
 def test_a_complete_s3_outdir_missing_members_is_repaired_by_the_rerun(data, local_fit, s3):
     """The report and an embedding chunk deleted from a complete OUTDIR on S3: verify
     names them, and the same command restores them. The rerun removes the model and
@@ -223,7 +267,7 @@ def test_a_complete_s3_outdir_missing_members_is_repaired_by_the_rerun(data, loc
     assert run("verify", out, "-q") == 0  # its listings are now in this process's caches
     fs.rm(f"{BUCKET}/repaired/report.json")
     fs.rm(f"{BUCKET}/repaired/embedding/c/1/0")
-    assert run("verify", out, "-q") == 2
+    assert run("verify", out, "-q") == 1  # damage: exit 1, as for a local OUTDIR
     assert run("fit", data[1], "--out", out, *FIT, *THREADS) == 0
     assert run("verify", out, "-q") == 0
     np.testing.assert_allclose(embedding(out), embedding(local_fit), rtol=0, atol=1e-10)

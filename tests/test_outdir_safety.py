@@ -199,7 +199,7 @@ def _remove(p: Path) -> None:
 
 @pytest.mark.parametrize("member", ["embedding", "model", "embedding/zarr.json", "report.json",
                                     "garbled report.json", "embedding_written"])
-def test_verify_names_a_missing_member_exit_2_and_the_rerun_restores_it(small, fresh, tmp_path,
+def test_verify_names_a_missing_member_exit_1_and_the_rerun_restores_it(small, fresh, tmp_path,
                                                                         capsys, member):
     out = tmp_path / "out"
     _fit(small, out)
@@ -208,7 +208,7 @@ def test_verify_names_a_missing_member_exit_2_and_the_rerun_restores_it(small, f
     else:
         _remove(out / member)
     code, err = run("verify", out, capsys=capsys)
-    assert code == 2, err
+    assert code == 1, err  # damage, as a damaged chunk is (an outside audit: it was 2)
     assert "run ooc-spectral fit" in err and str(out) in err
     code, err = run("fit", small, "--out", out, *FIT, capsys=capsys)
     assert code == 0, err
@@ -220,7 +220,7 @@ def test_verify_names_a_missing_member_exit_2_and_the_rerun_restores_it(small, f
     assert report["config_hash"] == fresh[1]["config_hash"]
 
 
-# ------------------------------------------------------------------ 7: damaged JSON is exit 2
+# ------------------------------------------------------------------ 7: damaged JSON is exit 2 (verify: 1)
 @pytest.mark.parametrize("where", ["zarr.json", "model/zarr.json", "model/w/zarr.json"])
 def test_a_garbled_json_is_exit_2_naming_the_file_never_retry_forever(small, fresh, tmp_path,
                                                                       capsys, where):
@@ -228,7 +228,7 @@ def test_a_garbled_json_is_exit_2_naming_the_file_never_retry_forever(small, fre
     _fit(small, out)
     (out / where).write_text("{\"zarr_format\": 3, \"node_")
     code, err = run("verify", out, capsys=capsys)
-    assert code == 2, err
+    assert code == 1, err  # verify found damage: exit 1 (the commands that read it: 2)
     assert "not valid JSON" in err or "garbled" in err
     code, err = run("transform", out / "model", small, "--out", tmp_path / "t", *FIT[6:],
                     capsys=capsys)
@@ -256,12 +256,154 @@ def test_a_garbled_checkpoint_part_is_repaired_by_the_rerun(small, fresh, tmp_pa
     data = bytearray(chunks[-1].read_bytes())
     data[len(data) // 2] ^= 0xFF
     chunks[-1].write_bytes(bytes(data))
-    assert run("verify", out, capsys=capsys)[0] in (1, 2)
+    assert run("verify", out, capsys=capsys)[0] == 1
     code, err = run("fit", small, "--out", out, *FIT, capsys=capsys)
     assert code == 0, err
     code, err = run("verify", out, capsys=capsys)
     assert code == 0, err
     assert np.array_equal(zarr.open_array(str(out / "embedding"), mode="r")[...], fresh[0])
+
+
+# ------------------------------------------------------------------ 11: transform spares its model
+@pytest.fixture(scope="module")
+def fitted(small, tmp_path_factory):
+    """A complete fit OUTDIR, and a second one of other options (another model)."""
+    d = tmp_path_factory.mktemp("fitted")
+    _fit(small, d / "fit")
+    code, err = run("fit", small, "--out", d / "other", "--gamma", "0.08", *FIT[2:])
+    assert code == 0, err
+    return d / "fit", d / "other"
+
+
+def _copy_fit(fitted, tmp_path) -> Path:
+    import shutil
+
+    shutil.copytree(fitted[0], tmp_path / "fit", symlinks=True)
+    return tmp_path / "fit"
+
+
+@pytest.mark.parametrize("model, out", [
+    ("fit/model", "fit"),  # --out holds the model
+    ("fit", "fit"),  # --out is the OUTDIR given as the model
+    ("fit/model", "fit/model"),
+    ("fit", "fit/model"),  # --out inside the model's directory
+    ("fit/model", "fit/model/t"),
+    ("fit", "link"),  # the same directory by another name: resolved paths compared
+], ids=["out-holds-model", "out-is-outdir", "out-is-model", "out-is-outdir-member",
+        "out-inside-model", "out-a-symlink-to-outdir"])
+def test_transform_refuses_an_out_that_is_holds_or_is_inside_its_model(small, fitted, tmp_path,
+                                                                      capsys, model, out):
+    """transform MODEL IN --out OUT --overwrite deleted the fit OUTDIR holding the very model
+    it applied, exit 0 (an outside audit): refused up front, exit 2, nothing deleted."""
+    _copy_fit(fitted, tmp_path)
+    (tmp_path / "link").symlink_to(tmp_path / "fit", target_is_directory=True)
+    before = snapshot(tmp_path)
+    code, err = run("transform", tmp_path / model, small, "--out", tmp_path / out,
+                    "--overwrite", *FIT[6:], capsys=capsys)
+    assert code == 2, err
+    assert "the model this command applies" in err and "choose an --out outside" in err, err
+    assert snapshot(tmp_path) == before
+    # an --out beside the model is still fine
+    code, err = run("transform", tmp_path / model, small, "--out", tmp_path / "t", *FIT[6:],
+                    capsys=capsys)
+    assert code == 0, err
+
+
+def test_transform_of_an_outdir_refuses_a_model_of_another_run_as_verify_does(
+        small, fitted, tmp_path, capsys):
+    import shutil
+
+    fit = _copy_fit(fitted, tmp_path)
+    shutil.rmtree(fit / "model")
+    shutil.copytree(fitted[1] / "model", fit / "model")  # a wrong backup restored
+    code, err = run("verify", fit, capsys=capsys)
+    assert code == 1 and "not this run's" in err, err
+    code, err = run("transform", fit, small, "--out", tmp_path / "t", *FIT[6:], capsys=capsys)
+    assert code == 2, err
+    assert "model: not this run's" in err and f"--out {fit}" in err, err
+    assert not (tmp_path / "t").exists()
+    assert run("fit", small, "--out", fit, *FIT, capsys=capsys)[0] == 0  # the advice works
+    code, err = run("transform", fit, small, "--out", tmp_path / "t", *FIT[6:], capsys=capsys)
+    assert code == 0, err
+    assert np.array_equal(zarr.open_array(str(tmp_path / "t" / "embedding"), mode="r")[...],
+                          zarr.open_array(str(fit / "embedding"), mode="r")[...])
+
+
+def test_transform_of_an_unfinished_fit_names_the_fit_to_rerun(small, fitted, tmp_path, capsys):
+    """A killed fit's OUTDIR (status running, no model nor report yet): transform said "save
+    the model again" (an outside audit); the fit did not finish, and its rerun resumes."""
+    fit = _copy_fit(fitted, tmp_path)
+    _remove(fit / "model")
+    _remove(fit / "report.json")
+    meta = json.loads((fit / "zarr.json").read_text())
+    meta["attributes"]["ooc_spectral_run"]["status"] = "running"
+    (fit / "zarr.json").write_text(json.dumps(meta))
+    code, err = run("transform", fit, small, "--out", tmp_path / "t", *FIT[6:], capsys=capsys)
+    assert code == 2, err
+    assert "the fit did not finish" in err and "rerun the same fit command" in err, err
+    assert f"ooc-spectral fit {small}" in err and "save the model again" not in err, err
+    assert not (tmp_path / "t").exists()
+    assert run("fit", small, "--out", fit, *FIT, capsys=capsys)[0] == 0
+    code, err = run("transform", fit, small, "--out", tmp_path / "t", *FIT[6:], capsys=capsys)
+    assert code == 0, err
+
+
+# ------------------------------------------------------------------ 12: verify's exit code
+@pytest.mark.parametrize("damage", ["embedding chunk", "model array", "report.json",
+                                    "model of another run", "garbled zarr.json"])
+def test_verify_exits_1_for_every_kind_of_damage(small, fitted, tmp_path, capsys, damage):
+    """verify documents "exit 1 when any" damage, but a deleted report or another run's model
+    was exit 2, a chunk exit 1, with the same remedy (an outside audit)."""
+    import shutil
+
+    fit = _copy_fit(fitted, tmp_path)
+    if damage == "embedding chunk":
+        _remove(fit / "embedding" / "c" / "0" / "0")
+    elif damage == "model array":
+        _remove(fit / "model" / "w")
+    elif damage == "report.json":
+        _remove(fit / "report.json")
+    elif damage == "model of another run":
+        shutil.rmtree(fit / "model")
+        shutil.copytree(fitted[1] / "model", fit / "model")
+    else:
+        (fit / "zarr.json").write_text('{"zarr_format": 3, "node_')
+    code, err = run("verify", fit, capsys=capsys)
+    assert code == 1, err
+    assert "ooc-spectral fit" in err or "run the command again" in err, err  # the repair
+    assert run("verify", tmp_path / "nothing", capsys=capsys)[0] == 2  # nothing to check
+
+
+# ------------------------------------------------------------------ 5: verify of a data set
+def _dataset_complete(path: Path, complete: bool) -> None:
+    meta = json.loads((path / "zarr.json").read_text())
+    meta["attributes"]["ooc_spectral_dataset"]["complete"] = complete
+    (path / "zarr.json").write_text(json.dumps(meta))
+
+
+def test_verify_of_an_unfinished_data_set_names_make_data_as_the_fit_does(small, tmp_path,
+                                                                          capsys):
+    """verify on a data set whose make-data was killed advised `ooc-spectral fit INPUT --out
+    <the data set>` (an outside audit); it says what the fit's refusal says: rerun make-data."""
+    import shutil
+
+    data = tmp_path / "x.zarr"
+    shutil.copytree(small, data)
+    _dataset_complete(data, False)  # what a killed make-data leaves
+    code, verr = run("verify", data, capsys=capsys)
+    assert code == 1, verr
+    assert "make-data again with --overwrite" in verr and "ooc-spectral fit" not in verr, verr
+    code, ferr = run("fit", data, "--out", tmp_path / "fit", *FIT, capsys=capsys)
+    assert code == 2, ferr
+    advice = ferr.strip().splitlines()[-1].split("(complete: false): ", 1)[1]
+    assert advice in verr  # one wording, from one place
+    # a finished data set damaged since: its writer writes it again, not a fit into it
+    _dataset_complete(data, True)
+    _remove(data / "data" / "c" / "1" / "0")
+    code, err = run("verify", data, capsys=capsys)
+    assert code == 1, err
+    assert "`ooc-spectral make-data` command again with --overwrite" in err, err
+    assert "ooc-spectral fit" not in err, err
 
 
 def test_a_scheduler_of_an_unknown_transport_is_exit_2_before_anything_is_created(small,
@@ -331,20 +473,89 @@ def test_a_workflow_cannot_send_requests_to_an_endpoint_the_command_line_did_not
 
 
 def test_an_allowed_endpoint_passes_the_check():
-    from ooc_spectral.batch.workflow import check_endpoints
+    from ooc_spectral.batch.workflow import check_storage_options
     from ooc_spectral.exceptions import WorkflowError
 
     opts = {"endpoint_url": "http://127.0.0.1:9000/", "client_kwargs": {"region_name": "x"}}
-    check_endpoints(opts, {"endpoint=http://127.0.0.1:9000"}, "w")
-    with pytest.raises(WorkflowError):
-        check_endpoints(opts, {"endpoint=http://127.0.0.1:9001"}, "w")
-    # inside an array of tables, and an array of endpoints (an audit's finding)
+    check_storage_options(opts, {"endpoint=http://127.0.0.1:9000"}, "w")
+    with pytest.raises(WorkflowError, match="--allow endpoint=http://127.0.0.1:9000/"):
+        check_storage_options(opts, {"endpoint=http://127.0.0.1:9001"}, "w")
+    check_storage_options({"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}},
+                          {"endpoint=http://127.0.0.1:9000"}, "w")
+    # credentials the file brings itself, and anon: no permission needed
+    check_storage_options({"key": "k", "secret": "s", "token": "t", "anon": False}, set(), "w")
+    # inside an array of tables, an array of endpoints (an audit's finding): not options a
+    # file may set at all, with an endpoint allowed or not
     for nested in ({"x": [{"endpoint_url": "http://127.0.0.1:9001"}]},
                    {"endpoint_urls": ["http://127.0.0.1:9001"]}):
-        with pytest.raises(WorkflowError, match="--allow endpoint=http://127.0.0.1:9001"):
-            check_endpoints(nested, set(), "w")
-    check_endpoints({"x": [{"endpoint_url": "http://127.0.0.1:9000"}]},
-                    {"endpoint=http://127.0.0.1:9000"}, "w")
+        for allow in (set(), {"endpoint=http://127.0.0.1:9001"}):
+            with pytest.raises(WorkflowError, match="not a storage option a workflow file may"):
+                check_storage_options(nested, allow, "w")
+
+
+@pytest.mark.parametrize("options, key", [
+    ({"use_ssl": False}, "use_ssl"),
+    ({"config_kwargs": {"proxies": {"http": "http://127.0.0.1:9"}}}, "config_kwargs"),
+    ({"client_kwargs": {"verify": False}}, "client_kwargs.verify"),
+    ({"client_kwargs": {"proxies": {"https": "http://127.0.0.1:9"}}}, "client_kwargs.proxies"),
+    ({"client_kwargs": {"region_name": "x", "use_ssl": False}}, "client_kwargs.use_ssl"),
+    ({"s3_additional_kwargs": {"ACL": "public-read"}}, "s3_additional_kwargs"),
+    ({"account_name": "attacker"}, "account_name"),
+    ({"s3": {"endpoint_url": "http://127.0.0.1:9"}}, "s3"),  # per-protocol options
+    ({"client_kwargs": "http://127.0.0.1:9"}, "client_kwargs"),
+    ({"anon": "false"}, "anon must be a boolean"),  # a string "false" is true to Python
+    ({"endpoint_url": ["http://127.0.0.1:9"]}, "endpoint_url must be a string"),
+])
+def test_a_workflow_may_set_only_the_storage_options_of_its_allow_list(options, key):
+    """An allow-list (an audit's finding: botocore's proxies, spelled
+    config_kwargs = {proxies = {http = ...}}, and use_ssl = false got past a check of option
+    names): anything else is exit 2 naming the option and the command line that gives it,
+    whatever --allow says."""
+    from ooc_spectral.batch.workflow import check_storage_options
+    from ooc_spectral.exceptions import WorkflowError
+
+    allow = {"endpoint=http://127.0.0.1:9", "outside-root", "scheduler", "overwrite"}
+    with pytest.raises(WorkflowError) as info:
+        check_storage_options(options, allow, "w.toml: [storage_options]")
+    message = str(info.value)
+    assert message.startswith(f"w.toml: [storage_options]: {key}"), message
+    if "must be a" not in key:
+        assert "--storage-options" in message, message
+        assert "127.0.0.1" not in message and "public-read" not in message  # no value echoed
+
+
+@pytest.mark.parametrize("table", [
+    # the audit's reproduction: a proxy for every request, and no TLS
+    'use_ssl = false\nconfig_kwargs = {{ proxies = {{ http = "http://127.0.0.1:{port}", '
+    'https = "http://127.0.0.1:{port}" }} }}\n',
+    'client_kwargs = {{ proxies = {{ http = "http://127.0.0.1:{port}" }} }}\n',
+])
+def test_a_workflow_cannot_route_requests_through_a_proxy_of_its_choosing(
+        tmp_path, capsys, monkeypatch, table):
+    """The listener stands in for the file's proxy; the credentials are fake. With --allow
+    endpoint=... for the proxy's own URL too: a proxy is no endpoint."""
+    import socket
+
+    for k in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAOOCPROXYTEST0000")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "never-sent")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    wf = _workflow(tmp_path, "[storage_options]\n" + table.format(port=port)
+                   + '[[step]]\nrun = "inspect"\npath = "s3://some-bucket/data.zarr"\n')
+    for allow in ((), ("--allow", f"endpoint=http://127.0.0.1:{port}")):
+        code, err = run("run", wf, "-q", *allow, capsys=capsys)
+        assert code == 2, err
+        assert "is not a storage option a workflow file may set" in err, err
+        assert "--storage-options" in err and "Traceback" not in err, err
+    with pytest.raises(socket.timeout):  # no request ever reached it
+        listener.accept()
+    listener.close()
 
 
 # ------------------------------------------------------------------ 5: a restored mtime

@@ -242,6 +242,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default=None, choices=("parquet", "csv", "npy", "hdf5"),
                    help="default: from the file name")
     p.add_argument("--dataset", default=None, help="HDF5: the 2-D dataset (default: the only one)")
+    p.add_argument("--header", action=argparse.BooleanOptionalAction, default=None,
+                   help="CSV: the first line names the columns (--header) or is data "
+                   "(--no-header, columns numbered from 0); default: a header unless every "
+                   "one of its cells is a number")
     p.add_argument("--chunk-rows", type=int, default=None, help="rows per zarr chunk (65536)")
     p.add_argument("--dtype", default="float64", choices=("float32", "float64"))
     p.add_argument("--overwrite", action="store_true", help="replace an existing store")
@@ -389,10 +393,16 @@ def _one_line(exc: BaseException) -> str:
 
 def _runtime_failure(exc: BaseException, args=None) -> str:
     """The one-line message of a runtime failure (exit 1), with the fix where one is known."""
+    from ..io.storage import is_unreachable
+
     text = f"{type(exc).__name__}: {_one_line(exc)}"
     if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
         text += ("; the disk is full: free space (or point --out at a larger disk) and rerun "
                  "the same command, it resumes")
+    elif is_unreachable(exc, store_only=True):  # not a scheduler's ConnectionError
+        text += ("; the object store could not be reached: check the endpoint (--storage-options "
+                 "endpoint_url, AWS_ENDPOINT_URL) and the network, then run the same command "
+                 "again")
     elif isinstance(exc, PermissionError):
         # an object store's 403 arrives as a bare "Forbidden": say where, and what to check
         places = [str(v) for k in ("model", "input", "path", "out")
@@ -450,6 +460,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(code: int, message: str, want_json: bool, status: str = "error") -> int:
+    from ..io.storage import cancel_pending_requests
+
+    cancel_pending_requests()  # no "Exception ignored in: <coroutine ...>" after the message
     print(f"ooc-spectral: error: {message}", file=sys.stderr, flush=True)
     if want_json:
         print(json.dumps({"status": status, "exit_code": code, "error": message}), flush=True)

@@ -71,7 +71,7 @@ def cmd_import(args) -> dict:
         columns = [c.strip() for c in args.columns.split(",") if c.strip()]
     result = import_table(args.input, args.out, columns=columns, format=args.format,
                           dataset=args.dataset, chunk_rows=args.chunk_rows, dtype=args.dtype,
-                          overwrite=args.overwrite)
+                          overwrite=args.overwrite, header=args.header)
     return {"status": "complete", **result}
 
 
@@ -133,9 +133,11 @@ def _fit_representatives(args, job) -> dict:
 
 
 def cmd_transform(args) -> dict:
+    from ..io.verify import check_fit_output
     from .jobs import TransformJob, run_transform_job
     from .representatives_job import load_cluster_map, run_representatives_transform
 
+    check_fit_output(args.model)  # a fit OUTDIR: finished, every member its own (as verify)
     found = load_cluster_map(args.model)
     if found is not None:  # the OUTDIR of fit --affinity representatives: predict
         report = run_representatives_transform(args.model, *found, args.input, args.out,
@@ -194,25 +196,33 @@ def cmd_inspect(args) -> dict:
 
 
 def cmd_verify(args) -> dict:
-    from ..exceptions import (DamagedFileError, OutputDamagedError, OutputIncompleteError,
-                              StoreNotFoundError)
-    from ..io.verify import garbled_metadata, missing_members, rerun_command, verify_group
+    """Exit 0 when intact; 1 for any damage found (a chunk, a member, a garbled zarr.json,
+    a member of another run, an unfinished data set), whatever the remedy; 2 only when
+    nothing can be checked (no zarr group there)."""
+    from ..exceptions import DamagedFileError, OutputDamagedError, StoreNotFoundError
+    from ..io.verify import (garbled_metadata, incomplete_message, input_repair,
+                             missing_members, rerun_command, verify_group)
 
     garbled = garbled_metadata(args.outdir)
-    incomplete, attrs = missing_members(args.outdir)  # OUTDIR's own zarr.json: exit 2
+    try:
+        incomplete, attrs = missing_members(args.outdir)
+    except DamagedFileError as exc:  # OUTDIR's own zarr.json: damage found, as any other
+        raise OutputDamagedError(str(exc)) from None
+    unfinished, rewrite = (None, None) if attrs is not None else input_repair(args.outdir)
+    if unfinished:  # a data set whose writer did not finish: its fit's refusal says the same
+        raise OutputDamagedError(f"{args.outdir}: the data set is marked incomplete "
+                                 f"(complete: false): {unfinished}")
+    repair = rewrite or f"run {rerun_command(args.outdir, attrs)}"
     if garbled:
-        raise DamagedFileError(
+        raise OutputDamagedError(
             f"{args.outdir}: {len(garbled)} zarr.json file(s) are not valid JSON ("
             f"{', '.join(garbled[:5])}); "
-            + (f"run {rerun_command(args.outdir, attrs)}: it writes them again"
-               if attrs else "restore them from a copy, or write the data again"))
+            + (f"{repair}: it writes them again" if attrs or rewrite
+               else "restore them from a copy, or write the data again"))
     if incomplete:
         for line in incomplete:
             print(line, file=sys.stderr if args.json else sys.stdout)
-        raise OutputIncompleteError(
-            f"{args.outdir} is marked complete but {len(incomplete)} of the members a complete "
-            f"output holds are missing or unreadable ({'; '.join(incomplete[:5])}); run "
-            f"{rerun_command(args.outdir, attrs)}: it restores them from the saved run state")
+        raise OutputDamagedError(incomplete_message(args.outdir, incomplete, attrs))
     try:
         report = verify_group(args.outdir)
     except FileNotFoundError as exc:  # zarr's GroupNotFoundError included
@@ -224,8 +234,7 @@ def cmd_verify(args) -> dict:
         raise OutputDamagedError(
             f"{args.outdir}: {len(report['missing'])} missing and {len(report['damaged'])} "
             f"damaged chunk(s), {len(report['digest_mismatch'])} digest mismatch(es) in "
-            f"{report['arrays']} arrays; run {rerun_command(args.outdir, attrs)} to repair "
-            "the output")
+            f"{report['arrays']} arrays; {repair} to repair it")
     if not args.json:
         print(f"{args.outdir}: {report['chunks']} chunks of {report['arrays']} arrays intact")
     return {"status": "intact", **report}

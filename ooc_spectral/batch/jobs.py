@@ -26,6 +26,7 @@ from ..core.config import FitConfig
 from ..runtime.execution import Executor
 from ..runtime.monitor import MemorySampler, ProgressLog
 from ..io.persistence import MODEL_KEY, model_of_fit, package_versions, read_model, write_model
+from ..io.safety import output_apart_from_model, output_outside_input
 from ..exceptions import DictionaryError
 from ..pipeline.advice import with_advice
 from ..pipeline.fit import FitRun
@@ -138,23 +139,6 @@ def _same_input_or_restart(rundir: RunDirectory, resolved: dict, extra: dict) ->
     return False
 
 
-def _output_outside_input(out, inp) -> None:
-    """Refuse an OUTDIR equal to or inside the input store (exit 2): its own files would
-    change the input under the run, and an overwrite could delete the input."""
-    from ..exceptions import OutputNotWritableError
-    from ..io.storage import absolute, is_url
-
-    o, i = absolute(out), absolute(inp)
-    if not is_url(o) and not is_url(i):
-        o, i = os.path.realpath(o), os.path.realpath(i)
-    o, i = o.rstrip("/"), i.rstrip("/")
-    if o == i or o.startswith(i + "/"):
-        raise OutputNotWritableError(
-            f"the output {out} is {'the input' if o == i else 'inside the input'} {inp}: its "
-            "files would change the input while the run reads it; choose an --out outside "
-            "the input store")
-
-
 def _input_unchanged_since(source: DataSource, fingerprint: dict | None, where) -> None:
     """Raise :class:`InputChangedError` when the input's fingerprint moved since the run
     began: a late writer changed rows between the passes (or during one), and the
@@ -220,7 +204,7 @@ def run_fit_job(job: FitJob) -> dict:
     """Run or resume a fit into ``job.outdir``; returns the report."""
     config = FitConfig.from_params(job.params)
     if isinstance(job.input, (str, os.PathLike)):
-        _output_outside_input(job.outdir, job.input)
+        output_outside_input(job.outdir, job.input)
     source = open_source(job.input)
     fingerprint = source.fingerprint()  # also: a missing input chunk is an error, never zeros
     resolved = {"estimator": config.to_json(), "input": input_identity(source)}
@@ -445,12 +429,13 @@ class TransformJob:
 
 def run_transform_job(job: TransformJob) -> dict:
     """Out-of-sample embedding of ``job.input`` with a saved model, into ``job.out``."""
+    output_apart_from_model(job.out, job.model)  # before anything is read or written
     # the digest read with the arrays it covers (a refit between two reads cannot pair
     # the new digest with the old model's rows)
     model = read_model(job.model)
     model_digest, n_features_in = model.digest, int(model.fitted["n_features_in_"])
     if isinstance(job.input, (str, os.PathLike)):
-        _output_outside_input(job.out, job.input)
+        output_outside_input(job.out, job.input)
     smap = model.spectral_map
     source = open_source(job.input)
     if source.n_features != n_features_in:

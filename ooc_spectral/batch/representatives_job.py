@@ -28,13 +28,14 @@ import numpy as np
 import zarr
 
 from ..io.checkpoint import RunDirectory
+from ..io.safety import output_apart_from_model, output_outside_input
 from ..io.source import open_source
 from ..pipeline.cluster_output import ClusterOutput
 from ..pipeline.representatives import fit_representatives, task_rows
 from ..runtime.cluster import compute_engine
 from ..runtime.monitor import MemorySampler, ProgressLog
 from .jobs import (FitJob, _begin, _check_workers_see_input, _complete, _input_unchanged_since,
-                   _marked_if_stopped, _output_outside_input, _provenance, input_identity)
+                   _marked_if_stopped, _provenance, input_identity)
 
 __all__ = ["run_representatives_job", "MODEL"]
 
@@ -91,7 +92,7 @@ def run_representatives_job(job: FitJob, *, n_clusters: int, n_representatives: 
     """
     seed = int(job.params.get("random_state") or 0)
     p = int(n_components) if n_components else None  # None: k or k + 1 (coordinates_for)
-    _output_outside_input(job.outdir, job.input)
+    output_outside_input(job.outdir, job.input)
     source = open_source(job.input)
     fingerprint = source.fingerprint()
     estimator = {"affinity": "representatives", "n_clusters": int(n_clusters),
@@ -188,7 +189,8 @@ def run_representatives_transform(model: str, cmap, digest: str, input, out: str
     from ..exceptions import InvalidInputError
     from ..io.storage import absolute
 
-    _output_outside_input(out, input)
+    output_apart_from_model(out, model)
+    output_outside_input(out, input)
     source = open_source(input)
     d = cmap.tmap.representatives.n_features
     if source.n_features != d:

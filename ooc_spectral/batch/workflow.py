@@ -35,7 +35,12 @@ step in its output's attributes.
 Object storage: any path may be a URL (``s3://bucket/run``); a top-level
 ``[storage_options]`` table (and a step's own ``storage_options`` table, and
 ``run --storage-options``, in increasing precedence) adds file-system options
-such as ``endpoint_url`` to the backend's own configuration. Keep secrets in
+such as ``endpoint_url`` to the backend's own configuration. A file's tables may
+set only the options of :data:`FILE_STORAGE_OPTIONS` (``endpoint_url``,
+``client_kwargs.endpoint_url`` and ``client_kwargs.region_name``, ``key``,
+``secret``, ``token``, ``anon``); any other (a proxy, ``use_ssl``, ``verify``, a
+host or account) is refused, exit 2, and comes from ``run --storage-options``
+or the backend's configuration. Keep secrets in
 the backend's configuration (``AWS_*`` variables, profiles) rather than in the
 file; the values are never written to outputs (the fit step records the
 option names only).
@@ -51,8 +56,8 @@ it only an ooc-spectral output is ever deleted) and ``outside-cwd`` (a
 without it), ``outside-root`` (a step writing, with ``out`` or
 ``performance_report``, anywhere but under the root: an absolute path elsewhere, a
 ``file://`` URL, an object-store URL; refused without it) and ``endpoint=URL`` (a
-``storage_options`` table of the file naming that endpoint, ``endpoint_url`` or any
-option that says where requests go: refused for any endpoint not named, since the
+``storage_options`` table of the file setting ``endpoint_url`` or
+``client_kwargs.endpoint_url`` to that URL: refused for any endpoint not named, since the
 requests are signed with the user's credentials and carry the model's rows).
 ``resources`` (more workers x threads than the host has cores, or ``chunk_rows``
 below :data:`MIN_CHUNK_ROWS`; refused without it). ``--set`` overrides and ``run
@@ -91,8 +96,6 @@ PATH_KEYS = {"input", "out", "outdir", "model", "path", "performance_report", "w
              "cache_dir"}
 #: The keys that name a place a step writes: only under the root, unless allowed.
 WRITE_KEYS = {"out", "performance_report", "cache_dir"}
-#: Storage-option names (at any depth) that choose where requests go.
-_ENDPOINT_WORDS = ("endpoint", "url", "host", "proxy", "connection_string", "account_name")
 _CONTROL = {"help", "func", "json", "quiet", "verbose", "command"}
 
 
@@ -133,7 +136,7 @@ def load_workflow(path, overrides=(), allow=frozenset()) -> dict:
     if not isinstance(storage_options, dict):
         raise WorkflowError(f"{path}: storage_options must be a table of file-system options "
                             "([storage_options] endpoint_url = \"...\")")
-    check_endpoints(storage_options, allow, f"{path}: [storage_options]")
+    check_storage_options(storage_options, allow, f"{path}: [storage_options]")
     meta = data.get("workflow", {})
     if not isinstance(meta, dict):
         raise WorkflowError(f"{path}: workflow = {meta!r} must be a table ([workflow] with "
@@ -234,7 +237,7 @@ def _step_argv(wf: dict, i: int, step: dict, sub: argparse.ArgumentParser) -> tu
                 raise WorkflowError(f"{where}: key 'storage_options' must be a table of "
                                     "file-system options")
             if not trusted:
-                check_endpoints(value, wf.get("allow", ()), f"{where}: storage_options")
+                check_storage_options(value, wf.get("allow", ()), f"{where}: storage_options")
             resolved[key] = value
             continue
         if key in PATH_KEYS:
@@ -330,33 +333,71 @@ def allowed_endpoints(allow) -> set[str]:
     return {a.split("=", 1)[1].rstrip("/") for a in allow if a.startswith("endpoint=")}
 
 
-def check_endpoints(options, allow, where: str) -> None:
-    """Refuse (WorkflowError, exit 2) a storage option from a workflow file that says where
-    requests go (``endpoint_url``, a host, a proxy, at any depth) unless the command line
-    allowed that endpoint (``--allow endpoint=URL``)."""
+#: The storage options a workflow file may set (its path of keys -> the type of its value):
+#: credentials the file brings itself, a region, and an endpoint that ``--allow
+#: endpoint=URL`` names. Every other option (a proxy, ``use_ssl``, ``verify``, a host, an
+#: account, ``config_kwargs``, ...) is refused: it may send the requests, signed with the
+#: user's credentials, elsewhere or in clear; it comes from the command line (``run
+#: --storage-options``) or the backend's own configuration.
+FILE_STORAGE_OPTIONS = {
+    ("endpoint_url",): str,
+    ("client_kwargs", "endpoint_url"): str,
+    ("client_kwargs", "region_name"): str,
+    ("key",): str,
+    ("secret",): str,
+    ("token",): str,
+    ("anon",): bool,
+}
+_ENDPOINT_OPTIONS = {("endpoint_url",), ("client_kwargs", "endpoint_url")}
+
+
+def _option_json(path: tuple) -> str:
+    """``{"a": {"b": ...}}``: where a refused option goes in ``--storage-options``."""
+    text = "..."
+    for key in reversed(path):
+        text = "{" + json.dumps(key) + ": " + text + "}"
+    return text
+
+
+def check_storage_options(options, allow, where: str) -> None:
+    """Refuse (WorkflowError, exit 2) a storage option from a workflow file that is not in
+    :data:`FILE_STORAGE_OPTIONS`, or of another type, or an endpoint the command line did
+    not allow (``--allow endpoint=URL``). An allow-list, so that no spelling or nesting
+    (``config_kwargs = {proxies = {http = ...}}``, ``use_ssl = false``) gets past it."""
     allowed = allowed_endpoints(allow)
+    names = ", ".join(".".join(p) for p in FILE_STORAGE_OPTIONS)
 
-    def walk(value, path):
-        if isinstance(value, dict):
-            for k, v in value.items():
-                walk(v, f"{path}.{k}")
-            return
-        if isinstance(value, list):  # tables inside arrays too: x = [{ endpoint_url = ... }]
-            for i, v in enumerate(value):
-                walk(v, f"{path}[{i}]")
-            return
-        name = path.rsplit(".", 1)[-1].lower()
-        if not any(w in name for w in _ENDPOINT_WORDS):
-            return
-        if isinstance(value, str) and value.rstrip("/") in allowed:
-            return
-        raise WorkflowError(
-            f"{where}: {path.lstrip('.')} = {value!r} sends this command's requests, signed "
-            "with your credentials and carrying the model's rows, to an endpoint the command "
-            f"line did not allow; if you trust it, run with --allow endpoint={value} (or give "
-            "it with run --storage-options)")
+    def walk(table: dict, prefix: tuple) -> None:
+        for key, value in table.items():
+            path = (*prefix, str(key))
+            dotted = ".".join(path)
+            kind = FILE_STORAGE_OPTIONS.get(path)
+            if kind is None and isinstance(value, dict) and any(
+                    p[:len(path)] == path for p in FILE_STORAGE_OPTIONS):
+                walk(value, path)  # client_kwargs = { region_name = ... }
+                continue
+            if kind is None:
+                raise WorkflowError(
+                    f"{where}: {dotted} is not a storage option a workflow file may set; a "
+                    f"file may set only {names} (an endpoint only when the command line "
+                    "allows it). Any other option (a proxy, use_ssl, verify, a host, an "
+                    "account) could send this command's requests, signed with your "
+                    "credentials, elsewhere or unencrypted: if you trust this one, give it "
+                    f"on the command line, ooc-spectral run FILE --storage-options "
+                    f"'{_option_json(path)}', or in the backend's own configuration")
+            if not isinstance(value, kind):
+                example = '"..."' if kind is str else "true"
+                raise WorkflowError(
+                    f"{where}: {dotted} must be a {'string' if kind is str else 'boolean'}, "
+                    f"found {type(value).__name__}; write {path[-1]} = {example}")
+            if path in _ENDPOINT_OPTIONS and value.rstrip("/") not in allowed:
+                raise WorkflowError(
+                    f"{where}: {dotted} = {value!r} sends this command's requests, signed "
+                    "with your credentials and carrying the model's rows, to an endpoint the "
+                    f"command line did not allow; if you trust it, run with --allow "
+                    f"endpoint={value} (or give it with run --storage-options)")
 
-    walk(options, "")
+    walk(options, ())
 
 
 def run_workflow(path, *, overrides=(), parser: argparse.ArgumentParser,

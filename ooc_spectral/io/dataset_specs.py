@@ -36,6 +36,7 @@ __all__ = [
     "LabelSpec",
     "blob_centers",
     "block_rng",
+    "check_representable",
     "check_whole",
     "halo_geometry",
     "plan_dataset",
@@ -496,3 +497,48 @@ def plan_dataset(name, n, dim, noise, seed, params) -> DatasetPlan:
             f"noise=0.05, or leave it unset for the default ({spec.default_noise})"
         )
     return DatasetPlan(spec, n, dim, k, float(noise), seed, resolved)
+
+
+#: A bound on |N(0, 1)| draws, far beyond any draw numpy's generator makes.
+_GAUSSIAN_BOUND = 64.0
+
+#: A bound on |intrinsic coordinate| of each data set, from its parameters.
+_EXTENTS: dict[str, Callable[[Mapping[str, Any]], float]] = {
+    "spiral": lambda p: max(abs(p["t_min"]), abs(p["t_max"])),
+    "swiss-roll": lambda p: 21.0,
+    "fishbowl": lambda p: max(p["a"], p["b"], p["c"]),
+    "halo-ball": lambda p: max(p["a"], p["b"], p["c"]) + p["ball_radius"],
+    "blobs": lambda p: p["center_box"] + _GAUSSIAN_BOUND * p["cluster_std"],
+}
+
+
+def check_representable(plan: DatasetPlan, dtype: np.dtype) -> None:
+    """Refuse, before anything is written, parameters whose values ``dtype`` cannot hold.
+
+    ``noise=1e39`` in float32 was stored as infinity with exit code 0, and ``verify``
+    called the store intact (an outside audit). The bound is the data set's extent plus
+    :data:`_GAUSSIAN_BOUND` standard deviations of padding and noise.
+    """
+    terms = {"the data set's parameters": _EXTENTS[plan.spec.name](plan.params),
+             "pad_std": _GAUSSIAN_BOUND * plan.params["pad_std"] if plan.dim > plan.k else 0.0,
+             "noise": _GAUSSIAN_BOUND * plan.noise}
+    largest = float(np.finfo(dtype).max)
+    bound = math.fsum(terms.values())
+    if bound <= largest:
+        return
+    cause = max(terms, key=terms.get)
+    name = np.dtype(dtype).name
+    if cause == "noise":
+        what, fix = f"noise = {plan.noise!r}", "pass a smaller noise (--noise)"
+    elif cause == "pad_std":
+        what, fix = f"pad_std = {plan.params['pad_std']!r}", "pass a smaller pad_std"
+    else:
+        what = (f"the parameters of {plan.spec.name!r} "
+                f"({', '.join(f'{k}={v!r}' for k, v in plan.params.items())})")
+        fix = "pass smaller parameter values"
+    if name != "float64":
+        fix += ", or dtype float64"
+    raise InvalidParameterError(
+        f"with {what}, the values of {plan.spec.name!r} reach about {bound:.3g}, beyond the "
+        f"largest finite {name} ({largest:.3g}): they would be stored as infinity; expected "
+        f"values that {name} holds: {fix}")

@@ -118,6 +118,7 @@ from .dataset_specs import (
     LabelSpec,
     blob_centers,
     block_rng,
+    check_representable,
     check_whole,
     halo_geometry,
     plan_dataset,
@@ -147,6 +148,14 @@ __all__ = [
 CHUNK_BYTES_TARGET = 8 << 20
 #: Target size (bytes, float64) of the rows generated and written in one step.
 REGION_BYTES_TARGET = 16 << 20
+#: Largest storage chunk of ``data`` (bytes) chosen by default: wide rows get fewer
+#: rows per chunk (down to one) rather than a chunk of 4096 of them.
+CHUNK_BYTES_MAX = 64 << 20
+#: Largest float64 piece of a generation block (bytes): a block of wide rows is
+#: generated a few rows at a time (down to one row), and fewer blocks run ahead.
+PIECE_BYTES_MAX = 128 << 20
+#: Largest row make-data generates (bytes, float64): a wider one is refused up front.
+ROW_BYTES_MAX = 1 << 30
 
 
 def _check_dtype(dtype: Any) -> np.dtype:
@@ -166,13 +175,14 @@ def _check_dtype(dtype: Any) -> np.dtype:
 def default_chunk_rows(n: int, dim: int, dtype: Any = "float32") -> int:
     """Rows per storage chunk: a power of two near 8 MiB per chunk of ``data``.
 
-    Clipped to ``[4096, 2^20]`` rows and to ``n``; for ``dim=32`` float32 this is
-    ``2^16`` rows.
+    Clipped to ``[4096, 2^20]`` rows and to ``n``, and to :data:`CHUNK_BYTES_MAX`
+    (at least one row); for ``dim=32`` float32 this is ``2^16`` rows.
     """
     itemsize = np.dtype(dtype).itemsize
     rows = max(1, CHUNK_BYTES_TARGET // (max(1, dim) * itemsize))
     rows = 1 << (rows.bit_length() - 1)
-    return int(max(1, min(n, max(4096, min(rows, 1 << 20)))))
+    widest = max(1, CHUNK_BYTES_MAX // (max(1, dim) * itemsize))
+    return int(max(1, min(n, widest, max(4096, min(rows, 1 << 20)))))
 
 
 # ---------------------------------------------------------------------------------------
@@ -180,39 +190,66 @@ def default_chunk_rows(n: int, dim: int, dtype: Any = "float32") -> int:
 # ---------------------------------------------------------------------------------------
 
 
-def _generate_block(plan: DatasetPlan, b: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Generation block ``b``: its rows (float64, ``dim`` columns) and labels."""
+def _piece_rows(plan: DatasetPlan) -> int:
+    """Rows per generation piece: a whole block, or fewer rows of a wide data set."""
+    return int(min(GENERATION_BLOCK_ROWS, max(1, PIECE_BYTES_MAX // (8 * plan.dim))))
+
+
+def _block_pieces(plan: DatasetPlan, b: int, piece_rows: int
+                  ) -> Iterator[tuple[int, int, np.ndarray, dict[str, np.ndarray]]]:
+    """Generation block ``b`` in pieces of ``piece_rows`` rows, in order: ``(start, stop,
+    X (float64, dim columns), labels)``. The padding and noise generators are drawn row
+    after row, so the values do not depend on ``piece_rows``; memory is one piece."""
     start = b * GENERATION_BLOCK_ROWS
     stop = min(plan.n, start + GENERATION_BLOCK_ROWS)
     block = Block(start, stop, plan.n, plan.seed)
     name = plan.spec.name
     Xi, labels = plan.spec.block(block_rng(plan.seed, b, name, PART_INTRINSIC), block, plan.params)
     if plan.dim == plan.k and plan.noise == 0.0:
-        return Xi, labels
-    X = np.empty((block.size, plan.dim))
-    X[:, :plan.k] = Xi
-    if plan.dim > plan.k:
-        pad = block_rng(plan.seed, b, name, PART_PAD).standard_normal(
-            (block.size, plan.dim - plan.k))
-        pad *= plan.params["pad_std"]
-        X[:, plan.k:] = pad
-    if plan.noise > 0.0:
-        eps = block_rng(plan.seed, b, name, PART_NOISE).standard_normal((block.size, plan.dim))
-        eps *= plan.noise
-        X += eps
-    return X, labels
+        yield start, stop, Xi, labels
+        return
+    pad_rng = block_rng(plan.seed, b, name, PART_PAD) if plan.dim > plan.k else None
+    noise_rng = block_rng(plan.seed, b, name, PART_NOISE) if plan.noise > 0.0 else None
+    for a in range(0, block.size, piece_rows):
+        z = min(block.size, a + piece_rows)
+        X = np.empty((z - a, plan.dim))
+        X[:, :plan.k] = Xi[a:z]
+        if pad_rng is not None:
+            pad = pad_rng.standard_normal((z - a, plan.dim - plan.k))
+            pad *= plan.params["pad_std"]
+            X[:, plan.k:] = pad
+            del pad
+        if noise_rng is not None:
+            eps = noise_rng.standard_normal((z - a, plan.dim))
+            eps *= plan.noise
+            X += eps
+            del eps
+        yield start + a, start + z, X, {key: v[a:z] for key, v in labels.items()}
 
 
-def _iter_blocks(plan: DatasetPlan, executor: Executor | None = None, lookahead: int = 0
-                 ) -> Iterator[tuple[int, np.ndarray, dict[str, np.ndarray]]]:
-    """Every generation block in order; with an executor, ``lookahead`` run ahead.
+def _generate_block(plan: DatasetPlan, b: int) -> tuple[int, int, np.ndarray,
+                                                        dict[str, np.ndarray]]:
+    """Generation block ``b`` whole: ``(start, stop, X (float64), labels)``."""
+    return next(_block_pieces(plan, b, GENERATION_BLOCK_ROWS))
+
+
+def _iter_blocks(plan: DatasetPlan, executor: Executor | None = None, lookahead: int = 0,
+                 piece_rows: int = GENERATION_BLOCK_ROWS
+                 ) -> Iterator[tuple[int, int, np.ndarray, dict[str, np.ndarray]]]:
+    """Every generation block in order, as pieces ``(start, stop, X, labels)``; whole
+    blocks with an executor, ``lookahead`` run ahead.
 
     numpy's generators and ufuncs release the GIL, so blocks generated on a thread
-    pool run in parallel while the caller copies and writes earlier ones.
+    pool run in parallel while the caller copies and writes earlier ones. Blocks cut
+    into pieces (wide rows) are generated in order, one piece at a time.
     """
+    if piece_rows < GENERATION_BLOCK_ROWS and plan.n > piece_rows:
+        for b in range(plan.n_blocks):
+            yield from _block_pieces(plan, b, piece_rows)
+        return
     if executor is None or lookahead < 1:
         for b in range(plan.n_blocks):
-            yield (b, *_generate_block(plan, b))
+            yield _generate_block(plan, b)
         return
     queue: deque[Future] = deque()
     nxt = 0
@@ -221,38 +258,65 @@ def _iter_blocks(plan: DatasetPlan, executor: Executor | None = None, lookahead:
             while nxt < plan.n_blocks and len(queue) < lookahead:
                 queue.append(executor.submit(_generate_block, plan, nxt))
                 nxt += 1
-            yield (b, *queue.popleft().result())
+            yield queue.popleft().result()
     finally:
         for fut in queue:
             fut.cancel()
 
 
 def _iter_regions(plan: DatasetPlan, dtype: np.dtype, region_rows: int,
-                  blocks: Iterator[tuple[int, np.ndarray, dict[str, np.ndarray]]]
+                  pieces: Iterator[tuple[int, int, np.ndarray, dict[str, np.ndarray]]]
                   ) -> Iterator[tuple[int, int, np.ndarray, dict[str, np.ndarray]]]:
     """Consecutive regions ``(start, stop, X in dtype, labels)`` of ``region_rows`` rows.
 
-    Regions and generation blocks need not line up: a block cut by a region boundary
+    Regions and generated pieces need not line up: a piece cut by a region boundary
     is kept for the next region.
     """
-    G = GENERATION_BLOCK_ROWS
-    current: tuple[int, np.ndarray, dict[str, np.ndarray]] | None = None
+    current: tuple[int, int, np.ndarray, dict[str, np.ndarray]] | None = None
     for a in range(0, plan.n, region_rows):
         b = min(plan.n, a + region_rows)
         X = np.empty((b - a, plan.dim), dtype=dtype)
         labels = {lab.name: np.empty(b - a, dtype=lab.dtype) for lab in plan.spec.labels}
         pos = a
         while pos < b:
-            blk = pos // G
-            while current is None or current[0] < blk:
-                current = next(blocks)
-            _, Xb, Lb = current
-            stop = min(b, (blk + 1) * G)
-            X[pos - a:stop - a] = Xb[pos - blk * G:stop - blk * G]
+            while current is None or current[1] <= pos:
+                current = next(pieces)
+            p0, p1, Xp, Lp = current
+            stop = min(b, p1)
+            X[pos - a:stop - a] = Xp[pos - p0:stop - p0]
             for key, out in labels.items():
-                out[pos - a:stop - a] = Lb[key][pos - blk * G:stop - blk * G]
+                out[pos - a:stop - a] = Lp[key][pos - p0:stop - p0]
             pos = stop
         yield a, b, X, labels
+
+
+def _check_width(plan: DatasetPlan) -> None:
+    """Refuse rows too wide to generate in bounded memory (a 10 x 5e7 data set allocated
+    3.7 GiB at once and failed with exit 1, "transient", before: an outside audit)."""
+    if 8 * plan.dim > ROW_BYTES_MAX:
+        raise InvalidParameterError(
+            f"dim = {plan.dim} makes one row {8 * plan.dim / 2**30:.3g} GiB while generated "
+            f"(float64), more than make-data holds in memory at once "
+            f"({ROW_BYTES_MAX / 2**30:.3g} GiB); expected at most {ROW_BYTES_MAX // 8} "
+            "columns: pass a smaller --dim")
+    rows = min(plan.n, GENERATION_BLOCK_ROWS)
+    if 8 * plan.k * rows > ROW_BYTES_MAX and plan.spec.dim_param is not None:
+        raise InvalidParameterError(
+            f"{plan.spec.dim_param} = {plan.k} makes a generation block of {rows} rows "
+            f"{8 * plan.k * rows / 2**30:.3g} GiB (float64), more than make-data holds in "
+            f"memory at once ({ROW_BYTES_MAX / 2**30:.3g} GiB); expected at most "
+            f"{ROW_BYTES_MAX // (8 * rows)}: pass a smaller {plan.spec.dim_param} (and pad "
+            "with --dim)")
+
+
+def _check_finite(X: np.ndarray, start: int, plan: DatasetPlan, where: str) -> None:
+    """The last guard: a region with an infinite or NaN value is never written."""
+    if not np.isfinite(X).all():
+        row = start + int(np.flatnonzero(~np.isfinite(X).all(axis=1))[0])
+        raise InvalidParameterError(
+            f"row {row} of {plan.spec.name!r} is not finite in {X.dtype} (noise = "
+            f"{plan.noise!r}, parameters {plan.params}): the values overflow; expected "
+            f"finite values: pass smaller parameters, or dtype float64{where}")
 
 
 def generate(name: str, n: int, *, dim: int | None = None, noise: float | None = None,
@@ -294,7 +358,9 @@ def generate(name: str, n: int, *, dim: int | None = None, noise: float | None =
     """
     plan = plan_dataset(name, n, dim, noise, seed, params)
     dt = np.dtype(np.float64) if dtype is None else _check_dtype(dtype)
+    check_representable(plan, dt)
     _, _, X, labels = next(_iter_regions(plan, dt, plan.n, _iter_blocks(plan)))
+    _check_finite(X, 0, plan, "")
     return X, labels
 
 
@@ -330,8 +396,11 @@ def make_data(name: str, n: int, out: str | os.PathLike, *, dim: int | None = No
     ``threads`` threads, a few blocks ahead, and written in regions of whole storage
     chunks (about 16 MiB of float64 rows each, never less than one chunk), the next
     region being assembled while a background thread writes the previous one; memory
-    is bounded by a few regions and blocks, whatever ``n``. The values depend only on ``(name, n,
-    dim, noise, seed, params)`` and equal :func:`generate`'s (cast to ``dtype``).
+    is bounded by a few regions and blocks, whatever ``n``. Wide rows get fewer rows per
+    chunk (:data:`CHUNK_BYTES_MAX`) and are generated a few rows at a time
+    (:data:`PIECE_BYTES_MAX`), so memory stays bounded whatever ``dim``. The values
+    depend only on ``(name, n, dim, noise, seed, params)`` and equal :func:`generate`'s
+    (cast to ``dtype``).
 
     Parameters
     ----------
@@ -378,7 +447,8 @@ def make_data(name: str, n: int, out: str | os.PathLike, *, dim: int | None = No
     ------
     InvalidParameterError
         Unknown data set or parameter, or ``n``, ``dim``, ``noise``, ``seed``,
-        ``chunk_rows`` or ``dtype`` out of range.
+        ``chunk_rows`` or ``dtype`` out of range; values that ``dtype`` cannot hold
+        finitely; a row wider than :data:`ROW_BYTES_MAX`.
     OutputNotWritableError
         ``out`` already holds data and ``overwrite`` is False, or cannot be written.
 
@@ -391,6 +461,7 @@ def make_data(name: str, n: int, out: str | os.PathLike, *, dim: int | None = No
     """
     plan = plan_dataset(name, n, dim, noise, seed, params)
     dt = _check_dtype(dtype)
+    check_representable(plan, dt)
     if chunk_rows is None:
         chunk_rows = default_chunk_rows(plan.n, plan.dim, dt)
     chunk_rows = check_whole("chunk_rows", chunk_rows, 1,
@@ -412,19 +483,26 @@ def make_data(name: str, n: int, out: str | os.PathLike, *, dim: int | None = No
                 overwrite = True  # an interrupted make-data of the same data: start over
 
     check_free_space(loc, plan, dt)
+    _check_width(plan)
     meta = dict(dataset_meta(plan, chunk_rows, dt), complete=False)
     group = create_group(loc, overwrite, {DATASET_KEY: meta})  # the marker in the same write
     arrays = create_arrays(group, plan, chunk_rows, dt)
 
     # Regions: whole storage chunks (aligned writes), about REGION_BYTES_TARGET of
     # float64 rows each; the next region is assembled while the previous is written.
+    # Generation: whole blocks, at most about 4 x PIECE_BYTES_MAX of them ahead, or (wide
+    # rows) pieces of a block in order.
     region_rows = max(1, REGION_BYTES_TARGET // (8 * plan.dim * chunk_rows)) * chunk_rows
+    piece_rows = _piece_rows(plan)
+    lookahead = min(2 * threads, max(1, 4 * PIECE_BYTES_MAX //
+                                     (8 * plan.dim * min(plan.n, GENERATION_BLOCK_ROWS))))
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="make-data-write") as writer, \
             ThreadPoolExecutor(max_workers=threads, thread_name_prefix="make-data-gen") as gen:
-        blocks = _iter_blocks(plan, gen if threads > 1 else None, lookahead=2 * threads)
+        blocks = _iter_blocks(plan, gen if threads > 1 else None, lookahead, piece_rows)
         pending: tuple[Future, int] | None = None
         try:
             for a, b, X, labels in _iter_regions(plan, dt, region_rows, blocks):
+                _check_finite(X, a, plan, f" (the output at {loc} is marked incomplete)")
                 if pending is not None:
                     _finish(pending, plan.n, progress)
                 fut = writer.submit(_write_region, arrays, a, b, {DATA_ARRAY_NAME: X, **labels})

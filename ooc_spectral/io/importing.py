@@ -7,7 +7,9 @@ dataset) and written batch by batch to the array ``data`` of a zarr v3 group
 so memory stays flat in the number of rows: one batch at a time.
 
 Columns: names for Parquet and CSV (default: every numeric column), indices for
-.npy and HDF5 (default: all). Values are stored in ``dtype`` (float64 by
+.npy, HDF5 and a CSV without a header line (default: all). A CSV's first line is
+its header unless every one of its cells is a number (then it is data, with a
+warning; ``header`` decides explicitly). Values are stored in ``dtype`` (float64 by
 default); a column that does not convert to numbers is refused with its name. The
 group's attribute ``ooc_spectral_import`` records the source and the columns,
 with ``complete: false`` until the last batch is written: an interrupted import
@@ -16,8 +18,10 @@ is refused as input (:class:`~ooc_spectral.exceptions.IncompleteInputError`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -34,7 +38,29 @@ __all__ = ["import_table"]
 DEFAULT_CHUNK_ROWS = 65536
 
 
+def _real_dtype(dtype, path, what: str = "") -> None:
+    """Refuse a source dtype that is not a real number (complex, object, text, records)
+    before anything is read: a cast would drop the imaginary parts silently (an outside
+    audit), and an object array would need unpickling, which the importer never does."""
+    dt = np.dtype(dtype)
+    if dt.kind in "biuf":
+        return
+    where = f"{path}{what}"
+    if dt.kind == "c":
+        fix = ("the embedding needs real numbers: convert them first, e.g. keep "
+               "np.hstack([X.real, X.imag]) (real and imaginary parts as columns) or np.abs(X)")
+    elif dt.kind == "O":
+        fix = ("an array of Python objects is never loaded (that needs unpickling): save it "
+               "again as numbers, e.g. np.save(path, X.astype(np.float64))")
+    else:
+        fix = "convert the data to float32 or float64 first"
+    raise InvalidInputError(
+        f"{where}: expected a real numeric dtype (bool, integer or float), got {dt}; {fix}")
+
+
 def _numeric(block: np.ndarray, names: Sequence, dtype) -> np.ndarray:
+    if isinstance(block, np.ndarray) and block.dtype.kind == "c":
+        _real_dtype(block.dtype, "the input")  # never cast away an imaginary part
     try:
         return np.ascontiguousarray(block, dtype=dtype)
     except (TypeError, ValueError) as exc:
@@ -92,24 +118,76 @@ def _parquet(path, columns, batch_rows):
     return list(columns), int(pf.metadata.num_rows), batches()
 
 
-def _csv(path, columns, batch_rows):
+def _csv(path, columns, batch_rows, header):
     pd = _need("pandas")
 
     sep = "\t" if os.fspath(path).lower().endswith(".tsv") else ","
     # exact decimal round trip: pandas 3's default; older pandas needs asking for it
     exact = {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}
-    head = pd.read_csv(path, sep=sep, nrows=256, **exact)
+    with _csv_errors(path, pd):
+        if header is None:
+            header = _first_line_is_a_header(path, sep, pd)
+        head = pd.read_csv(path, sep=sep, nrows=256, header=0 if header else None, **exact)
     numeric = [c for c in head.columns if pd.api.types.is_numeric_dtype(head[c])]
+    if columns is not None and not header:  # no names: the columns are numbered
+        columns = _indices(columns, len(head.columns), path)
     if columns is None:
         _mostly_numeric_is_an_error(path, head, numeric, pd)
     columns = _table_columns(path, columns, list(head.columns), numeric)
 
     def batches():
-        for frame in pd.read_csv(path, sep=sep, usecols=list(columns), chunksize=batch_rows,
-                                 **exact):
-            yield frame[list(columns)].to_numpy()
+        # every column read (no usecols): pandas then refuses a line of extra fields, which
+        # usecols would silently cut to the columns chosen
+        with _csv_errors(path, pd):
+            for frame in pd.read_csv(path, sep=sep, chunksize=batch_rows,
+                                     header=0 if header else None, **exact):
+                yield frame[list(columns)].to_numpy()
 
     return list(columns), None, batches()
+
+
+def _first_line_is_a_header(path, sep, pd) -> bool:
+    """Whether the CSV's first line names the columns: it does unless every one of its
+    cells is a number. A headerless export of numbers lost its first row to the header
+    silently (an outside audit); numeric column names need ``header=True``."""
+    first = pd.read_csv(path, sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False)
+    if first.empty:
+        return True
+    cells = first.iloc[0]
+    if pd.to_numeric(cells.str.strip(), errors="coerce").notna().all():
+        log.warning("%s: the first line (%s) is all numbers, so it is read as data and the "
+                    "columns are numbered from 0; pass --header if it names the columns "
+                    "(--no-header silences this)", path, ", ".join(cells))
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _csv_errors(path, pd):
+    """A malformed CSV (a row of more fields than the header, an empty or binary file)
+    as an input error naming the file, the line and the fix, not a library exception
+    (exit 1, "transient", before: an outside audit)."""
+    try:
+        yield
+    except pd.errors.EmptyDataError as exc:
+        raise InvalidInputError(f"{path} is empty (no header and no rows); expected a table "
+                                "of numbers: check that the export finished") from exc
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(
+            f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason}); expected a CSV table: "
+            "check the file (is it compressed, or another format? pass --format)") from exc
+    except pd.errors.ParserError as exc:
+        m = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(exc))
+        where = (f"line {m[2]} has {m[3]} fields where the first line has {m[1]}" if m
+                 else f"the file does not parse as a table ({_one_line(exc)})")
+        raise InvalidInputError(
+            f"{path}: {where}; expected the same number of fields on every line: fix that "
+            "line (an extra separator, or a separator inside an unquoted value), or export "
+            "the table again") from exc
+
+
+def _one_line(exc) -> str:
+    return " ".join(str(exc).split())
 
 
 def _mostly_numeric_is_an_error(path, head, numeric: list, pd) -> None:
@@ -156,11 +234,35 @@ def _array_batches(arr, idx, n, batch_rows) -> Iterator[np.ndarray]:
         yield block[:, idx]
 
 
+def _npy_header(path) -> tuple[tuple, np.dtype]:
+    """The shape and dtype in a .npy file's header, read without loading the array."""
+    from numpy.lib import format as npy_format
+
+    try:
+        with open(path, "rb") as f:
+            version = npy_format.read_magic(f)
+            read = (npy_format.read_array_header_1_0 if version == (1, 0)
+                    else npy_format.read_array_header_2_0)
+            shape, _, dtype = read(f)
+    except (ValueError, EOFError) as exc:
+        raise InvalidInputError(
+            f"{path} is not a readable .npy file ({_one_line(exc)}); expected an array saved "
+            "with numpy.save: check the file, or pass --format for another format") from exc
+    return shape, dtype
+
+
 def _npy(path, columns, batch_rows):
-    arr = np.load(path, mmap_mode="r", allow_pickle=False)
-    if arr.ndim != 2:
-        raise InvalidInputError(f"{path} holds a {arr.ndim}-D array of shape {arr.shape}; "
+    shape, dtype = _npy_header(path)
+    if len(shape) != 2:
+        raise InvalidInputError(f"{path} holds a {len(shape)}-D array of shape {shape}; "
                                 "expected 2-D (rows, columns)")
+    _real_dtype(dtype, path)  # before loading: an object array is never unpickled
+    try:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as exc:  # e.g. a truncated file: shorter than its header says
+        raise InvalidInputError(f"{path} cannot be read as its header describes "
+                                f"({_one_line(exc)}); the file is damaged or truncated: save "
+                                "it again") from exc
     idx = _indices(columns, arr.shape[1], path)
     return idx, int(arr.shape[0]), _array_batches(arr, idx, arr.shape[0], batch_rows)
 
@@ -186,6 +288,11 @@ def _hdf5(path, columns, batch_rows, dataset):
     if arr.ndim != 2:
         f.close()
         raise InvalidInputError(f"the dataset {dataset!r} of {path} is {arr.ndim}-D; expected 2-D")
+    try:
+        _real_dtype(arr.dtype, path, f" (dataset {dataset!r})")
+    except InvalidInputError:
+        f.close()
+        raise
     idx = _indices(columns, arr.shape[1], path)
 
     def batches():
@@ -200,7 +307,7 @@ def _hdf5(path, columns, batch_rows, dataset):
 def import_table(source: str | os.PathLike, out: str | os.PathLike, *,
                  columns: Sequence | None = None, format: str | None = None,
                  dataset: str | None = None, chunk_rows: int | None = None,
-                 dtype="float64", overwrite: bool = False) -> dict:
+                 dtype="float64", overwrite: bool = False, header: bool | None = None) -> dict:
     """Stream the table ``source`` into the zarr group ``out`` (array ``data``).
 
     Parameters
@@ -221,6 +328,10 @@ def import_table(source: str | os.PathLike, out: str | os.PathLike, *,
     dtype : {"float64", "float32"}
     overwrite : bool
         Replace an existing store at ``out``.
+    header : bool, optional
+        CSV: whether the first line names the columns. Default: it does unless every
+        one of its cells is a number (then it is data, the columns are numbered from
+        0, and a warning says so).
 
     Returns
     -------
@@ -248,7 +359,7 @@ def import_table(source: str | os.PathLike, out: str | os.PathLike, *,
     if fmt == "parquet":
         names, n, batches = _parquet(src, columns, rows)
     elif fmt == "csv":
-        names, n, batches = _csv(src, columns, rows)
+        names, n, batches = _csv(src, columns, rows, header)
     elif fmt == "npy":
         names, n, batches = _npy(src, columns, rows)
     else:

@@ -6,7 +6,9 @@ Three rules, each a mechanism rather than a case:
   local directory holds (nothing, an ooc-spectral run, what a killed beginning leaves, a
   run whose ``zarr.json`` is garbled, or something foreign) without writing anything; a
   fit or transform calls it before it creates the lock, so a foreign directory is left
-  exactly as it was (no ``.lock``, no ``zarr.json``, no ``checkpoint/``).
+  exactly as it was (no ``.lock``, no ``zarr.json``, no ``checkpoint/``); an output that
+  is, holds or lies inside the input (:func:`output_outside_input`) or the model a
+  transform applies (:func:`output_apart_from_model`) is refused before anything is written.
 - **An output is deleted only when it carries this tool's marker for that kind of
   output.** :func:`check_replaceable` is asked before a store is replaced (``make-data
   --overwrite``, ``import --overwrite``, a model saved over another): the group's
@@ -31,7 +33,8 @@ from pathlib import Path
 from ..exceptions import DamagedFileError, OutputNotWritableError
 
 __all__ = ["classify_outdir", "check_replaceable", "open_nofollow", "write_file_atomic",
-           "read_json_file", "bare_group_meta", "unfinished_beginning", "OUTDIR_MEMBERS"]
+           "read_json_file", "bare_group_meta", "unfinished_beginning", "OUTDIR_MEMBERS",
+           "output_outside_input", "output_apart_from_model"]
 
 #: What an OUTDIR of ooc-spectral may hold (besides zarr's ``*.partial`` temporaries).
 OUTDIR_MEMBERS = frozenset({"zarr.json", ".lock", "embedding", "embedding_written",
@@ -201,3 +204,36 @@ def check_replaceable(loc: str, markers, what: str, bare_members=None) -> None:
         f"{loc!r} holds data that is not {what} written by ooc-spectral (its attributes carry "
         f"none of {', '.join(sorted(markers))}); --overwrite only replaces {what} this tool "
         "wrote, and nothing was deleted; choose another output path (or delete it yourself)")
+
+
+def _resolved(location) -> str:
+    """``location`` absolute, a local path with its symbolic links resolved, no final /."""
+    from .storage import absolute, is_url
+
+    loc = absolute(location)
+    return (loc if is_url(loc) else os.path.realpath(loc)).rstrip("/")
+
+
+def output_outside_input(out, inp) -> None:
+    """Refuse an OUTDIR equal to or inside the input store (exit 2): its own files would
+    change the input under the run, and an overwrite could delete the input."""
+    o, i = _resolved(out), _resolved(inp)
+    if o == i or o.startswith(i + "/"):
+        raise OutputNotWritableError(
+            f"the output {out} is {'the input' if o == i else 'inside the input'} {inp}: its "
+            "files would change the input while the run reads it; choose an --out outside "
+            "the input store")
+
+
+def output_apart_from_model(out, model) -> None:
+    """Refuse a transform's --out equal to, containing or inside the model's directory (a
+    fit OUTDIR or a saved model; exit 2): writing --out, and --overwrite deleting what it
+    holds, would change or delete the model the command applies (an outside audit)."""
+    o, m = _resolved(out), _resolved(model)
+    if o == m or o.startswith(m + "/") or m.startswith(o + "/"):
+        where = ("the model's directory" if o == m else "inside the model's directory"
+                 if o.startswith(m + "/") else "a directory that holds the model")
+        raise OutputNotWritableError(
+            f"the output {out} is {where} {model}: transform writes --out (and --overwrite "
+            "deletes what it holds), which would change or delete the model this command "
+            f"applies; nothing was written or deleted; choose an --out outside {model}")

@@ -33,7 +33,7 @@ from ..exceptions import (
     StoreReadError,
     TransientReadError,
 )
-from .layout import DATA_ARRAY_NAME, DATASET_KEY, IMPORT_KEY, table_format
+from .layout import DATA_ARRAY_NAME, table_format, unfinished_input
 from .row_blocks import RowBlocks
 
 if TYPE_CHECKING:
@@ -339,14 +339,10 @@ def open_zarr_array(location: str | os.PathLike, *, mode: str = "r",
             "with `ooc-spectral make-data`"
         ) from exc
     if isinstance(node, zarr.Group):
-        for key, what in ((IMPORT_KEY, "`ooc-spectral import` was interrupted, failed or is "
-                           "still writing; run the import again with --overwrite"),
-                          (DATASET_KEY, "make-data was interrupted or is still writing; wait "
-                           "for it, or run make-data again with --overwrite")):
-            writer = node.attrs.get(key)
-            if isinstance(writer, dict) and writer.get("complete") is False:
-                raise IncompleteInputError(f"the data set at {loc!r} is marked incomplete "
-                                           f"(complete: false): {what}")
+        what = unfinished_input(node.attrs)
+        if what is not None:
+            raise IncompleteInputError(f"the data set at {loc!r} is marked incomplete "
+                                       f"(complete: false): {what}")
         names = sorted(node.array_keys())
         if DATA_ARRAY_NAME in names:
             return _open_member(loc, DATA_ARRAY_NAME, mode, extra)

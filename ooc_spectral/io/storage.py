@@ -27,6 +27,7 @@ import logging
 import os
 import re
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -35,7 +36,8 @@ from typing import Any, Iterable, Iterator
 from ..exceptions import LockedError, OutputNotWritableError, StorageBackendError
 
 __all__ = ["is_url", "check_location", "join", "filesystem", "StorageOptions",
-           "storage_options_scope", "options_for", "ObjectLock", "redact", "LEASE_SECONDS"]
+           "storage_options_scope", "options_for", "ObjectLock", "redact", "LEASE_SECONDS",
+           "is_unreachable", "cancel_pending_requests"]
 
 log = logging.getLogger("ooc_spectral")
 
@@ -287,6 +289,54 @@ def storage_options_scope(options: dict | None, locations: Iterable) -> Iterator
                 fsspec.config.conf.pop(p, None)
             else:
                 fsspec.config.conf[p] = old
+
+
+def is_unreachable(exc: BaseException, *, store_only: bool = False) -> bool:
+    """True when ``exc`` (or what it was raised from) says the store could not be reached: a
+    refused or timed-out connection, a name that does not resolve (botocore's
+    ``ConnectionError`` and ``HTTPClientError``, aiohttp's, and, unless ``store_only``,
+    Python's own, which a dask scheduler's failures raise too). By types, never by names."""
+    kinds: list[type] = [] if store_only else [ConnectionError, TimeoutError, socket.gaierror]
+    for module, names in (("botocore.exceptions", ("ConnectionError", "HTTPClientError")),
+                          ("aiohttp", ("ClientConnectionError",))):
+        mod = sys.modules.get(module)  # not imported: none of its exceptions was raised
+        kinds += [getattr(mod, n) for n in names if isinstance(getattr(mod, n, None), type)]
+    for _ in range(8):  # the exception and its explicit causes
+        if exc is None:
+            break
+        if isinstance(exc, tuple(kinds)):
+            return True
+        exc = exc.__cause__
+    return False
+
+
+def cancel_pending_requests(timeout: float = 5.0) -> int:
+    """Cancel the requests still pending on zarr's and fsspec's event loops (when a command
+    failed: zarr asks for several keys at once, and the first failure leaves the others
+    running). Cancelled in their own loop, so that none is left for Python to close at exit,
+    which prints a traceback per request ("Exception ignored in: <coroutine ...>").
+    Returns how many were cancelled."""
+    import asyncio
+
+    async def cancel() -> int:
+        me = asyncio.current_task()
+        tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return len(tasks)
+
+    count = 0
+    for module in ("zarr.core.sync", "fsspec.asyn"):
+        loops = getattr(sys.modules.get(module), "loop", None)  # imported only if used
+        loop = loops[0] if isinstance(loops, list) and loops else None
+        if loop is None or loop.is_closed() or not loop.is_running():
+            continue
+        try:
+            count += asyncio.run_coroutine_threadsafe(cancel(), loop).result(timeout)
+        except Exception:  # pragma: no cover - a loop that does not answer: leave it
+            log.debug("could not cancel the requests pending on %r", loop, exc_info=True)
+    return count
 
 
 # --------------------------------------------------------------------------- #

@@ -253,6 +253,51 @@ def missing_members(path) -> tuple[list[str], dict | None]:
     return lines, attrs
 
 
+def incomplete_message(path, lines: list[str], attrs: dict | None) -> str:
+    """What :func:`missing_members` found (its ``lines``), and the command that repairs it."""
+    return (f"{os.fspath(path)} is marked complete but {len(lines)} of the members a complete "
+            f"output holds are missing, unreadable or another run's ({'; '.join(lines[:5])}); "
+            f"run {rerun_command(path, attrs)}: it restores them from the saved run state")
+
+
+def check_fit_output(path) -> None:
+    """Refuse the fit OUTDIR at ``path`` as a model to apply unless its run finished and it
+    holds every member a complete output holds, each this run's: the check of ``ooc-spectral
+    verify`` (:func:`missing_members`). Raises
+    :class:`~ooc_spectral.exceptions.OutputIncompleteError` naming the fit command that
+    completes it; a saved model (no run's OUTDIR) passes."""
+    from ..exceptions import DamagedFileError, OutputIncompleteError
+
+    try:
+        lines, attrs = missing_members(path)
+    except DamagedFileError:  # a garbled zarr.json: the model's reader names it, and the fix
+        return
+    if attrs is None:
+        return
+    if attrs.get("status") != "complete":
+        run = "transform" if "model" in (attrs.get("config") or {}) else "fit"
+        raise OutputIncompleteError(
+            f"{os.fspath(path)} should hold a finished fit, but its status is "
+            f"{attrs.get('status')!r}: the {run} did not finish (interrupted, failed or still "
+            f"running): rerun the same {run} command, {rerun_command(path, attrs)} (it "
+            "resumes; if it is still running, wait for it), then run this command again")
+    if lines:
+        raise OutputIncompleteError(incomplete_message(path, lines, attrs))
+
+
+def input_repair(path) -> tuple[str | None, str | None]:
+    """For an input data set at ``path`` (written by make-data or import): what happened to
+    it if its writer did not finish (else None), and the command that writes it again (None
+    for a group that is no data set of ours)."""
+    from .layout import rewrite_input, unfinished_input
+
+    try:
+        attrs = dict(zarr.open_group(os.fspath(path), mode="r").attrs)
+    except Exception:  # nothing there, or no group: verify_group says so
+        return None, None
+    return unfinished_input(attrs), rewrite_input(attrs)
+
+
 def rerun_command(path, attrs: dict | None) -> str:
     """The command that repairs the OUTDIR at ``path`` (from its run attributes)."""
     config = (attrs or {}).get("config") or {}
