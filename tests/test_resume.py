@@ -61,8 +61,11 @@ def in_pass2(out: Path) -> bool:
 
 
 def in_pass3(out: Path) -> bool:
+    """A written-marker of pass 3 holds its bytes: an output chunk is done. (An entry
+    alone is not enough: the file exists, empty, before its bytes are written, and a kill
+    then leaves no chunk done, nothing for the rerun to resume; seen in CI under load.)"""
     marks = out / "embedding_written" / "c"
-    return marks.exists() and any(marks.iterdir())
+    return marks.exists() and any(p.is_file() and p.stat().st_size > 0 for p in marks.rglob("*"))
 
 
 def kill_when(out: Path, predicate, args) -> None:
