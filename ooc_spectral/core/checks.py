@@ -136,12 +136,13 @@ def certifiable_tol(rounding: float, tol: float) -> float:
     return nice_ceil(max(8.0 * float(rounding), 10.0 * float(tol)))
 
 
-def _largest_off_diagonal(kernel: Kernel, points: np.ndarray) -> float:
-    """The largest kernel value between two distinct points of a small dictionary (inf
-    for fewer than two: no pair says the points are apart)."""
-    if len(points) < 2:
+def _largest_off_diagonal(dictionary: Dictionary) -> float:
+    """The largest kernel value between two distinct points of a small dictionary, from
+    its factor (``k(D, D) = L L^T``); inf for fewer than two points (no pair says the
+    points are apart)."""
+    if dictionary.size < 2:
         return math.inf
-    G = np.array(kernel.pairwise(points, points), dtype=np.float64)
+    G = dictionary.L @ dictionary.L.T
     np.fill_diagonal(G, -np.inf)
     return float(G.max())
 
@@ -177,7 +178,7 @@ def check_dictionary(dictionary: Dictionary, kernel: Kernel, gamma, tol: float, 
             hint = (f"; tol={tol:.3g} is not small against k(x, x)={scale:.3g}: lower tol "
                     f"(try tol={scale * 1e-3:.3g})")
         elif gamma is not None and c.kernel in ("rbf", "laplacian") and (
-                apart := _largest_off_diagonal(kernel, dictionary.points) / scale) < 0.5:
+                apart := _largest_off_diagonal(dictionary) / scale) < 0.5:
             hint = (f"; the {m} dictionary point{'s are' if m != 1 else ' is'} far apart under "
                     f"the kernel (k between two of them at most {apart:.2g} of k(x, x)), and "
                     f"every other row is within tol={tol:.3g} of their span: the data hold {m} "

@@ -29,6 +29,7 @@ import numpy as np
 from .dataset_store import create_group
 from ..exceptions import InvalidInputError, InvalidParameterError
 from .layout import DATA_ARRAY_NAME, IMPORT_KEY, table_format
+from .source import check_real_dtype
 
 log = logging.getLogger("ooc_spectral")
 
@@ -38,29 +39,9 @@ __all__ = ["import_table"]
 DEFAULT_CHUNK_ROWS = 65536
 
 
-def _real_dtype(dtype, path, what: str = "") -> None:
-    """Refuse a source dtype that is not a real number (complex, object, text, records)
-    before anything is read: a cast would drop the imaginary parts silently (an outside
-    audit), and an object array would need unpickling, which the importer never does."""
-    dt = np.dtype(dtype)
-    if dt.kind in "biuf":
-        return
-    where = f"{path}{what}"
-    if dt.kind == "c":
-        fix = ("the embedding needs real numbers: convert them first, e.g. keep "
-               "np.hstack([X.real, X.imag]) (real and imaginary parts as columns) or np.abs(X)")
-    elif dt.kind == "O":
-        fix = ("an array of Python objects is never loaded (that needs unpickling): save it "
-               "again as numbers, e.g. np.save(path, X.astype(np.float64))")
-    else:
-        fix = "convert the data to float32 or float64 first"
-    raise InvalidInputError(
-        f"{where}: expected a real numeric dtype (bool, integer or float), got {dt}; {fix}")
-
-
 def _numeric(block: np.ndarray, names: Sequence, dtype) -> np.ndarray:
     if isinstance(block, np.ndarray) and block.dtype.kind == "c":
-        _real_dtype(block.dtype, "the input")  # never cast away an imaginary part
+        check_real_dtype(block.dtype, "the input")  # never cast away an imaginary part
     try:
         return np.ascontiguousarray(block, dtype=dtype)
     except (TypeError, ValueError) as exc:
@@ -256,7 +237,7 @@ def _npy(path, columns, batch_rows):
     if len(shape) != 2:
         raise InvalidInputError(f"{path} holds a {len(shape)}-D array of shape {shape}; "
                                 "expected 2-D (rows, columns)")
-    _real_dtype(dtype, path)  # before loading: an object array is never unpickled
+    check_real_dtype(dtype, path)  # before loading: an object array is never unpickled
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except ValueError as exc:  # e.g. a truncated file: shorter than its header says
@@ -289,7 +270,7 @@ def _hdf5(path, columns, batch_rows, dataset):
         f.close()
         raise InvalidInputError(f"the dataset {dataset!r} of {path} is {arr.ndim}-D; expected 2-D")
     try:
-        _real_dtype(arr.dtype, path, f" (dataset {dataset!r})")
+        check_real_dtype(arr.dtype, f"{path} (dataset {dataset!r})")
     except InvalidInputError:
         f.close()
         raise

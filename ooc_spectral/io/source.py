@@ -41,7 +41,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ooc_spectral")
 
-__all__ = ["DataSource", "open_source", "open_zarr_array", "array_url", "ReadRetry", "is_transient"]
+__all__ = ["DataSource", "open_source", "open_zarr_array", "array_url", "ReadRetry", "is_transient",
+           "check_real_dtype"]
 
 #: Alignment unit (rows) of tasks and output chunks for in-memory numpy input.
 NUMPY_ALIGN_ROWS = 4096
@@ -302,12 +303,26 @@ def _validate_meta(shape, dtype, what: str) -> None:
         raise InvalidInputError(
             f"{what} has 0 features (shape {tuple(shape)}); at least one column is needed"
         )
+    check_real_dtype(dtype, what)
+
+
+def check_real_dtype(dtype, what: str) -> None:
+    """Refuse a dtype that is not a real number (complex, object, text, records) before
+    anything is read: a cast would drop imaginary parts silently, and an array of Python
+    objects would need unpickling. ``what`` names the data (a path, "the array")."""
     dt = np.dtype(dtype)
-    if dt.kind not in "biuf":
-        raise InvalidInputError(
-            f"expected a real numeric dtype (bool, integer or float), got {dt} in {what}; "
-            "convert the data to float32 or float64"
-        )
+    if dt.kind in "biuf":
+        return
+    if dt.kind == "c":
+        fix = ("the embedding needs real numbers: convert them first, e.g. keep "
+               "np.hstack([X.real, X.imag]) (real and imaginary parts as columns) or np.abs(X)")
+    elif dt.kind == "O":
+        fix = ("an array of Python objects is never loaded (that needs unpickling): save it "
+               "again as numbers, e.g. np.save(path, X.astype(np.float64))")
+    else:
+        fix = "convert the data to float32 or float64 first"
+    raise InvalidInputError(
+        f"{what}: expected a real numeric dtype (bool, integer or float), got {dt}; {fix}")
 
 
 def open_zarr_array(location: str | os.PathLike, *, mode: str = "r",
