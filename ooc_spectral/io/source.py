@@ -14,6 +14,7 @@ and the storage chunk that holds it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -115,7 +116,7 @@ class DataSource:
         if self.kind == "numpy":
             return self._numpy[start:stop]
         if self.kind == "zarr":
-            return _ZarrRef(self._zarr, self.url, self.storage_chunk_rows, ReadRetry.from_env()).read(start, stop)
+            return self._reader().read(start, stop)
         return self._dask[start:stop].compute()
 
     def read_rows(self, start: int, stop: int) -> np.ndarray:
@@ -138,17 +139,42 @@ class DataSource:
             for a, b in zip(starts, stops):
                 check_finite(block[a:b], int(rows[a]), self)
             return block
+        if self.kind == "zarr" and len(starts) > 1:
+            return self._read_by_chunk(rows, starts, stops)
         return np.concatenate([
             self.read_rows(int(rows[a]), int(rows[b - 1]) + 1) for a, b in zip(starts, stops)
         ])
 
+    def _read_by_chunk(self, rows: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+        """:meth:`read_index` of a zarr array: each storage chunk that holds some of the rows
+        read once (the span of them it holds), not once per run of consecutive rows (a read
+        decodes the whole chunk: a seeded sample has many runs per chunk). Each run is
+        checked finite as :meth:`read_rows` checks it; the other rows of a span are not."""
+        block = np.empty((rows.size, self.n_features))
+        chunk = np.searchsorted(self.chunk_starts, rows, side="right") - 1
+        edges = np.flatnonzero(np.diff(chunk)) + 1
+        for a, b in zip(np.concatenate([[0], edges]), np.concatenate([edges, [rows.size]])):
+            first = int(rows[a])
+            span = self.read_raw(first, int(rows[b - 1]) + 1)
+            block[a:b] = span[rows[a:b] - first]
+        for a, b in zip(starts, stops):
+            check_finite(block[a:b], int(rows[a]), self)
+        return block
+
     def task_view(self, task_rows: int | tuple[int, ...] | None = None) -> "RowBlocks | da.Array":
         """The rows as the parallel passes' tasks: :meth:`to_dask`, except that in-memory
-        (numpy) rows become a :class:`RowBlocks`, which gives the passes the same tasks
-        without building (or importing) a dask array."""
+        (numpy) rows and a zarr array's become a :class:`RowBlocks`, which gives the passes
+        the same tasks without building (or importing) a dask array; a zarr array's keeps
+        :meth:`to_dask` as its lazy view (:meth:`RowBlocks.as_dask`)."""
         if self.kind == "numpy":
             return RowBlocks(self._numpy, self._sizes(task_rows))
+        if self.kind == "zarr":
+            sizes = self._sizes(task_rows)
+            return RowBlocks(self._reader(), sizes, lazy=functools.partial(self.to_dask, sizes))
         return self.to_dask(task_rows)
+
+    def _reader(self) -> "_ZarrRef":
+        return _ZarrRef(self._zarr, self.url, self.storage_chunk_rows, ReadRetry.from_env())
 
     def _sizes(self, task_rows) -> tuple[int, ...]:
         n = self.n_rows
@@ -177,7 +203,7 @@ class DataSource:
             # Our own reader rather than da.from_zarr: a chunk that cannot be read or
             # decoded is reported with its chunk numbers, from any worker.
             return da.map_blocks(
-                _read_zarr_block, _ZarrRef(self._zarr, self.url, self.storage_chunk_rows, ReadRetry.from_env()),
+                _read_zarr_block, self._reader(),
                 chunks=(sizes, (d,)), dtype=self.dtype,
                 meta=np.empty((0, d), dtype=self.dtype), name=f"read-{self._token(sizes)}")
         arr = self._dask
@@ -240,6 +266,18 @@ class _ZarrRef:
     url: str
     chunk_rows: int
     retry: ReadRetry | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.array.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.array.dtype)
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        """Rows ``rows.start:rows.stop`` (a task of :class:`RowBlocks`): :meth:`read`."""
+        return self.read(int(rows.start), int(rows.stop))
 
     def read(self, start: int, stop: int) -> np.ndarray:
         retry = self.retry or ReadRetry.from_env()
