@@ -86,6 +86,24 @@ def test_fit_transform_and_verify_on_the_threads_engine_import_neither_sklearn_n
     np.testing.assert_allclose(E, loaded.transform(X), rtol=1e-12, atol=1e-12)
 
 
+def test_the_fit_command_on_a_zarr_input_imports_no_dask_array(tmp_path):
+    """A zarr input reaches the passes as RowBlocks (dask.delayed reads) and the command
+    keeps no lazy view of the embedding it wrote: no dask.array, and so neither xarray nor
+    pandas, which it imports wherever xarray is installed (issue 54)."""
+    import zarr
+
+    X = np.random.default_rng(0).normal(size=(3000, 3))
+    zarr.create_array(str(tmp_path / "x.zarr"), shape=X.shape, chunks=(500, 3), dtype="f8")[:] = X
+    code = ("import sys\nfrom ooc_spectral.cli import main\n"
+            f"assert main(['fit', {str(tmp_path / 'x.zarr')!r}, '--out', {str(tmp_path / 'out')!r}, "
+            "'--gamma', '0.3', '--tol', '1e-2', '--n-components', '2', '--engine', 'threads', "
+            "'-q']) == 0\nprint(' '.join(sorted(sys.modules)))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    mods = set(proc.stdout.split())
+    assert "ooc_spectral.pipeline.writeback" in mods and "zarr" in mods
+    assert not mods & {"dask.array", "xarray", "sklearn"}, sorted(mods & {"dask.array", "xarray"})
+
+
 def test_not_fitted_error_is_scikit_learns_and_one_class():
     cls = ooc_spectral.NotFittedError
     assert cls is exceptions.NotFittedError is ooc_spectral.exceptions.NotFittedError

@@ -62,7 +62,8 @@ def mkl():
 
     Installed (``pip install "ooc-spectral[mkl]"``, x86-64) and not turned off by the
     dask config ``ooc-spectral.mkl`` (env ``DASK_OOC_SPECTRAL__MKL=False``; read at
-    every call, so that a change takes effect at the next pass), pass 2 solves its
+    every call, once per block inside a task's :func:`~ooc_spectral._accel.support.accel_for`,
+    so that a change takes effect at the next pass), pass 2 solves its
     kernel blocks with MKL's ``dtrsm`` and accumulates them with its ``dsyrk``
     (:func:`solve_lower_transposed` on blocks in the C order, :func:`fast_solve_order`;
     :func:`solve_lower_rows`; :func:`add_gram_lower`): OpenBLAS's ``dtrsm`` runs

@@ -33,16 +33,28 @@ _block_entries: contextvars.ContextVar = contextvars.ContextVar("ooc_spectral_bl
                                                                 default=None)
 
 
+#: The dask config flags :func:`config_flag` read within the current block
+#: (:func:`accel_for`), by key: read once per block, not at each of its thousands of
+#: BLAS and loop calls (``dask.config.get`` cost pass 3 about 5% of its CPU time at
+#: m = 800; issue 54). None outside a block: read at every call.
+_block_flags: contextvars.ContextVar = contextvars.ContextVar("ooc_spectral_block_flags",
+                                                              default=None)
+
+
 @contextmanager
 def accel_for(entries: int | None):
     """Within this block, numba's loops and MKL are used only where the work's block has
     at least :data:`ACCEL_MIN_ENTRIES` entries (``entries``: rows x dictionary points;
     None: not said). Per thread (a context variable): tasks side by side decide each for
-    itself, and a task does not inherit its client's setting."""
+    itself, and a task does not inherit its client's setting. The dask config flags
+    (:func:`config_flag`) are read once within the block: a change made inside it takes
+    effect at the next block (the next task or pass)."""
     token = _block_entries.set(None if entries is None else int(entries))
+    flags = _block_flags.set({})
     try:
         yield
     finally:
+        _block_flags.reset(flags)
         _block_entries.reset(token)
 
 
@@ -91,10 +103,16 @@ def contiguous_float64(*arrays, orders: str = "C", writeable: bool = False) -> b
 def config_flag(key: str, default: bool) -> bool:
     """The dask config ``key`` as a bool: the strings ``""``, ``0``, ``false``, ``no`` and
     ``off`` (any case, as an environment variable gives them) are False, other strings
-    True, anything else by its truth value."""
+    True, anything else by its truth value. Inside :func:`accel_for` read once per block."""
+    cache = _block_flags.get()
+    if cache is not None and (key, default) in cache:
+        return cache[key, default]
     import dask
 
     value = dask.config.get(key, default)
     if isinstance(value, str):
-        return value.strip().lower() not in ("", "0", "false", "no", "off")
-    return bool(value)
+        value = value.strip().lower() not in ("", "0", "false", "no", "off")
+    value = bool(value)
+    if cache is not None:
+        cache[key, default] = value
+    return value

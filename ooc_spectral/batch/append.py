@@ -370,6 +370,6 @@ def run_update(plan: AppendPlan, *, outdir: str, rundir, source: DataSource, con
                           smap.dictionary.size, requested=config.chunk_rows,
                           itemsize=source.itemsize)
     with stage("pass3"):
-        out.write(source.to_dask(rows), smap, executor)
+        out.write(source.task_view(rows), smap, executor)
         out.mark_complete()
     return what, update

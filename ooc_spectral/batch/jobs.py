@@ -475,7 +475,7 @@ def run_transform_job(job: TransformJob) -> dict:
                 block = plan_block_rows(plan.rows, source.n_features, smap.dictionary.size,
                                         memory=executor.task_memory, itemsize=source.itemsize,
                                         cache=executor.cache_block)
-                out.write(source.to_dask(out.task_rows(plan.rows)), smap, executor,
+                out.write(source.task_view(out.task_rows(plan.rows)), smap, executor,
                           block_rows=block)
             out.mark_complete()
             report = {"status": "complete", "model": resolved["model"], "input": resolved["input"],

@@ -17,7 +17,7 @@ from ..core.model import SpectralMap
 from ..exceptions import DictionaryError, InvalidInputError
 from ..runtime.execution import compute, task_threads
 from ..pipeline.advice import with_advice
-from ..pipeline.writeback import client_accel, map_rows
+from ..pipeline.writeback import EmbeddingOutput, client_accel, map_rows
 from ..pipeline.fit import FitResult, FitRun
 from ..core.planning import plan_block_rows, plan_tasks
 from ..io.source import open_source
@@ -382,7 +382,9 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
     def _set_fitted(self, r: FitResult) -> None:
         self.spectral_map_ = r.spectral_map
         self.kernel_ = r.kernel
-        self.embedding_ = r.embedding
+        # written to an output: read back lazily
+        self.embedding_ = (r.embedding.as_dask() if isinstance(r.embedding, EmbeddingOutput)
+                           else r.embedding)
         self.eigenvalues_ = r.spectral_map.eigenvalues.copy()
         self.dictionary_ = r.dictionary.points
         self.dictionary_indices_ = r.dictionary.indices

@@ -4,7 +4,8 @@
 ``layout`` (names of the input groups' arrays and markers), ``integrity``
 (checksums, digests, chunk listings, input fingerprints), ``source`` (the input
 matrix: numpy, dask, zarr or a path, read row range by row range), ``row_blocks``
-(numpy rows as the passes' tasks, without dask.array), ``verify``
+(numpy and zarr rows as the passes' tasks, without dask.array), ``zarr_rows``
+(a zarr array's rows read where a task runs, retried and checked), ``verify``
 (an output re-read chunk by chunk; an input checked where a task runs),
 ``checkpoint`` (the OUTDIR: lock, run attributes, scan state, pass-2 partials),
 ``persistence`` (models as zarr arrays and JSON, never pickle), ``importing``

@@ -14,10 +14,10 @@ and the storage chunk that holds it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,11 +30,10 @@ from ..exceptions import (
     InvalidInputTypeError,
     IncompleteInputError,
     StoreNotFoundError,
-    StoreReadError,
-    TransientReadError,
 )
 from .layout import DATA_ARRAY_NAME, table_format, unfinished_input
 from .row_blocks import RowBlocks
+from .zarr_rows import ReadRetry, ZarrRows, read_zarr_block, is_transient
 
 if TYPE_CHECKING:
     import dask.array as da
@@ -115,7 +114,7 @@ class DataSource:
         if self.kind == "numpy":
             return self._numpy[start:stop]
         if self.kind == "zarr":
-            return _ZarrRef(self._zarr, self.url, self.storage_chunk_rows, ReadRetry.from_env()).read(start, stop)
+            return self._reader().read(start, stop)
         return self._dask[start:stop].compute()
 
     def read_rows(self, start: int, stop: int) -> np.ndarray:
@@ -138,17 +137,42 @@ class DataSource:
             for a, b in zip(starts, stops):
                 check_finite(block[a:b], int(rows[a]), self)
             return block
+        if self.kind == "zarr" and len(starts) > 1:
+            return self._read_by_chunk(rows, starts, stops)
         return np.concatenate([
             self.read_rows(int(rows[a]), int(rows[b - 1]) + 1) for a, b in zip(starts, stops)
         ])
 
+    def _read_by_chunk(self, rows: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+        """:meth:`read_index` of a zarr array: each storage chunk that holds some of the rows
+        read once (the span of them it holds), not once per run of consecutive rows (a read
+        decodes the whole chunk: a seeded sample has many runs per chunk). Each run is
+        checked finite as :meth:`read_rows` checks it; the other rows of a span are not."""
+        block = np.empty((rows.size, self.n_features))
+        chunk = np.searchsorted(self.chunk_starts, rows, side="right") - 1
+        edges = np.flatnonzero(np.diff(chunk)) + 1
+        for a, b in zip(np.concatenate([[0], edges]), np.concatenate([edges, [rows.size]])):
+            first = int(rows[a])
+            span = self.read_raw(first, int(rows[b - 1]) + 1)
+            block[a:b] = span[rows[a:b] - first]
+        for a, b in zip(starts, stops):
+            check_finite(block[a:b], int(rows[a]), self)
+        return block
+
     def task_view(self, task_rows: int | tuple[int, ...] | None = None) -> "RowBlocks | da.Array":
         """The rows as the parallel passes' tasks: :meth:`to_dask`, except that in-memory
-        (numpy) rows become a :class:`RowBlocks`, which gives the passes the same tasks
-        without building (or importing) a dask array."""
+        (numpy) rows and a zarr array's become a :class:`RowBlocks`, which gives the passes
+        the same tasks without building (or importing) a dask array; a zarr array's keeps
+        :meth:`to_dask` as its lazy view (:meth:`RowBlocks.as_dask`)."""
         if self.kind == "numpy":
             return RowBlocks(self._numpy, self._sizes(task_rows))
+        if self.kind == "zarr":
+            sizes = self._sizes(task_rows)
+            return RowBlocks(self._reader(), sizes, lazy=functools.partial(self.to_dask, sizes))
         return self.to_dask(task_rows)
+
+    def _reader(self) -> "ZarrRows":
+        return ZarrRows(self._zarr, self.url, self.storage_chunk_rows, ReadRetry.from_env())
 
     def _sizes(self, task_rows) -> tuple[int, ...]:
         n = self.n_rows
@@ -177,116 +201,13 @@ class DataSource:
             # Our own reader rather than da.from_zarr: a chunk that cannot be read or
             # decoded is reported with its chunk numbers, from any worker.
             return da.map_blocks(
-                _read_zarr_block, _ZarrRef(self._zarr, self.url, self.storage_chunk_rows, ReadRetry.from_env()),
+                read_zarr_block, self._reader(),
                 chunks=(sizes, (d,)), dtype=self.dtype,
                 meta=np.empty((0, d), dtype=self.dtype), name=f"read-{self._token(sizes)}")
         arr = self._dask
         if arr.chunks == (sizes, (d,)):
             return arr
         return arr.rechunk((sizes, d))
-
-
-@dataclass(frozen=True)
-class ReadRetry:
-    """How reads of input chunks are retried when they fail with an I/O or network error.
-
-    Attributes
-    ----------
-    attempts : int
-        Tries per read, the first included (``$OOC_SPECTRAL_READ_ATTEMPTS``, default 5).
-    backoff : float
-        Seconds before the second try; doubled each time, capped at 30 s
-        (``$OOC_SPECTRAL_READ_BACKOFF``, default 0.5).
-    """
-
-    attempts: int = 5
-    backoff: float = 0.5
-
-    @classmethod
-    def from_env(cls) -> "ReadRetry":
-        try:
-            attempts = int(os.environ.get("OOC_SPECTRAL_READ_ATTEMPTS", cls.attempts))
-            backoff = float(os.environ.get("OOC_SPECTRAL_READ_BACKOFF", cls.backoff))
-        except ValueError:
-            return cls()
-        return cls(max(1, attempts), max(0.0, backoff))
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for failures a later try can cure: I/O, connection and time-out errors.
-
-    A chunk that is read but fails to decode (checksum, codec, shape: ``ValueError``
-    and zarr's own errors) is permanent, and so is a missing file or a denied
-    permission. Classified by exception types, never by names.
-    """
-    if isinstance(exc, StoreReadError):
-        return False
-    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)):
-        return False
-    return isinstance(exc, (OSError, TimeoutError, ConnectionError))
-
-
-@dataclass(frozen=True, eq=False)
-class _ZarrRef:
-    """A zarr array as a task argument: it reads rows, naming the chunks on failure.
-
-    Reads that fail with I/O or network errors are retried with exponential
-    backoff (:class:`ReadRetry`); if they keep failing the read raises
-    :class:`TransientReadError` (exit code 1: rerun to resume). A chunk that
-    fails to decode raises :class:`StoreReadError` naming it (exit code 2).
-    """
-
-    array: Any
-    url: str
-    chunk_rows: int
-    retry: ReadRetry | None = None
-
-    def read(self, start: int, stop: int) -> np.ndarray:
-        retry = self.retry or ReadRetry.from_env()
-        delay = retry.backoff
-        for attempt in range(1, retry.attempts + 1):
-            try:
-                return self.array[start:stop]
-            except Exception as exc:  # decoding or I/O error inside zarr
-                if is_transient(exc):
-                    if attempt < retry.attempts:
-                        log.warning("reading rows %d-%d of %s failed (%s: %s); retry %d of %d "
-                                    "in %.3g s", start, stop - 1, self.url, type(exc).__name__,
-                                    exc, attempt, retry.attempts - 1, delay)
-                        time.sleep(delay)
-                        delay = min(2 * delay, 30.0)
-                        continue
-                    raise TransientReadError(
-                        f"could not read rows {start}-{stop - 1} of {self.url} after "
-                        f"{retry.attempts} tries: {type(exc).__name__}: "
-                        f"{' '.join(str(exc).split())}; the store did not answer: rerun the same "
-                        "command to resume (retries: $OOC_SPECTRAL_READ_ATTEMPTS, "
-                        "$OOC_SPECTRAL_READ_BACKOFF)"
-                    ) from exc
-                c, _, _, cause = self._culprit(start, stop, exc)
-                # the chunk's own rows, whatever part of it was asked for: what to restore
-                a, b = c * self.chunk_rows, min((c + 1) * self.chunk_rows, self.array.shape[0])
-                raise StoreReadError(
-                    f"could not read rows {a}-{b - 1} (chunk {c} of {self.url}): "
-                    f"{type(cause).__name__}: {' '.join(str(cause).split())}; the store is "
-                    "damaged or incomplete: restore or regenerate that chunk"
-                ) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _culprit(self, start: int, stop: int, exc: Exception):
-        """The first storage chunk of ``[start, stop)`` that fails to read on its own."""
-        for c in range(start // self.chunk_rows, (stop - 1) // self.chunk_rows + 1):
-            a, b = max(start, c * self.chunk_rows), min(stop, (c + 1) * self.chunk_rows)
-            try:
-                self.array[a:b]
-            except Exception as err:
-                return c, a, b, err
-        return start // self.chunk_rows, start, stop, exc  # pragma: no cover - transient
-
-
-def _read_zarr_block(ref: _ZarrRef, block_info=None) -> np.ndarray:
-    (a, b), _ = block_info[None]["array-location"]
-    return ref.read(a, b)
 
 
 def _validate_meta(shape, dtype, what: str) -> None:

@@ -111,7 +111,7 @@ class FitResult:
     #: the certificate's rounding terms (:meth:`FitRun.rounding_report`), for report.json
     rounding: dict | None = None
     exact: bool = False
-    embedding: Any = None
+    embedding: Any = None  # numpy, a lazy dask array, or the EmbeddingOutput written to
     timings: dict = field(default_factory=dict)
     peak_memory: dict = field(default_factory=dict)
     resumed: list = field(default_factory=list)
@@ -494,7 +494,7 @@ class FitRun:
         return solve_preimage(stats, problem, self.config.alpha)
 
     def write_embedding(self, X, smap: SpectralMap, out: EmbeddingOutput | None):
-        """Pass 3: the lazy embedding (computed for numpy input), or written to ``out``."""
+        """Pass 3: the lazy embedding (computed for numpy input), or ``out`` once written."""
         block = self.block_rows(smap.dictionary.size)
         if out is not None and out.n_components != smap.n_components:
             # n_components=None: the placeholder made before the fit becomes the real array
@@ -508,7 +508,7 @@ class FitRun:
         if self.resume and written < self.source.n_rows:
             self.resumed.append("pass3")
         out.mark_complete()
-        return out.as_dask()
+        return out
 
     # ------------------------------------------------------------------ #
     # the whole fit

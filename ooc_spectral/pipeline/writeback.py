@@ -116,7 +116,9 @@ def map_rows(X: da.Array | RowBlocks, fitted, chunk_starts=None, *, block_rows: 
     dtype = np.dtype(dtype)
     starts = None if chunk_starts is None else shared(np.asarray(chunk_starts))
     if isinstance(X, RowBlocks):
-        return _map_in_memory(X, shared(fitted), starts, block_rows, dtype, p)
+        if X.in_memory:
+            return _map_in_memory(X, shared(fitted), starts, block_rows, dtype, p)
+        X = X.as_dask()  # rows in a store: the result stays lazy
     import dask.array as da
 
     # The keys must name this input and this map: with one fixed name, two embeddings

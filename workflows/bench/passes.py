@@ -1,25 +1,32 @@
-"""Each pass against the machine's own limits (issue 5, first criterion).
+"""Passes 2 and 3 of ``ooc-spectral fit`` against floors measured in the same run (issue 54, item 4).
 
-In one run:
+As users run it, through the command line: ``ooc-spectral make-data swiss-roll`` writes
+n x d float32 rows to zarr (kept with ``--keep``), then ``ooc-spectral fit DATA --out OUT
+--dictionary-size m --n-components 2`` runs ``--fits`` times (the embedded default engine).
+Before and after each fit the floors are measured with the fastest libraries this machine
+has for each (``cli_floors.floors``): float64 gemm (NumPy's BLAS, or Intel MKL's sequential
+``dgemm``, one per core, where the passes use MKL: the ``mkl`` extra), ``exp`` (NumPy's, or
+MKL's vector ``vmdExp`` in the high-accuracy mode the passes use), each on in-cache pieces,
+and the zarr read of the whole input; the result names the library each floor used.
 
-1. the machine's limits: float64 matrix-multiply GFLOP/s on the shapes the
-   passes use, with the thread settings they run with (the client's BLAS uses
-   every core, a worker's one thread), and the zarr read bandwidth of the input;
-2. a fit of n rows x d features (swiss roll padded with small noise, float32 in
-   zarr) with a tolerance chosen so that the dictionary has about m points, on
-   the embedded LocalCluster (one worker process per core, one thread each);
-3. for the scan, pass 2 and pass 3: wall time, rows/s, GFLOP/s counted
-   analytically (kernel 2nmd, triangular solve nm^2, accumulation nm^2: the
-   work the passes stand for, whatever formulation does it) and bytes read/s,
-   each as a fraction of the limit for that pass (the slower of compute and I/O);
-4. the blocked scan (with and without local certificates) against the
-   point-by-point scan over the same rows, all starting from the final
-   dictionary; and, from 90% of it, that both select the same points.
+A pass's counted work (as issue 18 counts it): pass 2, ``2nmd + 2nm^2`` flops (the kernel
+product, the triangular solve and the m x m accumulation), ``n m`` exponentials and the
+read; pass 3, ``2nmd + 2nmp`` flops, ``n m`` exponentials and the read. Two figures:
+
+- ``of floor``: the floor's seconds on all cores (the work at the all-cores rates of the
+  floors measured before and after that fit, plus the read) over the pass's wall seconds
+  (the fit's ``report.json``): what a quiet machine shows;
+- ``of floor (CPU)``: the floor's CPU seconds (the work at one thread's rates, measured
+  by the thread's CPU clock, plus the read's CPU seconds) over the CPU seconds the fit's
+  process tree spent in the pass (read at the log's stage lines): much less sensitive to
+  other work on a shared machine, blind to idle cores.
+
+Each figure is the median over the fits, with the load average beside it.
+
+    python workflows/bench/passes.py                          # 2e6 x 16, m = 800, 3 fits
+    python workflows/bench/passes.py --workdir /tmp/w --keep  # keep the input for a rerun
 
 Writes ``passes.json`` and ``passes.md`` to ``--out``.
-
-    python workflows/bench/passes.py                   # m ~ 1000, d = 16, n = 10^6
-    python workflows/bench/passes.py --m 1000          # m ~ 1232
 """
 
 from __future__ import annotations
@@ -27,8 +34,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
+import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,231 +45,228 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-import zarr
-from scipy.linalg import solve_triangular
-from threadpoolctl import threadpool_limits
 
-from ooc_spectral import GreedySpectralEmbedding
-from ooc_spectral.datasets import make_data
-from ooc_spectral.core.scan import local_certificate
-from ooc_spectral.core.scan.blocked import pointwise_scan, scan_rows, uncertified_rows
-from ooc_spectral.core.scan.state import DictionaryState
-from ooc_spectral.io.source import open_source
+sys.path.insert(0, str(Path(__file__).parent))
+from cli_floors import EXP_PIECE, floors, read_seconds  # noqa: E402
+from startup import machine  # noqa: E402
+
+P = 2
+STAGE = re.compile(r"stage (\w+): (start|[0-9.]+ s)")
 
 
-def best_rate(fn, flops: float, repeat: int = 5) -> float:
+def tree_cpu(proc: psutil.Process) -> float:
+    """CPU seconds (user + system) of a process and its live descendants."""
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def run_fit(cmd: list[str]) -> tuple[dict, dict]:
+    """Run the fit command; CPU seconds of its process tree per stage (between the log's
+    ``stage X: start`` and ``stage X: ... s`` lines), and its wall seconds."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    ps = psutil.Process(proc.pid)
+    cpu, started = {}, {}
+    for line in proc.stderr:
+        m = STAGE.search(line)
+        if not m:
+            continue
+        now = tree_cpu(ps)
+        name, what = m.groups()
+        if what == "start":
+            started[name] = now
+        elif name in started:
+            cpu[name] = cpu.get(name, 0.0) + now - started.pop(name)
+    if proc.wait():
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode})")
+    return cpu, {"process_seconds": time.perf_counter() - t0}
+
+
+def thread_cpu_rate(fn, work: float, seconds: float = 1.0) -> float:
+    """``work`` per CPU second of the calling thread running ``fn`` (best of a few)."""
     fn()
-    best = np.inf
-    for _ in range(repeat):
-        t = time.perf_counter()
+    best = 0.0
+    deadline = time.perf_counter() + seconds
+    while True:
+        t = time.thread_time()
         fn()
-        best = min(best, time.perf_counter() - t)
-    return flops / best / 1e9
+        dt = time.thread_time() - t
+        if dt > 0:
+            best = max(best, work / dt)
+        if time.perf_counter() > deadline:
+            return best
 
 
-def machine_limits(m: int, d: int, c: int = 4096) -> dict:
-    rng = np.random.default_rng(0)
-    A, B = rng.random((c, m)), rng.random((m, m))
-    Xd, Dd = rng.random((c, d)), rng.random((d, m))
-    L = np.tril(rng.random((m, m))) + m * np.eye(m)
-    out = {}
-    for label, threads in (("all cores", os.cpu_count()), ("one thread", 1)):
-        with threadpool_limits(threads):
-            out[label] = {
-                "gemm c x m by m x m": best_rate(lambda: A @ B, 2.0 * c * m * m),
-                "gemm c x d by d x m": best_rate(lambda: Xd @ Dd, 2.0 * c * d * m),
-                "trsm m x m on c rows": best_rate(
-                    lambda: solve_triangular(L, A.T, lower=True, check_finite=False), 1.0 * c * m * m),
-                "syrk c x m": best_rate(lambda: A.T @ A, 1.0 * c * m * m),
-                # what a point-by-point scan does per row: the ceiling of its speed
-                "trsv m x m on one row": best_rate(
-                    lambda: solve_triangular(L, A[0], lower=True, check_finite=False), 1.0 * m * m, 50),
-            }
-    return out
+def one_thread_floors(data: Path) -> dict:
+    """The floors' rates on one thread, by its CPU clock: gemm (the faster of NumPy's on one
+    BLAS thread and MKL's sequential one), exp (NumPy's or MKL's vmdExp), and the CPU
+    seconds of reading and decoding the whole input."""
+    from threadpoolctl import threadpool_limits
+
+    import ctypes
+
+    from ooc_spectral._accel.blas import _VML_HA_IGNORE, _vector_exp, mkl
+
+    n = 1500
+    a, b, c = np.random.rand(n, n), np.random.rand(n, n), np.zeros((n, n))
+    with threadpool_limits(1, user_api="blas"):
+        numpy_gemm = thread_cpu_rate(lambda: np.matmul(a, b, out=c), 2.0 * n**3)
+    mkl_gemm = None
+    if mkl() is not None:
+        from solve_layouts import mkl_matmul
+
+        mkl_gemm = thread_cpu_rate(lambda: mkl_matmul(a, b, c), 2.0 * n**3)
+    x = -np.random.rand(EXP_PIECE)
+    y = np.empty_like(x)
+    numpy_exp = thread_cpu_rate(lambda: [np.exp(x, out=y) for _ in range(32)], 32.0 * x.size)
+
+    vml = None if mkl() is None else _vector_exp(mkl())
+
+    def vexp():  # out of place: no copy timed
+        for _ in range(32):
+            vml(ctypes.c_int64(x.size), ctypes.c_void_p(x.ctypes.data),
+                ctypes.c_void_p(y.ctypes.data), ctypes.c_int64(_VML_HA_IGNORE))
+
+    mkl_exp = thread_cpu_rate(vexp, 32.0 * x.size) if vml is not None else None
+    t = time.process_time()
+    read_seconds(data, 1)
+    read_cpu = time.process_time() - t
+    return {"gemm_gflops": max(numpy_gemm, mkl_gemm or 0.0) / 1e9,
+            "gemm_library": "mkl" if (mkl_gemm or 0.0) > numpy_gemm else "numpy",
+            "numpy_gemm_gflops": numpy_gemm / 1e9,
+            "mkl_gemm_gflops": None if mkl_gemm is None else mkl_gemm / 1e9,
+            "exp_per_s": max(numpy_exp, mkl_exp or 0.0),
+            "exp_library": "mkl vmdExp (HA)" if (mkl_exp or 0.0) > numpy_exp else "numpy",
+            "numpy_exp_per_s": numpy_exp, "mkl_exp_per_s": mkl_exp,
+            "read_cpu_seconds": read_cpu}
 
 
-def zarr_bandwidth(path: Path) -> float:
-    """Decoded bytes per second reading the whole array once, chunk by chunk."""
-    arr = zarr.open_group(str(path), mode="r")["data"]
-    rows = arr.chunks[0]
-    t = time.perf_counter()
-    for a in range(0, arr.shape[0], rows):
-        arr[a : a + rows]
-    return arr.nbytes / (time.perf_counter() - t)
-
-
-def run_fit(data: Path, out: Path, tol: float, workers: int) -> dict:
-    shutil.rmtree(out, ignore_errors=True)
-    cmd = ["ooc-spectral", "fit", str(data), "--out", str(out), "--tol", repr(tol), "--gamma",
-           "0.05", "--n-components", "3", "--workers", str(workers), "--threads-per-worker", "1",
-           "--max-dictionary-size", "5000", "-q"]
-    subprocess.run(cmd, check=True)
-    return json.loads((out / "report.json").read_text())
+def counted(n: int, d: int, m: int) -> dict:
+    """Flops and exponentials of passes 2 and 3."""
+    return {"pass2": {"flops": 2.0 * n * m * d + 2.0 * n * m * m, "exps": 1.0 * n * m},
+            "pass3": {"flops": 2.0 * n * m * d + 2.0 * n * m * P, "exps": 1.0 * n * m}}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n", type=int, default=1_000_000)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=float, default=2e6)
     ap.add_argument("--dim", type=int, default=16)
-    ap.add_argument("--m", type=int, default=812,
-                    help="dictionary size asked of Algorithm 2 on a 10^5-row sample to choose tol; "
-                         "the full scan of 10^6 rows with that tol selects more (812 gives about "
-                         "1000 on the default data)")
-    ap.add_argument("--scan-rows", type=int, default=20_000, help="rows for blocked vs point-by-point")
+    ap.add_argument("--m", type=int, default=800)
+    ap.add_argument("--fits", type=int, default=3)
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--keep", action="store_true", help="reuse the input in --workdir")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = ap.parse_args()
+    n, d, cores = int(args.n), args.dim, os.cpu_count() or 1
     work = Path(args.workdir or tempfile.mkdtemp(prefix="ooc-passes-"))
+    work.mkdir(parents=True, exist_ok=True)
+    exe = [sys.executable, "-m", "ooc_spectral"]
+    data = work / f"roll-{n}-{d}.zarr"
+    try:
+        if not (args.keep and data.exists()):
+            subprocess.run([*exe, "make-data", "swiss-roll", "--n", str(n), "--dim", str(d),
+                            "--out", str(data), "--chunk-rows", "262144", "--overwrite", "-q"],
+                           check=True)
+        fits = []
+        before = floors(data, cores)
+        for i in range(args.fits):
+            out = work / "fit"
+            shutil.rmtree(out, ignore_errors=True)
+            cmd = [*exe, "fit", str(data), "--out", str(out), "--dictionary-size", str(args.m),
+                   "--n-components", str(P)]
+            load0 = os.getloadavg()[0]
+            cpu, extra = run_fit(cmd)
+            load1 = os.getloadavg()[0]
+            after = floors(data, cores)
+            one = one_thread_floors(data)
+            report = json.loads((out / "report.json").read_text())
+            fits.append({"before": before, "after": after, "one_thread": one, "cpu": cpu,
+                         "report": {k: report.get(k) for k in (
+                             "dictionary_size", "engine", "threads", "tasks", "task_rows",
+                             "block_rows", "pass2_block_rows", "blas", "compiled_loops",
+                             "wall_seconds")},
+                         "stages": {k: v["seconds"] for k, v in report["stages"].items()},
+                         "load": [round(load0, 2), round(load1, 2)], **extra})
+            before = after
+            print(f"fit {i + 1}: {fits[-1]['stages']}, CPU {cpu}, load {load0:.1f}-{load1:.1f}",
+                  flush=True)
+    finally:
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+    m = fits[0]["report"]["dictionary_size"]
+    work_of = counted(n, d, m)
+    passes = {}
+    for name, w in work_of.items():
+        walls, cpus, ofs, ofs_cpu = [], [], [], []
+        for f in fits:
+            rate = {k: (f["before"][k] + f["after"][k]) / 2
+                    for k in ("gemm_gflops", "exp_per_s", "read_seconds")}
+            floor = (w["flops"] / (rate["gemm_gflops"] * 1e9) + w["exps"] / rate["exp_per_s"]
+                     + rate["read_seconds"])
+            one = f["one_thread"]
+            floor_cpu = (w["flops"] / (one["gemm_gflops"] * 1e9) + w["exps"] / one["exp_per_s"]
+                         + one["read_cpu_seconds"])
+            wall, cpu = f["stages"][name], f["cpu"].get(name)
+            walls.append(wall)
+            ofs.append(floor / wall)
+            if cpu:
+                cpus.append(cpu)
+                ofs_cpu.append(floor_cpu / cpu)
+        passes[name] = {"seconds": statistics.median(walls), "seconds_runs": walls,
+                        "of_floor": statistics.median(ofs), "of_floor_runs": ofs,
+                        "cpu_seconds": statistics.median(cpus) if cpus else None,
+                        "of_floor_cpu": statistics.median(ofs_cpu) if ofs_cpu else None,
+                        "of_floor_cpu_runs": ofs_cpu, **w}
+    result = {"command": "python workflows/bench/passes.py " + " ".join(sys.argv[1:]),
+              "n": n, "d": d, "m": m, "machine": machine(), "passes": passes, "fits": fits}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    n, d, workers = args.n, args.dim, os.cpu_count()
+    (out / "passes.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / "passes.md").write_text(markdown(result))
+    print(markdown(result))
 
-    data = work / f"roll-{n}x{d}.zarr"
-    make_data("swiss-roll", n, data, dim=d, chunk_rows=65536, seed=0, reuse=True, pad_std=0.1)
-    # the tolerance that gives about m points: Algorithm 2 on a sample of the data
-    # (selection="greedy": RP-Cholesky, the default with dictionary_size since issue 19,
-    # covers the sample better, so its max residual is a larger tol that gives ~330 points)
-    probe = GreedySpectralEmbedding(gamma=0.05, dictionary_size=args.m, sample_size=100_000,
-                                    selection="greedy", random_state=0).fit(str(data))
-    tol = probe.tol_
-    limits = machine_limits(args.m, d)
-    bandwidth = zarr_bandwidth(data)
-    report = run_fit(data, work / "fit", tol, workers)
-    m = report["dictionary_size"]
-    stages = {k: v["seconds"] for k, v in report["stages"].items()}
 
-    kernel_flops = 2.0 * n * m * d
-    solve_flops = 1.0 * n * m * m
-    accum_flops = 1.0 * n * m * m
-    in_bytes = n * d * 4
-    rate = limits["all cores"]["gemm c x m by m x m"]
-    passes = {
-        "scan": {"seconds": stages["scan"], "flops": kernel_flops + solve_flops, "bytes": in_bytes},
-        "pass 2": {"seconds": stages["pass2"], "flops": kernel_flops + solve_flops + accum_flops,
-                   "bytes": in_bytes},
-        "pass 3": {"seconds": stages["pass3"], "flops": kernel_flops + solve_flops,
-                   "bytes": in_bytes + n * 3 * 8},
-    }
-    if report["normalization"] == "divisive":  # pass 2 reads the data twice
-        passes["pass 2"]["bytes"] *= 2
-    for p in passes.values():
-        p["rows_per_s"] = n / p["seconds"]
-        p["gflops"] = p["flops"] / p["seconds"] / 1e9
-        p["bytes_per_s"] = p["bytes"] / p["seconds"]
-        p["fraction_of_gemm"] = p["gflops"] / rate
-        p["fraction_of_io"] = p["bytes_per_s"] / bandwidth
-        p["fraction_of_limit"] = max(p["fraction_of_gemm"], p["fraction_of_io"])
-
-    # blocked vs point-by-point, over the same rows, from the same final dictionary
-    model = GreedySpectralEmbedding.load(work / "fit" / "model")
-    dic = model.spectral_map_.dictionary
-    src = open_source(str(data))
-    rows = np.arange(n // 2, n // 2 + args.scan_rows)
-    Xs = src.read_rows(int(rows[0]), int(rows[-1]) + 1)
-
-    def fresh():
-        return DictionaryState.from_arrays(dic.kernel, dic.affine, dic.points, dic.indices, dic.L, dic.w)
-
-    def timed(fn, repeat: int = 3) -> float:
-        best = float("inf")
-        for _ in range(repeat):
-            st = fresh()
-            st.local_certificate()  # built once per 25% growth of the dictionary: timed apart
-            t = time.perf_counter()
-            fn(st)
-            best = min(best, time.perf_counter() - t)
-        return best
-
-    t = time.perf_counter()
-    fresh().local_certificate()
-    certificate_build = time.perf_counter() - t
-    blocked = timed(lambda st: scan_rows(st, Xs, rows, tol))
-    certified = 1.0 - uncertified_rows(fresh(), Xs, tol).size / len(Xs)
-    saved_min = local_certificate.LOCAL_MIN_SIZE
-    local_certificate.LOCAL_MIN_SIZE = 1 << 62  # the same blocked scan without local certificates
-    try:
-        blocked_plain = timed(lambda st: scan_rows(st, Xs, rows, tol))
-    finally:
-        local_certificate.LOCAL_MIN_SIZE = saved_min
-    few = max(2000, args.scan_rows // 10)  # the point-by-point scan is slow: time a part
-    pointwise = timed(lambda st: pointwise_scan(dic.kernel, Xs[:few], rows[:few], tol, state=st),
-                      repeat=3) * args.scan_rows / few
-    # the same dictionary when the scan adds points: both scans from the first 90% of it
-    # (the factor's leading block is the factor of the leading points), over the timed rows
-    k = int(0.9 * dic.size)
-
-    def prefix():
-        return DictionaryState.from_arrays(dic.kernel, dic.affine, dic.points[:k], dic.indices[:k],
-                                           dic.L[:k, :k], dic.w[:k])
-
-    ref = pointwise_scan(dic.kernel, Xs[:few], rows[:few], tol, state=prefix())
-    st2 = prefix()
-    scan_rows(st2, Xs[:few], rows[:few], tol)
-    same = bool(np.array_equal(st2.indices, ref.indices))
-    added = int(ref.size - k)
-
-    result = {
-        "command": " ".join(sys.argv), "n": n, "d": d, "m": m, "tol": tol,
-        "machine": {"cpus": os.cpu_count(), "ram_bytes": psutil.virtual_memory().total,
-                    "python": platform.python_version(), "numpy": np.__version__},
-        "limits_gflops": limits, "zarr_read_bytes_per_s": bandwidth,
-        "fit_stages_seconds": stages, "passes": passes,
-        "scan_comparison": {"rows": args.scan_rows, "blocked_seconds": blocked,
-                            "blocked_without_certificates_seconds": blocked_plain,
-                            "blocked_without_certificates_gflops":
-                                args.scan_rows * (2.0 * m * d + m * m) / blocked_plain / 1e9,
-                            "certified_fraction": certified,
-                            "certificate_build_seconds": certificate_build,
-                            "pointwise_seconds_extrapolated": pointwise,
-                            "pointwise_rows_timed": few, "speedup": pointwise / blocked,
-                            "speedup_without_certificates": pointwise / blocked_plain,
-                            "same_dictionary_from_90_percent": same,
-                            "points_added_from_90_percent": added},
-        "peak_memory_bytes": report["peak_memory_bytes"],
-    }
-    (out / "passes.json").write_text(json.dumps(result, indent=2) + "\n")
-    lines = [f"# Passes against the machine's limits (n = {n:,}, d = {d}, m = {m})", "",
-             f"Command: `{result['command']}`", "",
-             f"Machine: {os.cpu_count()} cores; float64 gemm (c x m by m x m, all cores) "
-             f"**{rate:.1f} GFLOP/s**; one thread {limits['one thread']['gemm c x m by m x m']:.1f}; "
-             f"zarr read {bandwidth / 1e9:.2f} GB/s decoded.", "",
-             "| shape | all cores GFLOP/s | one thread GFLOP/s |", "|---|---:|---:|"]
-    for k in limits["all cores"]:
-        lines.append(f"| {k} | {limits['all cores'][k]:.1f} | {limits['one thread'][k]:.1f} |")
-    lines += ["", "| pass | wall s | rows/s | GFLOP/s (counted) | of gemm | read MB/s | of zarr bw |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
-    for k, p in passes.items():
-        lines.append(f"| {k} | {p['seconds']:.2f} | {p['rows_per_s']:,.0f} | {p['gflops']:.1f} | "
-                     f"{100 * p['fraction_of_gemm']:.0f}% | {p['bytes_per_s'] / 1e6:.0f} | "
-                     f"{100 * p['fraction_of_io']:.0f}% |")
-    sc = result["scan_comparison"]
-    lines += ["", f"Scan of {sc['rows']:,} rows from the final dictionary (best of 3): blocked "
-              f"**{sc['blocked_seconds']:.3f} s**; the same without local certificates "
-              f"{sc['blocked_without_certificates_seconds']:.3f} s; point by point (timed on "
-              f"{few:,} rows, scaled) {sc['pointwise_seconds_extrapolated']:.2f} s. "
-              f"**Speed-up {sc['speedup']:.0f}x** ({sc['speedup_without_certificates']:.1f}x "
-              f"from blocking alone); the local certificates rule out "
-              f"{100 * sc['certified_fraction']:.1f}% of the rows before any m x m solve. "
-              f"Building the certificate for this dictionary took {certificate_build:.3f} s (once "
-              "per 25% growth of the dictionary, so about 5x that over a whole scan; in the fit "
-              "above it is part of the scan's time).",
-              f"Without certificates the blocked scan does the counted work (kernel and solve for "
-              f"every row) at {sc['blocked_without_certificates_gflops']:.1f} GFLOP/s, "
-              f"{100 * sc['blocked_without_certificates_gflops'] / rate:.0f}% of gemm.",
-              f"From the first 90% of the dictionary, over the {few:,} timed rows, both scans add "
-              f"{added} points and select the same dictionary: {same}.",
-              f"Blocking alone is bounded by the trsm/trsv ratio "
-              f"({limits['all cores']['trsm m x m on c rows']:.1f} / "
-              f"{limits['all cores']['trsv m x m on one row']:.1f} GFLOP/s): the rest comes from "
-              "doing less work, not from a faster solve.",
-              "", "Counted flops: kernel 2nmd, triangular solve nm^2, accumulation nm^2 (scan and "
-              "pass 3: kernel + solve; pass 2: all three). Pass 2 does exactly that work (a "
-              "triangular solve per block of rows, then a syrk). The scan solves only the rows "
-              "its local certificates cannot rule out, and pass 3 folds the solve, the centring "
-              "and the eigenvectors into one m x p matrix (one c x m by m x p product): their "
-              "counted GFLOP/s near or above gemm's mean work saved, not a faster multiply."]
-    (out / "passes.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+def markdown(r: dict) -> str:
+    mc, f0 = r["machine"], r["fits"][0]
+    libs = (f"gemm: {f0['before']['gemm_library']} (NumPy {f0['before']['numpy_gemm_gflops']}, "
+            f"MKL {f0['before']['mkl_gemm_gflops']} GFLOP/s on all cores; one thread "
+            f"{f0['one_thread']['gemm_library']}, {f0['one_thread']['gemm_gflops']:.1f} GFLOP/s "
+            f"of CPU time); exp: {f0['before']['exp_library']} (NumPy "
+            f"{f0['before']['numpy_exp_per_s']:.3g}, MKL {f0['before']['mkl_exp_per_s'] or 0:.3g}"
+            f" values/s on all cores; one thread {f0['one_thread']['exp_library']}, "
+            f"{f0['one_thread']['exp_per_s']:.3g} per CPU second)")
+    lines = [f"# Passes 2 and 3 of `ooc-spectral fit` against their floors (n = {r['n']:,}, "
+             f"d = {r['d']}, m = {r['m']})", "",
+             f"Command: `{r['command']}`. Machine: {mc['cpu']}, {mc['cores']} cores, NumPy "
+             f"{mc['numpy']} on {', '.join(mc['numpy_blas'])}; the passes on "
+             f"{f0['report']['blas']}, loops {f0['report']['compiled_loops'] or 'NumPy'}, engine "
+             f"{f0['report']['engine']} ({f0['report']['tasks']} tasks of "
+             f"{f0['report']['task_rows']:,} rows). Floors measured before and after each fit "
+             f"with the fastest library for each: {libs}. Median of {len(r['fits'])} fits.", "",
+             "| pass | seconds | of floor (wall) | CPU seconds | of floor (CPU) | runs: of floor, of floor (CPU) |",
+             "|---|---:|---:|---:|---:|---|"]
+    for name, p in r["passes"].items():
+        cpu = "" if p["cpu_seconds"] is None else f"{p['cpu_seconds']:.1f}"
+        ofc = "" if p["of_floor_cpu"] is None else f"**{100 * p['of_floor_cpu']:.0f}%**"
+        runs = "; ".join(f"{100 * a:.0f}%, {100 * b:.0f}%"
+                         for a, b in zip(p["of_floor_runs"], p["of_floor_cpu_runs"]))
+        lines.append(f"| {name} | {p['seconds']:.1f} | **{100 * p['of_floor']:.0f}%** | {cpu} | "
+                     f"{ofc} | {runs} |")
+    lines += ["", "Fits (stages in seconds; load average at start and end of the fit):", ""]
+    for f in r["fits"]:
+        st = ", ".join(f"{k} {v:.1f}" for k, v in f["stages"].items())
+        lines.append(f"- {st}; load {f['load'][0]}-{f['load'][1]}; gemm GFLOP/s "
+                     f"{f['before']['gemm_gflops']} / {f['after']['gemm_gflops']}, exp/s "
+                     f"{f['before']['exp_per_s']:.3g} / {f['after']['exp_per_s']:.3g}, read "
+                     f"{f['before']['read_seconds']} / {f['after']['read_seconds']} s")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
