@@ -399,7 +399,7 @@ def test_a_real_sigkill_after_an_empty_lock_resumes_with_the_same_command(small,
 
 
 TAKEOVER = r'''
-import json, os, sys, time
+import json, os, sys
 from ooc_spectral.io.checkpoint import RunDirectory
 from ooc_spectral.exceptions import LockedError
 
@@ -415,6 +415,7 @@ for i in range(rounds):
         f.write(stale[i % len(stale)])  # dead pid, empty, garbled, live reused pid, other host
     go_r, go_w = os.pipe()
     res_r, res_w = os.pipe()
+    done_r, done_w = os.pipe()
     kids = []
     for k in range(2):
         pid = os.fork()
@@ -423,16 +424,21 @@ for i in range(rounds):
             try:
                 RunDirectory(d).acquire("taker")
                 won = b"1"
-                time.sleep(0.2)  # hold it while the other one tries
             except LockedError:
                 won = b"0"
             os.write(res_w, won)
+            if won == b"1":  # hold it until the other one has tried, however loaded the machine
+                os.read(done_r, 1)
             os._exit(0)
         kids.append(pid)
     os.write(go_w, b"xx")  # both start at once
+    got = b""
+    while len(got) < 2:  # both tried (a winner still holds the lock)
+        got += os.read(res_r, 2 - len(got))
+    os.write(done_w, b"xx")
     for pid in kids:
         os.waitpid(pid, 0)
-    results.append(os.read(res_r, 2).decode())
+    results.append(got.decode())
 print(json.dumps(results))
 '''
 
