@@ -24,7 +24,7 @@ from ooc_spectral.batch.jobs import FitJob, run_fit_job
 from test_cli import cli
 from test_resume import kill_when
 
-N_OLD, N_NEW, CHUNK, P = 6000, 8000, 512, 5  # 6000 is not a multiple of 512: a partial chunk
+N_OLD, N_NEW, CHUNK, P = 3000, 4000, 256, 5  # 3000 is not a multiple of 256: a partial chunk
 PARAMS = dict(gamma=0.05, tol=1e-4, n_components=P, random_state=0)
 
 
@@ -148,7 +148,7 @@ def test_a_changed_prefix_is_not_taken_for_an_append(rows, tmp_path, cluster, ch
     assert "update" not in rep  # refitted from scratch, every row read again
     assert rep["n_samples"] == N_NEW and rep["resumed_stages"] == []
     assert "fitting every row again" in caplog.text
-    assert "first 6000 rows" in caplog.text
+    assert f"first {N_OLD} rows" in caplog.text
     fresh = fit(tmp_path / "x.zarr", tmp_path / "fresh", cluster)
     np.testing.assert_array_equal(embedding(tmp_path / "out"), embedding(tmp_path / "fresh"))
     assert rep["eigenvalues"] == fresh["eigenvalues"]
@@ -193,7 +193,8 @@ def test_a_damaged_updated_outdir_is_refitted_not_repaired_from_the_first_fits_s
         (out / "report.json").unlink()
     else:
         meta = out / "model" / "zarr.json"
-        meta.write_text(meta.read_text().replace('"n_samples": 8000', '"n_samples": 8001'))
+        meta.write_text(meta.read_text().replace(f'"n_samples": {N_NEW}',
+                                                 f'"n_samples": {N_NEW + 1}'))
     with caplog.at_level("WARNING", logger="ooc_spectral"):
         rep = fit(tmp_path / "x.zarr", out, cluster)
     assert "fitting every row again" in caplog.text
@@ -236,7 +237,7 @@ def test_another_row_count_that_is_no_update_refits_instead_of_refusing(rows, tm
     fit(tmp_path / "x.zarr", tmp_path / "out", cluster)
     if case == "fewer-rows":
         arr.resize((N_OLD - 1000, 3))
-        n, words = N_OLD - 1000, "not more than the 6000 fitted"
+        n, words = N_OLD - 1000, f"not more than the {N_OLD} fitted"
     else:  # as a run killed before it finished leaves it
         RunDirectory(tmp_path / "out").mark("failed", error="killed")
         append(arr, rows)
@@ -252,7 +253,7 @@ def test_another_row_count_that_is_no_update_refits_instead_of_refusing(rows, tm
 # --------------------------------------------------------------------------- #
 # killed during an update, through the command line
 # --------------------------------------------------------------------------- #
-K_OLD, K_NEW, K_CHUNK = 30_000, 40_000, 500
+K_OLD, K_NEW, K_CHUNK = 15_000, 20_000, 250
 ARGS = ["--gamma", "0.05", "--tol", "1e-3", "--n-components", "3", "--checkpoint-every", "1",
         "--workers", "1", "--threads-per-worker", "1", "-q"]
 

@@ -28,7 +28,7 @@ PARAMS = dict(n_components=3, gamma=0.05, tol=1e-3, chunk_rows=2000, random_stat
 @pytest.fixture(scope="module")
 def roll(tmp_path_factory):
     path = tmp_path_factory.mktemp("rel") / "roll.zarr"
-    make_data("swiss-roll", 100_000, path, chunk_rows=2000, seed=3)
+    make_data("swiss-roll", 40_000, path, chunk_rows=2000, seed=3)  # 20 tasks per pass
     return path
 
 

@@ -21,9 +21,9 @@ import zarr
 
 from test_cli import EXE, cli
 
-N = 160_000  # three scan windows of 65,536 rows: a kill can land between two
-# 40 tasks of 4000 rows: enough that each kill lands inside its pass
-ARGS = ["--gamma", "0.05", "--tol", "1e-3", "--n-components", "3", "--chunk-rows", "4000",
+N = 100_000  # two scan windows of 65,536 rows (the second partial): a kill lands between them
+CHUNK = 2500  # 40 tasks: enough that each kill lands inside its pass
+ARGS = ["--gamma", "0.05", "--tol", "1e-3", "--n-components", "3", "--chunk-rows", str(CHUNK),
         "--checkpoint-every", "1", "--workers", "2", "--threads-per-worker", "1", "-q",
         "--engine", "cluster"]  # SIGKILL of the client and its worker processes
 
@@ -31,7 +31,7 @@ ARGS = ["--gamma", "0.05", "--tol", "1e-3", "--n-components", "3", "--chunk-rows
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     d = tmp_path_factory.mktemp("resume")
-    cli("make-data", "swiss-roll", "--n", N, "--out", d / "roll.zarr", "--chunk-rows", 4000,
+    cli("make-data", "swiss-roll", "--n", N, "--out", d / "roll.zarr", "--chunk-rows", CHUNK,
         check=0)
     return d / "roll.zarr"
 

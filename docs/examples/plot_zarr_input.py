@@ -34,5 +34,5 @@ with tempfile.TemporaryDirectory() as tmp:
 assert np.isfinite(E).all()
 fig, ax = plt.subplots(figsize=(5, 4))
 ax.scatter(E[::4, 0], E[::4, 4], c=t[::4], s=2, cmap="viridis")
-ax.set(title="20,000 rows read from zarr: eigenmap coordinates 1 and 5", xticks=[], yticks=[])
+ax.set(title="20,000 rows read from zarr: eigenmap coordinates 0 and 4", xticks=[], yticks=[])
 plt.show()

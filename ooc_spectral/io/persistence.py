@@ -205,10 +205,10 @@ def write_model(model: SavedModel, path, *, overwrite: bool = False) -> None:
         check_replaceable(loc, (MODEL_KEY,), "a model", bare_members=set(arrays))
     try:
         group = zarr.open_group(_listed_afresh(loc), mode="w" if overwrite else "w-")
-    except (FileExistsError, zarr.errors.ContainsGroupError, zarr.errors.ContainsArrayError) as exc:
-        raise OutputNotWritableError(
-            f"a model or other data already exists at {loc!r}; pass overwrite=True to replace it"
-        ) from exc
+    except (FileExistsError, zarr.errors.ContainsGroupError, zarr.errors.ContainsArrayError):
+        # from None: the refusal is the whole story, zarr's own traceback adds nothing (a
+        # notebook cell that saves, run twice, showed two chained tracebacks)
+        raise OutputNotWritableError(_exists_message(loc)) from None
     except OSError as exc:
         raise OutputNotWritableError(f"cannot write a model at {loc!r}: {exc}") from exc
     values = {name: np.asarray(value) for name, value in arrays.items()}
@@ -231,6 +231,19 @@ def write_model(model: SavedModel, path, *, overwrite: bool = False) -> None:
         "versions": package_versions(),
     }
     group.attrs[MODEL_KEY] = sealed(meta, key=ATTRS_KEY)
+
+
+def _exists_message(loc: str) -> str:
+    """Why ``save`` without ``overwrite`` refused ``loc``, and what to do about it."""
+    try:
+        is_model = MODEL_KEY in zarr.open_group(loc, mode="r").attrs
+    except Exception:  # noqa: BLE001 -- only chooses the wording; the refusal stands
+        is_model = False
+    if is_model:
+        return (f"a saved model already exists at {loc!r}; pass overwrite=True to replace it "
+                "(save(path, overwrite=True)), or choose another path")
+    return (f"{loc!r} already exists and is not a saved model; choose another path "
+            "(overwrite=True replaces a saved model or an interrupted save, nothing else)")
 
 
 def _listed_afresh(loc: str):
