@@ -120,3 +120,59 @@ def reference_eigenvalues(kernel, X, p: int) -> tuple[np.ndarray, float]:
     u = np.finfo(np.float64).eps / 2
     allowance = n * u * float(np.max(np.abs(Kc))) * 2 + 8 * n * u * float(vals[0])
     return vals, allowance
+
+
+def exact_residuals(kernel, X, D) -> np.ndarray:
+    """Every row's squared feature-space distance to the span of the dictionary rows D, in
+    exact rational arithmetic, for the kernels whose values are rational functions of the
+    float64 rows: linear and polynomial (with their centre). ``k(x, x) - k' M^-1 k`` with
+    every float64 value taken as the rational it is (``fractions.Fraction``), so no
+    rounding at all: the reference for bounds far below what extended precision resolves
+    (a linear kernel's rows in the span: residual exactly 0). Pure Python: small m and a
+    few hundred rows at most. Raises ``ZeroDivisionError`` when M is singular (a
+    dictionary point in the span of the others)."""
+    from fractions import Fraction
+
+    name = kernel.name
+    if name not in ("linear", "polynomial"):
+        raise ValueError(f"no rational reference for kernel {name!r}")
+    c = _center(kernel)
+
+    def rows(A):
+        A = np.asarray(A, dtype=np.float64)
+        out = [[Fraction(float(v)) for v in r] for r in A]
+        if c is not None:
+            cc = [Fraction(float(v)) for v in c]
+            out = [[v - w for v, w in zip(r, cc)] for r in out]
+        return out
+
+    if name == "polynomial":
+        g, c0, p = Fraction(float(kernel.gamma)), Fraction(float(kernel.coef0)), int(kernel.degree)
+
+        def k(a, b):
+            return (g * sum(x * y for x, y in zip(a, b)) + c0) ** p
+    else:
+        def k(a, b):
+            return sum(x * y for x, y in zip(a, b))
+
+    P, R = rows(D), rows(X)
+    m = len(P)
+    M = [[k(P[i], P[j]) for j in range(m)] for i in range(m)]
+    # LU without pivoting (M is positive definite), then each row's k' M^-1 k
+    for j in range(m):
+        for i in range(j + 1, m):
+            f = M[i][j] / M[j][j]
+            M[i][j] = f
+            for t in range(j + 1, m):
+                M[i][t] -= f * M[j][t]
+    out = []
+    for r in R:
+        kv = [k(p, r) for p in P]
+        y = list(kv)
+        for i in range(m):  # L y = k (unit lower)
+            y[i] -= sum(M[i][t] * y[t] for t in range(i))
+        a = [Fraction(0)] * m
+        for i in reversed(range(m)):  # U a = y
+            a[i] = (y[i] - sum(M[i][t] * a[t] for t in range(i + 1, m))) / M[i][i]
+        out.append(float(k(r, r) - sum(x * y for x, y in zip(kv, a))))
+    return np.asarray(out)

@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 from sklearn.datasets import make_circles, make_moons, make_s_curve
 
-from extended_precision import HAS_EXTENDED, LD, forward, kernel_matrix, reference_eigenvalues, \
-    true_residuals
+from extended_precision import HAS_EXTENDED, LD, exact_residuals, forward, kernel_matrix, \
+    reference_eigenvalues, true_residuals
 from ooc_spectral import GreedySpectralEmbedding
 from ooc_spectral.exceptions import NumericalBreakdownError
 from ooc_spectral.manifold import MetricMDS
@@ -80,7 +80,10 @@ def check_certified(kernel: str, X: np.ndarray, est, tol: float) -> dict:
     d = core.spectral_map_.dictionary
     out = {"m": d.size, "max_residual": core.max_residual_}
     if d.L is not None:  # the exact path has no factor: every row is a dictionary point
-        true = true_residuals(d.kernel, X, d.points)
+        # kernels that are rational in the rows (linear, polynomial): exact rationals, since
+        # their bounds go far below what long double resolves (rows in the span: 0)
+        rational = d.kernel.name in ("linear", "polynomial")
+        true = (exact_residuals if rational else true_residuals)(d.kernel, X, d.points)
         out["true_max"] = float(true.max())
         assert core.max_residual_ >= true.max(), (core.max_residual_, true.max())
         if core.dictionary_size is None and core.scan == "full" and tol > 0:
@@ -261,11 +264,25 @@ def test_tol_zero_is_exact_or_certified_never_certified_by_the_cancellation_it_b
     E = est.embedding_ * np.sign(np.sum(est.embedding_ * R, axis=0))
     assert np.abs(E - R).max() <= 1e-10 * np.abs(R).max()
     check_certified("rbf-median", X, est, 0.0)
+    # the divisive normalization too solves the exact problem where it is at hand: the
+    # Laplacian eigenmaps of the full Gram matrix, D^-1/2 v for the unit eigenvectors v of
+    # D^-1/2 K D^-1/2 (the first, trivial one dropped)
+    with pytest.warns(DictionaryWarning, match=r"tol=0 asks for every direction.*800 x 800"):
+        le = LaplacianEigenmaps(2, tol=0, random_state=0).fit(X)
+    K = np.exp(-le.gamma_ * (X - X.T) ** 2)
+    deg = K.sum(axis=1)
+    vals, V = np.linalg.eigh(K / np.sqrt(np.outer(deg, deg)))
+    F = V[:, ::-1][:, 1:3] / np.sqrt(deg)[:, None]
+    G = le.embedding_ * np.sign(np.sum(le.embedding_ * F, axis=0))
+    assert np.abs(G - F).max() <= 1e-8 * np.abs(F).max()
+    np.testing.assert_allclose(le.eigenvalues_, vals[::-1][1:3], rtol=1e-10)
+    assert le.volume_ == pytest.approx(deg.sum(), rel=1e-12)
+    # where it is not (more rows than max_dictionary_size), a refusal with advice that works
     with pytest.raises(NumericalBreakdownError, match=r"tol=0 asks for every direction") as info:
-        LaplacianEigenmaps(2, tol=0, random_state=0).fit(X)
+        LaplacianEigenmaps(2, tol=0, random_state=0, max_dictionary_size=799).fit(X)
     advice = info.value.suggested_tol
     assert advice > 0 and f"Use tol >= {advice:.2g}" in str(info.value)
-    le = LaplacianEigenmaps(2, tol=advice, random_state=0).fit(X)
+    le = LaplacianEigenmaps(2, tol=advice, random_state=0, max_dictionary_size=799).fit(X)
     d = le.embedding_estimator_.spectral_map_.dictionary
     true = true_residuals(d.kernel, X, d.points)
     assert true.max() <= le.embedding_estimator_.max_residual_ <= advice
@@ -303,7 +320,9 @@ def test_an_interval_float64_cannot_make_finite_is_refused_not_returned(monkeypa
     swamped = lambda *a, **k: (np.full(2, np.inf), np.full(2, np.inf))  # noqa: E731
     monkeypatch.setattr(certification, "spectrum_allowance", swamped)
     with pytest.raises(NumericalBreakdownError, match=r"eigenvalues cannot be certified.*Use tol >="):
-        GreedySpectralEmbedding(n_components=2, gamma=0.5, tol=1e-6, random_state=0).fit(X)
+        # more rows than max_dictionary_size: the exact problem is not at hand
+        GreedySpectralEmbedding(n_components=2, gamma=0.5, tol=1e-6, random_state=0,
+                                max_dictionary_size=N - 1).fit(X)
 
 
 @pytest.mark.parametrize("kernel", ["rbf", "laplacian", "linear", "polynomial", "cosine"])

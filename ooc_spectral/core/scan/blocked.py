@@ -189,16 +189,21 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
     rnd = state.rounding
     # Coordinates against the dictionary at the start of the block (the solve's own
     # output, c x m0, no copy) and against the points added within the block (Zn).
+    # E: the rounding of each row's residual; upper: an upper bound of its exact residual,
+    # valid as the dictionary grows (dhat + E, or a sharper one: explicit features)
     if m0:
         Z0, dhat, alpha = block_coordinates(state, X, x_aux, kx)
-        E = (rnd.residual_bounds(state.L, Z0, dhat, _residuals(state, dhat, alpha), X, x_aux,
-                                 kx, tol) if certify else np.zeros(c))
+        E, upper, lower = (rnd.residual_bounds(state.L, Z0, dhat, _residuals(state, dhat, alpha),
+                                               X, x_aux, kx, tol, state.points)
+                           if certify else (np.zeros(c), np.full(c, np.inf), np.zeros(c)))
     else:
         Z0 = np.empty((c, 0))
         dhat = kx.copy()
         alpha = np.ones(c)
         E = np.broadcast_to(diag_error(kernel, X, x_aux, kx), (c,)).astype(np.float64)
-    certified = (dhat + E <= tol) if certify else np.ones(c, dtype=bool)
+        upper = dhat + E if certify else np.full(c, np.inf)
+        lower = dhat - E
+    certified = (upper <= tol) if certify else np.ones(c, dtype=bool)
     bounded = np.full(c, m0)  # the dictionary size each row's E was computed against
     Zn = np.empty((c, min(c, 32)))
     G = None
@@ -206,7 +211,8 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
     pos = 0
     while pos < c:
         delta = _residuals(state, dhat[pos:], alpha[pos:])
-        inspan = dhat[pos:] <= floor[pos:]
+        # in the span: computed, or certified (a bound of explicit features, below dhat)
+        inspan = (dhat[pos:] <= floor[pos:]) | (upper[pos:] <= floor[pos:])
         hits = np.flatnonzero(((delta > tol) & ~inspan) | ~certified[pos:])
         if hits.size == 0:
             break
@@ -220,12 +226,15 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
                 # uncertified rows after it (one vectorized call, not one per row)
                 w = i + np.flatnonzero(~certified[i:i + REBOUND_ROWS])
                 Zw = np.concatenate([Z0[w], Zn[w, :j]], axis=1)
-                E[w] = rnd.residual_bounds(state.L, Zw, dhat[w], None, X[w],
-                                           None if x_aux is None else x_aux[w], kx[w], tol)
+                E[w], up, lower[w] = rnd.residual_bounds(
+                    state.L, Zw, dhat[w], None, X[w], None if x_aux is None else x_aux[w], kx[w],
+                    tol, state.points)
                 bounded[w] = m
-                certified[w] = dhat[w] + E[w] <= tol
+                upper[w] = np.minimum(upper[w], up)
+                certified[w] = upper[w] <= tol
             E_i = float(E[i])
-            if not decide(d_i, float(dhat[i]), float(floor[i]), E_i, tol, int(rows[i])):
+            if not decide(d_i, float(dhat[i]), float(floor[i]), E_i, tol, int(rows[i]),
+                          float(upper[i]), float(lower[i])):
                 pos = i + 1
                 continue
         if limit is not None and state.size >= limit:
@@ -375,8 +384,8 @@ def pointwise_scan(kernel: Kernel, X: np.ndarray, rows: np.ndarray, tol: float, 
             dhat, alpha = kxx, 1.0
             delta = np.inf if affine else dhat
         floor = PIVOT_FLOOR * max(abs(kxx), np.finfo(np.float64).tiny)
-        E = state.rounding.row_bound(state.L, z, X[t], x_aux, kxx)
-        if not decide(delta, dhat, floor, E, tol, int(rows[t])):
+        E, upper, lower = state.rounding.row_bound(state.L, z, X[t], x_aux, kxx, state.points)
+        if not decide(delta, dhat, floor, E, tol, int(rows[t]), upper, lower):
             continue
         state.append(X[t], int(rows[t]), None if x_aux is None else x_aux[0], z, dhat, alpha)
         entered_resolved(delta, state.last_rounding, tol, int(rows[t]))

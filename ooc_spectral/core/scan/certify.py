@@ -36,6 +36,7 @@ from scipy.linalg import solve_triangular
 
 from ...exceptions import NumericalBreakdownError
 from ..model import PIVOT_FLOOR
+from ..explicit_features import explicit_features, explicit_residual_bounds
 from ..rounding import U, diag_error, entry_error, factor_error, gamma, kernel_center
 
 __all__ = ["ScanRounding", "RESOLVED", "ZERO_TOL_SKIP", "COEF_SAFETY", "measure_size", "decide",
@@ -76,16 +77,20 @@ def measure_size(size: int) -> int:
 
 
 def decide(delta: float, dhat: float, floor: float, rounding: float, tol: float,
-           row: int) -> bool:
+           row: int, upper: float | None = None, lower: float | None = None) -> bool:
     """Whether a row enters the dictionary: False to skip it, True to add it; raises
     :class:`~ooc_spectral.exceptions.NumericalBreakdownError` when float64 cannot decide.
 
     ``rounding`` is E of the row's residual ``dhat`` (its exact residual is at most
-    ``dhat + E``). A row certified within tol (``dhat + E <= tol``) is skipped when its
+    ``dhat + E``, or ``upper`` where a sharper bound is known: explicit features; at least
+    ``dhat - E``, or ``lower`` where larger, the row's *spread* being half the width of the
+    two). A row certified within tol (its upper bound at most tol) is skipped when its
     ``delta`` is within tol too, or when it is numerically in the span (``dhat`` below
     the pivot ``floor``); it enters when its ``delta`` exceeds tol (the paper's rule).
-    A row not certified enters if its rounding is resolved (at most :data:`RESOLVED` of
-    tol: its exact residual is then above ``tol - 2E``) and its pivot above the floor.
+    A row not certified enters if its pivot is above the floor and resolved: its spread at
+    most :data:`RESOLVED` of tol (its exact residual is then above ``tol - 2E``), or, its
+    exact residual certainly above tol (``lower > tol``), at most :data:`RESOLVED` of its
+    residual.
     ``tol <= 0`` asks for every direction of the data: a row above the floor enters
     when its pivot is resolved (its rounding at most :data:`RESOLVED` of ``dhat``); a
     row below it is skipped when certified in the span to :data:`ZERO_TOL_SKIP` of
@@ -94,18 +99,24 @@ def decide(delta: float, dhat: float, floor: float, rounding: float, tol: float,
     its exact residual may be far from 0 while ``dhat`` is cancellation noise, or 0
     while ``dhat`` is a pivot of noise.
     """
-    inspan = dhat <= floor
+    upper = dhat + rounding if upper is None else min(upper, dhat + rounding)
+    lower = dhat - rounding if lower is None else max(lower, dhat - rounding)
+    spread = max(0.5 * (upper - lower), 0.0)
+    inspan = dhat <= floor or upper <= floor  # computed, or certified
     if tol <= 0:  # every direction: enter resolved pivots, skip rows certified in the span
         if not inspan:
-            if rounding <= RESOLVED * dhat:
+            if spread <= RESOLVED * dhat:
                 return delta > tol
-        elif dhat + rounding <= floor * (ZERO_TOL_SKIP / PIVOT_FLOOR):
+        elif upper <= floor * (ZERO_TOL_SKIP / PIVOT_FLOOR):
             return False
-        raise uncertifiable(rounding, tol, row)
-    if dhat + rounding <= tol:
+        raise uncertifiable(spread, tol, row)
+    if upper <= tol:
         return delta > tol and not inspan
-    if inspan or rounding > RESOLVED * tol:
-        raise uncertifiable(rounding, tol, row)
+    # resolved: within RESOLVED of tol (its exact residual is then above tol - 2 spread), or,
+    # a row certainly beyond tol, within RESOLVED of its own residual (on data of a large
+    # scale, such as a linear kernel on raw columns, a first pivot of 4.7e3 known to 9e-12)
+    if inspan or not (spread <= RESOLVED * tol or (spread <= RESOLVED * dhat and lower > tol)):
+        raise uncertifiable(spread, tol, row)
     return True
 
 
@@ -192,6 +203,10 @@ class ScanRounding:
         An = float(np.abs(a[self.measured:]).sum())
         E = self.bound(m, np.array([sq]), kx, np.array([eta]), np.array([A]), np.array([An]),
                        solved=True, kx_error=diag_error(kernel, X, xa, kx))[0] if m else 0.0
+        if m and explicit_features(kernel) is not None:  # its residual from below, directly
+            _, low = explicit_residual_bounds(kernel, X, points[:m], a[:, None], L[:m, :m],
+                                              inverse_norm=self.inverse_norm(m))
+            E = min(E, max(pivot * pivot - float(low[0]), 0.0))
         # this point's row of L^-1 is [-a'/p, 1/p]; its sum of magnitudes:
         self.coef = np.append(self.coef, COEF_SAFETY * (A + 1.0) / pivot * (1 + gamma(m + 2)))
         g2 = gamma(2 * m + 2)
@@ -230,6 +245,12 @@ class ScanRounding:
         return r
 
     # -- the bound --------------------------------------------------------- #
+    def inverse_norm(self, m: int) -> float:
+        """An upper bound of ``||L^-1||_2`` for the first m points: ``sqrt(||.||_1 ||.||_inf)``
+        from the inverse row sums (every column sum is at most their total)."""
+        c = self.coef[:m]
+        return float(math.sqrt(float(np.sum(c)) * float(np.max(c)))) if c.size else 0.0
+
     @property
     def theta_n(self) -> float:
         """The largest a-priori backward error of the points added since the measurement."""
@@ -271,41 +292,72 @@ class ScanRounding:
         return A, An
 
     @staticmethod
-    def sharp(L: np.ndarray, Z: np.ndarray, measured: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(|a|_1, |a_n|_1)`` for a the computed solutions of ``L' a = z``."""
+    def sharp(L: np.ndarray, Z: np.ndarray, measured: int, solutions: bool = False):
+        """``(|a|_1, |a_n|_1)`` for a the computed solutions of ``L' a = z`` (and, with
+        ``solutions``, those: m x c)."""
         if Z.shape[0] == 0 or L.shape[0] == 0:
-            return np.zeros(Z.shape[0]), np.zeros(Z.shape[0])
-        A = solve_triangular(L, np.ascontiguousarray(Z.T), lower=True, trans="T", check_finite=False)
+            A = np.zeros((L.shape[0], Z.shape[0]))
+        else:
+            A = solve_triangular(L, np.ascontiguousarray(Z.T), lower=True, trans="T",
+                                 check_finite=False)
         aA = np.abs(A)
-        return aA.sum(axis=0), aA[measured:].sum(axis=0)
+        out = aA.sum(axis=0), aA[measured:].sum(axis=0)
+        return out + (A,) if solutions else out
 
     def residual_bounds(self, L: np.ndarray, Z: np.ndarray, dhat: np.ndarray, delta: np.ndarray,
-                        X: np.ndarray, x_aux, kx: np.ndarray, tol: float) -> np.ndarray:
-        """E for each row of a block against the dictionary L (c x m coordinates Z): the
-        cheap bound, and the sharp one for the rows the cheap one does not certify."""
+                        X: np.ndarray, x_aux, kx: np.ndarray, tol: float,
+                        points: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(E, upper, lower)`` for each row of a block against the dictionary L (c x m
+        coordinates Z): E the rounding of its computed residual, by the cheap bound and
+        the sharp one for the rows the cheap one does not certify; ``upper`` an upper bound
+        of its exact residual, ``dhat + E`` or, for a kernel with explicit features (given
+        the dictionary's ``points``), the direct bound of
+        :mod:`~ooc_spectral.core.explicit_features` where smaller; ``lower``, ``dhat - E``
+        or that module's estimate from below where larger (:func:`decide`)."""
         m = L.shape[0]
         eta = self.row_errors(X, x_aux, kx)
         kerr = diag_error(self.kernel, X, x_aux, kx)
         A, An = self.cheap(Z)
         E = self.bound(m, np.einsum("ij,ij->i", Z, Z), kx, eta, A, An, solved=False, kx_error=kerr)
-        undecided = np.flatnonzero(dhat + E > tol)
+        undecided = dhat + E > tol
+        explicit = points is not None and m and explicit_features(self.kernel) is not None
+        if explicit and delta is not None:  # also the rows the affine delta would add: in
+            undecided |= delta > tol  # the span (certified), they do not enter
+        undecided = np.flatnonzero(undecided)
         if undecided.size:
             Zu = Z[undecided]
-            As, Ans = self.sharp(L, Zu, self.measured)
+            As, Ans, a = self.sharp(L, Zu, self.measured, solutions=True)
             ku = kerr if np.ndim(kerr) == 0 else kerr[undecided]
             E[undecided] = np.minimum(E[undecided], self.bound(
                 m, np.einsum("ij,ij->i", Zu, Zu), kx[undecided], eta[undecided], As, Ans,
                 solved=True, kx_error=ku))
-        return E
+        upper, lower = dhat + E, dhat - E
+        if undecided.size and explicit:
+            up, low = explicit_residual_bounds(self.kernel, X[undecided], points, a, L,
+                                               inverse_norm=self.inverse_norm(m))
+            upper[undecided] = np.minimum(upper[undecided], up)
+            lower[undecided] = np.maximum(lower[undecided], low)
+        return E, upper, lower
 
-    def row_bound(self, L: np.ndarray, z: np.ndarray, x: np.ndarray, x_aux, kxx: float) -> float:
-        """E of one row against the dictionary L (the sharp bound)."""
+    def row_bound(self, L: np.ndarray, z: np.ndarray, x: np.ndarray, x_aux, kxx: float,
+                  points: np.ndarray | None = None) -> float:
+        """``(E, upper, lower)`` of one row against the dictionary L
+        (:meth:`residual_bounds`, the sharp bound)."""
         m = L.shape[0]
         if m == 0:
-            return float(np.max(np.atleast_1d(diag_error(self.kernel, x[None, :], x_aux, np.array([kxx])))))
+            E = float(np.max(np.atleast_1d(diag_error(self.kernel, x[None, :], x_aux,
+                                                      np.array([kxx])))))
+            return E, kxx + E, kxx - E
         X = x[None, :]
         kx = np.array([kxx])
         eta = self.row_errors(X, x_aux, kx)
-        A, An = self.sharp(L, z[None, :], self.measured)
-        return float(self.bound(m, np.array([float(z @ z)]), kx, eta, A, An, solved=True,
-                                kx_error=diag_error(self.kernel, X, x_aux, kx))[0])
+        A, An, a = self.sharp(L, z[None, :], self.measured, solutions=True)
+        E = float(self.bound(m, np.array([float(z @ z)]), kx, eta, A, An, solved=True,
+                             kx_error=diag_error(self.kernel, X, x_aux, kx))[0])
+        dhat = kxx - float(z @ z)
+        upper, lower = dhat + E, dhat - E
+        if points is not None and explicit_features(self.kernel) is not None:
+            up, low = explicit_residual_bounds(self.kernel, X, points, a, L,
+                                               inverse_norm=self.inverse_norm(m))
+            upper, lower = min(upper, float(up[0])), max(lower, float(low[0]))
+        return E, upper, lower
