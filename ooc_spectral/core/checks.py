@@ -120,9 +120,10 @@ def _too_few_points(dictionary: Dictionary, kernel: Kernel, gamma, tol: float, c
                     n_features: int, spent: int) -> DictionaryError:
     """The error of a dictionary with fewer points than ``n_components`` needs. Its
     ``kind`` says why: ``"feature-space"`` (the kernel's feature space has no more
-    directions), ``"groups"`` (groups of equal rows), ``"every-direction"`` (tol 0), else
-    ``"tol"`` (a smaller tol or another gamma could add points; where the exact problem is
-    at hand the fit solves it instead, :mod:`ooc_spectral.pipeline.exact`)."""
+    directions), ``"groups"`` (groups of equal rows), ``"every-direction"`` (tol 0),
+    ``"constant"`` (a kernel so wide it is nearly constant over the data), else ``"tol"``
+    (a smaller tol could add points; where the exact problem is at hand the fit solves it
+    instead, :mod:`ooc_spectral.pipeline.exact`)."""
     m = dictionary.size
     limit = max(m - spent, 0)
     scale = float(np.max(kernel.diag(dictionary.points)))
@@ -152,14 +153,15 @@ def _too_few_points(dictionary: Dictionary, kernel: Kernel, gamma, tol: float, c
                "dictionary size tells equal rows apart")
         if c.normalization == "additive":  # centred, m groups span m - 1 directions
             limit = max(m - 1, 0)
-    elif gamma is not None and c.kernel in ("rbf", "laplacian"):
+    elif gamma is not None and c.kernel in ("rbf", "laplacian") and m == 1:
+        kind = "constant"  # every row within tol of one point: k(x, d) >= 1 - tol / 2
         why = (f"with gamma={gamma:.3g} the {c.kernel} kernel is nearly constant over the "
-               f"data, so every row is within tol={tol:.3g} of the span of the first points")
+               f"data, so every row is within tol={tol:.3g} of the first point")
     else:
         why = f"every row is within tol={tol:.3g} of the span of the first points"
     diagnosis = (f"the dictionary has only {m} point{'s' if m != 1 else ''}, so n_components="
                  f"{c.n_components} is not {'below' if spent else 'at most'} the dictionary "
-                 f"size: {why}")
+                 f"size; {why}")
     err = DictionaryError(f"{diagnosis}; lower n_components to at most {limit}")
     err.kind, err.diagnosis, err.limit, err.gamma = kind, diagnosis, limit, gamma
     return err

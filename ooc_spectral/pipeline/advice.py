@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import warnings
 
 import numpy as np
 
@@ -79,7 +80,10 @@ def _too_few_points(err, c, source):
     components plus the directions the normalization spends, where Algorithm 2 reaches
     that size on a seeded sample with a factor float64 resolves (checked here); else the
     most components the dictionary gives."""
-    if getattr(err, "kind", None) != "tol" or c.n_components is None:
+    kind = getattr(err, "kind", None)
+    if kind == "constant":
+        return _wider_than_the_heuristic(err, c, source)
+    if kind != "tol" or c.n_components is None:
         return None
     spent = spent_directions(c.affine, c.normalization, c.drop_first)
     # dictionary_size must exceed n_components (the configuration's own check) and give
@@ -98,6 +102,27 @@ def _too_few_points(err, c, source):
     return type(err)(f"{err.diagnosis}; {advice}")
 
 
+def _wider_than_the_heuristic(err, c, source):
+    """A kernel nearly constant over the data at a gamma the user set far below the median
+    heuristic's: that gamma, checked by a greedy scan of a seeded sample."""
+    if c.gamma is None or c.n_components is None:
+        return None
+    sample = source.read_index(plan_sample(source.n_rows, GAMMA_SAMPLE_SIZE, c.random_state,
+                                           SAMPLE_PURPOSE["gamma"]))
+    median = median_heuristic_gamma(c.kernel, sample)
+    if median is None or c.gamma > median / FAR_ABOVE:
+        return None
+    found = _scan_size(c, source, median)
+    spent = spent_directions(c.affine, c.normalization, c.drop_first)
+    if found is None or found[0] < c.n_components + spent:
+        return None
+    return type(err)(
+        f"{err.diagnosis}; gamma={c.gamma:.3g} is {median / c.gamma:.3g} times below the median "
+        f"heuristic's {median:.3g}: leave gamma to the heuristic (gamma=None, or drop --gamma) "
+        f"or try gamma={median:.3g}: a greedy scan of a seeded sample of {found[1]} rows at "
+        f"that gamma and tol={c.tol:.3g} keeps {found[0]} points")
+
+
 def _unreachable(err, c):
     """``dictionary_size`` beyond the points outside the span of the others: the size they
     allow holds fewer components than asked for, so the advice names both parameters."""
@@ -112,11 +137,10 @@ def _unreachable(err, c):
 
 
 def _reaches(c, source, size: int, gamma) -> str:
-    """How Algorithm 2 reaches ``size`` points on a seeded sample of at least
-    :data:`CHECK_ROWS` rows with a factor float64 resolves, at the fit's ``gamma`` ("" where
-    it does not)."""
-    from ..core.checks import check_conditioning
-    from ..core.scan.search import search_dictionary
+    """Whether a fit with ``dictionary_size=size`` works on a seeded sample of at least
+    :data:`CHECK_ROWS` rows at the fit's ``gamma`` (the whole pipeline: Algorithm 2, the
+    factor's conditioning, pass 2, the spectrum and its interval), said as such; "" where
+    it does not."""
     from ..exceptions import NumericalBreakdownError
     from ..io.source import open_source
     from .fit import FitRun
@@ -124,15 +148,17 @@ def _reaches(c, source, size: int, gamma) -> str:
     rows = plan_sample(source.n_rows, max(CHECK_ROWS, 2 * size), c.random_state,
                        SAMPLE_PURPOSE["gamma"])
     X = np.asarray(source.read_index(rows), dtype=np.float64)
+    cfg = dataclasses.replace(c, dictionary_size=size, tol=None, scan="full",
+                              gamma=gamma if gamma is not None else c.gamma,
+                              sample_size=max(c.sample_size, len(rows)))
     try:
-        cfg = dataclasses.replace(c, n_components=1, gamma=gamma if gamma is not None else c.gamma)
-        kernel, _ = FitRun(cfg, open_source(X)).resolve_kernel()
-        state, tol = search_dictionary(kernel, X, rows, size, affine=c.affine)
-        check_conditioning(state.freeze(), tol)
+        with warnings.catch_warnings():  # the check's own warnings are not the user's
+            warnings.simplefilter("ignore")
+            FitRun(cfg, open_source(X)).run()
     except (DictionaryError, NumericalBreakdownError):
         return ""
-    return (f"Algorithm 2 reaches {size} points on a seeded sample of {len(rows)} rows "
-            "with a factor float64 resolves")
+    return (f"a fit with it on a seeded sample of {len(rows)} rows (Algorithm 2, the "
+            "certificate, the spectrum) works")
 
 
 def _past_the_limit(err, c, source):
