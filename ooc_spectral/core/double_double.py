@@ -34,8 +34,13 @@ import numpy as np
 
 from .error_free import _slices, _two_sum
 
-__all__ = ["two_sum", "two_prod", "dd_add", "dd_mul", "dd_mul_d", "dd_exp", "EXP_REL_ERROR",
-           "exact_products", "PRODUCT_REL_ERROR", "dd_row_dots"]
+__all__ = ["two_sum", "two_prod", "dd_add", "dd_mul", "dd_mul_d", "dd_div", "dd_sqrt", "dd_exp",
+           "EXP_REL_ERROR", "exact_products", "PRODUCT_REL_ERROR", "dd_row_dots", "OP_REL_ERROR"]
+
+#: A bound on the relative error of one double-double multiplication, division or square
+#: root, and of an addition relative to its operands' magnitudes (Hida, Li and Bailey's
+#: algorithms: 2 to 4 u^2, with room).
+OP_REL_ERROR = 8.0 * 2.0 ** -106
 
 two_sum = _two_sum
 
@@ -116,6 +121,27 @@ def dd_mul_d(ah, al, b):
     return fast_two_sum(p, e)
 
 
+def dd_div(ah, al, bh, bl):
+    """``(ah + al) / (bh + bl)``: ``q1 = ah / bh``, the remainder ``a - q1 b`` in
+    double-double, ``q2`` its quotient by ``bh``."""
+    q1 = ah / bh
+    ph, pl = dd_mul_d(bh, bl, q1)
+    rh, rl = dd_add(ah, al, -ph, -pl)
+    q2 = (rh + rl) / bh
+    return fast_two_sum(q1, q2)
+
+
+def dd_sqrt(ah, al):
+    """``sqrt(ah + al)`` for non-negative arguments: ``s = sqrt(ah)`` corrected by
+    ``(a - s^2) / (2 s)`` (0 where ``ah`` is 0)."""
+    s = np.sqrt(np.maximum(ah, 0.0))
+    ph, pl = two_prod(s, s)
+    rh, rl = dd_add(ah, al, -ph, -pl)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = np.where(s > 0, (rh + rl) / (2.0 * s), 0.0)
+    return fast_two_sum(s, e)
+
+
 def dd_exp(th: np.ndarray, tl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``exp(th + tl)`` as a double-double, for arguments at most 0 (kernel values): within
     :data:`EXP_REL_ERROR` of itself, or 0 where ``th < -667`` (absolute error 2.3e-290).
@@ -181,11 +207,16 @@ def exact_products(A: np.ndarray, B: np.ndarray, slices: int = 6) -> tuple[np.nd
 
 def dd_row_dots(ah, al, bh, bl) -> tuple[np.ndarray, np.ndarray]:
     """Row-wise ``sum_j a_ij b_ij`` of two double-double (c x m) arrays, as a double-double
-    per row: one double-double product and addition per column (relative error about
-    ``(4 + 2 m) u^2`` of ``sum |a||b|``)."""
-    c, m = ah.shape
-    sh, sl = np.zeros(c), np.zeros(c)
-    for j in range(m):
-        ph, pl = dd_mul(ah[:, j], al[:, j], bh[:, j], bl[:, j])
-        sh, sl = dd_add(sh, sl, ph, pl)
-    return sh, sl
+    per row: the products in double-double, summed by a pairwise tree of double-double
+    additions (relative error at most ``(1 + log2 m) OP_REL_ERROR`` of ``sum |a||b|``)."""
+    ph, pl = dd_mul(np.asarray(ah, dtype=np.float64), np.asarray(al, dtype=np.float64),
+                    np.asarray(bh, dtype=np.float64), np.asarray(bl, dtype=np.float64))
+    ph, pl = np.atleast_2d(ph), np.atleast_2d(pl)
+    while ph.shape[1] > 1:
+        if ph.shape[1] % 2:
+            ph = np.concatenate([ph, np.zeros((ph.shape[0], 1))], axis=1)
+            pl = np.concatenate([pl, np.zeros((pl.shape[0], 1))], axis=1)
+        ph, pl = dd_add(ph[:, 0::2], pl[:, 0::2], ph[:, 1::2], pl[:, 1::2])
+    if ph.shape[1] == 0:
+        return np.zeros(ph.shape[0]), np.zeros(ph.shape[0])
+    return ph[:, 0], pl[:, 0]

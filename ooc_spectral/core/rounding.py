@@ -241,6 +241,9 @@ class FactorRounding:
         A bound every row's exact residual already has (the tol of a scan that
         certified each row it skipped, ``inf`` otherwise): :meth:`certify` returns at
         most this.
+    extended : ExtendedGram or None
+        The dictionary's Gram matrix in double-double (:mod:`~ooc_spectral.core.extended`):
+        rows the float64 bounds leave beyond the target are bounded with it.
     """
 
     size: int
@@ -252,14 +255,17 @@ class FactorRounding:
     min_weight: float | None = None
     target: float = math.inf
     cap: float = math.inf
+    extended: object = None
 
     @classmethod
     def of(cls, kernel, points: np.ndarray, L: np.ndarray, aux=None, *, target: float = math.inf,
-           cap: float = math.inf) -> "FactorRounding":
+           cap: float = math.inf, extended=None) -> "FactorRounding":
         points = np.ascontiguousarray(points, dtype=np.float64)
         m = points.shape[0]
         if m == 0 or L is None:
             return cls(m, 0.0, 0.0, np.zeros(m), 0.0, 0.0, None, float(target), float(cap))
+        if extended is not None:
+            extended.grow(points)
         theta = float(np.max(factor_error(kernel, points, L)))
         ell = float(np.sqrt(np.max(np.einsum("ij,ij->i", L, L)))) * (1 + 4 * U) * (1 + gamma(m))
         c = kernel_center(kernel)
@@ -271,7 +277,7 @@ class FactorRounding:
         if getattr(kernel, "name", "") == "subset-normalized":
             weight = float(np.min(aux[:, 1]))
         return cls(m, theta, ell, inverse_row_sums(L), radius, float(np.max(np.abs(kd))), weight,
-                   float(target), float(cap))
+                   float(target), float(cap), extended)
 
     def row_errors(self, kernel, X, x_aux, kx) -> np.ndarray:
         """``eta(x)`` of :func:`entry_error` for the rows of X against this dictionary."""
@@ -354,6 +360,11 @@ class FactorRounding:
                 direct = explicit_residual_bounds(kernel, X[need], dictionary.points, a,
                                                   dictionary.L)
                 E[need] = np.minimum(E[need], direct - dhat[need])
+            beyond = need[dhat[need] + E[need] > self.target]
+            if self.extended is not None and beyond.size:  # double-double (core/extended.py)
+                up, _ = self.extended.bounds(dictionary.L, dictionary.points, X[beyond],
+                                             uncentred(beyond))
+                E[beyond] = np.minimum(E[beyond], up - dhat[beyond])
         bounds = np.minimum(dhat + E, self.cap)
         xi = eta + gamma(2 * m + 2) * self.ell * np.sqrt(np.maximum(sq, 0.0) * (1 + gamma(m)))
         return bounds, xi, E, sharp
@@ -367,15 +378,19 @@ class FactorRounding:
                 "dictionary_radius": self.radius}
 
 
-def with_rounding(dictionary, *, target: float = math.inf, cap: float = math.inf):
+def with_rounding(dictionary, *, target: float = math.inf, cap: float = math.inf,
+                  extended=None):
     """``dictionary`` with its :class:`FactorRounding` attached (O(m^3) once): what pass 2
-    certifies every row's residual with. ``target`` and ``cap`` as there."""
+    certifies every row's residual with. ``target`` and ``cap`` as there; ``extended``, the
+    dictionary's Gram matrix in double-double
+    (:class:`~ooc_spectral.core.extended.ExtendedGram`, grown here to the whole dictionary),
+    bounds in double-double the rows still beyond the target."""
     import dataclasses
 
     if dictionary.L is None:
         return dictionary
     r = FactorRounding.of(dictionary.kernel, dictionary.points, dictionary.L, dictionary.aux,
-                          target=target, cap=cap)
+                          target=target, cap=cap, extended=extended)
     return dataclasses.replace(dictionary, rounding=r)
 
 

@@ -154,6 +154,9 @@ class FitRun:
         #: early stop on the first rows (:mod:`ooc_spectral.pipeline.exact`).
         self._scan_limit = config.max_dictionary_size
         self._scan_early: tuple[int, int, int] | None = None
+        #: Whether the scan decides in double-double what float64 cannot (where the exact
+        #: problem is not at hand, :mod:`ooc_spectral.core.extended`).
+        self._extended = False
         #: Pass 1's selection (:mod:`ooc_spectral.pipeline.scan`): the dictionary's
         #: state, and what completing a prefix scan after pass 2 needs.
         self.selection: Selection | None = None
@@ -227,11 +230,13 @@ class FitRun:
         if saved is not None:
             state = DictionaryState.from_arrays(kernel, c.affine, saved["points"], saved["indices"],
                                                 saved["L"], saved["w"])
+            state.rounding.extended_allowed = self._extended
             self.selection = greedy(state, float(saved["tol"]), int(saved["windows_done"]))
             self.resumed.append("scan")
             log.info("scan: resuming after window %d of %d with %d dictionary points",
                      self.selection.windows_done, order.n_windows, state.size)
             if self.selection.complete or saved.get("prefix_done"):
+                state.refine_factor()
                 return state.freeze(c.solver), self.selection.tol, self.selection.complete
         elif c.dictionary_size is not None:
             if c.dictionary_selection == "random":
@@ -243,9 +248,11 @@ class FitRun:
             self.selection = greedy(state, tol, order.n_windows)
             return state.freeze(c.solver), tol, True
         else:
-            self.selection = greedy(DictionaryState(kernel, self.source.n_features, c.affine),
-                                    c.tol, 0)
+            state = DictionaryState(kernel, self.source.n_features, c.affine)
+            state.rounding.extended_allowed = self._extended
+            self.selection = greedy(state, c.tol, 0)
         complete = self.selection.run(patience=c.prefix_patience if c.scan == "prefix" else None)
+        self.selection.state.refine_factor()
         return self.selection.state.freeze(c.solver), self.selection.tol, complete
 
     def complete_prefix_scan(self, stats: Statistic, tol: float) -> Rescan:
@@ -372,8 +379,11 @@ class FitRun:
         cheap bound exceeds ``tol`` get the sharp one; ``cap``, a bound every row's
         residual already has (the tol of a scan that certified each row it skipped; none
         at tol 0, whose scan certifies rows within ZERO_TOL_SKIP k(x, x), not within tol)."""
+        state = None if self.selection is None else self.selection.state
+        gram = getattr(getattr(state, "rounding", None), "extended", None)
         with self.stage("rounding"), small_blas(dictionary.size):
-            return with_rounding(dictionary, target=tol, cap=cap if tol > 0 else math.inf)
+            return with_rounding(dictionary, target=tol, cap=cap if tol > 0 else math.inf,
+                                 extended=None if gram is None else gram.copy())
 
     def advised(self, err: NumericalBreakdownError, kernel: Kernel) -> NumericalBreakdownError:
         """:func:`~ooc_spectral.pipeline.certification.advised` for this fit."""
@@ -403,6 +413,7 @@ class FitRun:
         stats = dataclasses.replace(stats, beyond=None)  # the rows are scanned: drop them
         if not rescan.grew:
             return dictionary, X, dataclasses.replace(stats, certificate=rescan.certificate), total
+        self.selection.state.refine_factor()
         old_size, dictionary = dictionary.size, self.selection.state.freeze(c.solver)
         log.info("dictionary: %d points", dictionary.size)
         self.check_dictionary(dictionary, kernel, gamma, tol)
@@ -506,6 +517,7 @@ class FitRun:
         with self.stage("kernel"):
             kernel, gamma = self.resolve_kernel()
         exact = exact_at_hand(c, s.n_rows)
+        self._extended = not exact
         if exact:
             self._scan_limit = min(c.max_dictionary_size, math.ceil(EXACT_FRACTION * s.n_rows))
         if exact:  # a dictionary heading for every row: the exact problem, or a stop

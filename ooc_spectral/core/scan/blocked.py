@@ -50,7 +50,8 @@ from ..model import PIVOT_FLOOR
 from ..planning import (SCAN_ONE_BLAS_THREAD_BELOW, SCAN_PANEL_POINTS, SCAN_PANEL_ROWS, SCAN_SPLIT_ROWS,
                         scan_block_rows, small_blas)
 from ..rounding import diag_error
-from .certify import decide, entered_resolved
+from ...exceptions import NumericalBreakdownError
+from .certify import RESOLVED, decide, entered_resolved
 from .local_certificate import CERTIFY_THREADS, certify_rows, scan_pool
 from .state import DictionaryState
 
@@ -211,8 +212,10 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
     pos = 0
     while pos < c:
         delta = _residuals(state, dhat[pos:], alpha[pos:])
-        # in the span: computed, or certified (a bound of explicit features, below dhat)
-        inspan = (dhat[pos:] <= floor[pos:]) | (upper[pos:] <= floor[pos:])
+        # in the span: certified (explicit features: below dhat), or computed there and not
+        # known above it (double-double)
+        inspan = (upper[pos:] <= floor[pos:]) | ((dhat[pos:] <= floor[pos:])
+                                                  & (lower[pos:] <= floor[pos:]))
         hits = np.flatnonzero(((delta > tol) & ~inspan) | ~certified[pos:])
         if hits.size == 0:
             break
@@ -239,10 +242,15 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
                 continue
         if limit is not None and state.size >= limit:
             return True, i
+        if certify and rnd.can_extend() and m and E[i] > 0.01 * RESOLVED * max(dhat[i], tol):
+            # float64 may not resolve its pivot: its row of the factor from double-double
+            zi, dhat[i] = rnd.extended_coordinates(state.points, X[i])
+            alpha[i] = 1.0 - float(zi @ state.w)
         w_new = state.append(X[i], int(rows[i]), None if x_aux is None else x_aux[i],
                              zi, float(dhat[i]), float(alpha[i]))
-        if certify:
-            entered_resolved(d_i, state.last_rounding, tol, int(rows[i]))
+        if certify:  # its delta from below: its bounds against the dictionary it entered
+            low = float(lower[i]) + d_i - float(dhat[i]) if bounded[i] == m else None
+            _entered(state, d_i, float(dhat[i]), zi, X[i], int(rows[i]), tol, low)
         pivot = state.L[m, m]
         if i + 1 < c:
             rest = slice(i + 1, c)
@@ -384,9 +392,26 @@ def pointwise_scan(kernel: Kernel, X: np.ndarray, rows: np.ndarray, tol: float, 
             dhat, alpha = kxx, 1.0
             delta = np.inf if affine else dhat
         floor = PIVOT_FLOOR * max(abs(kxx), np.finfo(np.float64).tiny)
-        E, upper, lower = state.rounding.row_bound(state.L, z, X[t], x_aux, kxx, state.points)
+        E, upper, lower = state.rounding.row_bound(state.L, z, X[t], x_aux, kxx, state.points,
+                                                   tol)
         if not decide(delta, dhat, floor, E, tol, int(rows[t]), upper, lower):
             continue
         state.append(X[t], int(rows[t]), None if x_aux is None else x_aux[0], z, dhat, alpha)
-        entered_resolved(delta, state.last_rounding, tol, int(rows[t]))
+        _entered(state, delta, dhat, z, X[t], int(rows[t]), tol, lower + delta - dhat)
     return state
+
+
+def _entered(state: DictionaryState, delta: float, dhat: float, z: np.ndarray, x: np.ndarray,
+             row: int, tol: float, lower: float | None) -> None:
+    """:func:`~ooc_spectral.core.scan.certify.entered_resolved` for the point just appended
+    (``z`` its coordinates against the dictionary before it, ``lower`` its ``delta`` from
+    below where known); where float64 leaves it unresolved, its double-double bounds
+    (:mod:`~ooc_spectral.core.extended`) decide, if the fit allows them."""
+    try:
+        entered_resolved(delta, state.last_rounding, tol, row, lower)
+    except NumericalBreakdownError:
+        rnd, m = state.rounding, state.size - 1
+        if not (rnd.can_extend() and m):
+            raise
+        low = rnd.extended_bounds(state.L[:m, :m], state.points[:m], x[None, :], z[None, :m])[1]
+        entered_resolved(delta, state.last_rounding, tol, row, float(low[0]) + delta - dhat)

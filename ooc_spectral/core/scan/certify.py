@@ -37,10 +37,11 @@ from scipy.linalg import solve_triangular
 from ...exceptions import NumericalBreakdownError
 from ..model import PIVOT_FLOOR
 from ..explicit_features import explicit_features, explicit_residual_bounds
+from ..extended import ExtendedGram, extended_kernel
 from ..rounding import U, diag_error, entry_error, factor_error, gamma, kernel_center
 
 __all__ = ["ScanRounding", "RESOLVED", "ZERO_TOL_SKIP", "COEF_SAFETY", "measure_size", "decide",
-           "entered_resolved", "uncertifiable"]
+           "entered_resolved", "undecidable", "uncertifiable"]
 
 #: Largest rounding bound, as a fraction of tol, with which a row may enter the
 #: dictionary: below it, a row that is not certainly within tol is certainly beyond
@@ -102,7 +103,8 @@ def decide(delta: float, dhat: float, floor: float, rounding: float, tol: float,
     upper = dhat + rounding if upper is None else min(upper, dhat + rounding)
     lower = dhat - rounding if lower is None else max(lower, dhat - rounding)
     spread = max(0.5 * (upper - lower), 0.0)
-    inspan = dhat <= floor or upper <= floor  # computed, or certified
+    # in the span: certified, or computed there and not known above it (double-double)
+    inspan = upper <= floor or (dhat <= floor and lower <= floor)
     if tol <= 0:  # every direction: enter resolved pivots, skip rows certified in the span
         if not inspan:
             if spread <= RESOLVED * dhat:
@@ -120,11 +122,26 @@ def decide(delta: float, dhat: float, floor: float, rounding: float, tol: float,
     return True
 
 
-def entered_resolved(delta: float, rounding: float, tol: float, row: int) -> None:
+def entered_resolved(delta: float, rounding: float, tol: float, row: int,
+                     lower: float | None = None) -> None:
     """After a row entered on ``delta > tol``: raise if its own rounding leaves it possibly
-    below ``(1 - RESOLVED) tol`` (its pivot would be rounding noise at this tol)."""
-    if tol > 0 and delta > tol and delta - rounding <= (1.0 - RESOLVED) * tol:
+    below ``(1 - RESOLVED) tol`` (its pivot would be rounding noise at this tol); ``lower``,
+    where known against the dictionary it entered, a sharper estimate of its ``delta``
+    from below (double-double, explicit features)."""
+    low = delta - rounding if lower is None else max(lower, delta - rounding)
+    if tol > 0 and delta > tol and low <= (1.0 - RESOLVED) * tol:
         raise uncertifiable(rounding, tol, row)
+
+
+def undecidable(dhat, upper, lower, tol: float) -> np.ndarray:
+    """Which rows :func:`decide` cannot decide with these bounds (vectorized): neither
+    certified within tol (at tol 0: resolved) nor resolved. The pivot floor and the tol-0
+    rule for rows in the span are left out: this selects the rows worth bounding again."""
+    spread = np.maximum(0.5 * (upper - lower), 0.0)
+    if tol <= 0:
+        return spread > RESOLVED * np.maximum(dhat, 0.0)
+    resolved = (spread <= RESOLVED * tol) | ((spread <= RESOLVED * dhat) & (lower > tol))
+    return (upper > tol) & ~resolved
 
 
 def uncertifiable(rounding: float, tol: float, row: int | None = None) -> NumericalBreakdownError:
@@ -166,6 +183,11 @@ class ScanRounding:
 
     def __init__(self, kernel):
         self.kernel = kernel
+        #: decide in double-double the rows float64 cannot (:mod:`~ooc_spectral.core.extended`;
+        #: the fit allows it where the exact problem is not at hand), and the dictionary's
+        #: Gram matrix in double-double, grown when first needed
+        self.extended_allowed = False
+        self.extended: ExtendedGram | None = None
         self.coef = np.empty(0)
         self.apriori = np.empty(0)
         self.measured = 0
@@ -177,7 +199,7 @@ class ScanRounding:
 
     def copy(self) -> "ScanRounding":
         new = ScanRounding(self.kernel)
-        new.__dict__.update({k: (v.copy() if isinstance(v, np.ndarray) else v)
+        new.__dict__.update({k: (v.copy() if isinstance(v, (np.ndarray, ExtendedGram)) else v)
                              for k, v in self.__dict__.items()})
         return new
 
@@ -337,10 +359,41 @@ class ScanRounding:
                                                inverse_norm=self.inverse_norm(m))
             upper[undecided] = np.minimum(upper[undecided], up)
             lower[undecided] = np.maximum(lower[undecided], low)
+        if points is not None and m and self.can_extend():
+            self.extend(L, points, X, Z, dhat, upper, lower, tol)
         return E, upper, lower
 
+    def can_extend(self) -> bool:
+        """Whether rows float64 cannot decide are decided in double-double."""
+        return self.extended_allowed and extended_kernel(self.kernel)
+
+    def extend(self, L, points, X, Z, dhat, upper, lower, tol) -> None:
+        """Narrow ``[lower, upper]`` in place by the double-double bounds
+        (:meth:`ExtendedGram.bounds <ooc_spectral.core.extended.ExtendedGram.bounds>`) for the
+        rows :func:`decide` would find undecidable with the float64 ones."""
+        rows = np.flatnonzero(undecidable(dhat, upper, lower, tol))
+        if rows.size == 0:
+            return
+        up, low = self.extended_bounds(L, points, X[rows], Z[rows])
+        upper[rows] = np.minimum(upper[rows], up)
+        lower[rows] = np.maximum(lower[rows], low)
+
+    def extended_coordinates(self, points, x) -> tuple[np.ndarray, float]:
+        """A row's coordinates and residual against ``points``, from the double-double
+        factor, rounded to float64 (the factor's new row where float64 cannot resolve it)."""
+        if self.extended is None:
+            self.extended = ExtendedGram(self.kernel)
+        z, dhat = self.extended.coordinates(points, x[None, :])
+        return z[0], float(dhat[0])
+
+    def extended_bounds(self, L, points, X, Z) -> tuple[np.ndarray, np.ndarray]:
+        """The double-double ``(upper, lower)`` of rows against the first ``len(L)`` points."""
+        if self.extended is None:
+            self.extended = ExtendedGram(self.kernel)
+        return self.extended.bounds(L, points, X, Z)
+
     def row_bound(self, L: np.ndarray, z: np.ndarray, x: np.ndarray, x_aux, kxx: float,
-                  points: np.ndarray | None = None) -> float:
+                  points: np.ndarray | None = None, tol: float = 0.0):
         """``(E, upper, lower)`` of one row against the dictionary L
         (:meth:`residual_bounds`, the sharp bound)."""
         m = L.shape[0]
@@ -360,4 +413,8 @@ class ScanRounding:
             up, low = explicit_residual_bounds(self.kernel, X, points, a, L,
                                                inverse_norm=self.inverse_norm(m))
             upper, lower = min(upper, float(up[0])), max(lower, float(low[0]))
+        if points is not None and self.can_extend():
+            up, low = np.array([upper]), np.array([lower])
+            self.extend(L, points, X, z[None, :], np.array([dhat]), up, low, tol)
+            upper, lower = float(up[0]), float(low[0])
         return E, upper, lower

@@ -1,0 +1,249 @@
+"""A row's residual decided in double-double where float64 cannot (rbf, laplacian).
+
+The float64 bound (:mod:`ooc_spectral.core.rounding`) carries ``theta |a|_1^2``, the
+factor's backward error times the square of the projection's coefficients: at a small
+tol the coefficients grow (``|a|_1`` of 10^2 to 10^5 at tol 1e-12) and the float64 factor
+(condition numbers to 1e9, ``eps cond(M)`` above 1) certifies no residual of that size:
+below about tol 5e-8 the Gaussian kernel's fits were refused. Here the same computation
+is carried out in double-double (about 106 bits, :mod:`~ooc_spectral.core.double_double`):
+
+- the kernel values from exact differences (:func:`kernel_dd`: two-sums, the exponential
+  :func:`~ooc_spectral.core.double_double.dd_exp`), each within ``eta`` (about 1e-29);
+- the dictionary's Gram matrix ``M`` and its Cholesky factor ``L`` in double-double, grown
+  with the dictionary (:class:`ExtendedGram`), whose backward error ``theta =
+  max |L L' - M|`` is measured (``L_hi L_hi'`` exactly by
+  :func:`~ooc_spectral.core.error_free.exact_gram`, the rest in float64);
+- a row's coordinates ``z = L^-1 k`` and coefficients ``a = L^-T z`` by substitution in
+  double-double, and its residual ``k(x, x) - |z|^2``.
+
+The bound is the float64 one (:func:`~ooc_spectral.core.rounding.residual_rounding`, the
+module docstring's derivation) with its constants in double-double: every operation of a
+substitution within :data:`~ooc_spectral.core.double_double.OP_REL_ERROR` (``8 u^2``) of its
+operands' magnitudes, so ``gamma_n`` becomes ``n 8 u^2``, and ``theta`` the double-double
+factor's. The a-priori terms are then about ``1e-30 m A^2``: at ``A = 10^5`` and m = 300,
+1e-18. Its symmetric counterpart ``dhat - E`` is the scan's estimate from below (whether an
+entering row's pivot is resolved), as for float64.
+
+The cost is paid only for the rows float64 cannot decide (the scan's, and pass 2's
+beyond its target) and for the dictionary's factor, grown when such a row needs it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .double_double import (EXP_REL_ERROR, OP_REL_ERROR, PRODUCT_REL_ERROR, dd_add, dd_div,
+                            dd_exp, dd_mul, dd_mul_d, dd_row_dots, dd_sqrt, exact_products,
+                            two_prod, two_sum)
+from .error_free import U
+
+__all__ = ["extended_kernel", "kernel_dd", "forward_dd", "backward_dd", "ExtendedGram"]
+
+_U2 = U * U
+
+
+def extended_kernel(kernel) -> bool:
+    """Whether :func:`kernel_dd` evaluates ``kernel`` (the Gaussian and Laplacian kernels)."""
+    from .kernels import LaplacianKernel, RBFKernel
+
+    return type(kernel) in (RBFKernel, LaplacianKernel)
+
+
+def kernel_dd(kernel, X: np.ndarray, P: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """``k(X, P)`` (c x m) as a double-double ``hi + lo``, and ``eta``, a bound on
+    ``|hi + lo - k|`` entrywise, ``k`` the exact kernel of the float64 rows.
+
+    The differences ``x_j - p_j`` are exact as two-sums ``h + l``; the Gaussian kernel's
+    squares ``h^2`` exact by :func:`~ooc_spectral.core.double_double.two_prod` and
+    ``2 h l + l^2`` (at most ``3 u h^2``) in float64, the Laplacian's ``|h + l|`` exactly;
+    summed in double-double, so the distance is within ``(3 dim + 7) u^2`` of itself, the
+    exponent ``-gamma s`` within ``(3 dim + 12) u^2`` of itself, and the value within
+    ``(3 dim + 12) u^2 / e`` (``k |t| <= 1/e``) plus the exponential's own error
+    (:data:`~ooc_spectral.core.double_double.EXP_REL_ERROR`).
+    """
+    from .kernels import RBFKernel
+
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    P = np.ascontiguousarray(P, dtype=np.float64)
+    c, m, d = X.shape[0], P.shape[0], X.shape[1]
+    sh, sl = np.zeros((c, m)), np.zeros((c, m))
+    gaussian = isinstance(kernel, RBFKernel)
+    for j in range(d):
+        h, l = two_sum(X[:, j:j + 1], -P[None, :, j])
+        if gaussian:
+            ph, pl = two_prod(h, h)
+            sh, sl = dd_add(sh, sl, ph, pl + (2.0 * h * l + l * l))
+        else:
+            sg = np.where(h < 0, -1.0, 1.0)
+            sh, sl = dd_add(sh, sl, sg * h, sg * l)
+    th, tl = dd_mul_d(sh, sl, -float(kernel.gamma))
+    kh, kl = dd_exp(th, tl)
+    eta = 1.1 * (EXP_REL_ERROR + (3 * d + 12) * _U2 / math.e) + 2.3e-290
+    return kh, kl, float(eta)
+
+
+def _gamma(n: int) -> float:
+    """``gamma_n`` for operations of relative error :data:`OP_REL_ERROR`."""
+    nu = n * OP_REL_ERROR
+    return nu / (1.0 - nu) if nu < 1 else math.inf
+
+
+def forward_dd(Lh, Ll, Kh, Kl):
+    """``Z`` with ``L Z' = K'``: the rows of K (c x m, double-double) solved against the
+    lower-triangular double-double L, column by column (each column one division, then
+    one update of the columns after it)."""
+    Zh, Zl = Kh.copy(), Kl.copy()
+    m = Lh.shape[0]
+    for j in range(m):
+        zh, zl = dd_div(Zh[:, j], Zl[:, j], np.full(Zh.shape[0], Lh[j, j]),
+                        np.full(Zh.shape[0], Ll[j, j]))
+        Zh[:, j], Zl[:, j] = zh, zl
+        if j + 1 < m:
+            ph, pl = dd_mul(zh[:, None], zl[:, None], Lh[None, j + 1:, j], Ll[None, j + 1:, j])
+            Zh[:, j + 1:], Zl[:, j + 1:] = dd_add(Zh[:, j + 1:], Zl[:, j + 1:], -ph, -pl)
+    return Zh, Zl
+
+
+def backward_dd(Lh, Ll, Zh, Zl):
+    """``A`` with ``L' A' = Z'`` (the coefficients ``a = L^-T z`` of each row z of Z)."""
+    Ah, Al = Zh.copy(), Zl.copy()
+    m = Lh.shape[0]
+    for j in range(m - 1, -1, -1):
+        ah, al = dd_div(Ah[:, j], Al[:, j], np.full(Ah.shape[0], Lh[j, j]),
+                        np.full(Ah.shape[0], Ll[j, j]))
+        Ah[:, j], Al[:, j] = ah, al
+        if j:
+            ph, pl = dd_mul(ah[:, None], al[:, None], Lh[None, j, :j], Ll[None, j, :j])
+            Ah[:, :j], Al[:, :j] = dd_add(Ah[:, :j], Al[:, :j], -ph, -pl)
+    return Ah, Al
+
+
+def _dd_gram(Ah, Al, Bh=None, Bl=None):
+    """``A B'`` of double-double rows (``B = A`` when omitted): ``A_hi B_hi'`` by exact
+    products, the cross terms in float64 (within ``2 u^2 |A||B|``, the lows' own ``u``)."""
+    Bh, Bl = (Ah, Al) if Bh is None else (Bh, Bl)
+    ph, pl = exact_products(Ah, np.ascontiguousarray(Bh.T))
+    return dd_add(ph, pl, Ah @ Bl.T + Al @ Bh.T, np.zeros_like(ph))
+
+
+class ExtendedGram:
+    """The dictionary's Gram matrix ``M = k(D, D)`` and its Cholesky factor in
+    double-double, grown with the dictionary (storage by doubling), and the residual
+    bounds of rows against it (:meth:`bounds`). ``eta`` bounds every entry's error,
+    ``theta`` the factor's backward error."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.size = 0
+        self._M = (np.zeros((0, 0)), np.zeros((0, 0)))
+        self._L = (np.zeros((0, 0)), np.zeros((0, 0)))
+        self.eta = 0.0
+        self.theta = 0.0
+        self.ell = 0.0
+
+    def copy(self) -> "ExtendedGram":
+        new = ExtendedGram(self.kernel)
+        new.__dict__.update({k: (tuple(a.copy() for a in v) if isinstance(v, tuple) else v)
+                             for k, v in self.__dict__.items()})
+        return new
+
+    def _reserve(self, m: int) -> None:
+        cap = self._M[0].shape[0]
+        if m <= cap:
+            return
+        cap = max(m, 2 * cap, 16)
+        old = self.size
+        grown = []
+        for pair in (self._M, self._L):
+            new = tuple(np.zeros((cap, cap)) for _ in range(2))
+            for a, b in zip(new, pair):
+                a[:old, :old] = b[:old, :old]
+            grown.append(new)
+        self._M, self._L = grown
+
+    def grow(self, points: np.ndarray) -> "ExtendedGram":
+        """Extend to the first ``len(points)`` points (the rows already held unchanged):
+        their kernel rows; the factor's new rows against the old ones by substitution, and
+        among themselves by a right-looking Cholesky of their Schur complement; the
+        backward error of the new rows, measured."""
+        m0, m = self.size, int(points.shape[0])
+        if m <= m0:
+            return self
+        self._reserve(m)
+        (Mh, Ml), (Lh, Ll) = self._M, self._L
+        kh, kl, eta = kernel_dd(self.kernel, points[m0:m], points[:m])
+        Mh[m0:m, :m], Ml[m0:m, :m] = kh, kl
+        Mh[:m0, m0:m], Ml[:m0, m0:m] = kh[:, :m0].T, kl[:, :m0].T
+        self.eta = max(self.eta, eta)
+        Zh, Zl = forward_dd(Lh[:m0, :m0], Ll[:m0, :m0], kh[:, :m0], kl[:, :m0])
+        Lh[m0:m, :m0], Ll[m0:m, :m0] = Zh, Zl
+        Sh, Sl = _dd_gram(Zh, Zl)
+        Sh, Sl = dd_add(kh[:, m0:m], kl[:, m0:m], -Sh, -Sl)  # the Schur complement
+        for j in range(m - m0):
+            dh, dl = Sh[j, j:j + 1], Sl[j, j:j + 1]
+            if not dh[0] > 0:  # not positive in double-double: the factor stops resolving
+                dh, dl = np.array([np.finfo(np.float64).tiny]), np.zeros(1)
+            ph, pl = dd_sqrt(dh, dl)
+            Lh[m0 + j, m0 + j], Ll[m0 + j, m0 + j] = ph[0], pl[0]
+            if m0 + j + 1 < m:
+                ch, cl = dd_div(Sh[j + 1:, j], Sl[j + 1:, j], np.full(m - m0 - j - 1, ph[0]),
+                                np.full(m - m0 - j - 1, pl[0]))
+                Lh[m0 + j + 1:m, m0 + j], Ll[m0 + j + 1:m, m0 + j] = ch, cl
+                oh, ol = dd_mul(ch[:, None], cl[:, None], ch[None, :], cl[None, :])
+                Sh[j + 1:, j + 1:], Sl[j + 1:, j + 1:] = dd_add(Sh[j + 1:, j + 1:], Sl[j + 1:, j + 1:],
+                                                                -oh, -ol)
+        # backward error of the new rows: L L' by exact products, against M
+        Gh, Gl = _dd_gram(Lh[m0:m, :m], Ll[m0:m, :m], Lh[:m, :m], Ll[:m, :m])
+        D = (Gh - Mh[m0:m, :m]) + (Gl - Ml[m0:m, :m])
+        mag = np.abs(Lh[m0:m, :m]) @ np.abs(Lh[:m, :m]).T
+        bound = np.abs(D) * (1 + 4 * U) + self.eta + (PRODUCT_REL_ERROR + 4 * _U2) * mag + 1e-300
+        self.theta = max(self.theta, float(np.max(bound)))
+        self.ell = max(self.ell, float(np.sqrt(np.max(np.einsum("ij,ij->i", Lh[:m, :m], Lh[:m, :m])))))
+        self.size = m
+        return self
+
+    def factor(self, m: int | None = None) -> np.ndarray:
+        """The factor of the first m points rounded to float64 (within ``u`` of each entry of
+        the double-double one)."""
+        m = self.size if m is None else m
+        return self._L[0][:m, :m] + self._L[1][:m, :m]
+
+    def coordinates(self, points: np.ndarray, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rows' coordinates ``z = L^-1 k(D, x)`` and residuals ``1 - |z|^2`` against the
+        points (the factor grown to them), computed in double-double, rounded to float64."""
+        m = points.shape[0]
+        self.grow(points)
+        (Lh, Ll) = (a[:m, :m] for a in self._L)
+        kh, kl, _ = kernel_dd(self.kernel, X, points)
+        zh, zl = forward_dd(Lh, Ll, kh, kl)
+        sqh, sql = dd_row_dots(zh, zl, zh, zl)
+        dh, dl = dd_add(np.ones(X.shape[0]), np.zeros(X.shape[0]), -sqh, -sql)
+        return zh + zl, dh + dl
+
+    def bounds(self, L: np.ndarray, points: np.ndarray, X: np.ndarray, Z: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """``(upper, lower)`` for the rows of X against the dictionary's first
+        ``m = len(L)`` points: ``upper = dhat + E`` bounds each row's exact squared distance
+        to their span, ``lower = dhat - E`` (the module's bound; L and Z, the float64
+        factor and coordinates, are not used: the double-double ones are computed)."""
+        m, c = L.shape[0], X.shape[0]
+        if c == 0:
+            return np.zeros(0), np.zeros(0)
+        self.grow(points[:m])
+        (Lh, Ll) = (a[:m, :m] for a in self._L)
+        kh, kl, eta_k = kernel_dd(self.kernel, X, points[:m])
+        zh, zl = forward_dd(Lh, Ll, kh, kl)
+        ah, _ = backward_dd(Lh, Ll, zh, zl)
+        sqh, sql = dd_row_dots(zh, zl, zh, zl)
+        dh, dl = dd_add(np.ones(c), np.zeros(c), -sqh, -sql)  # k(x, x) = 1
+        dhat, sq = dh + dl, sqh + sql
+        A = np.abs(ah).sum(axis=1) * (1 + _gamma(m))
+        g2m, ell = _gamma(2 * m + 2), self.ell * (1 + 4 * U)
+        zn = np.sqrt(np.maximum(sq, 0.0)) * (1 + U)
+        with np.errstate(over="ignore", invalid="ignore"):
+            E = (2 * A * (max(eta_k, self.eta) + g2m * ell * zn) + self.theta * A * A
+                 + m * (g2m * ell * A) ** 2 + _gamma(m + 2) * (np.abs(sq) + 1.0)) * (1 + 8 * U)
+        E = np.where(np.isfinite(E), E, math.inf)
+        return dhat + E, dhat - E
