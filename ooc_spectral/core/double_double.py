@@ -35,7 +35,7 @@ import numpy as np
 from .error_free import _slices, _two_sum
 
 __all__ = ["two_sum", "two_prod", "dd_add", "dd_mul", "dd_mul_d", "dd_div", "dd_sqrt", "dd_exp",
-           "EXP_REL_ERROR", "exact_products", "PRODUCT_REL_ERROR", "dd_row_dots", "OP_REL_ERROR"]
+           "EXP_REL_ERROR", "exact_products", "split_rows", "PRODUCT_REL_ERROR", "dd_row_dots", "OP_REL_ERROR"]
 
 #: A bound on the relative error of one double-double multiplication, division or square
 #: root, and of an addition relative to its operands' magnitudes (Hida, Li and Bailey's
@@ -73,7 +73,9 @@ _INV_FACT = [_dd_const(Fraction(1, math.factorial(n))) for n in range(_TAYLOR + 
 #: the tests.
 EXP_REL_ERROR = 2.0 ** -94
 #: A bound on ``|hi + lo - A B|`` of :func:`exact_products` relative to ``|A| |B|``
-#: entrywise (what six slices leave out, and the two-sums), for inner dimensions up to 10^5.
+#: entrywise (what its slices leave out: their remainders below 2^-101 of each row's largest
+#: entry, the products of order above the slices' count times ``beta`` bits; and the
+#: two-sums), for inner dimensions up to 10^5.
 PRODUCT_REL_ERROR = 2.0 ** -100
 
 
@@ -176,20 +178,36 @@ def dd_exp(th: np.ndarray, tl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.where(tiny, 0.0, eh), np.where(tiny, 0.0, el)
 
 
-def exact_products(A: np.ndarray, B: np.ndarray, slices: int = 6) -> tuple[np.ndarray, np.ndarray]:
+def _plan(inner: int) -> tuple[int, int]:
+    """``(beta, slices)`` for an inner dimension: bits per slice such that a product of two
+    slices summed over ``inner`` terms is exact, and enough slices for 100 bits."""
+    beta = (51 - max(1, math.ceil(math.log2(max(inner, 2))))) // 2
+    return beta, -(-100 // beta)
+
+
+def split_rows(A: np.ndarray, inner: int):
+    """The row slices of A for :func:`exact_products` with inner dimension ``inner`` (to
+    reuse when A multiplies many right-hand sides)."""
+    beta, slices = _plan(inner)
+    return _slices(np.ascontiguousarray(A, dtype=np.float64), slices, beta)
+
+
+def exact_products(A: np.ndarray, B: np.ndarray, split_a=None) -> tuple[np.ndarray, np.ndarray]:
     """``A B`` as a double-double ``hi + lo`` with ``|hi + lo - A B| <= PRODUCT_REL_ERROR
-    |A| |B|`` (entrywise): the rows of A and the columns of B split into ``slices`` parts
-    on each row's (column's) own grid (:func:`~ooc_spectral.core.error_free._slices`), so
-    that every product of two parts is exact in float64 whatever order BLAS sums it in;
-    the products of orders up to ``slices + 1`` are added by two-sum."""
+    |A| |B|`` (entrywise): the rows of A and the columns of B split into parts of
+    ``beta`` bits (about 21), enough of them for 100 bits, on each row's (column's) own
+    grid (:func:`~ooc_spectral.core.error_free._slices`), so that every product of two
+    parts is exact in float64 whatever order BLAS sums it in; the products of orders up to
+    the parts' count are added by two-sum. ``split_a``: A's parts
+    (:func:`split_rows`), where already made."""
     A = np.ascontiguousarray(A, dtype=np.float64)
     B = np.ascontiguousarray(B, dtype=np.float64)
     m = A.shape[1]
     if A.size == 0 or B.size == 0 or m == 0:
         z = np.zeros((A.shape[0], B.shape[1]))
         return z, z.copy()
-    beta = (51 - max(1, math.ceil(math.log2(max(m, 2))))) // 2
-    SA, RA = _slices(A, slices, beta)
+    beta, slices = _plan(m)
+    SA, RA = split_a if split_a is not None else _slices(A, slices, beta)
     SB, RB = _slices(np.ascontiguousarray(B.T), slices, beta)
     hi = np.zeros((A.shape[0], B.shape[1]))
     lo = np.zeros_like(hi)

@@ -33,15 +33,21 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.linalg import solve_triangular
 
 from .double_double import (EXP_REL_ERROR, OP_REL_ERROR, PRODUCT_REL_ERROR, dd_add, dd_div,
                             dd_exp, dd_mul, dd_mul_d, dd_row_dots, dd_sqrt, exact_products,
-                            two_prod, two_sum)
+                            split_rows, two_prod, two_sum)
 from .error_free import U
 
-__all__ = ["extended_kernel", "kernel_dd", "forward_dd", "backward_dd", "ExtendedGram"]
+__all__ = ["extended_kernel", "kernel_dd", "solve_dd", "ExtendedGram", "SOLVE_STEPS"]
 
 _U2 = U * U
+#: Refinements of a double-double triangular solve (from float64's 16 digits, each gains
+#: about 8 at the condition numbers of a small tol's factor, 1e8 to 1e9) ...
+SOLVE_STEPS = 2
+#: ... and of a row's float64 coefficients ``L' a = z``.
+COEF_STEPS = 1
 
 
 def extended_kernel(kernel) -> bool:
@@ -90,34 +96,43 @@ def _gamma(n: int) -> float:
     return nu / (1.0 - nu) if nu < 1 else math.inf
 
 
-def forward_dd(Lh, Ll, Kh, Kl):
-    """``Z`` with ``L Z' = K'``: the rows of K (c x m, double-double) solved against the
-    lower-triangular double-double L, column by column (each column one division, then
-    one update of the columns after it)."""
-    Zh, Zl = Kh.copy(), Kl.copy()
-    m = Lh.shape[0]
-    for j in range(m):
-        zh, zl = dd_div(Zh[:, j], Zl[:, j], np.full(Zh.shape[0], Lh[j, j]),
-                        np.full(Zh.shape[0], Ll[j, j]))
-        Zh[:, j], Zl[:, j] = zh, zl
-        if j + 1 < m:
-            ph, pl = dd_mul(zh[:, None], zl[:, None], Lh[None, j + 1:, j], Ll[None, j + 1:, j])
-            Zh[:, j + 1:], Zl[:, j + 1:] = dd_add(Zh[:, j + 1:], Zl[:, j + 1:], -ph, -pl)
-    return Zh, Zl
+def _times(Lh, Ll, Bh, Bl=None, split=None):
+    """``L B`` (L m x m, B m x c) in double-double: ``L_hi B_hi`` by exact products (``split``,
+    L_hi's slices where already made), the cross terms in float64; within
+    ``(PRODUCT_REL_ERROR + 4 u^2) |L| |B|`` entrywise."""
+    ph, pl = exact_products(Lh, Bh, split_a=split)
+    cross = Ll @ Bh if Bl is None else Lh @ Bl + Ll @ Bh
+    return dd_add(ph, pl, cross, np.zeros_like(ph))
 
 
-def backward_dd(Lh, Ll, Zh, Zl):
-    """``A`` with ``L' A' = Z'`` (the coefficients ``a = L^-T z`` of each row z of Z)."""
-    Ah, Al = Zh.copy(), Zl.copy()
-    m = Lh.shape[0]
-    for j in range(m - 1, -1, -1):
-        ah, al = dd_div(Ah[:, j], Al[:, j], np.full(Ah.shape[0], Lh[j, j]),
-                        np.full(Ah.shape[0], Ll[j, j]))
-        Ah[:, j], Al[:, j] = ah, al
-        if j:
-            ph, pl = dd_mul(ah[:, None], al[:, None], Lh[None, j, :j], Ll[None, j, :j])
-            Ah[:, :j], Al[:, :j] = dd_add(Ah[:, :j], Al[:, :j], -ph, -pl)
-    return Ah, Al
+def solve_dd(Lh, Ll, Kh, Kl, steps: int = SOLVE_STEPS, split=None):
+    """Rows ``Z`` (c x m) with ``L Z' = K'`` in double-double, L lower triangular: the float64
+    solve with ``L_hi``, refined ``steps`` times by the residual ``K - L Z'`` in
+    double-double (each step gains ``log10(1 / (u cond(L)))`` digits while ``u cond(L)``
+    is below 1). Returns ``(Zh, Zl, rho)``, ``rho`` per row a bound on
+    ``max |K - L Z'|`` for the returned Z: the last residual, measured, and its rounding."""
+    m, c = Lh.shape[0], Kh.shape[0]
+    if m == 0:
+        return np.zeros((c, 0)), np.zeros((c, 0)), np.zeros(c)
+    Zh = solve_triangular(Lh, np.ascontiguousarray(Kh.T), lower=True, check_finite=False).T
+    Zl = np.zeros_like(Zh)
+    split = split_rows(Lh, m) if split is None else split
+
+    def residual(Zh, Zl):
+        ph, pl = _times(Lh, Ll, np.ascontiguousarray(Zh.T), np.ascontiguousarray(Zl.T), split)
+        return dd_add(Kh.T, Kl.T, -ph, -pl)
+
+    for _ in range(steps):
+        rh, _ = residual(Zh, Zl)
+        d = solve_triangular(Lh, rh, lower=True, check_finite=False).T
+        if not np.all(np.isfinite(d)):
+            break
+        Zh, Zl = dd_add(Zh, Zl, d, np.zeros_like(d))
+    rh, rl = residual(Zh, Zl)
+    mag = np.abs(Lh) @ np.abs(Zh.T) + np.abs(Kh.T)
+    rho = (np.max(np.abs(rh + rl) * (1 + 2 * U) + (PRODUCT_REL_ERROR + 8 * _U2) * mag, axis=0)
+           if c else np.zeros(0))
+    return Zh, Zl, rho
 
 
 def _dd_gram(Ah, Al, Bh=None, Bl=None):
@@ -142,12 +157,24 @@ class ExtendedGram:
         self.eta = 0.0
         self.theta = 0.0
         self.ell = 0.0
+        self._splits: dict = {}  # the factor's parts for exact products, per size
+        self._solved: dict = {}  # the last rows solved, per size: their coordinates
 
     def copy(self) -> "ExtendedGram":
         new = ExtendedGram(self.kernel)
         new.__dict__.update({k: (tuple(a.copy() for a in v) if isinstance(v, tuple) else v)
-                             for k, v in self.__dict__.items()})
+                             for k, v in self.__dict__.items() if k not in ("_splits", "_solved")})
         return new
+
+    def _split(self, m: int, transposed: bool):
+        """The parts of the factor (or its transpose) of the first m points, kept for the
+        size last asked."""
+        key = (m, transposed)
+        if key not in self._splits:
+            self._splits = {k: v for k, v in self._splits.items() if k[0] == m}
+            Lh = self._L[0][:m, :m]
+            self._splits[key] = split_rows(np.ascontiguousarray(Lh.T if transposed else Lh), m)
+        return self._splits[key]
 
     def _reserve(self, m: int) -> None:
         cap = self._M[0].shape[0]
@@ -177,7 +204,7 @@ class ExtendedGram:
         Mh[m0:m, :m], Ml[m0:m, :m] = kh, kl
         Mh[:m0, m0:m], Ml[:m0, m0:m] = kh[:, :m0].T, kl[:, :m0].T
         self.eta = max(self.eta, eta)
-        Zh, Zl = forward_dd(Lh[:m0, :m0], Ll[:m0, :m0], kh[:, :m0], kl[:, :m0])
+        Zh, Zl, _ = solve_dd(Lh[:m0, :m0], Ll[:m0, :m0], kh[:, :m0], kl[:, :m0])
         Lh[m0:m, :m0], Ll[m0:m, :m0] = Zh, Zl
         Sh, Sl = _dd_gram(Zh, Zl)
         Sh, Sl = dd_add(kh[:, m0:m], kl[:, m0:m], -Sh, -Sl)  # the Schur complement
@@ -215,9 +242,12 @@ class ExtendedGram:
         points (the factor grown to them), computed in double-double, rounded to float64."""
         m = points.shape[0]
         self.grow(points)
+        key = (m, np.ascontiguousarray(X).tobytes())
+        if key in self._solved:  # the rows bounds() just solved
+            return self._solved[key]
         (Lh, Ll) = (a[:m, :m] for a in self._L)
         kh, kl, _ = kernel_dd(self.kernel, X, points)
-        zh, zl = forward_dd(Lh, Ll, kh, kl)
+        zh, zl, _ = solve_dd(Lh, Ll, kh, kl, split=self._split(m, False))
         sqh, sql = dd_row_dots(zh, zl, zh, zl)
         dh, dl = dd_add(np.ones(X.shape[0]), np.zeros(X.shape[0]), -sqh, -sql)
         return zh + zl, dh + dl
@@ -225,25 +255,46 @@ class ExtendedGram:
     def bounds(self, L: np.ndarray, points: np.ndarray, X: np.ndarray, Z: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray]:
         """``(upper, lower)`` for the rows of X against the dictionary's first
-        ``m = len(L)`` points: ``upper = dhat + E`` bounds each row's exact squared distance
-        to their span, ``lower = dhat - E`` (the module's bound; L and Z, the float64
-        factor and coordinates, are not used: the double-double ones are computed)."""
+        ``m = len(L)`` points: ``upper`` bounds each row's exact squared distance to their
+        span, ``lower`` estimates it from below (the module's bound; L and Z, the float64
+        factor and coordinates, are not used: the double-double ones are computed).
+
+        With ``z`` the double-double coordinates (``rho`` bounding ``|k~ - L z|``), ``a``
+        float64 coefficients refined against ``L' a = z``, ``s = z - L' a`` measured, and
+        for any such a, exactly: ``Q(a) = (k(x, x) - |z|^2) + |s|^2 - 2 a'(k~ - L z) + 2 a'e -
+        a' Delta a``, so ``r* <= dhat + |s|^2 + 2 A (rho + eta) + theta A^2``, A = ``|a|_1``."""
         m, c = L.shape[0], X.shape[0]
         if c == 0:
             return np.zeros(0), np.zeros(0)
         self.grow(points[:m])
         (Lh, Ll) = (a[:m, :m] for a in self._L)
         kh, kl, eta_k = kernel_dd(self.kernel, X, points[:m])
-        zh, zl = forward_dd(Lh, Ll, kh, kl)
-        ah, _ = backward_dd(Lh, Ll, zh, zl)
+        zh, zl, rho = solve_dd(Lh, Ll, kh, kl, split=self._split(m, False))
+        a = solve_triangular(Lh, np.ascontiguousarray(zh.T), lower=True, trans="T",
+                             check_finite=False)
+        LhT, LlT = np.ascontiguousarray(Lh.T), np.ascontiguousarray(Ll.T)
+        split = self._split(m, True)
+        for _ in range(COEF_STEPS):  # any coefficients serve: float64 ones, refined once
+            yh, yl = _times(LhT, LlT, a, split=split)
+            sh, _ = dd_add(zh.T, zl.T, -yh, -yl)
+            a = a + solve_triangular(Lh, sh, lower=True, trans="T", check_finite=False)
+        yh, yl = _times(LhT, LlT, a, split=split)
+        sh, sl = dd_add(zh.T, zl.T, -yh, -yl)
+        s_err = (PRODUCT_REL_ERROR + 8 * _U2) * (np.abs(LhT) @ np.abs(a) + np.abs(zh.T))
+        s2 = np.einsum("ij,ij->j", np.abs(sh + sl) + s_err, np.abs(sh + sl) + s_err)
         sqh, sql = dd_row_dots(zh, zl, zh, zl)
         dh, dl = dd_add(np.ones(c), np.zeros(c), -sqh, -sql)  # k(x, x) = 1
         dhat, sq = dh + dl, sqh + sql
-        A = np.abs(ah).sum(axis=1) * (1 + _gamma(m))
-        g2m, ell = _gamma(2 * m + 2), self.ell * (1 + 4 * U)
-        zn = np.sqrt(np.maximum(sq, 0.0)) * (1 + U)
+        self._solved = {(m, np.ascontiguousarray(X[i:i + 1]).tobytes()): (zh[i:i + 1] + zl[i:i + 1],
+                                                                        dhat[i:i + 1])
+                        for i in range(c)}
+        A = np.abs(a).sum(axis=0) * (1 + _gamma(m))
         with np.errstate(over="ignore", invalid="ignore"):
-            E = (2 * A * (max(eta_k, self.eta) + g2m * ell * zn) + self.theta * A * A
-                 + m * (g2m * ell * A) ** 2 + _gamma(m + 2) * (np.abs(sq) + 1.0)) * (1 + 8 * U)
-        E = np.where(np.isfinite(E), E, math.inf)
-        return dhat + E, dhat - E
+            E = (2 * A * (rho + max(eta_k, self.eta)) + self.theta * A * A
+                 + _gamma(int(math.log2(max(m, 2))) + 4) * (np.abs(sq) + 1.0) + 1e-300)
+            E = E * (1 + 8 * U)
+            upper = dhat + (s2 * (1 + 4 * U) + E)
+            lower = dhat - E
+        bad = ~np.isfinite(upper)
+        upper[bad], lower[bad] = math.inf, -math.inf
+        return upper, lower
