@@ -11,18 +11,24 @@ is carried out in double-double (about 106 bits, :mod:`~ooc_spectral.core.double
   :func:`~ooc_spectral.core.double_double.dd_exp`), each within ``eta`` (about 1e-29);
 - the dictionary's Gram matrix ``M`` and its Cholesky factor ``L`` in double-double, grown
   with the dictionary (:class:`ExtendedGram`), whose backward error ``theta =
-  max |L L' - M|`` is measured (``L_hi L_hi'`` exactly by
-  :func:`~ooc_spectral.core.error_free.exact_gram`, the rest in float64);
-- a row's coordinates ``z = L^-1 k`` and coefficients ``a = L^-T z`` by substitution in
-  double-double, and its residual ``k(x, x) - |z|^2``.
+  max |L L' - M|`` is measured (``L_hi L_hi'`` by
+  :func:`~ooc_spectral.core.double_double.exact_products`, the rest in float64);
+- a row's coordinates ``z = L^-1 k`` by a float64 solve refined with residuals in
+  double-double (:func:`solve_dd`), and float64 coefficients ``a`` refined against
+  ``L' a = z``.
 
-The bound is the float64 one (:func:`~ooc_spectral.core.rounding.residual_rounding`, the
-module docstring's derivation) with its constants in double-double: every operation of a
-substitution within :data:`~ooc_spectral.core.double_double.OP_REL_ERROR` (``8 u^2``) of its
-operands' magnitudes, so ``gamma_n`` becomes ``n 8 u^2``, and ``theta`` the double-double
-factor's. The a-priori terms are then about ``1e-30 m A^2``: at ``A = 10^5`` and m = 300,
-1e-18. Its symmetric counterpart ``dhat - E`` is the scan's estimate from below (whether an
-entering row's pivot is resolved), as for float64.
+For any coefficients ``a`` (``y = L' a``, ``e = k~ - k``, ``Delta = L L' - M``), exactly:
+
+    Q(a) = (k(x, x) - |z|^2) + |y - z|^2 - 2 a'(k~ - L z) + 2 a'e - a' Delta a,
+
+and the exact residual is at most ``Q(a)``, so
+
+    r*(x) <= dhat + |z - L' a|^2 + 2 A (rho + eta) + theta A^2 + (rounding of dhat),
+
+with ``A = |a|_1``, ``rho`` the measured ``max |k~ - L z|`` and ``|z - L' a|`` measured (each
+with the rounding of its measurement). Every term but ``dhat`` is about ``1e-30 A^2`` or
+smaller: 1e-20 at ``A = 10^5``. ``dhat`` less the same terms is the scan's estimate from
+below (whether an entering row's pivot is resolved), as for float64.
 
 The cost is paid only for the rows float64 cannot decide (the scan's, and pass 2's
 beyond its target) and for the dictionary's factor, grown when such a row needs it.
