@@ -176,3 +176,50 @@ def exact_residuals(kernel, X, D) -> np.ndarray:
             a[i] = (y[i] - sum(M[i][t] * a[t] for t in range(i + 1, m))) / M[i][i]
         out.append(float(k(r, r) - sum(x * y for x, y in zip(kv, a))))
     return np.asarray(out)
+
+
+def precise_residuals(kernel, X, D, dps: int = 40) -> np.ndarray:
+    """The rows' squared distances to the span of D at ``dps`` decimal digits (mpmath):
+    kernel values from the rows' exact decimal expansions, one LU of the dictionary's Gram
+    matrix. For the rows where long double cannot decide a bound (its own rounding, about
+    1e-19 times the factor's condition, is comparable to the gap); pure Python, so a few
+    rows against dictionaries of a few hundred points."""
+    import mpmath
+
+    mpmath.mp.dps = dps
+    name = kernel.name
+    X = np.asarray(X, dtype=np.float64)
+    D = np.asarray(D, dtype=np.float64)
+    if name not in ("rbf", "laplacian"):
+        raise ValueError(f"no mpmath reference for kernel {name!r}")
+    g = mpmath.mpf(float(kernel.gamma))
+
+    def k(a, b):
+        if name == "rbf":
+            s = mpmath.fsum((mpmath.mpf(float(x)) - mpmath.mpf(float(y))) ** 2 for x, y in zip(a, b))
+        else:
+            s = mpmath.fsum(abs(mpmath.mpf(float(x)) - mpmath.mpf(float(y))) for x, y in zip(a, b))
+        return mpmath.exp(-g * s)
+
+    m = len(D)
+    M = mpmath.matrix(m, m)
+    for i in range(m):
+        for j in range(i + 1):
+            M[i, j] = M[j, i] = k(D[i], D[j])
+    Lc = mpmath.cholesky(M)
+    out = []
+    for x in X:
+        kv = mpmath.matrix([k(d, x) for d in D])
+        z = _forward_mp(Lc, kv)
+        out.append(float(1 - mpmath.fsum(v * v for v in z)))
+    return np.asarray(out)
+
+
+def _forward_mp(L, b):
+    import mpmath
+
+    n = L.rows
+    z = [mpmath.mpf(0)] * n
+    for i in range(n):
+        z[i] = (b[i] - mpmath.fsum(L[i, j] * z[j] for j in range(i))) / L[i, i]
+    return z

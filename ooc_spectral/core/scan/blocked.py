@@ -224,10 +224,15 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
         j = m - m0  # points added in this block so far
         zi = np.concatenate([Z0[i], Zn[i, :j]])
         d_i = float(delta[i - pos])
-        if not certified[i]:
+        # a row computed in the span, known above it only against a smaller dictionary, is
+        # bounded again too before it may enter
+        stale = dhat[i] <= floor[i] and bounded[i] != m
+        if not certified[i] or stale:
             if bounded[i] != m:  # bound it again against the grown dictionary, with the
                 # uncertified rows after it (one vectorized call, not one per row)
                 w = i + np.flatnonzero(~certified[i:i + REBOUND_ROWS])
+                if not w.size or w[0] != i:  # row i itself: certified, but stale
+                    w = np.r_[i, w]
                 Zw = np.concatenate([Z0[w], Zn[w, :j]], axis=1)
                 E[w], up, lower[w] = rnd.residual_bounds(
                     state.L, Zw, dhat[w], None, X[w], None if x_aux is None else x_aux[w], kx[w],
@@ -246,6 +251,9 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
             # float64 may not resolve its pivot: its row of the factor from double-double
             zi, dhat[i] = rnd.extended_coordinates(state.points, X[i])
             alpha[i] = 1.0 - float(zi @ state.w)
+        elif certify and m and dhat[i] <= floor[i] < lower[i]:
+            # explicit features know its residual where float64 does not: the pivot from them
+            dhat[i] = 0.5 * (float(upper[i]) + float(lower[i]))
         w_new = state.append(X[i], int(rows[i]), None if x_aux is None else x_aux[i],
                              zi, float(dhat[i]), float(alpha[i]))
         if certify:  # its delta from below: its bounds against the dictionary it entered
