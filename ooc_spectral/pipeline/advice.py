@@ -176,6 +176,9 @@ def _past_the_limit(err, c, source):
     if median is None or c.gamma < FAR_ABOVE * median:
         return type(err)(text) if text != str(err) else None
     found = _scan_size(c, source, median)
+    if found is not None and found[0] >= min(c.max_dictionary_size, found[1] // 2):
+        # the heuristic's gamma keeps no small dictionary either: not the way out
+        return type(err)(text) if text != str(err) else None
     checked = ("" if found is None else
                f": a greedy scan of a seeded sample of {found[1]} rows at that gamma and "
                f"tol={c.tol:.3g} keeps {found[0]} points")
@@ -189,7 +192,8 @@ def _past_the_limit(err, c, source):
 
 def _scan_size(c, source, gamma: float) -> tuple[int, int] | None:
     """The dictionary size a greedy scan of a seeded sample reaches at ``gamma`` and
-    ``c.tol`` (None if that scan fails: then no figure is quoted)."""
+    ``c.tol`` (None if that scan fails: then no figure is quoted); the scan stops at half
+    the sample (a dictionary that large is no way out), which is then the size given."""
     from ..io.source import open_source
     from .fit import FitRun
 
@@ -197,10 +201,14 @@ def _scan_size(c, source, gamma: float) -> tuple[int, int] | None:
     X = np.asarray(source.read_index(rows), dtype=np.float64)
     cfg = dataclasses.replace(c, gamma=float(gamma), dictionary_size=None, selection="greedy",
                               scan="full", n_components=1)
+    half = max(2, len(rows) // 2)
     try:
         run = FitRun(cfg, open_source(X))
+        run._scan_limit = min(half, c.max_dictionary_size)
         kernel, _ = run.resolve_kernel()
         dictionary, _, _ = run.build_dictionary(kernel)
+    except DictionarySizeError:
+        return min(half, c.max_dictionary_size), len(rows)
     except Exception:
         return None
     return int(dictionary.size), len(rows)

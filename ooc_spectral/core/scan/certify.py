@@ -343,8 +343,10 @@ class ScanRounding:
         E = self.bound(m, np.einsum("ij,ij->i", Z, Z), kx, eta, A, An, solved=False, kx_error=kerr)
         undecided = dhat + E > tol
         explicit = points is not None and m and explicit_features(self.kernel) is not None
-        if explicit and delta is not None:  # also the rows the affine delta would add: in
-            undecided |= delta > tol  # the span (certified), they do not enter
+        if explicit:  # also the rows the affine delta would add (every row bounded again:
+            # delta unknown): in the span (certified), they do not enter, and a row whose
+            # float64 residual is noise above the floor is told apart from one beyond it
+            undecided |= (delta > tol) if delta is not None else True
         undecided = np.flatnonzero(undecided)
         if undecided.size:
             Zu = Z[undecided]
