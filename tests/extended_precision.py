@@ -122,59 +122,49 @@ def reference_eigenvalues(kernel, X, p: int) -> tuple[np.ndarray, float]:
     return vals, allowance
 
 
-def exact_residuals(kernel, X, D) -> np.ndarray:
-    """Every row's squared feature-space distance to the span of the dictionary rows D, in
-    exact rational arithmetic, for the kernels whose values are rational functions of the
-    float64 rows: linear and polynomial (with their centre). ``k(x, x) - k' M^-1 k`` with
-    every float64 value taken as the rational it is (``fractions.Fraction``), so no
-    rounding at all: the reference for bounds far below what extended precision resolves
-    (a linear kernel's rows in the span: residual exactly 0). Pure Python: small m and a
-    few hundred rows at most. Raises ``ZeroDivisionError`` when M is singular (a
-    dictionary point in the span of the others)."""
-    from fractions import Fraction
+def exact_residuals(kernel, X, D, dps: int = 80) -> np.ndarray:
+    """Every row's squared feature-space distance to the span of the dictionary rows D, for
+    the kernels whose values are polynomials in the float64 rows: linear and polynomial
+    (with their centre). ``k(x, x) - k' M^-1 k`` at ``dps`` digits (mpmath): every value of
+    the rows and the kernel values exact (the products of 53-bit numbers and their sums over
+    the features fit in 80 digits), the solve's rounding about ``1e-80`` times ``M``'s
+    condition: the reference for bounds far below what extended precision resolves (a
+    linear kernel's rows in the span: residual 0 to 1e-60). Pure Python: small m and a few
+    hundred rows at most."""
+    import mpmath
 
     name = kernel.name
     if name not in ("linear", "polynomial"):
-        raise ValueError(f"no rational reference for kernel {name!r}")
+        raise ValueError(f"no reference for kernel {name!r}")
+    mpmath.mp.dps = dps
     c = _center(kernel)
 
     def rows(A):
         A = np.asarray(A, dtype=np.float64)
-        out = [[Fraction(float(v)) for v in r] for r in A]
-        if c is not None:
-            cc = [Fraction(float(v)) for v in c]
-            out = [[v - w for v, w in zip(r, cc)] for r in out]
-        return out
+        cc = [mpmath.mpf(0)] * A.shape[1] if c is None else [mpmath.mpf(float(v)) for v in c]
+        return [[mpmath.mpf(float(v)) - w for v, w in zip(r, cc)] for r in A]
 
     if name == "polynomial":
-        g, c0, p = Fraction(float(kernel.gamma)), Fraction(float(kernel.coef0)), int(kernel.degree)
+        g, c0, p = (mpmath.mpf(float(kernel.gamma)), mpmath.mpf(float(kernel.coef0)),
+                    int(kernel.degree))
 
         def k(a, b):
-            return (g * sum(x * y for x, y in zip(a, b)) + c0) ** p
+            return (g * mpmath.fsum(x * y for x, y in zip(a, b)) + c0) ** p
     else:
         def k(a, b):
-            return sum(x * y for x, y in zip(a, b))
+            return mpmath.fsum(x * y for x, y in zip(a, b))
 
     P, R = rows(D), rows(X)
     m = len(P)
-    M = [[k(P[i], P[j]) for j in range(m)] for i in range(m)]
-    # LU without pivoting (M is positive definite), then each row's k' M^-1 k
-    for j in range(m):
-        for i in range(j + 1, m):
-            f = M[i][j] / M[j][j]
-            M[i][j] = f
-            for t in range(j + 1, m):
-                M[i][t] -= f * M[j][t]
+    M = mpmath.matrix(m, m)
+    for i in range(m):
+        for j in range(i + 1):
+            M[i, j] = M[j, i] = k(P[i], P[j])
     out = []
     for r in R:
-        kv = [k(p, r) for p in P]
-        y = list(kv)
-        for i in range(m):  # L y = k (unit lower)
-            y[i] -= sum(M[i][t] * y[t] for t in range(i))
-        a = [Fraction(0)] * m
-        for i in reversed(range(m)):  # U a = y
-            a[i] = (y[i] - sum(M[i][t] * a[t] for t in range(i + 1, m))) / M[i][i]
-        out.append(float(k(r, r) - sum(x * y for x, y in zip(kv, a))))
+        kv = mpmath.matrix([k(p, r) for p in P])
+        a = mpmath.lu_solve(M, kv)
+        out.append(float(k(r, r) - mpmath.fsum(kv[i] * a[i] for i in range(m))))
     return np.asarray(out)
 
 

@@ -94,18 +94,18 @@ def exceeds_bound(kernel, X, points, bound: float) -> np.ndarray:
 def check_certified(kernel: str, X: np.ndarray, est, tol: float, rows=None) -> dict:
     """Every guarantee of a returned fit, against references computed another way
     (``rows``: the rows whose residuals are checked, every one by default; a linear kernel's
-    exact rationals take at most 120 of them, the largest residual's row first)."""
+    80-digit references take at most 40 of them, the largest residual's row first)."""
     core = est.embedding_estimator_ if kernel == "mds" else est
     d = core.spectral_map_.dictionary
     out = {"m": d.size, "max_residual": core.max_residual_}
     if d.L is not None:  # the exact path has no factor: every row is a dictionary point
-        # kernels that are rational in the rows (linear, polynomial): exact rationals, since
-        # their bounds go far below what long double resolves (rows in the span: 0)
+        # kernels polynomial in the rows (linear, polynomial): 80 digits, since their bounds
+        # go far below what long double resolves (rows in the span: 0)
         rational = d.kernel.name in ("linear", "polynomial")
         R = X if rows is None else X[rows]
-        if rational and len(R) > 120:
+        if rational and len(R) > 40:
             R = np.vstack([X[core.max_residual_row_:core.max_residual_row_ + 1],
-                           R[:: -(-len(R) // 119)]])
+                           R[:: -(-len(R) // 39)]])
         true = (exact_residuals(d.kernel, R, d.points) if rational
                 else exceeds_bound(d.kernel, R, d.points, core.max_residual_))
         out["true_max"] = float(true.max())

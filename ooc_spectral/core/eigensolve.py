@@ -414,16 +414,28 @@ def solve_exact(kernel, X: np.ndarray, n_components: int | None, *,
         vals, V = dense_top_eigenpairs(K, n_components)
     del K
     vals, V = vals[::-1].copy(), fix_signs(V[:, ::-1])
-    if np.any(vals <= noise):
-        rank = int(np.sum(vals > noise))
-        raise DictionaryError(
-            f"n_components={n_components} exceeds the number of directions the data spans in "
-            f"feature space ({rank}: the centred Gram matrix has only {rank} eigenvalues above "
-            f"rounding); lower n_components to at most {rank}")
-    dictionary = Dictionary(kernel=kernel, points=X, indices=np.arange(n, dtype=np.int64), aux=aux,
-                            L=None, w=np.zeros(n), beta=0.0, affine=affine, solver="gemm")
-    smap = SpectralMap(dictionary, "additive", mu, V / np.sqrt(vals), vals, n)
+    _above_rounding(vals, noise, n_components, "the number of directions the data spans in "
+                    "feature space ({rank}: the centred Gram matrix has only {rank} eigenvalues "
+                    "above rounding)")
+    smap = SpectralMap(_every_row(kernel, X, aux, affine), "additive", mu, V / np.sqrt(vals),
+                       vals, n)
     return smap, Certificate(0.0, 0), RowSums(float(kx.sum()), float(np.max(np.abs(kx))), 0.0)
+
+
+def _every_row(kernel, X: np.ndarray, aux, affine: bool) -> Dictionary:
+    """The exact path's dictionary: every row, no factor (the kernel basis)."""
+    n = X.shape[0]
+    return Dictionary(kernel=kernel, points=X, indices=np.arange(n, dtype=np.int64), aux=aux,
+                      L=None, w=np.zeros(n), beta=0.0, affine=affine, solver="gemm")
+
+
+def _above_rounding(vals: np.ndarray, noise: float, n_components, what: str) -> None:
+    """Refuse components at or below the exact solve's rounding, naming how many there are
+    (``what``, with ``{rank}``)."""
+    if vals.size == 0 or np.any(vals <= noise):
+        rank = int(np.sum(vals > noise))
+        raise DictionaryError(f"n_components={n_components} exceeds {what.format(rank=rank)}; "
+                              f"lower n_components to at most {rank}")
 
 
 def solve_exact_divisive(kernel, X: np.ndarray, n_components: int | None, *, affine: bool,
@@ -481,14 +493,9 @@ def solve_exact_divisive(kernel, X: np.ndarray, n_components: int | None, *, aff
     if drop_first:
         vals, V = vals[1:], V[:, 1:]
     noise = 16 * n * np.finfo(np.float64).eps * max(float(vals[0]) if vals.size else 0.0, 0.0)
-    if vals.size == 0 or np.any(vals <= noise):
-        rank = int(np.sum(vals > noise))
-        raise DictionaryError(
-            f"n_components={n_components} exceeds the non-trivial directions of the "
-            f"normalized kernel ({rank} eigenvalues above rounding); lower n_components to at "
-            f"most {rank}")
-    dictionary = Dictionary(kernel=kernel, points=X, indices=np.arange(n, dtype=np.int64), aux=aux,
-                            L=None, w=np.zeros(n), beta=0.0, affine=affine, solver="gemm")
+    _above_rounding(vals, noise, n_components, "the non-trivial directions of the normalized "
+                    "kernel ({rank} eigenvalues above rounding)")
+    dictionary = _every_row(kernel, X, aux, affine)
     components = (V * scale[:, None]) / vals
     if subset:
         return SpectralMap(dictionary, "divisive-subset", None, components, vals / n, n)

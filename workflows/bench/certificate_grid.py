@@ -20,7 +20,7 @@ tol its message advises):
 Every returned fit is checked against references computed another way
 (``tests/extended_precision.py``: kernel values from differences in extended precision, a
 Cholesky factorization in that precision, 40-digit arithmetic where long double cannot
-decide, exact rationals for the linear kernel): ``max_residual_`` at least every row's
+decide, 80 digits for the linear kernel): ``max_residual_`` at least every row's
 exact squared distance to the dictionary's span, every exact eigenvalue of the centred Gram
 matrix inside ``eigenvalue_interval_``. Each case's outcome:
 
@@ -299,7 +299,7 @@ def main(argv=None) -> int:
         md.append("")
     md += ["`certified`: returned at the tol asked by the greedy path, with `max_residual_` at "
            "least every row's exact residual (extended precision, 40-digit arithmetic where long "
-           "double cannot decide, exact rationals for the linear kernel) and every exact "
+           "double cannot decide, 80 digits for the linear kernel) and every exact "
            "eigenvalue in `eigenvalue_interval_`; `exact`: the exact path, its eigenvalues "
            "checked the same way; `refused in r s, t certified in f s`: "
            "`NumericalBreakdownError` after r seconds advised tol t, and the fit at t, certified, "
