@@ -160,11 +160,11 @@ def exact_residuals(kernel, X, D, dps: int = 80) -> np.ndarray:
     for i in range(m):
         for j in range(i + 1):
             M[i, j] = M[j, i] = k(P[i], P[j])
+    Lc = mpmath.cholesky(M)  # once: every row is one substitution
     out = []
     for r in R:
-        kv = mpmath.matrix([k(p, r) for p in P])
-        a = mpmath.lu_solve(M, kv)
-        out.append(float(k(r, r) - mpmath.fsum(kv[i] * a[i] for i in range(m))))
+        z = _forward_mp(Lc, [k(p, r) for p in P])
+        out.append(float(k(r, r) - mpmath.fsum(v * v for v in z)))
     return np.asarray(out)
 
 
