@@ -268,3 +268,84 @@ def test_column_sums_of_a_block_in_several_pieces(name):
     ref = kernel.pairwise(X, Y)
     np.testing.assert_allclose(out, ref, rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(sums, ref.sum(axis=0), rtol=1e-11)
+
+
+# --------------------------------------------------------------------------- #
+# the linear kernel's explicit bound (core/explicit_features.py) at its formula
+# --------------------------------------------------------------------------- #
+@pytest.mark.parametrize("coef0", [0.0, 2.0])
+def test_the_explicit_bound_is_its_formula(coef0):
+    """``(1 + 8u) [gamma_f (|v| + |w|)^2 + coef0 (|1 - s| + e)^2]`` with the residual
+    ``v = (x - c) - P' a``, its rounding ``w = (gamma_{m+3} (|x - c| + |a|'|P|) + u |v|)
+    (1 + gamma_{m+2})``, both norms inflated by ``1 + gamma_{d+4}``, and for the constant
+    feature ``e = (gamma_{m+2} |a|_1 + u)(1 + gamma_{m+2})`` (``(|1 - s| + e + u)(1 + 2u)``):
+    on rows nearly in the span, where the rounding term is most of the bound."""
+    from ooc_spectral.core.explicit_features import explicit_residual_bounds
+    from ooc_spectral.core.kernels import LinearKernel, PolynomialKernel
+
+    rng = np.random.default_rng(9)
+    P = rng.normal(size=(3, 5)) * 1e3
+    A = rng.normal(size=(3, 4))
+    A /= A.sum(axis=0)  # affine combinations: the constant feature's residual about 0 too
+    X = A.T @ P + 1e-14 * rng.normal(size=(4, 5))  # nearly in the span, coefficients A
+    kernel = (LinearKernel() if coef0 == 0 else
+              PolynomialKernel(gamma=0.5, degree=1, coef0=coef0))
+    g = 1.0 if coef0 == 0 else 0.5
+    got = explicit_residual_bounds(kernel, X, P, A)
+    m, d = P.shape
+    V = X - A.T @ P
+    W = (gamma_n(m + 3) * (np.abs(X) + np.abs(A.T) @ np.abs(P)) + U * np.abs(V)) * (1 + gamma_n(m + 2))
+    grow = 1 + gamma_n(d + 4)
+    vv, ww = g * np.sum(V * V, axis=1), g * np.sum(W * W, axis=1)
+    if coef0:
+        e = (gamma_n(m + 2) * np.abs(A).sum(axis=0) + U) * (1 + gamma_n(m + 2))
+        vv = vv + coef0 * (1 - A.sum(axis=0)) ** 2
+        ww = ww + coef0 * e * e
+    want = ((np.sqrt(vv) + np.sqrt(ww)) * grow) ** 2 * (1 + 8 * U)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert np.all(np.sqrt(ww) > 1e-3 * np.sqrt(vv))  # the rounding term is not negligible here
+
+
+def test_a_row_resolved_against_its_own_residual_only_when_certainly_beyond_tol():
+    """Its spread past a quarter of tol, the row enters only when its residual is certainly
+    beyond tol (lower > tol) and resolved against itself; at lower = 0.79 tol it is
+    undecidable."""
+    from ooc_spectral.core.scan.certify import decide
+
+    tol, floor = 1e-3, 1e-14
+    # spread 0.26 tol: not within a quarter of tol, within a quarter of dhat = 1.05 tol
+    with pytest.raises(NumericalBreakdownError):
+        decide(1.05e-3, 1.05e-3, floor, 0.26e-3, tol, 2, 1.31e-3, 0.79e-3)
+    # the same spread on a residual of 4 tol: certainly beyond tol, resolved
+    assert decide(4e-3, 4e-3, floor, 0.9e-3, tol, 2) is True
+
+
+def test_the_double_double_kernel_error_is_its_formula():
+    """``eta = 1.1 (2^-94 + (3 dim + 12) u^2 / e) + 2.3e-290``."""
+    from ooc_spectral.core.extended import kernel_dd
+    from ooc_spectral.core.kernels import RBFKernel
+
+    X = np.random.default_rng(0).normal(size=(4, 3))
+    _, _, eta = kernel_dd(RBFKernel(1.0), X, X)
+    assert eta == pytest.approx(1.1 * (2.0 ** -94 + 21 * U * U / math.e) + 2.3e-290, rel=1e-12)
+
+
+def test_the_double_double_bound_carries_the_factors_error():
+    """``theta |a|_1^2`` is in the double-double bound: a factor error raised by 1e-8 raises
+    each row's upper bound by at least 1e-8 ``|a|_1^2`` (``a = M^-1 k``)."""
+    from sklearn.datasets import make_moons
+
+    from ooc_spectral.core.extended import ExtendedGram
+    from ooc_spectral.core.kernels import RBFKernel
+
+    X = make_moons(60, noise=0.05, random_state=0)[0]
+    k = RBFKernel(2.0)
+    D = X[:12]
+    L = np.linalg.cholesky(k(D, D))
+    Z = np.linalg.solve(L, k(D, X[12:20])).T
+    gram = ExtendedGram(k)
+    up0, _ = gram.bounds(L, D, X[12:20], Z)
+    gram.theta += 1e-8
+    up1, _ = gram.bounds(L, D, X[12:20], Z)
+    A1 = np.abs(np.linalg.solve(k(D, D), k(D, X[12:20]))).sum(axis=0)
+    assert np.all(up1 - up0 >= 0.99e-8 * A1 ** 2)
