@@ -125,3 +125,96 @@ def reference_eigenvalues(kernel, X, p: int) -> tuple[np.ndarray, float]:
     u = np.finfo(np.float64).eps / 2
     allowance = n * u * float(np.max(np.abs(Kc))) * 2 + 8 * n * u * float(vals[0])
     return vals, allowance
+
+
+def exact_residuals(kernel, X, D, dps: int = 80) -> np.ndarray:
+    """Every row's squared feature-space distance to the span of the dictionary rows D, for
+    the kernels whose values are polynomials in the float64 rows: linear and polynomial
+    (with their centre). ``k(x, x) - k' M^-1 k`` at ``dps`` digits (mpmath): every value of
+    the rows and the kernel values exact (the products of 53-bit numbers and their sums over
+    the features fit in 80 digits), the solve's rounding about ``1e-80`` times ``M``'s
+    condition: the reference for bounds far below what extended precision resolves (a
+    linear kernel's rows in the span: residual 0 to 1e-60). Pure Python: small m and a few
+    hundred rows at most."""
+    import mpmath
+
+    name = kernel.name
+    if name not in ("linear", "polynomial"):
+        raise ValueError(f"no reference for kernel {name!r}")
+    mpmath.mp.dps = dps
+    c = _center(kernel)
+
+    def rows(A):
+        A = np.asarray(A, dtype=np.float64)
+        cc = [mpmath.mpf(0)] * A.shape[1] if c is None else [mpmath.mpf(float(v)) for v in c]
+        return [[mpmath.mpf(float(v)) - w for v, w in zip(r, cc)] for r in A]
+
+    if name == "polynomial":
+        g, c0, p = (mpmath.mpf(float(kernel.gamma)), mpmath.mpf(float(kernel.coef0)),
+                    int(kernel.degree))
+
+        def k(a, b):
+            return (g * mpmath.fsum(x * y for x, y in zip(a, b)) + c0) ** p
+    else:
+        def k(a, b):
+            return mpmath.fsum(x * y for x, y in zip(a, b))
+
+    P, R = rows(D), rows(X)
+    m = len(P)
+    M = mpmath.matrix(m, m)
+    for i in range(m):
+        for j in range(i + 1):
+            M[i, j] = M[j, i] = k(P[i], P[j])
+    Lc = mpmath.cholesky(M)  # once: every row is one substitution
+    out = []
+    for r in R:
+        z = _forward_mp(Lc, [k(p, r) for p in P])
+        out.append(float(k(r, r) - mpmath.fsum(v * v for v in z)))
+    return np.asarray(out)
+
+
+def precise_residuals(kernel, X, D, dps: int = 40) -> np.ndarray:
+    """The rows' squared distances to the span of D at ``dps`` decimal digits (mpmath):
+    kernel values from the rows' exact decimal expansions, one LU of the dictionary's Gram
+    matrix. For the rows where long double cannot decide a bound (its own rounding, about
+    1e-19 times the factor's condition, is comparable to the gap); pure Python, so a few
+    rows against dictionaries of a few hundred points."""
+    import mpmath
+
+    mpmath.mp.dps = dps
+    name = kernel.name
+    X = np.asarray(X, dtype=np.float64)
+    D = np.asarray(D, dtype=np.float64)
+    if name not in ("rbf", "laplacian"):
+        raise ValueError(f"no mpmath reference for kernel {name!r}")
+    g = mpmath.mpf(float(kernel.gamma))
+
+    def k(a, b):
+        if name == "rbf":
+            s = mpmath.fsum((mpmath.mpf(float(x)) - mpmath.mpf(float(y))) ** 2 for x, y in zip(a, b))
+        else:
+            s = mpmath.fsum(abs(mpmath.mpf(float(x)) - mpmath.mpf(float(y))) for x, y in zip(a, b))
+        return mpmath.exp(-g * s)
+
+    m = len(D)
+    M = mpmath.matrix(m, m)
+    for i in range(m):
+        for j in range(i + 1):
+            M[i, j] = M[j, i] = k(D[i], D[j])
+    Lc = mpmath.cholesky(M)
+    out = []
+    for x in X:
+        kv = mpmath.matrix([k(d, x) for d in D])
+        z = _forward_mp(Lc, kv)
+        out.append(float(1 - mpmath.fsum(v * v for v in z)))
+    return np.asarray(out)
+
+
+def _forward_mp(L, b):
+    import mpmath
+
+    n = L.rows
+    z = [mpmath.mpf(0)] * n
+    for i in range(n):
+        z[i] = (b[i] - mpmath.fsum(L[i, j] * z[j] for j in range(i))) / L[i, i]
+    return z

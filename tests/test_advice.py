@@ -22,17 +22,66 @@ def _roll(n=4000, seed=0):
     return np.c_[t * np.cos(t), 21 * rng.random(n), t * np.sin(t)]
 
 
+def test_too_many_components_where_the_exact_problem_is_at_hand_are_solved_exactly():
+    """n_components beyond the dictionary at tol, on rows whose n x n problem fits: the
+    exact problem is solved (and said so), equal to KernelPCA's."""
+    from sklearn.decomposition import KernelPCA
+
+    from ooc_spectral.exceptions import DictionaryWarning
+
+    X = _roll(1200)
+    with pytest.warns(DictionaryWarning, match=r"n_components=120 needs more directions than "
+                                               r"the \d+ points the dictionary holds"):
+        est = GreedySpectralEmbedding(n_components=120, random_state=0).fit(X)
+    assert est.max_residual_ == 0.0 and est.dictionary_.shape[0] == len(X)
+    ref = KernelPCA(120, kernel="rbf", gamma=est.gamma_, eigen_solver="dense").fit(X)
+    np.testing.assert_allclose(est.eigenvalues_, ref.eigenvalues_, rtol=1e-8,
+                               atol=1e-10 * ref.eigenvalues_[0])
+
+
 def test_too_many_components_at_the_heuristic_gamma():
-    X = _roll()
+    """Where the exact problem is not at hand (more rows than max_dictionary_size), one
+    advice, checked: dictionary_size = n_components + 1, which Algorithm 2 reaches on a
+    seeded sample with a resolved factor; following it works."""
+    X = _roll(1200)
     with pytest.raises(DictionaryError) as info:
-        GreedySpectralEmbedding(n_components=150, random_state=0).fit(X)
+        GreedySpectralEmbedding(n_components=120, random_state=0, max_dictionary_size=1199).fit(X)
     text = str(info.value)
     assert "gamma=None picks the median heuristic" not in text  # what the fit used
-    assert "larger gamma than the median heuristic's (it chose this one)" in text
-    assert "dictionary_size=151" in text
+    assert "larger gamma" not in text and "smaller tol" not in text  # one advice
+    assert "lower n_components" not in text
+    assert "ask for dictionary_size=121" in text and "on a seeded sample of 1200 rows" in text
     # following it works
-    est = GreedySpectralEmbedding(n_components=150, dictionary_size=151, random_state=0).fit(X)
-    assert est.eigenvalues_.shape == (150,) and len(est.dictionary_indices_) == 151
+    est = GreedySpectralEmbedding(n_components=120, dictionary_size=121, random_state=0,
+                                  max_dictionary_size=1199).fit(X)
+    assert est.eigenvalues_.shape == (120,) and len(est.dictionary_indices_) == 121
+
+
+def test_an_advice_that_would_fail_is_not_given():
+    """Where Algorithm 2 cannot reach the size with a factor float64 resolves (500
+    components of 3-D rows), the one advice is fewer components, the dictionary's own."""
+    X = np.random.default_rng(0).normal(size=(3000, 3))
+    with pytest.raises(DictionaryError) as info:
+        GreedySpectralEmbedding(n_components=500, random_state=0, max_dictionary_size=2999,
+                                tol=1e-2).fit(X)
+    text = str(info.value)
+    assert "dictionary_size=" not in text
+    m = int(__import__("re").search(r"lower n_components to at most (\d+)", text).group(1))
+    est = GreedySpectralEmbedding(n_components=m, random_state=0, max_dictionary_size=2999,
+                                  tol=1e-2).fit(X)
+    assert est.eigenvalues_.shape == (m,)
+
+
+def test_clustering_errors_name_n_clusters():
+    """GreedySpectralClustering passes n_clusters on as n_components: its errors name the
+    parameter the user set, and n_clusters beyond the rows is refused before any work."""
+    from ooc_spectral import GreedySpectralClustering
+
+    X = _roll(300)
+    with pytest.raises(DictionaryError, match=r"n_clusters=5000 exceeds what the 300 rows of X "
+                                              r"hold.*lower n_clusters to at most 300") as info:
+        GreedySpectralClustering(n_clusters=5000, random_state=0).fit(X)
+    assert "n_components" not in str(info.value)
 
 
 def test_too_many_components_for_the_rows():
@@ -41,7 +90,8 @@ def test_too_many_components_for_the_rows():
         warnings.simplefilter("ignore")
         with pytest.raises(DictionaryError) as info:
             GreedySpectralEmbedding(n_components=150, gamma=1e-4, random_state=0).fit(X)
-    assert "X has 100 rows" in str(info.value)
+    assert "exceeds what the 100 rows of X hold" in str(info.value)
+    assert "lower n_components to at most 99" in str(info.value)  # centring takes one
 
 
 def test_a_huge_gamma_names_the_heuristic_checked():

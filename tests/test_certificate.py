@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 from sklearn.datasets import make_circles, make_moons, make_s_curve
 
-from extended_precision import HAS_EXTENDED, LD, forward, kernel_matrix, reference_eigenvalues, \
-    true_residuals
+from extended_precision import HAS_EXTENDED, LD, exact_residuals, forward, kernel_matrix, \
+    reference_eigenvalues, true_residuals
 from ooc_spectral import GreedySpectralEmbedding
 from ooc_spectral.exceptions import NumericalBreakdownError
 from ooc_spectral.manifold import MetricMDS
@@ -48,39 +48,66 @@ def dataset(name: str) -> np.ndarray:
     return make_s_curve(N, random_state=0)[0]
 
 
-def estimator(kernel: str, tol: float):
+def estimator(kernel: str, tol: float, **params):
+    """``params``: more estimator parameters (``max_dictionary_size`` below the rows keeps
+    the greedy path where the exact problem would be at hand)."""
     if kernel == "mds":
-        return MetricMDS(n_components=2, tol=tol, random_state=0)
+        return MetricMDS(n_components=2, tol=tol, random_state=0, **params)
     if kernel.startswith("rbf"):
         gamma = None if kernel == "rbf-median" else float(kernel.split("-")[1])
         return GreedySpectralEmbedding(n_components=P, kernel="rbf", gamma=gamma, tol=tol,
-                                       random_state=0)
+                                       random_state=0, **params)
     return GreedySpectralEmbedding(n_components=P if kernel == "laplacian" else 2, kernel=kernel,
-                                   tol=tol, random_state=0)
+                                   tol=tol, random_state=0, **params)
 
 
-def fit_or_follow_advice(kernel: str, X: np.ndarray, tol: float):
+def fit_or_follow_advice(kernel: str, X: np.ndarray, tol: float, **params):
     """The fit, or the fit at the tol a breakdown advises (which must then succeed):
     returns ``(estimator, tol used, advised)``."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            return estimator(kernel, tol).fit(X), tol, False
+            return estimator(kernel, tol, **params).fit(X), tol, False
         except NumericalBreakdownError as err:
             found = re.search(r"Use tol >= ([0-9.e+-]+)", str(err))
             assert found, f"a breakdown without advice: {err}"
             advice = float(found.group(1))
             assert advice > tol
-            return estimator(kernel, advice).fit(X), advice, True
+            return estimator(kernel, advice, **params).fit(X), advice, True
 
 
-def check_certified(kernel: str, X: np.ndarray, est, tol: float) -> dict:
-    """Every guarantee of a returned fit, against references computed another way."""
+def exceeds_bound(kernel, X, points, bound: float) -> np.ndarray:
+    """Exact residuals of the rows that may exceed ``bound``: long double first; the rows
+    whose long-double residual reaches within 1e-3 of the bound (long double's own rounding
+    can be that large at a small tol) again at 40 digits. Returns the largest residual
+    found, the reference of each checked row being the most precise one computed."""
+    true = true_residuals(kernel, X, points)
+    close = np.flatnonzero(true >= bound * (1 - 1e-3))
+    if close.size and kernel.name in ("rbf", "laplacian"):
+        from extended_precision import precise_residuals
+
+        close = close[np.argsort(-true[close])][:8]
+        true[close] = precise_residuals(kernel, X[close], points)
+    return true
+
+
+def check_certified(kernel: str, X: np.ndarray, est, tol: float, rows=None) -> dict:
+    """Every guarantee of a returned fit, against references computed another way
+    (``rows``: the rows whose residuals are checked, every one by default; a linear kernel's
+    80-digit references take at most 40 of them, the largest residual's row first)."""
     core = est.embedding_estimator_ if kernel == "mds" else est
     d = core.spectral_map_.dictionary
     out = {"m": d.size, "max_residual": core.max_residual_}
     if d.L is not None:  # the exact path has no factor: every row is a dictionary point
-        true = true_residuals(d.kernel, X, d.points)
+        # kernels polynomial in the rows (linear, polynomial): 80 digits, since their bounds
+        # go far below what long double resolves (rows in the span: 0)
+        rational = d.kernel.name in ("linear", "polynomial")
+        R = X if rows is None else X[rows]
+        if rational and len(R) > 40:
+            R = np.vstack([X[core.max_residual_row_:core.max_residual_row_ + 1],
+                           R[:: -(-len(R) // 39)]])
+        true = (exact_residuals(d.kernel, R, d.points) if rational
+                else exceeds_bound(d.kernel, R, d.points, core.max_residual_))
         out["true_max"] = float(true.max())
         assert core.max_residual_ >= true.max(), (core.max_residual_, true.max())
         if core.dictionary_size is None and core.scan == "full" and tol > 0:
@@ -261,11 +288,25 @@ def test_tol_zero_is_exact_or_certified_never_certified_by_the_cancellation_it_b
     E = est.embedding_ * np.sign(np.sum(est.embedding_ * R, axis=0))
     assert np.abs(E - R).max() <= 1e-10 * np.abs(R).max()
     check_certified("rbf-median", X, est, 0.0)
+    # the divisive normalization too solves the exact problem where it is at hand: the
+    # Laplacian eigenmaps of the full Gram matrix, D^-1/2 v for the unit eigenvectors v of
+    # D^-1/2 K D^-1/2 (the first, trivial one dropped)
+    with pytest.warns(DictionaryWarning, match=r"tol=0 asks for every direction.*800 x 800"):
+        le = LaplacianEigenmaps(2, tol=0, random_state=0).fit(X)
+    K = np.exp(-le.gamma_ * (X - X.T) ** 2)
+    deg = K.sum(axis=1)
+    vals, V = np.linalg.eigh(K / np.sqrt(np.outer(deg, deg)))
+    F = V[:, ::-1][:, 1:3] / np.sqrt(deg)[:, None]
+    G = le.embedding_ * np.sign(np.sum(le.embedding_ * F, axis=0))
+    assert np.abs(G - F).max() <= 1e-8 * np.abs(F).max()
+    np.testing.assert_allclose(le.eigenvalues_, vals[::-1][1:3], rtol=1e-10)
+    assert le.volume_ == pytest.approx(deg.sum(), rel=1e-12)
+    # where it is not (more rows than max_dictionary_size), a refusal with advice that works
     with pytest.raises(NumericalBreakdownError, match=r"tol=0 asks for every direction") as info:
-        LaplacianEigenmaps(2, tol=0, random_state=0).fit(X)
+        LaplacianEigenmaps(2, tol=0, random_state=0, max_dictionary_size=799).fit(X)
     advice = info.value.suggested_tol
     assert advice > 0 and f"Use tol >= {advice:.2g}" in str(info.value)
-    le = LaplacianEigenmaps(2, tol=advice, random_state=0).fit(X)
+    le = LaplacianEigenmaps(2, tol=advice, random_state=0, max_dictionary_size=799).fit(X)
     d = le.embedding_estimator_.spectral_map_.dictionary
     true = true_residuals(d.kernel, X, d.points)
     assert true.max() <= le.embedding_estimator_.max_residual_ <= advice
@@ -303,7 +344,9 @@ def test_an_interval_float64_cannot_make_finite_is_refused_not_returned(monkeypa
     swamped = lambda *a, **k: (np.full(2, np.inf), np.full(2, np.inf))  # noqa: E731
     monkeypatch.setattr(certification, "spectrum_allowance", swamped)
     with pytest.raises(NumericalBreakdownError, match=r"eigenvalues cannot be certified.*Use tol >="):
-        GreedySpectralEmbedding(n_components=2, gamma=0.5, tol=1e-6, random_state=0).fit(X)
+        # more rows than max_dictionary_size: the exact problem is not at hand
+        GreedySpectralEmbedding(n_components=2, gamma=0.5, tol=1e-6, random_state=0,
+                                max_dictionary_size=N - 1).fit(X)
 
 
 @pytest.mark.parametrize("kernel", ["rbf", "laplacian", "linear", "polynomial", "cosine"])

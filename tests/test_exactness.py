@@ -113,7 +113,9 @@ def fit_certified(X, tol, **params):
 
 def check_weyl_interval(oracle, tol, request):
     X, gamma, ref, R = oracle
-    est, tol = fit_certified(X, tol, n_components=P, gamma=gamma)
+    # max_dictionary_size below the rows: the exact problem is not at hand (the exact path
+    # holds every row), so the greedy path's certificate is what is tested
+    est, tol = fit_certified(X, tol, n_components=P, gamma=gamma, max_dictionary_size=len(X) - 1)
     assert 0 < est.dictionary_.shape[0] < len(X) / 2  # the greedy path, not the exact one
     assert est.max_residual_ <= tol
     lam, b = est.eigenvalues_, est.eigenvalue_error_bound_
@@ -133,10 +135,12 @@ def test_ill_conditioned_dictionary_is_refused_not_returned():
     # are all within tol (max 4e-15) and the eigenvalues 6e-6 off; the fit refuses, and
     # the tol it advises is certified and exact
     X = make_swiss_roll(1500, random_state=0)[0]
+    greedy = dict(max_dictionary_size=1499)  # the exact problem not at hand (see above)
     with pytest.raises(NumericalBreakdownError, match="Use tol >= ") as info:
-        GreedySpectralEmbedding(n_components=5, gamma=0.01, tol=1e-12, random_state=0).fit(X)
+        GreedySpectralEmbedding(n_components=5, gamma=0.01, tol=1e-12, random_state=0,
+                                **greedy).fit(X)
     assert "is certified on every row" in str(info.value)
-    est, tol = fit_certified(X, 1e-12, n_components=5, gamma=0.01)
+    est, tol = fit_certified(X, 1e-12, n_components=5, gamma=0.01, **greedy)
     assert tol > 1e-12 and est.max_residual_ <= tol
     ref = KernelPCA(n_components=5, kernel="rbf", gamma=0.01, eigen_solver="dense").fit(X).eigenvalues_
     assert np.all(ref >= est.eigenvalue_interval_[:, 0]) and np.all(ref <= est.eigenvalue_interval_[:, 1])
@@ -252,7 +256,7 @@ def test_polynomial_kernel_equals_kernel_pca_up_to_its_rank(degree):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         est, _ = fit_certified(X, 1e-10, n_components=rank, kernel="polynomial", gamma=gamma,
-                               degree=degree, coef0=1.0)
+                               degree=degree, coef0=1.0, max_dictionary_size=499)  # greedy
     assert est.dictionary_.shape[0] <= rank + 1
     np.testing.assert_allclose(est.eigenvalues_, kp.eigenvalues_, rtol=1e-8)
     R = kp.transform(X)
@@ -340,7 +344,9 @@ def test_cli_report_names_the_eigenvalue_bound_and_a_breakdown_exits_2(tmp_path)
     arr = zarr.create_array(str(tmp_path / "r.zarr"), shape=R.shape, chunks=(500, 3), dtype="f8")
     arr[...] = R
     base[2], base[4] = str(tmp_path / "r.zarr"), "0.01"
-    proc = subprocess.run(base + ["--out", str(tmp_path / "bad"), "--tol", "1e-12"],
+    # (with the exact problem out of reach: 1,500 rows above max_dictionary_size)
+    proc = subprocess.run(base + ["--out", str(tmp_path / "bad"), "--tol", "1e-12",
+                                  "--max-dictionary-size", "1499"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr
     assert "Use tol >= " in proc.stderr.strip().splitlines()[-1]

@@ -225,15 +225,16 @@ def test_tol_zero_refused_with_a_positive_checked_advice():
     from sklearn.datasets import make_swiss_roll
 
     X = make_swiss_roll(1500, random_state=0)[0]
+    greedy = dict(max_dictionary_size=1499)  # the exact problem (every row) not at hand
     with pytest.raises(NumericalBreakdownError) as info:
         GreedySpectralEmbedding(n_components=3, gamma=0.05, tol=0.0, normalization="divisive",
-                                random_state=0).fit(X)
+                                random_state=0, **greedy).fit(X)
     advice = info.value.suggested_tol
     assert advice > 0 and f"Use tol >= {advice:.2g}" in str(info.value)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # certified: no warning either
         est = GreedySpectralEmbedding(n_components=3, gamma=0.05, tol=advice,
-                                      normalization="divisive", random_state=0).fit(X)
+                                      normalization="divisive", random_state=0, **greedy).fit(X)
     assert est.max_residual_ <= advice
 
 
@@ -254,7 +255,7 @@ def test_kernels_with_negative_values_are_named_not_blamed_on_tol():
                                   random_state=0).fit(X)
     assert est.max_residual_ <= 1e-6
     refused = GreedySpectralEmbedding(kernel="poly", coef0=1.0, gamma=0.3, tol=1e-6,
-                                      random_state=50)
+                                      random_state=50, max_dictionary_size=299)  # greedy
     with pytest.raises(NumericalBreakdownError, match="Use tol >= ") as info:
         refused.fit(X)
     advised = refused.set_params(tol=info.value.suggested_tol).fit(X)

@@ -116,6 +116,57 @@ def _advised(tol: float, err: NumericalBreakdownError) -> NumericalBreakdownErro
     return err
 
 
+def _too_few_points(dictionary: Dictionary, kernel: Kernel, gamma, tol: float, c,
+                    n_features: int, spent: int) -> DictionaryError:
+    """The error of a dictionary with fewer points than ``n_components`` needs. Its
+    ``kind`` says why: ``"feature-space"`` (the kernel's feature space has no more
+    directions), ``"groups"`` (groups of equal rows), ``"every-direction"`` (tol 0),
+    ``"constant"`` (a kernel so wide it is nearly constant over the data), else ``"tol"``
+    (a smaller tol could add points; where the exact problem is at hand the fit solves it
+    instead, :mod:`ooc_spectral.pipeline.exact`)."""
+    m = dictionary.size
+    limit = max(m - spent, 0)
+    scale = float(np.max(kernel.diag(dictionary.points)))
+    dim = feature_space_dimension(c.kernel, n_features, c.degree)
+    kind = "tol"
+    if dim is not None and m >= dim:
+        err = DictionaryError(
+            f"n_components={c.n_components} exceeds the dimension of the {c.kernel} "
+            f"kernel's feature space on {n_features} features ({dim}), which "
+            f"the {m} dictionary points already span: no tol or gamma can add a "
+            f"direction; lower n_components to at most {max(m - spent, 0)}")
+        err.kind = "feature-space"
+        return err
+    if tol <= 0:  # tol 0 already asked for every direction: no tol adds one
+        kind = "every-direction"
+        why = ("at tol=0 every direction of the data that float64 tells apart from the span "
+               "of the others is in the dictionary already")
+    elif tol >= 0.1 * scale:
+        why = f"tol={tol:.3g} is not small against k(x, x)={scale:.3g}"
+    elif gamma is not None and c.kernel in ("rbf", "laplacian") and (
+            apart := _largest_off_diagonal(dictionary) / scale) < 0.5:
+        kind = "groups"
+        why = (f"the {m} dictionary point{'s are' if m != 1 else ' is'} far apart under "
+               f"the kernel (k between two of them at most {apart:.2g} of k(x, x)), and "
+               f"every other row is within tol={tol:.3g} of their span: the data hold {m} "
+               "groups of equal or nearly equal rows, and no kernel width, tol or "
+               "dictionary size tells equal rows apart")
+        if c.normalization == "additive":  # centred, m groups span m - 1 directions
+            limit = max(m - 1, 0)
+    elif gamma is not None and c.kernel in ("rbf", "laplacian") and m == 1:
+        kind = "constant"  # every row within tol of one point: k(x, d) >= 1 - tol / 2
+        why = (f"with gamma={gamma:.3g} the {c.kernel} kernel is nearly constant over the "
+               f"data, so every row is within tol={tol:.3g} of the first point")
+    else:
+        why = f"every row is within tol={tol:.3g} of the span of the first points"
+    diagnosis = (f"the dictionary has only {m} point{'s' if m != 1 else ''}, so n_components="
+                 f"{c.n_components} is not {'below' if spent else 'at most'} the dictionary "
+                 f"size; {why}")
+    err = DictionaryError(f"{diagnosis}; lower n_components to at most {limit}")
+    err.kind, err.diagnosis, err.limit, err.gamma = kind, diagnosis, limit, gamma
+    return err
+
+
 def nice_ceil(x: float, strictly: bool = False) -> float:
     """The smallest 1, 2 or 5 times a power of ten at least ``x`` (above it if ``strictly``)."""
     x = float(x)
@@ -162,41 +213,7 @@ def check_dictionary(dictionary: Dictionary, kernel: Kernel, gamma, tol: float, 
             f"of none (the {c.kernel} kernel sees the {n_rows} rows as one point, k(x, x) at "
             "most tol), so there is nothing to embed; check the data, or lower tol")
     if m < wanted + spent:
-        limit = max(m - spent, 0)
-        scale = float(np.max(kernel.diag(dictionary.points)))
-        dim = feature_space_dimension(c.kernel, n_features, c.degree)
-        if dim is not None and m >= dim:
-            raise DictionaryError(
-                f"n_components={c.n_components} exceeds the dimension of the {c.kernel} "
-                f"kernel's feature space on {n_features} features ({dim}), which "
-                f"the {m} dictionary points already span: no tol or gamma can add a "
-                f"direction; lower n_components to at most {max(m - spent, 0)}")
-        if tol <= 0:  # tol 0 already asked for every direction: no tol adds one
-            hint = ("; at tol=0 every direction of the data that float64 tells apart from "
-                    "the span of the others is in the dictionary already")
-        elif tol >= 0.1 * scale:
-            hint = (f"; tol={tol:.3g} is not small against k(x, x)={scale:.3g}: lower tol "
-                    f"(try tol={scale * 1e-3:.3g})")
-        elif gamma is not None and c.kernel in ("rbf", "laplacian") and (
-                apart := _largest_off_diagonal(dictionary) / scale) < 0.5:
-            hint = (f"; the {m} dictionary point{'s are' if m != 1 else ' is'} far apart under "
-                    f"the kernel (k between two of them at most {apart:.2g} of k(x, x)), and "
-                    f"every other row is within tol={tol:.3g} of their span: the data hold {m} "
-                    "groups of equal or nearly equal rows, and no kernel width, tol or "
-                    "dictionary size tells equal rows apart")
-            if c.normalization == "additive":  # centred, m groups span m - 1 directions
-                limit = max(m - 1, 0)
-        elif gamma is not None and c.kernel in ("rbf", "laplacian"):
-            hint = (f"; with gamma={gamma:.3g} the {c.kernel} kernel is nearly constant over "
-                    f"the data, so every row is within tol of the first points: use a larger "
-                    f"gamma (gamma=None picks the median heuristic) or a smaller tol")
-        else:
-            hint = f"; lower tol (try tol={tol / 100:.3g})"
-        raise DictionaryError(
-            f"the dictionary has only {m} point{'s' if m != 1 else ''}, so n_components="
-            f"{c.n_components} is not {'below' if spent else 'at most'} the dictionary size"
-            f"{hint}; or lower n_components to at most {limit}"
-        )
+        raise _too_few_points(dictionary, kernel, gamma, tol, c, n_features, spent)
     if c.dictionary_size is None and m == n:
         msg = (f"every one of the {n} rows entered the dictionary{width}: the kernel is so "
                "narrow that no row is near the span of the others; the result is the exact "

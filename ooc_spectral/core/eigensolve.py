@@ -59,7 +59,7 @@ from .statistics import Certificate, Degrees, Gram, Moments, RowSums
 
 __all__ = ["SpectralMap", "top_eigenpairs", "sorted_eigenpairs", "solve_additive",
            "spectrum_allowance", "summation_depth", "accumulation_error",
-           "solve_divisive", "solve_exact", "check_spectrum", "eigenvalue_error_bound",
+           "solve_divisive", "solve_exact", "solve_exact_divisive", "check_spectrum", "eigenvalue_error_bound",
            "check_n_components", "spent_directions"]
 
 
@@ -263,9 +263,12 @@ def check_spectrum(C: np.ndarray, all_values: np.ndarray, moments: Moments,
     - no eigenvalue below ``-(tau_C + 2 (m + 1) u lambda_max)``: the exact C is a Gram
       matrix, and the computed one is within the accumulation's rounding ``tau_C``
       (:func:`accumulation_error`) and the eigensolver's backward error of it;
-    - no eigenvalue nor the trace above ``sum k(x, x)`` plus those and the rounding of the
-      sum itself: ``sum k(x, x)`` is the trace of the centred Gram matrix plus a
-      non-negative term, and every eigenvalue is at most the trace.
+    - no eigenvalue nor the trace above ``sum k(x, x)`` plus those, the rounding of the
+      sum itself and the rows' own (:func:`rows_rounding`): ``sum k(x, x)`` is the trace
+      of the centred Gram matrix plus a non-negative term, and every eigenvalue is at most
+      the trace; the computed ``|z|^2`` of a row exceeds its ``k(x, x)`` by at most its
+      residual's rounding (rows in the span, such as every row of a linear kernel's
+      saturated dictionary: standardised data, whose trace equals ``sum k(x, x)``).
 
     Parameters
     ----------
@@ -303,12 +306,24 @@ def check_spectrum(C: np.ndarray, all_values: np.ndarray, moments: Moments,
         raise NumericalBreakdownError(
             f"C has the eigenvalue {lo:.3g}, below -{tau_C + eig_err:.3g} (the rounding of its "
             f"accumulation and eigensolve); a Gram matrix has none: {advice}")
-    limit = sum_kx + gamma(depth + 2) * abs(sum_kx) + tau_C + eig_err
+    limit = sum_kx + gamma(depth + 2) * abs(sum_kx) + tau_C + eig_err + rows_rounding(moments, m)
     if hi > limit or trace > limit:
         raise NumericalBreakdownError(
             f"the top eigenvalue {hi:.6g} (trace {trace:.6g}) exceeds sum k(x, x) = {sum_kx:.6g} "
             f"by more than its rounding ({limit - sum_kx:.3g}); sum k(x, x) bounds every "
             f"eigenvalue of the centred Gram matrix: {advice}")
+
+
+def rows_rounding(moments: Moments, m: int) -> float:
+    """How far ``sum |z|^2`` may exceed ``sum k(x, x)``: each row's computed residual
+    ``dhat = k(x, x) - |z|^2`` is at least ``-E`` (``dhat + E`` bounds an exact residual,
+    which is not negative), so the sum is at most ``n`` times the largest certified ``E``
+    (pass 2's ``max_rounding``); without certified sums, the a-priori rounding of each
+    ``k(x, x) - |z|^2`` with ``|z|^2`` about ``k(x, x)``: ``2 gamma_{m+2} sum |k(x, x)|``."""
+    s = moments.sums
+    if s.certified:
+        return float(moments.n) * float(s.max_rounding)
+    return 2 * gamma(m + 2) * 2 * abs(float(s.sum_kx))
 
 
 def sorted_eigenpairs(A: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -399,16 +414,92 @@ def solve_exact(kernel, X: np.ndarray, n_components: int | None, *,
         vals, V = dense_top_eigenpairs(K, n_components)
     del K
     vals, V = vals[::-1].copy(), fix_signs(V[:, ::-1])
-    if np.any(vals <= noise):
-        rank = int(np.sum(vals > noise))
-        raise DictionaryError(
-            f"n_components={n_components} exceeds the number of directions the data spans in "
-            f"feature space ({rank}: the centred Gram matrix has only {rank} eigenvalues above "
-            f"rounding); lower n_components to at most {rank}")
-    dictionary = Dictionary(kernel=kernel, points=X, indices=np.arange(n, dtype=np.int64), aux=aux,
-                            L=None, w=np.zeros(n), beta=0.0, affine=affine, solver="gemm")
-    smap = SpectralMap(dictionary, "additive", mu, V / np.sqrt(vals), vals, n)
+    _above_rounding(vals, noise, n_components, "the number of directions the data spans in "
+                    "feature space ({rank}: the centred Gram matrix has only {rank} eigenvalues "
+                    "above rounding)")
+    smap = SpectralMap(_every_row(kernel, X, aux, affine), "additive", mu, V / np.sqrt(vals),
+                       vals, n)
     return smap, Certificate(0.0, 0), RowSums(float(kx.sum()), float(np.max(np.abs(kx))), 0.0)
+
+
+def _every_row(kernel, X: np.ndarray, aux, affine: bool) -> Dictionary:
+    """The exact path's dictionary: every row, no factor (the kernel basis)."""
+    n = X.shape[0]
+    return Dictionary(kernel=kernel, points=X, indices=np.arange(n, dtype=np.int64), aux=aux,
+                      L=None, w=np.zeros(n), beta=0.0, affine=affine, solver="gemm")
+
+
+def _above_rounding(vals: np.ndarray, noise: float, n_components, what: str) -> None:
+    """Refuse components at or below the exact solve's rounding, naming how many there are
+    (``what``, with ``{rank}``)."""
+    if vals.size == 0 or np.any(vals <= noise):
+        rank = int(np.sum(vals > noise))
+        raise DictionaryError(f"n_components={n_components} exceeds {what.format(rank=rank)}; "
+                              f"lower n_components to at most {rank}")
+
+
+def solve_exact_divisive(kernel, X: np.ndarray, n_components: int | None, *, affine: bool,
+                         drop_first: bool, subset: bool, negative_values: str | None = None
+                         ) -> SpectralMap:
+    """The exact spectral embedding on the full Gram matrix (Ng, Jordan & Weiss), for small
+    data where the dictionary would hold (nearly) every row.
+
+    Exact degrees (``subset=False``): ``d = K 1`` and ``S = D^-1/2 K D^-1/2``,
+    ``S V = V Lambda``; the map in the kernel basis (``Dictionary.L`` is None) is
+    ``v(x) = k(x, X) D^-1/2 V Lambda^-1 / sqrt(d(x))`` with ``d(x) = k(x, X) 1``, the
+    Nystrom extension of the normalized kernel, which on a training row gives its row of
+    the unit eigenvectors V (``SpectralMap`` mode ``divisive-exact``, ``center`` the ones
+    that sum a kernel row into its degree). With subset degrees the kernel is already
+    normalized (:class:`~ooc_spectral.core.kernels.SubsetNormalizedKernel`): ``K V = V
+    Lambda``, ``v(x) = k(x, X) V Lambda^-1``, and the eigenvalues reported are
+    ``Lambda / n``, as the greedy path's. The first eigenvector (eigenvalue 1 for exact
+    degrees) is dropped with ``drop_first``.
+
+    Raises :class:`DictionaryError` when a degree is not positive (a kernel with negative
+    values: ``negative_values`` says why) or ``n_components`` exceeds the directions above
+    rounding.
+    """
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    n = X.shape[0]
+    aux = kernel.aux(X)
+    K = kernel.pairwise(X, X, aux, aux)
+    center = None
+    if subset:
+        scale = np.ones(n)
+    else:
+        deg = K.sum(axis=1)
+        i = int(np.argmin(deg))
+        if not deg[i] > 0:
+            raise DictionaryError(
+                f"the degree of row {i} is {deg[i]:.3g} (not positive), so D^-1/2 K D^-1/2 is "
+                f"undefined: {negative_values or 'the kernel is negative between rows'}, so a "
+                "row's degree (the sum of its kernel row) can be negative whatever tol. The "
+                "divisive normalization needs a kernel with values >= 0 on the data: use "
+                "kernel='rbf' or 'laplacian', or normalization='additive' (kernel PCA)")
+        scale = 1.0 / np.sqrt(deg)
+        K *= scale[:, None]
+        K *= scale[None, :]
+        center = np.ones(n)
+    extra = int(drop_first)
+    if n_components is None:
+        vals, V = eigh(0.5 * (K + K.T), driver="evd", check_finite=False)
+        noise = 16 * n * np.finfo(np.float64).eps * max(float(vals[-1]), 0.0)
+        keep = max(int(np.sum(vals > noise)), 1)
+        vals, V = vals[n - keep:], V[:, n - keep:]
+    else:
+        vals, V = dense_top_eigenpairs(0.5 * (K + K.T), min(n, n_components + extra))
+    del K
+    vals, V = vals[::-1].copy(), fix_signs(V[:, ::-1])
+    if drop_first:
+        vals, V = vals[1:], V[:, 1:]
+    noise = 16 * n * np.finfo(np.float64).eps * max(float(vals[0]) if vals.size else 0.0, 0.0)
+    _above_rounding(vals, noise, n_components, "the non-trivial directions of the normalized "
+                    "kernel ({rank} eigenvalues above rounding)")
+    dictionary = _every_row(kernel, X, aux, affine)
+    components = (V * scale[:, None]) / vals
+    if subset:
+        return SpectralMap(dictionary, "divisive-subset", None, components, vals / n, n)
+    return SpectralMap(dictionary, "divisive-exact", center, components, vals, n)
 
 
 def dictionary_saturated(sums: RowSums) -> bool:

@@ -36,7 +36,7 @@ from .._accel.blas import add_gram_lower, fast_solve_order, symmetric_from_lower
 from .._accel.fused import centre_rows, centre_rows_weighted, loops_for
 from .._validation import check_finite
 from ..exceptions import DictionaryError
-from .model import Dictionary
+from .model import PIVOT_FLOOR, Dictionary
 from .planning import solve_block_rows
 from .preimage import chunk_preimage
 from .rounding import U
@@ -142,7 +142,9 @@ def _centred_coordinates(block, dictionary: Dictionary, offset: int, chunk_start
     The residual of a row is its computed ``delta`` (eq. 8) or, where the dictionary
     carries its rounding constants (:class:`~ooc_spectral.core.rounding.FactorRounding`),
     the larger of that and its certified residual (an upper bound of the exact squared
-    distance to the span, :meth:`~ooc_spectral.core.rounding.FactorRounding.certify`).
+    distance to the span, :meth:`~ooc_spectral.core.rounding.FactorRounding.certify`);
+    for a row in the span (computed or certified below the pivot floor: no affine part)
+    the certified one.
 
     The coordinates (c x m, Fortran- or C-ordered as ``order`` says, see
     :func:`~ooc_spectral._accel.blas.fast_solve_order`) are a view of this thread's
@@ -193,7 +195,11 @@ def _centred_coordinates(block, dictionary: Dictionary, offset: int, chunk_start
                                                     lambda rows: Z[rows] + mean, shift)
     if rounding is None:
         return X, Z, mean, delta, RowSums.of(None, kx, dhat)
-    return X, Z, mean, np.maximum(delta, bounds), RowSums.bounded(kx, bounds, sq, xi, E, sharp)
+    # a row in the span (below the pivot floor) has no affine part: its computed delta is
+    # the noise of dhat, and its certified bound says more (linear PCA: every row)
+    floor = PIVOT_FLOOR * np.maximum(np.abs(kx), np.finfo(np.float64).tiny)
+    residual = np.where((dhat <= floor) | (bounds <= floor), bounds, np.maximum(delta, bounds))
+    return X, Z, mean, residual, RowSums.bounded(kx, bounds, sq, xi, E, sharp)
 
 
 def _column_means(Z: np.ndarray) -> np.ndarray:

@@ -281,10 +281,13 @@ affine, degree_estimate, degree_subset_size, sample_size, chunk_rows
         return k, (k if p is None else p)
 
     def _embedding_estimator(self, n_components: int, seed: int) -> GreedySpectralEmbedding:
-        return GreedySpectralEmbedding(
+        est = GreedySpectralEmbedding(
             n_components=n_components, **params_of(self, EMBEDDING_PARAMS),
             normalization="divisive", degree_estimate=self.degree_estimate,
             degree_subset_size=self.degree_subset_size, drop_first=False, random_state=seed)
+        if self.n_components is None:  # its errors name the parameter the user set
+            est._parameter_names = {"n_components": "n_clusters"}
+        return est
 
     def fit(self, X, y=None, *, output=None):
         """Embed X, then cluster the unit-length rows of the embedding with k-means.

@@ -296,7 +296,7 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
             with client_accel(source.n_rows):
                 result = FitRun(config, source).run(output)
         except DictionaryError as err:
-            advised = with_advice(err, config, source)
+            advised = with_advice(err, config, source, getattr(self, "_parameter_names", None))
             if advised is err:
                 raise
             raise advised from err

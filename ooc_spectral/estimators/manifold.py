@@ -93,6 +93,7 @@ from ..exceptions import InvalidInputError, InvalidParameterError
 from .isomap import GRAPH_SAMPLE_PURPOSE, Isomap, LandmarkIsomap
 from .lle import LocallyLinearEmbedding
 from ..io.source import open_source
+from ..pipeline.exact import divisive_volume
 
 __all__ = [
     "LaplacianEigenmaps",
@@ -156,7 +157,7 @@ class _DivisiveBase(Fitted, FeatureNamesMixin, TransformerMixin, BaseEstimator):
         smap = est.spectral_map_
         self.embedding_estimator_ = est
         self.spectral_map_ = smap
-        self.volume_ = float(smap.center @ smap.center)
+        self.volume_ = divisive_volume(smap)
         self.eigenvalues_ = smap.eigenvalues.copy()
         self._map = _DivisiveCoordinates(smap, self._scale(smap))
         self.n_features_in_ = est.n_features_in_
@@ -270,7 +271,7 @@ n_features_in_, random_state_
         check_float(type(self).__name__, "diffusion_time", self.diffusion_time, low=0.0)
 
     def _scale(self, smap) -> np.ndarray:
-        vol = float(smap.center @ smap.center)
+        vol = divisive_volume(smap)
         return np.sqrt(vol) * smap.eigenvalues ** float(self.diffusion_time)
 
 

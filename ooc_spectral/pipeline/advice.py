@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import warnings
 
 import numpy as np
 
@@ -40,52 +41,124 @@ CHECK_ROWS = 2000
 FAR_ABOVE = 100.0
 
 
-def with_advice(err: BaseException, config, source) -> BaseException:
+def with_advice(err: BaseException, config, source, names: dict | None = None) -> BaseException:
     """``err``, or an error of the same class whose advice is computed and checked.
 
     ``config`` is the fit's :class:`~ooc_spectral.core.config.FitConfig`, ``source`` its
-    :class:`~ooc_spectral.io.source.DataSource`. Never raises: where the advice cannot
-    be computed the original error is returned."""
+    :class:`~ooc_spectral.io.source.DataSource`; ``names`` maps a parameter of the fit to
+    the one the user set for it (``{"n_components": "n_clusters"}`` for a clustering
+    estimator that passed its ``n_clusters`` on), so that the message names what the user
+    can change. Never raises: where the advice cannot be computed the original error is
+    returned (renamed)."""
     try:
+        new = None
         if isinstance(err, DictionarySizeError):
-            return _past_the_limit(err, config, source) or err
-        if isinstance(err, DictionaryError):
-            return _too_few_points(err, config, source) or err
+            new = _past_the_limit(err, config, source)
+        elif isinstance(err, DictionaryError):
+            new = _too_few_points(err, config, source) or _unreachable(err, config)
+        return _renamed(new or err, names)
     except Exception:  # advice is a courtesy: never hide the error it was for
         return err
-    return err
+
+
+def _renamed(err: BaseException, names: dict | None) -> BaseException:
+    """``err`` with each parameter name of ``names`` replaced by the user's (itself where
+    nothing is renamed)."""
+    text = str(err)
+    for ours, theirs in (names or {}).items():
+        text = re.sub(rf"\b{ours}\b", theirs, text)
+    if text == str(err):
+        return err
+    new = type(err)(text)
+    new.__dict__.update(err.__dict__)
+    return new
 
 
 def _too_few_points(err, c, source):
-    text = str(err)
-    m = re.search(r"the dictionary has only (\d+) points?", text)
-    if (m is None or c.n_components is None or "feature space" in text
-            or "groups of equal" in text):
+    """One advice for a dictionary too small for ``n_components`` at this tol (the exact
+    problem not at hand, or the fit would have solved it): ``dictionary_size`` = the
+    components plus the directions the normalization spends, where Algorithm 2 reaches
+    that size on a seeded sample with a factor float64 resolves (checked here); else the
+    most components the dictionary gives."""
+    kind = getattr(err, "kind", None)
+    if kind == "constant":
+        return _wider_than_the_heuristic(err, c, source)
+    if kind != "tol" or c.n_components is None:
         return None
     spent = spent_directions(c.affine, c.normalization, c.drop_first)
     # dictionary_size must exceed n_components (the configuration's own check) and give
     # the normalization's spent directions
     need = max(c.n_components + spent, c.n_components + 1)
-    if c.gamma is None:
-        # the hint named the heuristic this fit had used: say what it chose instead
-        text = text.replace("use a larger gamma (gamma=None picks the median heuristic)",
-                            "use a larger gamma than the median heuristic's (it chose "
-                            "this one)")
     if need > source.n_rows:
         advice = (f"X has {source.n_rows} rows, so at most {source.n_rows - spent} "
-                  "components exist")
-    elif need > c.max_dictionary_size:
-        advice = (f"raise max_dictionary_size to {need} and ask for dictionary_size={need} "
-                  f"(--dictionary-size {need})")
-    else:
+                  "components exist: lower n_components to at most "
+                  f"{min(source.n_rows - spent, err.limit)}")
+    elif need <= c.max_dictionary_size and (checked := _reaches(c, source, need, err.gamma)):
         advice = (f"ask for dictionary_size={need} (--dictionary-size {need}) instead of tol: "
-                  f"the selection then takes exactly {need} points"
-                  + (f" (from a sample of sample_size rows: raise it to at least {need})"
-                     if need > c.sample_size else ""))
-    if "; or lower n_components" not in text:
+                  f"{checked}" + (f" (the sample is sample_size rows: raise it to at least "
+                                  f"{need})" if need > c.sample_size else ""))
+    else:
+        return None  # lowering n_components, the error's own advice, is what works
+    return type(err)(f"{err.diagnosis}; {advice}")
+
+
+def _wider_than_the_heuristic(err, c, source):
+    """A kernel nearly constant over the data at a gamma the user set far below the median
+    heuristic's: that gamma, checked by a greedy scan of a seeded sample."""
+    if c.gamma is None or c.n_components is None:
         return None
-    return type(err)(text.replace("; or lower n_components", f"; or {advice}; or lower "
-                                  "n_components", 1))
+    sample = source.read_index(plan_sample(source.n_rows, GAMMA_SAMPLE_SIZE, c.random_state,
+                                           SAMPLE_PURPOSE["gamma"]))
+    median = median_heuristic_gamma(c.kernel, sample)
+    if median is None or c.gamma > median / FAR_ABOVE:
+        return None
+    found = _scan_size(c, source, median)
+    spent = spent_directions(c.affine, c.normalization, c.drop_first)
+    if found is None or found[0] < c.n_components + spent:
+        return None
+    return type(err)(
+        f"{err.diagnosis}; gamma={c.gamma:.3g} is {median / c.gamma:.3g} times below the median "
+        f"heuristic's {median:.3g}: leave gamma to the heuristic (gamma=None, or drop --gamma) "
+        f"or try gamma={median:.3g}: a greedy scan of a seeded sample of {found[1]} rows at "
+        f"that gamma and tol={c.tol:.3g} keeps {found[0]} points")
+
+
+def _unreachable(err, c):
+    """``dictionary_size`` beyond the points outside the span of the others: the size they
+    allow holds fewer components than asked for, so the advice names both parameters."""
+    m = re.search(r"only (\d+) of the \d+ sampled rows are outside the span of the others; "
+                  r"ask for dictionary_size <= \d+", str(err))
+    if m is None or c.n_components is None or c.n_components < int(m.group(1)):
+        return None
+    k = int(m.group(1))
+    return type(err)(str(err).replace(
+        m.group(0), m.group(0) + f" with n_components at most {k - 1} (it must be below "
+        "dictionary_size)"))
+
+
+def _reaches(c, source, size: int, gamma) -> str:
+    """Whether a fit with ``dictionary_size=size`` works on a seeded sample of at least
+    :data:`CHECK_ROWS` rows at the fit's ``gamma`` (the whole pipeline: Algorithm 2, the
+    factor's conditioning, pass 2, the spectrum and its interval), said as such; "" where
+    it does not."""
+    from ..exceptions import NumericalBreakdownError
+    from ..io.source import open_source
+    from .fit import FitRun
+
+    rows = plan_sample(source.n_rows, max(CHECK_ROWS, 2 * size), c.random_state,
+                       SAMPLE_PURPOSE["gamma"])
+    X = np.asarray(source.read_index(rows), dtype=np.float64)
+    cfg = dataclasses.replace(c, dictionary_size=size, tol=None, scan="full",
+                              gamma=gamma if gamma is not None else c.gamma,
+                              sample_size=max(c.sample_size, len(rows)))
+    try:
+        with warnings.catch_warnings():  # the check's own warnings are not the user's
+            warnings.simplefilter("ignore")
+            FitRun(cfg, open_source(X)).run()
+    except (DictionaryError, NumericalBreakdownError):
+        return ""
+    return (f"a fit with it on a seeded sample of {len(rows)} rows (Algorithm 2, the "
+            "certificate, the spectrum) works")
 
 
 def _past_the_limit(err, c, source):
@@ -103,6 +176,9 @@ def _past_the_limit(err, c, source):
     if median is None or c.gamma < FAR_ABOVE * median:
         return type(err)(text) if text != str(err) else None
     found = _scan_size(c, source, median)
+    if found is not None and found[0] >= min(c.max_dictionary_size, found[1] // 2):
+        # the heuristic's gamma keeps no small dictionary either: not the way out
+        return type(err)(text) if text != str(err) else None
     checked = ("" if found is None else
                f": a greedy scan of a seeded sample of {found[1]} rows at that gamma and "
                f"tol={c.tol:.3g} keeps {found[0]} points")
@@ -116,7 +192,8 @@ def _past_the_limit(err, c, source):
 
 def _scan_size(c, source, gamma: float) -> tuple[int, int] | None:
     """The dictionary size a greedy scan of a seeded sample reaches at ``gamma`` and
-    ``c.tol`` (None if that scan fails: then no figure is quoted)."""
+    ``c.tol`` (None if that scan fails: then no figure is quoted); the scan stops at half
+    the sample (a dictionary that large is no way out), which is then the size given."""
     from ..io.source import open_source
     from .fit import FitRun
 
@@ -124,10 +201,14 @@ def _scan_size(c, source, gamma: float) -> tuple[int, int] | None:
     X = np.asarray(source.read_index(rows), dtype=np.float64)
     cfg = dataclasses.replace(c, gamma=float(gamma), dictionary_size=None, selection="greedy",
                               scan="full", n_components=1)
+    half = max(2, len(rows) // 2)
     try:
         run = FitRun(cfg, open_source(X))
+        run._scan_limit = min(half, c.max_dictionary_size)
         kernel, _ = run.resolve_kernel()
         dictionary, _, _ = run.build_dictionary(kernel)
+    except DictionarySizeError:
+        return min(half, c.max_dictionary_size), len(rows)
     except Exception:
         return None
     return int(dictionary.size), len(rows)

@@ -3,8 +3,7 @@ and the advice of a breakdown checked before it is given.
 
 - :func:`eigenvalue_interval`: every exact eigenvalue's interval from pass 2's certified
   sums and the eigensolve (:func:`~ooc_spectral.core.eigensolve.spectrum_allowance`);
-  :func:`keep_certified`, the eigenvalues ``n_components=None`` keeps (those above 0);
-  :func:`exact_interval`, the exact path's, and :func:`exact_path_warning`, why it is taken.
+  :func:`keep_certified`, the eigenvalues ``n_components=None`` keeps (those above 0).
 - :func:`rounding_report`: the certificate's rounding terms for ``report.json``.
 - :func:`advised` / :func:`advise_tol`: a :class:`~ooc_spectral.exceptions.NumericalBreakdownError`
   of a tol-based fit names the smallest tol whose scan certifies every row of this data
@@ -24,13 +23,12 @@ from ..core.eigensolve import eigenvalue_error_bound, spectrum_allowance
 from ..core.kernels import Kernel
 from ..core.model import Dictionary, SpectralMap
 from ..core.planning import VisitOrder
-from ..core.rounding import U, entry_error, kernel_center
 from ..core.scan.blocked import scan_rows
 from ..core.scan.state import DictionaryState
 from ..exceptions import DictionaryError, DictionarySizeError, NumericalBreakdownError
 
 __all__ = ["ADVICE_ROWS", "advised", "advise_tol", "certified_spectrum", "eigenvalue_interval",
-           "exact_interval", "exact_path_warning", "keep_certified", "rounding_report"]
+           "keep_certified", "rounding_report"]
 
 #: Rows of the sample on which the advised tol of a breakdown is checked.
 ADVICE_ROWS = 20_000
@@ -100,24 +98,6 @@ def keep_certified(smap: SpectralMap, interval: np.ndarray, n_components):
     return cut, interval[:k]
 
 
-def exact_interval(kernel: Kernel, X: np.ndarray, smap: SpectralMap) -> np.ndarray:
-    """The exact path's eigenvalue interval (p, 2): the computed n x n Gram matrix is within
-    ``n eta`` of the exact one in the 2-norm (every entry within ``eta``,
-    :func:`~ooc_spectral.core.rounding.entry_error`; centring does not enlarge it), and the
-    eigensolver adds its backward error (``8 n u lambda_1``), so each exact eigenvalue is
-    within the sum of the two (Weyl)."""
-    n = X.shape[0]
-    aux = kernel.aux(X)
-    kx = kernel.diag(X, aux)
-    c = kernel_center(kernel)
-    P = X if c is None else X - np.asarray(c, dtype=np.float64)
-    radius = float(np.sqrt(np.max(np.einsum("ij,ij->i", P, P)))) * (1 + 1e-14)
-    eta = float(np.max(entry_error(kernel, X, aux, kx, radius, float(np.max(np.abs(kx))))))
-    lam = np.asarray(smap.eigenvalues, dtype=np.float64)
-    a = n * eta + 8 * n * U * float(np.max(np.abs(lam)))
-    return np.column_stack([lam - a, lam + a])
-
-
 def rounding_report(dictionary: Dictionary, sums) -> dict | None:
     """The certificate's rounding terms for ``report.json``: the dictionary's constants
     (:meth:`FactorRounding.to_report <ooc_spectral.core.rounding.FactorRounding.to_report>`)
@@ -179,21 +159,3 @@ def advise_tol(run, kernel: Kernel, tol: float) -> tuple[float, str]:
             continue
         return (t if s.n_rows <= ADVICE_ROWS else nice_ceil(2 * t)), what
     return nice_ceil(scale), ""
-
-
-def exact_path_warning(c, n_rows: int, gamma, every_direction: bool) -> str:
-    """Why the fit solves kernel PCA on the full Gram matrix: half of the rows entered
-    the dictionary, or (``every_direction``) tol 0 asked for every direction of the data
-    and the dictionary's factor could not separate them in float64."""
-    exact = f"kernel PCA is solved exactly on the {n_rows} x {n_rows} Gram matrix instead"
-    if every_direction:
-        return (f"tol={c.tol:g} asks for every direction of the data, more than a dictionary's "
-                f"Cholesky factor separates in float64: {exact}; a positive tol keeps the "
-                "dictionary small")
-    msg = (f"half of the {n_rows} rows entered the dictionary"
-           + (f" (gamma={gamma:.3g})" if gamma is not None else "")
-           + f" before the scan was done: no row is near the span of the others, so {exact}")
-    if gamma is not None and c.kernel in ("rbf", "laplacian"):
-        msg += (f"; for a small dictionary use a smaller gamma (try gamma={gamma / 10:.3g}) "
-                "or a larger tol")
-    return msg

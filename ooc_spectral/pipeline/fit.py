@@ -31,13 +31,11 @@ from typing import Any, Callable, Protocol
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from .._validation import check_finite
 from ..core import planning
 from ..core.checks import check_certificate, check_conditioning, check_dictionary
 from ..core.config import FitConfig
-from ..core.eigensolve import (check_n_components, eigenvalue_error_bound, solve_additive,
-                               spectrum_allowance, summation_depth,
-                               solve_divisive, solve_exact, spent_directions)
+from ..core.eigensolve import (eigenvalue_error_bound, solve_additive, summation_depth,
+                               solve_divisive)
 from ..core.kernel_choice import resolve_kernel
 from ..core.kernels import Kernel, SubsetNormalizedKernel
 from ..core.model import Dictionary, SpectralMap
@@ -49,13 +47,13 @@ from ..core.scan.blocked import scan_rows
 from ..core.scan.search import search_dictionary
 from ..core.scan.state import DictionaryState, ScanProgress
 from ..core.statistics import Statistic
-from ..exceptions import (DictionaryError, DictionarySizeError, DictionaryWarning, InvalidInputError,
-                          NumericalBreakdownError, warn_once)
+from ..exceptions import (DictionaryError, DictionarySizeError, InvalidInputError,
+                          NumericalBreakdownError)
 from ..io.source import DataSource
 from ..runtime.execution import Executor
 from .accumulate import PartialStore, accumulate, extension_pass
-from .certification import (advised, certified_spectrum, exact_interval, exact_path_warning,
-                            keep_certified, rounding_report)
+from .certification import advised, certified_spectrum, rounding_report
+from .exact import EARLY_EXACT, EARLY_STOP, EXACT_FRACTION, exact_at_hand, solve_exactly
 from .scan import GreedyScan, Rescan, Selection
 from .writeback import EmbeddingOutput, map_rows
 
@@ -77,11 +75,6 @@ class Checkpoint(PartialStore, Protocol):
                   prefix_done: bool = False) -> None: ...
 
 
-#: Kernel PCA of at most this many rows is solved exactly on the full Gram matrix
-#: when the dictionary would hold most rows (n x n float64: 512 MiB at the limit).
-EXACT_MAX_ROWS = 8192
-#: ... that is, as soon as the scan's dictionary holds this fraction of the rows.
-EXACT_FRACTION = 0.5
 
 
 @dataclass
@@ -157,8 +150,13 @@ class FitRun:
         self.peak_memory: dict[str, int] = {}
         self.resumed: list[str] = []
         #: The scan's size limit: ``max_dictionary_size``, or half the rows when
-        #: reaching it switches small data to the exact solve (:meth:`run`).
+        #: reaching it switches small data to the exact solve (:meth:`run`), and its
+        #: early stop on the first rows (:mod:`ooc_spectral.pipeline.exact`).
         self._scan_limit = config.max_dictionary_size
+        self._scan_early: tuple[int, int, int] | None = None
+        #: Whether the scan decides in double-double what float64 cannot (where the exact
+        #: problem is not at hand, :mod:`ooc_spectral.core.extended`).
+        self._extended = False
         #: Pass 1's selection (:mod:`ooc_spectral.pipeline.scan`): the dictionary's
         #: state, and what completing a prefix scan after pass 2 needs.
         self.selection: Selection | None = None
@@ -226,16 +224,19 @@ class FitRun:
         def greedy(state, tol, done):
             return GreedyScan(self.source, order, state, tol, windows_done=done,
                               limit=self._scan_limit, max_dictionary_size=c.max_dictionary_size,
-                              checkpoint=self.checkpoint, on_scan=self.on_scan)
+                              checkpoint=self.checkpoint, on_scan=self.on_scan,
+                              early=self._scan_early)
 
         if saved is not None:
             state = DictionaryState.from_arrays(kernel, c.affine, saved["points"], saved["indices"],
                                                 saved["L"], saved["w"])
+            state.rounding.extended_allowed = self._extended
             self.selection = greedy(state, float(saved["tol"]), int(saved["windows_done"]))
             self.resumed.append("scan")
             log.info("scan: resuming after window %d of %d with %d dictionary points",
                      self.selection.windows_done, order.n_windows, state.size)
             if self.selection.complete or saved.get("prefix_done"):
+                state.refine_factor()
                 return state.freeze(c.solver), self.selection.tol, self.selection.complete
         elif c.dictionary_size is not None:
             if c.dictionary_selection == "random":
@@ -247,9 +248,11 @@ class FitRun:
             self.selection = greedy(state, tol, order.n_windows)
             return state.freeze(c.solver), tol, True
         else:
-            self.selection = greedy(DictionaryState(kernel, self.source.n_features, c.affine),
-                                    c.tol, 0)
+            state = DictionaryState(kernel, self.source.n_features, c.affine)
+            state.rounding.extended_allowed = self._extended
+            self.selection = greedy(state, c.tol, 0)
         complete = self.selection.run(patience=c.prefix_patience if c.scan == "prefix" else None)
+        self.selection.state.refine_factor()
         return self.selection.state.freeze(c.solver), self.selection.tol, complete
 
     def complete_prefix_scan(self, stats: Statistic, tol: float) -> Rescan:
@@ -376,16 +379,21 @@ class FitRun:
         cheap bound exceeds ``tol`` get the sharp one; ``cap``, a bound every row's
         residual already has (the tol of a scan that certified each row it skipped; none
         at tol 0, whose scan certifies rows within ZERO_TOL_SKIP k(x, x), not within tol)."""
+        state = None if self.selection is None else self.selection.state
+        gram = getattr(getattr(state, "rounding", None), "extended", None)
         with self.stage("rounding"), small_blas(dictionary.size):
-            return with_rounding(dictionary, target=tol, cap=cap if tol > 0 else math.inf)
+            return with_rounding(dictionary, target=tol, cap=cap if tol > 0 else math.inf,
+                                 extended=None if gram is None else gram.copy())
 
     def advised(self, err: NumericalBreakdownError, kernel: Kernel) -> NumericalBreakdownError:
         """:func:`~ooc_spectral.pipeline.certification.advised` for this fit."""
         return advised(self, err, kernel)
 
     def broke_down(self, err: NumericalBreakdownError, kernel: Kernel, gamma, out, exact: bool):
-        """The exact path at tol 0 where it may run (:meth:`run_exact`), else ``err`` advised."""
-        if exact and self.config.tol is not None and self.config.tol <= 0:
+        """The exact problem where it is at hand (:meth:`run_exact`:
+        a tol below what float64 certifies with a dictionary asks for it), else ``err``
+        advised."""
+        if exact and self.config.tol is not None:
             return self.run_exact(kernel, gamma, out, breakdown=err)
         raise self.advised(err, kernel) from err
 
@@ -405,6 +413,7 @@ class FitRun:
         stats = dataclasses.replace(stats, beyond=None)  # the rows are scanned: drop them
         if not rescan.grew:
             return dictionary, X, dataclasses.replace(stats, certificate=rescan.certificate), total
+        self.selection.state.refine_factor()
         old_size, dictionary = dictionary.size, self.selection.state.freeze(c.solver)
         log.info("dictionary: %d points", dictionary.size)
         self.check_dictionary(dictionary, kernel, gamma, tol)
@@ -426,42 +435,15 @@ class FitRun:
             stats, total = self.accumulate(dictionary, X)
         return dictionary, X, stats, total
 
-    # ------------------------------------------------------------------ #
-    # small data whose dictionary approaches n: the exact solve
-    # ------------------------------------------------------------------ #
-    def exact_allowed(self) -> bool:
-        """Whether the exact path may replace the scan (kernel PCA by tol, small n)."""
-        c, n = self.config, self.source.n_rows
-        return (c.normalization == "additive" and c.dictionary_size is None
-                and c.dictionary_selection == "greedy" and n <= min(EXACT_MAX_ROWS, c.max_dictionary_size))
-
-    def run_exact(self, kernel: Kernel, gamma, out, breakdown=None) -> FitResult:
-        """Exact kernel PCA (:func:`~ooc_spectral.core.eigensolve.solve_exact`), then pass 3.
-
-        Taken when most rows would enter the dictionary: the greedy path would
-        then cost more than the full problem and its factor would be as large and
-        far worse conditioned; and at ``tol <= 0`` when float64 cannot tell a row in the
-        span from a direction of its own (``breakdown``): what tol 0 asks for is exact.
-        """
+    def run_exact(self, kernel: Kernel, gamma, out, *, breakdown=None, early=None,
+                  short=None) -> FitResult:
+        """The exact problem (:func:`~ooc_spectral.pipeline.exact.solve_exactly`: the
+        dictionary heads for every row, ``breakdown``, a tol below what float64 certifies
+        with a dictionary, or ``short``, a dictionary of that many points, too few for
+        ``n_components``), then pass 3: no row has a residual."""
         c, s = self.config, self.source
-        msg = exact_path_warning(c, s.n_rows, gamma, every_direction=breakdown is not None)
-        warn_once(msg, DictionaryWarning, stacklevel=3)
-        check_n_components(s.n_rows, c.n_components or 1, 0)
-        with self.stage("solve"):
-            Xall = s.read_index(np.arange(s.n_rows))
-            check_finite(Xall, 0, chunk_starts=s.chunk_starts)
-            smap, _, sums = solve_exact(kernel, Xall, c.n_components, affine=c.affine)
-            smap, interval = keep_certified(smap, exact_interval(kernel, Xall, smap), c.n_components)
-        preimage = None
-        if c.fit_inverse_transform:  # scikit-learn's regression on every row
-            with self.stage("preimage"):
-                from ..core.preimage import exact_preimage
-
-                # the training embedding sqrt(lambda) v (= components * lambda), not the
-                # Nystrom map of the rows, which amplifies rounding in the smallest components
-                E = smap.components * smap.eigenvalues
-                preimage = exact_preimage(kernel.without_center(), E, Xall, c.alpha)
-        del Xall
+        smap, interval, bound, preimage = solve_exactly(self, kernel, gamma, breakdown=breakdown,
+                                                        early=early, short=short)
         X = self.write_view(out)
         with self.stage("pass3"):
             embedding = self.write_embedding(X, smap, out)
@@ -470,12 +452,9 @@ class FitRun:
             tol=c.tol, dictionary=smap.dictionary, spectral_map=smap, max_residual=0.0,
             max_residual_row=0, task_rows=int(X.chunks[0][0]), embedding=embedding,
             tasks=len(X.chunks[0]), reduce_tasks=0, block_rows=self.block_rows(s.n_rows),
-            # every row is its own dictionary point: the width is the rounding alone
-            eigenvalue_error_bound=float(np.max(interval[:, 1] - smap.eigenvalues)),
-            eigenvalue_interval=interval,
+            eigenvalue_error_bound=bound, eigenvalue_interval=interval,
             timings=dict(self.timings), peak_memory=dict(self.peak_memory),
-            resumed=list(self.resumed), exact=True, preimage=preimage,
-        )
+            resumed=list(self.resumed), exact=True, preimage=preimage)
 
     def fit_preimage(self, X, smap: SpectralMap):
         """The pre-image map of ``inverse_transform``: one parallel pass after the solve.
@@ -520,6 +499,14 @@ class FitRun:
             raise InvalidInputError(
                 f"X has {s.n_rows} row; at least 2 samples are needed to fit an embedding"
             )
+        rows_hold = s.n_rows - (1 if c.normalization == "additive" else int(c.drop_first))
+        if c.n_components is not None and c.n_components > rows_hold:  # before any work
+            raise DictionaryError(
+                f"n_components={c.n_components} exceeds what the {s.n_rows} rows of X hold: "
+                f"at most {rows_hold} components ("
+                + ("centring takes one direction" if c.normalization == "additive" else
+                   "the trivial first one dropped" if c.drop_first else "one per row")
+                + f"); lower n_components to at most {rows_hold}")
         out = None
         if output is not None:  # created (or checked) before any work starts
             # n_components=None: a one-column placeholder, marked incomplete, until the
@@ -529,19 +516,30 @@ class FitRun:
             out.prepare(resume=self.resume)
         with self.stage("kernel"):
             kernel, gamma = self.resolve_kernel()
-        exact = self.exact_allowed()
-        self._scan_limit = math.ceil(EXACT_FRACTION * s.n_rows) if exact else c.max_dictionary_size
+        exact = exact_at_hand(c, s.n_rows)
+        self._extended = not exact
+        if exact:
+            self._scan_limit = min(c.max_dictionary_size, math.ceil(EXACT_FRACTION * s.n_rows))
+        if exact:  # a dictionary heading for every row: the exact problem, or a stop
+            self._scan_early = EARLY_EXACT
+        elif s.n_rows > c.max_dictionary_size:
+            self._scan_early = EARLY_STOP
         try:
             with self.stage("scan"):
                 dictionary, tol, complete = self.build_dictionary(kernel)
-        except DictionarySizeError:
+        except DictionarySizeError as err:
             if not exact:
                 raise
-            return self.run_exact(kernel, gamma, out)
+            return self.run_exact(kernel, gamma, out, early=getattr(err, "early", None))
         except NumericalBreakdownError as err:
             return self.broke_down(err, kernel, gamma, out, exact)
         log.info("dictionary: %d points", dictionary.size)
-        self.check_dictionary(dictionary, kernel, gamma, tol)
+        try:
+            self.check_dictionary(dictionary, kernel, gamma, tol)
+        except DictionaryError as err:  # too few points for n_components at this tol
+            if exact and getattr(err, "kind", None) == "tol":
+                return self.run_exact(kernel, gamma, out, short=dictionary.size)
+            raise
         try:
             check_conditioning(dictionary, tol)
             # a complete greedy scan certified every row it skipped: rows are within tol

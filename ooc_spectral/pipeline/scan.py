@@ -36,12 +36,33 @@ from ..core.planning import SCAN_READ_CACHE_BYTES, VisitOrder, chunks_of_rows
 from ..core.scan.blocked import scan_rows
 from ..core.scan.state import DictionaryState, ScanProgress, _size_error
 from ..core.statistics import VIOLATOR_CAP, BeyondTol, Certificate
-from ..exceptions import raise_if_interrupted
+from ..exceptions import DictionarySizeError, raise_if_interrupted
 from ..io.source import DataSource
+from .exact import EARLY_ROWS
 
-__all__ = ["WindowReader", "scan_source", "Rescan", "Selection", "GreedyScan"]
+__all__ = ["WindowReader", "scan_source", "Rescan", "Selection", "GreedyScan", "EARLY_SPLITS"]
 
 log = logging.getLogger("ooc_spectral")
+
+#: The first rows of the visiting order are scanned in these parts (:func:`scan_source`),
+#: at whose ends a dictionary heading for every row is recognised.
+EARLY_SPLITS = EARLY_ROWS
+
+
+def _early_error(state: DictionaryState, early: tuple[int, int, int], n_rows: int, tol: float,
+                 max_size: int) -> DictionarySizeError:
+    """The scan stopped at ``early = (points, start, stop)``: the dictionary heads for every
+    row."""
+    from ..core.scan.state import size_hint
+
+    err = DictionarySizeError(
+        f"the dictionary took {early[0]} of the {early[2] - early[1]} rows {early[1]} to "
+        f"{early[2]} of the visiting order with tol={tol:.3g}: no row is near the span of "
+        f"the others, so it heads for every one of the {n_rows} rows (past "
+        f"max_dictionary_size={max_size}, one point at a time), and the scan stopped early; "
+        f"{size_hint(state.kernel, tol)}, or raise max_dictionary_size")
+    err.early = tuple(early)
+    return err
 
 
 class WindowReader:
@@ -122,6 +143,7 @@ def scan_source(
     block_rows: int | None = None,
     on_window: Callable[[DictionaryState, ScanProgress], None] | None = None,
     patience: int | None = None,
+    early: tuple[int, int, int] | None = None,
 ) -> int:
     """Algorithm 1, steps 1-16, over a :class:`~ooc_spectral.io.source.DataSource`.
 
@@ -134,6 +156,13 @@ def scan_source(
     that each added at most ``size // 1000`` points (the *prefix scan*; the rows
     left must then be checked by a parallel pass, see
     :func:`~ooc_spectral.pipeline.fit.FitRun.build_dictionary`).
+
+    The first rows of the first window are scanned in the parts :data:`EARLY_SPLITS`
+    (whether or not ``early`` is given, so that the dictionary does not depend on it);
+    with ``early=(points, start, stop)``, ``start:stop`` one of those parts, the scan stops
+    there with a :class:`DictionarySizeError` (its ``early`` attribute that triple) once
+    ``points`` of those rows qualify: a dictionary heading for every row
+    (:mod:`ooc_spectral.pipeline.exact`).
 
     Returns
     -------
@@ -164,7 +193,19 @@ def scan_source(
             Xw, rw = nxt.result()
             nxt = pool.submit(read, k + 1) if k + 1 < n_windows else None
             before = state.size
-            if scan_rows(state, Xw, rw, tol, limit=max_size, block_rows=block_rows):
+            a = 0
+            if k == 0 and state.size == 0:  # the first rows in parts, at EARLY_SPLITS
+                for b in (r for r in EARLY_SPLITS if r < Xw.shape[0]):
+                    # early=(points, a, b): stop when that many of rows a:b qualify
+                    head = (state.size + early[0] - 1 if early is not None
+                            and early[1:] == (a, b) else max_size)
+                    if scan_rows(state, Xw[a:b], rw[a:b], tol, limit=min(head, max_size),
+                                 block_rows=block_rows):
+                        if head < max_size:
+                            raise _early_error(state, early, order.n_rows, tol, max_size)
+                        raise _size_error(state, max_size, rows_done, order.n_rows, tol)
+                    a = b
+            if scan_rows(state, Xw[a:], rw[a:], tol, limit=max_size, block_rows=block_rows):
                 raise _size_error(state, max_size, rows_done, order.n_rows, tol)
             rows_done += Xw.shape[0]
             done = k + 1
@@ -219,15 +260,20 @@ class GreedyScan:
         ``save_scan(state, windows_done, tol, prefix_done=...)`` and ``every``.
     on_scan : callable, optional
         Called with a :class:`~ooc_spectral.core.scan.state.ScanProgress` after each window.
+    early : (int, int, int), optional
+        ``(points, start, stop)``: stop once the dictionary took that many of those rows
+        (:func:`scan_source`).
     """
 
     def __init__(self, source: DataSource, order, state: DictionaryState, tol: float, *,
                  windows_done: int = 0, limit: int, max_dictionary_size: int,
-                 checkpoint=None, on_scan: Callable[[ScanProgress], None] | None = None):
+                 checkpoint=None, on_scan: Callable[[ScanProgress], None] | None = None,
+                 early: tuple[int, int, int] | None = None):
         self.source, self.order, self.state, self.tol = source, order, state, float(tol)
         self.windows_done = int(windows_done)
         self.limit, self.max_dictionary_size = limit, max_dictionary_size
         self.checkpoint, self.on_scan = checkpoint, on_scan
+        self.early = early
 
     @property
     def complete(self) -> bool:
@@ -257,7 +303,8 @@ class GreedyScan:
                 self.checkpoint.save_scan(st, done, self.tol)
 
         return scan_source(self.source, self.order, self.state, tol=self.tol, max_size=self.limit,
-                           start_window=start, on_window=on_window, patience=patience)
+                           start_window=start, on_window=on_window, patience=patience,
+                           early=self.early)
 
     def complete_from(self, beyond: BeyondTol, tol: float) -> Rescan:
         """Scan the rows pass 2 found beyond ``tol``, in visiting order.

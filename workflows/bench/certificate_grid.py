@@ -1,35 +1,55 @@
-"""The certificate against exact references, over the whole grid of issue 36.
+"""The certificate against exact references: the grid of issue 36, PCA, the greedy path at
+tol 1e-12, and the real data sets of issue 53.
 
-For every data set (circles, moons, an S-curve; 300 rows), kernel (rbf with the median
-heuristic, rbf with gamma 0.5 and 5, laplacian, linear, ``MetricMDS``), offset of the data
-from the origin (0 to 1e6) and tol (1e-3 to 1e-12), and for the S-curve with a constant
-column of 1e4 added: fit; on a :class:`NumericalBreakdownError`, fit again at the tol its
-message advises. Then check what was returned against references computed another way
+Sections (each case is one fit; on a :class:`NumericalBreakdownError`, the fit again at the
+tol its message advises):
+
+- ``grid``: circles, moons and an S-curve (300 rows) x the Gaussian kernel (median
+  heuristic, gamma 0.5 and 5), the Laplacian, the linear kernel and ``MetricMDS`` x offsets
+  of the data from the origin (0 to 1e6) x tol (1e-3 to 1e-12, and 0); the S-curve with a
+  constant column of 1e4. The defaults: where the exact problem is at hand (300 rows) a
+  tol float64 cannot certify with a dictionary is solved exactly.
+- ``greedy``: the Gaussian and Laplacian kernels of the grid at tol 1e-6 to 1e-12 with the
+  exact problem out of reach (``max_dictionary_size`` below the rows), so the greedy
+  path's certificate, double-double where float64 cannot decide, is what is tested.
+- ``pca``: the linear kernel on iris, wine, breast cancer and digits, raw, centred and
+  standardised, at every tol.
+- ``real``: breast cancer standardised with the Gaussian kernel at 10 times the median
+  gamma, digits standardised and blobs in 50-D at the median gamma, down to tol 1e-12.
+
+Every returned fit is checked against references computed another way
 (``tests/extended_precision.py``: kernel values from differences in extended precision, a
-Cholesky factorization in that precision): ``max_residual_`` at least every row's exact
-squared distance to the dictionary's span, and every exact eigenvalue of the centred
-Gram matrix inside ``eigenvalue_interval_``.
+Cholesky factorization in that precision, 40-digit arithmetic where long double cannot
+decide, 80 digits for the linear kernel): ``max_residual_`` at least every row's
+exact squared distance to the dictionary's span, every exact eigenvalue of the centred Gram
+matrix inside ``eigenvalue_interval_``. Each case's outcome:
 
-Each case's outcome is one of
-
-- ``certified``: returned at the tol asked, every check holds;
+- ``certified``: returned at the tol asked, by the greedy path, every check holds;
+- ``exact``: returned at the tol asked by the exact path (the n x n problem), checks hold;
 - ``advised``: refused with advice, and the fit at the advised tol is certified;
+- ``size``: the greedy section's cap (``max_dictionary_size``) reached: the data need every
+  row, which the exact path serves (see ``grid``);
 - ``SILENT``: returned something a check refutes (the defect this grid hunts);
 - ``FAILED``: the advice did not lead to a certified fit.
 
-    python workflows/bench/certificate_grid.py            # the whole grid (about 1,000 fits)
-    python workflows/bench/certificate_grid.py --quick    # one offset and tol in three
+    python workflows/bench/certificate_grid.py            # every section (about 1,200 fits)
+    python workflows/bench/certificate_grid.py --quick    # one case in three
+    python workflows/bench/certificate_grid.py --only greedy pca
 
 Writes ``certificate_grid.json`` and ``certificate_grid.md`` to ``--out``
-(default ``workflows/bench/results``).
+(default ``workflows/bench/results``): the counts per section, the checks of issue 53's
+"Done when", every refusal with its time against the time of the fit that follows its
+advice, and one table per section (the worst outcome over the offsets, per tol).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -37,93 +57,259 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "tests"))
 
-from test_certificate import (DATASETS, KERNELS, OFFSETS, TOLS, check_certified,  # noqa: E402
-                              dataset, fit_or_follow_advice)
+from test_certificate import (DATASETS, KERNELS, N, OFFSETS, TOLS, check_certified,  # noqa: E402
+                              dataset, estimator)
+
+from ooc_spectral import GreedySpectralEmbedding  # noqa: E402
+from ooc_spectral.exceptions import DictionarySizeError, NumericalBreakdownError  # noqa: E402
+
+GREEDY_KERNELS = ["rbf-median", "rbf-0.5", "rbf-5", "laplacian"]
+GREEDY_TOLS = [1e-6, 1e-8, 1e-10, 1e-12]
+GREEDY_OFFSETS = [0.0, 1e3, 1e6]
+PCA_SETS = ["iris", "wine", "breast_cancer", "digits"]
+PCA_FORMS = ["raw", "centred", "standardised"]
+REAL = [("breast cancer, rbf 10x median", 1e-3), ("breast cancer, rbf 10x median", 1e-6),
+        ("breast cancer, rbf 10x median", 1e-8), ("breast cancer, rbf 10x median", 1e-10),
+        ("breast cancer, rbf 10x median", 1e-12), ("digits standardised, rbf median", 1e-8),
+        ("digits standardised, rbf median", 1e-10), ("digits standardised, rbf median", 1e-12),
+        ("blobs 50-D, rbf median", 1e-8), ("blobs 50-D, rbf median", 1e-10),
+        ("blobs 50-D, rbf median", 1e-12)]
+#: rows checked against the references of a data set with more rows (every one otherwise)
+CHECK_ROWS = 600
 
 
-def run_case(ds: str, kernel: str, offset: float, tol: float, column: bool = False) -> dict:
-    X = dataset(ds) + offset
-    if column:
-        X = np.column_stack([X, np.full(len(X), 1e4)])
-    row = {"dataset": ds + (" + 1e4 column" if column else ""), "kernel": kernel,
-           "offset": offset, "tol": tol}
+def real_data(name: str) -> np.ndarray:
+    from sklearn import datasets
+    from sklearn.preprocessing import StandardScaler
+
+    if name in PCA_SETS:
+        return getattr(datasets, f"load_{name}")().data.astype(np.float64)
+    if name.startswith("breast"):
+        return StandardScaler().fit_transform(datasets.load_breast_cancer().data)
+    if name.startswith("digits"):
+        return StandardScaler().fit_transform(datasets.load_digits().data)
+    return datasets.make_blobs(2000, n_features=50, centers=5, random_state=0)[0]
+
+
+def pca_data(name: str, form: str) -> np.ndarray:
+    X = real_data(name)
+    if form == "centred":
+        return X - X.mean(axis=0)
+    if form == "standardised":
+        sd = X.std(axis=0)
+        return (X - X.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
+    return X
+
+
+def _fit(make, X: np.ndarray, tol: float):
+    """``(estimator, tol used, refusal)``: the fit, or the fit at the advised tol; refusal is
+    ``{"advice", "refuse_seconds", "advised_fit_seconds", "message"}`` or None."""
+    import re
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = time.perf_counter()
+        try:
+            return make(tol).fit(X), tol, None
+        except NumericalBreakdownError as err:
+            refused = time.perf_counter() - t
+            found = re.search(r"Use tol >= ([0-9.e+-]+)", str(err))
+            if not found:
+                raise AssertionError(f"a breakdown without advice: {err}") from err
+            advice = float(found.group(1))
+            t = time.perf_counter()
+            est = make(advice).fit(X)
+            return est, advice, {"advice": advice, "refuse_seconds": round(refused, 3),
+                                 "advised_fit_seconds": round(time.perf_counter() - t, 3),
+                                 "message": str(err)[:240]}
+
+
+def run_case(case: dict) -> dict:
+    row = dict(case)
+    section, kernel, tol = case["section"], case["kernel"], case["tol"]
+    if section in ("grid", "greedy"):
+        X = dataset(case["dataset"].split(" + ")[0]) + case["offset"]
+        if case["dataset"].endswith("column"):
+            X = np.column_stack([X, np.full(len(X), 1e4)])
+        params = {"max_dictionary_size": N - 1} if section == "greedy" else {}
+
+        def make(t):
+            return estimator(kernel, t, **params)
+    elif section == "pca":
+        X = pca_data(case["dataset"], case["form"])
+
+        def make(t):
+            return GreedySpectralEmbedding(n_components=2, kernel="linear", tol=t, random_state=0)
+    else:
+        X = real_data(case["dataset"])
+        gamma = None
+        if "10x" in case["dataset"]:
+            from ooc_spectral.core.kernel_choice import median_heuristic_gamma
+
+            gamma = 10 * median_heuristic_gamma("rbf", X)
+
+        def make(t):
+            return GreedySpectralEmbedding(n_components=4, gamma=gamma, tol=t, random_state=0)
     t = time.perf_counter()
     try:
-        est, used, advised = fit_or_follow_advice(kernel, X, tol)
+        est, used, refusal = _fit(make, X, tol)
+    except DictionarySizeError as exc:
+        row.update(outcome="size" if section == "greedy" else "FAILED", error=str(exc)[:240])
+        row["seconds"] = round(time.perf_counter() - t, 3)
+        return row
     except Exception as exc:  # the advised fit failed too
         row.update(outcome="FAILED", error=f"{type(exc).__name__}: {exc}"[:300])
+        row["seconds"] = round(time.perf_counter() - t, 3)
         return row
+    row["seconds"] = round(time.perf_counter() - t, 3) if refusal is None else refusal[
+        "refuse_seconds"]
     row.update(tol_used=used)
+    if refusal is not None:
+        row["refusal"] = refusal
+    core = est.embedding_estimator_ if kernel == "mds" else est
+    exact = core.spectral_map_.dictionary.L is None
     try:
-        row.update(check_certified(kernel, X, est, used))
-        row["outcome"] = "advised" if advised else "certified"
+        rows = None
+        if len(X) > CHECK_ROWS:  # the largest residual's row and a stride of the others
+            rows = np.unique(np.r_[core.max_residual_row_,
+                                   np.arange(0, len(X), len(X) // CHECK_ROWS + 1)])
+        row["checks"] = check_certified(kernel, X, est, used, rows=rows)
+        row["outcome"] = "advised" if refusal else ("exact" if exact else "certified")
     except AssertionError as exc:
         row.update(outcome="SILENT", error=str(exc)[:300])
-    row["seconds"] = round(time.perf_counter() - t, 2)
     return row
 
 
-def table(rows: list[dict]) -> str:
-    lines = ["| data set | kernel | offset | " + " | ".join(f"tol {t:g}" for t in TOLS) + " |",
-             "|---|---|---|" + "---|" * len(TOLS)]
-    key = {}
+def cases(only=None) -> list[dict]:
+    out = []
+    if only is None or "grid" in only:
+        out += [dict(section="grid", dataset=ds, kernel=k, offset=o, tol=t)
+                for ds in DATASETS for k in KERNELS for o in OFFSETS for t in TOLS]
+        out += [dict(section="grid", dataset="s-curve + 1e4 column", kernel=k, offset=0.0, tol=t)
+                for k in ("rbf-0.5", "rbf-median", "linear") for t in TOLS]
+    if only is None or "greedy" in only:
+        out += [dict(section="greedy", dataset=ds, kernel=k, offset=o, tol=t)
+                for ds in DATASETS for k in GREEDY_KERNELS for o in GREEDY_OFFSETS
+                for t in GREEDY_TOLS]
+    if only is None or "pca" in only:
+        out += [dict(section="pca", dataset=ds, form=f, kernel="linear", offset=0.0, tol=t)
+                for ds in PCA_SETS for f in PCA_FORMS for t in TOLS]
+    if only is None or "real" in only:
+        out += [dict(section="real", dataset=ds, kernel="rbf", offset=0.0, tol=t)
+                for ds, t in REAL]
+    return out
+
+
+RANK = {"SILENT": 0, "FAILED": 1, "advised": 2, "size": 3, "exact": 4, "certified": 5}
+
+
+def tables(rows: list[dict]) -> dict[str, list[dict]]:
+    """Per section, one row per (data set, form, kernel): per tol the worst outcome over the
+    offsets (and how many offsets reached it)."""
+    out: dict[str, list[dict]] = {}
     for r in rows:
-        key[(r["dataset"], r["kernel"], r["offset"], r["tol"])] = r
-    seen = []
-    for r in rows:
-        k = (r["dataset"], r["kernel"], r["offset"])
-        if k in seen:
-            continue
-        seen.append(k)
-        cells = []
-        for t in TOLS:
-            c = key.get(k + (t,))
-            if c is None:
-                cells.append("")
-            elif c["outcome"] == "certified":
-                cells.append("certified")
-            elif c["outcome"] == "advised":
-                cells.append(f"refused, {c['tol_used']:g} certified")
-            else:
-                cells.append(f"**{c['outcome']}**")
-        lines.append(f"| {k[0]} | {k[1]} | {k[2]:g} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        key = (r["section"], r["dataset"], r.get("form", ""), r["kernel"])
+        out.setdefault(key, []).append(r)
+    by_section: dict[str, list[dict]] = {}
+    for (section, ds, form, kernel), rs in out.items():
+        line = {"data set": ds + (f", {form}" if form else ""), "kernel": kernel}
+        for t in sorted({r["tol"] for r in rs}, reverse=True):
+            sel = [r for r in rs if r["tol"] == t]
+            worst = min(sel, key=lambda r: RANK.get(r["outcome"], -1))
+            cell = worst["outcome"]
+            if cell == "advised":
+                ref = worst["refusal"]
+                cell = (f"refused in {ref['refuse_seconds']:.2g} s, {ref['advice']:g} certified "
+                        f"in {ref['advised_fit_seconds']:.2g} s")
+            if len(sel) > 1:
+                cell += f" ({sum(r['outcome'] == worst['outcome'] for r in sel)}/{len(sel)})"
+            line[f"tol {t:g}"] = cell
+        by_section.setdefault(section, []).append(line)
+    return by_section
+
+
+def done_when(rows: list[dict]) -> dict:
+    """Issue 53's "Done when": no silent, no failed advice, no refusal for rbf/laplacian at
+    tol >= 1e-12 nor for the linear kernel at any tol."""
+    refused = [r for r in rows if r["outcome"] == "advised"]
+    gauss = [r for r in refused if r["kernel"].startswith(("rbf", "laplacian")) and r["tol"] >= 1e-12]
+    linear = [r for r in refused if r["kernel"] == "linear"]
+    return {"silent": sum(r["outcome"] == "SILENT" for r in rows),
+            "advice_failed": sum(r["outcome"] == "FAILED" for r in rows),
+            "refused_rbf_laplacian_tol_ge_1e-12": len(gauss),
+            "refused_linear": len(linear),
+            "refusals": len(refused)}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="one offset and tol in three")
+    ap.add_argument("--quick", action="store_true", help="one case in three")
+    ap.add_argument("--only", nargs="*", choices=("grid", "greedy", "pca", "real"))
     ap.add_argument("--out", default=str(HERE / "results"))
     args = ap.parse_args(argv)
-    cases = [(ds, k, o, t, False) for ds in DATASETS for k in KERNELS for o in OFFSETS for t in TOLS]
-    cases += [("s-curve", k, 0.0, t, True) for k in ("rbf-0.5", "rbf-median", "linear") for t in TOLS]
+    todo = cases(args.only)
     if args.quick:
-        cases = cases[::3]
+        todo = todo[::3]
     rows = []
     t0 = time.perf_counter()
-    for i, case in enumerate(cases):
-        rows.append(run_case(*case))
+    for i, case in enumerate(todo):
+        rows.append(run_case(case))
         r = rows[-1]
-        print(f"[{i + 1}/{len(cases)}] {r['dataset']} {r['kernel']} offset={r['offset']:g} "
-              f"tol={r['tol']:g}: {r['outcome']}", flush=True)
-    counts = {o: sum(r["outcome"] == o for r in rows) for o in ("certified", "advised", "SILENT", "FAILED")}
+        print(f"[{i + 1}/{len(todo)}] {r['section']} {r['dataset']} {r.get('form', '')} "
+              f"{r['kernel']} offset={r['offset']:g} tol={r['tol']:g}: {r['outcome']} "
+              f"({r.get('seconds', 0):.2f} s)", flush=True)
+    sections = sorted({r["section"] for r in rows})
+    counts = {s: {o: sum(r["outcome"] == o and r["section"] == s for r in rows) for o in RANK}
+              for s in sections}
+    done = done_when(rows)
+    refusals = [{"section": r["section"], "data set": r["dataset"] + (f", {r['form']}" if
+                 r.get("form") else ""), "kernel": r["kernel"], "offset": r["offset"],
+                 "tol": r["tol"], "advice": r["refusal"]["advice"],
+                 "refuse_seconds": r["refusal"]["refuse_seconds"],
+                 "advised_fit_seconds": r["refusal"]["advised_fit_seconds"]}
+                for r in rows if r.get("refusal")]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    command = ("python workflows/bench/certificate_grid.py" + (" --quick" if args.quick else "")
+               + (" --only " + " ".join(args.only) if args.only else ""))
+    result = {"command": command, "cases": len(rows), "seconds": round(time.perf_counter() - t0, 1),
+              "load_average": load, "done_when": done, "counts": counts,
+              "refusals": refusals, **{f"table_{s}": t for s, t in tables(rows).items()},
+              "detail": {"all": {"rows": rows}}}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "certificate_grid.json").write_text(json.dumps(
-        {"command": "python workflows/bench/certificate_grid.py" + (" --quick" if args.quick else ""),
-         "cases": len(rows), "counts": counts, "seconds": round(time.perf_counter() - t0, 1),
-         "rows": rows}, indent=1, default=float))
+    (out / "certificate_grid.json").write_text(json.dumps(result, indent=1, default=float))
     md = [f"# The certificate against exact references ({len(rows)} fits)", "",
-          "Command: `python workflows/bench/certificate_grid.py`" + (" --quick" if args.quick else ""), "",
-          "Outcomes: " + ", ".join(f"{k} {v}" for k, v in counts.items()) + ".", "",
-          "`certified`: returned at the tol asked, with `max_residual_` at least every row's exact "
-          "residual (extended precision, the fit's own dictionary) and every exact eigenvalue in "
-          "`eigenvalue_interval_`. `refused, t certified`: `NumericalBreakdownError` advised tol t, "
-          "and the fit at t is certified. **SILENT** / **FAILED**: a check refuted what was "
-          "returned / the advice did not work.", "", table(rows), ""]
+          f"Command: `{command}` (load average {load:.1f} at the end)" if load is not None
+          else f"Command: `{command}`", "",
+          "Done when (issue 53): " + ", ".join(f"{k} {v}" for k, v in done.items()) + ".", ""]
+    for s in sections:
+        md += [f"## {s}", "", "Outcomes: " + ", ".join(f"{k} {v}" for k, v in counts[s].items()
+                                                       if v) + ".", ""]
+        tab = tables(rows)[s]
+        cols = list(dict.fromkeys(k for line in tab for k in line))
+        md += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        md += ["| " + " | ".join(str(line.get(c, "")) for c in cols) + " |" for line in tab]
+        md.append("")
+    if refusals:
+        md += ["## Refusals", "", "| section | data set | kernel | offset | tol | advice | refused in (s) "
+               "| advised fit (s) |", "|---|---|---|---|---|---|---|---|"]
+        md += [f"| {r['section']} | {r['data set']} | {r['kernel']} | {r['offset']:g} | {r['tol']:g} "
+               f"| {r['advice']:g} | {r['refuse_seconds']:.2f} | {r['advised_fit_seconds']:.2f} |"
+               for r in refusals]
+        md.append("")
+    md += ["`certified`: returned at the tol asked by the greedy path, with `max_residual_` at "
+           "least every row's exact residual (extended precision, 40-digit arithmetic where long "
+           "double cannot decide, 80 digits for the linear kernel) and every exact "
+           "eigenvalue in `eigenvalue_interval_`; `exact`: the exact path, its eigenvalues "
+           "checked the same way; `refused in r s, t certified in f s`: "
+           "`NumericalBreakdownError` after r seconds advised tol t, and the fit at t, certified, "
+           "took f seconds; `size`: the greedy section's cap reached (the data need every row). "
+           "**SILENT** / **FAILED**: a check refuted what was returned / the advice did not "
+           "work. A cell is the worst outcome over the offsets, with how many reached it.", ""]
     (out / "certificate_grid.md").write_text("\n".join(md))
-    print(counts)
-    return 0 if counts["SILENT"] == 0 and counts["FAILED"] == 0 else 1
+    print(json.dumps(done))
+    ok = done["silent"] == 0 and done["advice_failed"] == 0
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -43,19 +43,37 @@ KERN = "ooc_spectral/core/kernels.py"
 CHECKS = "ooc_spectral/core/checks.py"
 PASS2 = "ooc_spectral/core/pass2.py"
 FUSED = "ooc_spectral/_accel/fused.py"
+SEARCH = "ooc_spectral/core/scan/search.py"
+EXPL = "ooc_spectral/core/explicit_features.py"
+EXT = "ooc_spectral/core/extended.py"
+DD = "ooc_spectral/core/double_double.py"
+EXACT = "ooc_spectral/pipeline/exact.py"
+BLOCKED = "ooc_spectral/core/scan/blocked.py"
+ERRF = "ooc_spectral/core/error_free.py"
 
 #: the test files that cover each module (run with -x, in this order: cheap first)
+PIN, XT = "tests/test_pinned.py", "tests/test_extended.py"
 COVER = {
-    EIG: ["tests/test_bound_values.py", "tests/test_thresholds.py", "tests/test_exactness.py"],
+    EIG: [PIN, "tests/test_bound_values.py", "tests/test_thresholds.py", "tests/test_exactness.py"],
     STAT: ["tests/test_statistics.py", "tests/test_thresholds.py", "tests/test_exactness.py"],
-    ROUND: ["tests/test_bound_values.py", "tests/test_certificate.py", "tests/test_thresholds.py"],
-    CERT: ["tests/test_bound_values.py", "tests/test_certificate.py", "tests/test_scan.py"],
+    ROUND: [PIN, "tests/test_bound_values.py", XT, "tests/test_certificate.py",
+            "tests/test_thresholds.py"],
+    CERT: [PIN, "tests/test_bound_values.py", XT, "tests/test_certificate.py", "tests/test_scan.py"],
     MODEL: ["tests/test_thresholds.py", "tests/test_kernels.py", "tests/test_exactness.py"],
-    KERN: ["tests/test_bound_values.py", "tests/test_kernels.py", "tests/test_certificate.py",
+    KERN: [PIN, "tests/test_bound_values.py", "tests/test_kernels.py", "tests/test_certificate.py",
            "tests/test_exactness.py"],
-    CHECKS: ["tests/test_bound_values.py", "tests/test_thresholds.py", "tests/test_certificate.py"],
-    PASS2: ["tests/test_bound_values.py", "tests/test_statistics.py", "tests/test_thresholds.py", "tests/test_exactness.py"],
+    CHECKS: [PIN, "tests/test_bound_values.py", "tests/test_thresholds.py",
+             "tests/test_certificate.py"],
+    PASS2: [PIN, "tests/test_bound_values.py", "tests/test_statistics.py", "tests/test_thresholds.py",
+            "tests/test_exactness.py"],
     FUSED: ["tests/test_fused.py", "tests/test_statistics.py"],
+    SEARCH: [PIN, "tests/test_thresholds.py", "tests/test_scan.py"],
+    EXPL: [PIN, XT, "tests/test_certificate.py"],
+    EXT: [PIN, XT, "tests/test_certificate.py"],
+    DD: [XT],
+    EXACT: [XT, "tests/test_advice.py", "tests/test_certificate.py"],
+    BLOCKED: [XT, "tests/test_scan.py", "tests/test_certificate.py"],
+    ERRF: [PIN, "tests/test_bound_values.py", "tests/test_certificate.py"],
 }
 
 MUTANTS = [
@@ -90,13 +108,14 @@ MUTANTS = [
     (ROUND, "+ gamma(m + 2) * (np.abs(sq) + np.abs(kx)) + kx_error)",
      "+ gamma(m + 2) * (np.abs(sq) + np.abs(kx)))"),
     (ROUND, "bounds = np.minimum(dhat + E, self.cap)", "bounds = np.minimum(dhat, self.cap)"),
-    (ROUND, "nu = float(n) * U", "nu = float(n) * U / 100"),
+    (ERRF, "nu = float(n) * U", "nu = float(n) * U / 100"),
     (ROUND, "        return np.abs(Z) @ self.inverse_sums\n", "        return 0.01 * (np.abs(Z) @ self.inverse_sums)\n"),
     # the scan's membership test
-    (CERT, "if tol <= 0 or dhat + rounding <= tol:", "if tol <= 0 or dhat <= tol:"),
-    (CERT, "if inspan or rounding > RESOLVED * tol:", "if inspan or rounding > 4 * tol:"),
-    (CERT, "if tol > 0 and delta > tol and delta - rounding <= (1.0 - RESOLVED) * tol:",
-     "if tol > 0 and delta > tol and delta - rounding <= 0.0 * tol:"),
+    (CERT, "    if upper <= tol:\n        return delta > tol and not inspan",
+     "    if dhat <= tol:\n        return delta > tol and not inspan"),
+    (CERT, "(spread <= RESOLVED * tol or", "(spread <= 4 * tol or"),
+    (CERT, "if tol > 0 and delta > tol and low <= (1.0 - RESOLVED) * tol:",
+     "if tol > 0 and delta > tol and low <= 0.0 * tol:"),
     # model: residuals and the affine correction
     (MODEL, "delta = dhat + alpha * alpha / self.beta", "delta = dhat + alpha * alpha * self.beta"),
     (MODEL, "alpha = 1.0 - (Z @ self.w if zw is None else zw)", "alpha = 1.0 + (Z @ self.w if zw is None else zw)"),
@@ -113,6 +132,35 @@ MUTANTS = [
     (CHECKS, "if worst > tol + slack:", "if worst > 2 * tol + slack:"),
     # pass 2: the certified residual and the degrees
     (PASS2, "if d[i] > 0:", "if d[i] >= 0:"),
+    # issue 53, item 6: the faults an independent audit injected that no test caught
+    (CERT, "RESOLVED = 0.25", "RESOLVED = 2.5"),
+    (CERT, "ZERO_TOL_SKIP = 1e-4", "ZERO_TOL_SKIP = 1.0"),
+    (CHECKS, "CONDITION_LIMIT = 1e-4 / np.finfo(np.float64).eps",
+     "CONDITION_LIMIT = 1e-2 / np.finfo(np.float64).eps"),
+    (PASS2, "KERNEL_CROSS_LIMIT = 1e-9", "KERNEL_CROSS_LIMIT = 1e-5"),
+    (EIG, "r_B ** 2 + rounding.theta * float(np.sum(b1)) ** 2", "r_B ** 2"),
+    (CERT, "                 + theta_n * (2 * A - An) * An\n", "\n"),
+    (SEARCH, "            return st, eps_minus\n        eps /= 10.0",
+     "            return st, eps\n        eps /= 10.0"),
+    (ROUND, "coef = (2 * dim + 8) * U * 1.01", "coef = (dim + 4) * U * 1.01"),
+    (EIG, "    if n_components > rank:\n", "    if n_components > rank + 1:\n"),
+    (EIG, "components, vals / n, n)\n    return SpectralMap(dictionary, \"divisive-exact\", np.asarray",
+     "components, vals / (n - 1), n)\n    return SpectralMap(dictionary, \"divisive-exact\", np.asarray"),
+    (PASS2, "block[a:a + step], dictionary, int(offset) + a,", "block[a:a + step], dictionary, int(offset),"),
+    (KERN, "        col_sums += np.ones(S.shape[0]) @ S\n", "        col_sums[...] = np.ones(S.shape[0]) @ S\n"),
+    # issue 53's new numerics: explicit features, double-double, the exact path
+    (EXPL, "W = (gamma(m + 3) * mag + U * np.abs(V))", "W = (gamma(1) * mag + U * np.abs(V))"),
+    (EXPL, "upper = (f + w) ** 2 * (1 + 8 * U)", "upper = f ** 2 * (1 + 8 * U)"),
+    (EXT, "E = (2 * A * (rho + max(eta_k, self.eta)) + self.theta * A * A",
+     "E = (2 * A * (rho + max(eta_k, self.eta))"),
+    (EXT, "upper = dhat + (s2 * (1 + 4 * U) + E)", "upper = dhat + E"),
+    (EXT, "eta = 1.1 * (EXP_REL_ERROR + (3 * d + 12) * _U2 / math.e) + 2.3e-290",
+     "eta = 1.1 * (EXP_REL_ERROR / 100 + (3 * d + 12) * _U2 / math.e) + 2.3e-290"),
+    (DD, "eh, el = dd_add(2.0 * eh, 2.0 * el, sh, sl)", "eh, el = dd_add(2.0 * eh, 0.0 * el, sh, sl)"),
+    (EIG, "+ tau_C + eig_err + rows_rounding(moments, m)", "+ tau_C + eig_err"),
+    (CERT, "spread <= RESOLVED * dhat) & (lower > tol))", "spread <= RESOLVED * dhat) & (lower > 0))"),
+    (EXACT, "EARLY_EXACT = (76, 240, 320)", "EARLY_EXACT = (60, 240, 320)"),
+    (EXACT, "EXACT_MEMORY_FRACTION = 0.25", "EXACT_MEMORY_FRACTION = 0.5"),
 ]
 
 
@@ -132,19 +180,23 @@ def scratch_copy(dest: Path) -> None:
 
 
 def run_tests(src: Path, files: list[str], timeout: float) -> tuple[str, str, float]:
+    """The covering test files one at a time, in the order given (the suite's conftest
+    sorts a run's files longest first), stopping at the first failure."""
     env = dict(os.environ, PYTHONPATH=str(src), PYTHONDONTWRITEBYTECODE="1")
     t = time.perf_counter()
-    try:
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-                               "-n", "0", *files], cwd=src, env=env, capture_output=True,
-                              text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return "killed (time-out)", "", time.perf_counter() - t
-    took = time.perf_counter() - t
-    if proc.returncode == 0:
-        return "survived", "", took
-    failed = [ln for ln in proc.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
-    return "killed", (failed[0] if failed else proc.stdout.strip().splitlines()[-1])[:200], took
+    for f in files:
+        left = timeout - (time.perf_counter() - t)
+        try:
+            proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p",
+                                   "no:cacheprovider", "-n", "0", f], cwd=src, env=env,
+                                  capture_output=True, text=True, timeout=max(left, 1.0))
+        except subprocess.TimeoutExpired:
+            return "killed (time-out)", f, time.perf_counter() - t
+        if proc.returncode != 0:
+            failed = [ln for ln in proc.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
+            return ("killed", (failed[0] if failed else proc.stdout.strip().splitlines()[-1])[:200],
+                    time.perf_counter() - t)
+    return "survived", "", time.perf_counter() - t
 
 
 PROBE = r"""

@@ -50,7 +50,8 @@ from ..model import PIVOT_FLOOR
 from ..planning import (SCAN_ONE_BLAS_THREAD_BELOW, SCAN_PANEL_POINTS, SCAN_PANEL_ROWS, SCAN_SPLIT_ROWS,
                         scan_block_rows, small_blas)
 from ..rounding import diag_error
-from .certify import decide, entered_resolved
+from ...exceptions import NumericalBreakdownError
+from .certify import RESOLVED, decide, entered_resolved
 from .local_certificate import CERTIFY_THREADS, certify_rows, scan_pool
 from .state import DictionaryState
 
@@ -189,16 +190,21 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
     rnd = state.rounding
     # Coordinates against the dictionary at the start of the block (the solve's own
     # output, c x m0, no copy) and against the points added within the block (Zn).
+    # E: the rounding of each row's residual; upper: an upper bound of its exact residual,
+    # valid as the dictionary grows (dhat + E, or a sharper one: explicit features)
     if m0:
         Z0, dhat, alpha = block_coordinates(state, X, x_aux, kx)
-        E = (rnd.residual_bounds(state.L, Z0, dhat, _residuals(state, dhat, alpha), X, x_aux,
-                                 kx, tol) if certify else np.zeros(c))
+        E, upper, lower = (rnd.residual_bounds(state.L, Z0, dhat, _residuals(state, dhat, alpha),
+                                               X, x_aux, kx, tol, state.points)
+                           if certify else (np.zeros(c), np.full(c, np.inf), np.zeros(c)))
     else:
         Z0 = np.empty((c, 0))
         dhat = kx.copy()
         alpha = np.ones(c)
         E = np.broadcast_to(diag_error(kernel, X, x_aux, kx), (c,)).astype(np.float64)
-    certified = (dhat + E <= tol) if certify else np.ones(c, dtype=bool)
+        upper = dhat + E if certify else np.full(c, np.inf)
+        lower = dhat - E
+    certified = (upper <= tol) if certify else np.ones(c, dtype=bool)
     bounded = np.full(c, m0)  # the dictionary size each row's E was computed against
     Zn = np.empty((c, min(c, 32)))
     G = None
@@ -206,7 +212,10 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
     pos = 0
     while pos < c:
         delta = _residuals(state, dhat[pos:], alpha[pos:])
-        inspan = dhat[pos:] <= floor[pos:]
+        # in the span: certified (explicit features: below dhat), or computed there and not
+        # known above it (double-double)
+        inspan = (upper[pos:] <= floor[pos:]) | ((dhat[pos:] <= floor[pos:])
+                                                  & (lower[pos:] <= floor[pos:]))
         hits = np.flatnonzero(((delta > tol) & ~inspan) | ~certified[pos:])
         if hits.size == 0:
             break
@@ -215,25 +224,41 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
         j = m - m0  # points added in this block so far
         zi = np.concatenate([Z0[i], Zn[i, :j]])
         d_i = float(delta[i - pos])
-        if not certified[i]:
+        # a row computed in the span, known above it only against a smaller dictionary, is
+        # bounded again too before it may enter
+        stale = dhat[i] <= floor[i] and bounded[i] != m
+        if not certified[i] or stale:
             if bounded[i] != m:  # bound it again against the grown dictionary, with the
                 # uncertified rows after it (one vectorized call, not one per row)
                 w = i + np.flatnonzero(~certified[i:i + REBOUND_ROWS])
+                if not w.size or w[0] != i:  # row i itself: certified, but stale
+                    w = np.r_[i, w]
                 Zw = np.concatenate([Z0[w], Zn[w, :j]], axis=1)
-                E[w] = rnd.residual_bounds(state.L, Zw, dhat[w], None, X[w],
-                                           None if x_aux is None else x_aux[w], kx[w], tol)
+                E[w], up, lower[w] = rnd.residual_bounds(
+                    state.L, Zw, dhat[w], None, X[w], None if x_aux is None else x_aux[w], kx[w],
+                    tol, state.points)
                 bounded[w] = m
-                certified[w] = dhat[w] + E[w] <= tol
+                upper[w] = np.minimum(upper[w], up)
+                certified[w] = upper[w] <= tol
             E_i = float(E[i])
-            if not decide(d_i, float(dhat[i]), float(floor[i]), E_i, tol, int(rows[i])):
+            if not decide(d_i, float(dhat[i]), float(floor[i]), E_i, tol, int(rows[i]),
+                          float(upper[i]), float(lower[i])):
                 pos = i + 1
                 continue
         if limit is not None and state.size >= limit:
             return True, i
+        if certify and rnd.can_extend() and m and E[i] > 0.01 * RESOLVED * max(dhat[i], tol):
+            # float64 may not resolve its pivot: its row of the factor from double-double
+            zi, dhat[i] = rnd.extended_coordinates(state.points, X[i])
+            alpha[i] = 1.0 - float(zi @ state.w)
+        elif certify and m and dhat[i] <= floor[i] < lower[i]:
+            # explicit features know its residual where float64 does not: the pivot from them
+            dhat[i] = 0.5 * (float(upper[i]) + float(lower[i]))
         w_new = state.append(X[i], int(rows[i]), None if x_aux is None else x_aux[i],
                              zi, float(dhat[i]), float(alpha[i]))
-        if certify:
-            entered_resolved(d_i, state.last_rounding, tol, int(rows[i]))
+        if certify:  # its delta from below: its bounds against the dictionary it entered
+            low = float(lower[i]) + d_i - float(dhat[i]) if bounded[i] == m else None
+            _entered(state, d_i, float(dhat[i]), zi, X[i], int(rows[i]), tol, low)
         pivot = state.L[m, m]
         if i + 1 < c:
             rest = slice(i + 1, c)
@@ -375,9 +400,26 @@ def pointwise_scan(kernel: Kernel, X: np.ndarray, rows: np.ndarray, tol: float, 
             dhat, alpha = kxx, 1.0
             delta = np.inf if affine else dhat
         floor = PIVOT_FLOOR * max(abs(kxx), np.finfo(np.float64).tiny)
-        E = state.rounding.row_bound(state.L, z, X[t], x_aux, kxx)
-        if not decide(delta, dhat, floor, E, tol, int(rows[t])):
+        E, upper, lower = state.rounding.row_bound(state.L, z, X[t], x_aux, kxx, state.points,
+                                                   tol)
+        if not decide(delta, dhat, floor, E, tol, int(rows[t]), upper, lower):
             continue
         state.append(X[t], int(rows[t]), None if x_aux is None else x_aux[0], z, dhat, alpha)
-        entered_resolved(delta, state.last_rounding, tol, int(rows[t]))
+        _entered(state, delta, dhat, z, X[t], int(rows[t]), tol, lower + delta - dhat)
     return state
+
+
+def _entered(state: DictionaryState, delta: float, dhat: float, z: np.ndarray, x: np.ndarray,
+             row: int, tol: float, lower: float | None) -> None:
+    """:func:`~ooc_spectral.core.scan.certify.entered_resolved` for the point just appended
+    (``z`` its coordinates against the dictionary before it, ``lower`` its ``delta`` from
+    below where known); where float64 leaves it unresolved, its double-double bounds
+    (:mod:`~ooc_spectral.core.extended`) decide, if the fit allows them."""
+    try:
+        entered_resolved(delta, state.last_rounding, tol, row, lower)
+    except NumericalBreakdownError:
+        rnd, m = state.rounding, state.size - 1
+        if not (rnd.can_extend() and m):
+            raise
+        low = rnd.extended_bounds(state.L[:m, :m], state.points[:m], x[None, :], z[None, :m])[1]
+        entered_resolved(delta, state.last_rounding, tol, row, float(low[0]) + delta - dhat)

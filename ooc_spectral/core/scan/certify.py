@@ -36,10 +36,12 @@ from scipy.linalg import solve_triangular
 
 from ...exceptions import NumericalBreakdownError
 from ..model import PIVOT_FLOOR
+from ..explicit_features import explicit_features, explicit_residual_bounds
+from ..extended import ExtendedGram, extended_kernel
 from ..rounding import U, diag_error, entry_error, factor_error, gamma, kernel_center
 
 __all__ = ["ScanRounding", "RESOLVED", "ZERO_TOL_SKIP", "COEF_SAFETY", "measure_size", "decide",
-           "entered_resolved", "uncertifiable"]
+           "entered_resolved", "undecidable", "uncertifiable"]
 
 #: Largest rounding bound, as a fraction of tol, with which a row may enter the
 #: dictionary: below it, a row that is not certainly within tol is certainly beyond
@@ -76,16 +78,20 @@ def measure_size(size: int) -> int:
 
 
 def decide(delta: float, dhat: float, floor: float, rounding: float, tol: float,
-           row: int) -> bool:
+           row: int, upper: float | None = None, lower: float | None = None) -> bool:
     """Whether a row enters the dictionary: False to skip it, True to add it; raises
     :class:`~ooc_spectral.exceptions.NumericalBreakdownError` when float64 cannot decide.
 
     ``rounding`` is E of the row's residual ``dhat`` (its exact residual is at most
-    ``dhat + E``). A row certified within tol (``dhat + E <= tol``) is skipped when its
+    ``dhat + E``, or ``upper`` where a sharper bound is known: explicit features; at least
+    ``dhat - E``, or ``lower`` where larger, the row's *spread* being half the width of the
+    two). A row certified within tol (its upper bound at most tol) is skipped when its
     ``delta`` is within tol too, or when it is numerically in the span (``dhat`` below
     the pivot ``floor``); it enters when its ``delta`` exceeds tol (the paper's rule).
-    A row not certified enters if its rounding is resolved (at most :data:`RESOLVED` of
-    tol: its exact residual is then above ``tol - 2E``) and its pivot above the floor.
+    A row not certified enters if its pivot is above the floor and resolved: its spread at
+    most :data:`RESOLVED` of tol (its exact residual is then above ``tol - 2E``), or, its
+    exact residual certainly above tol (``lower > tol``), at most :data:`RESOLVED` of its
+    residual.
     ``tol <= 0`` asks for every direction of the data: a row above the floor enters
     when its pivot is resolved (its rounding at most :data:`RESOLVED` of ``dhat``); a
     row below it is skipped when certified in the span to :data:`ZERO_TOL_SKIP` of
@@ -94,26 +100,48 @@ def decide(delta: float, dhat: float, floor: float, rounding: float, tol: float,
     its exact residual may be far from 0 while ``dhat`` is cancellation noise, or 0
     while ``dhat`` is a pivot of noise.
     """
-    inspan = dhat <= floor
+    upper = dhat + rounding if upper is None else min(upper, dhat + rounding)
+    lower = dhat - rounding if lower is None else max(lower, dhat - rounding)
+    spread = max(0.5 * (upper - lower), 0.0)
+    # in the span: certified, or computed there and not known above it (double-double)
+    inspan = upper <= floor or (dhat <= floor and lower <= floor)
     if tol <= 0:  # every direction: enter resolved pivots, skip rows certified in the span
         if not inspan:
-            if rounding <= RESOLVED * dhat:
+            if spread <= RESOLVED * dhat:
                 return delta > tol
-        elif dhat + rounding <= floor * (ZERO_TOL_SKIP / PIVOT_FLOOR):
+        elif upper <= floor * (ZERO_TOL_SKIP / PIVOT_FLOOR):
             return False
-        raise uncertifiable(rounding, tol, row)
-    if dhat + rounding <= tol:
+        raise uncertifiable(spread, tol, row)
+    if upper <= tol:
         return delta > tol and not inspan
-    if inspan or rounding > RESOLVED * tol:
-        raise uncertifiable(rounding, tol, row)
+    # resolved: within RESOLVED of tol (its exact residual is then above tol - 2 spread), or,
+    # a row certainly beyond tol, within RESOLVED of its own residual (on data of a large
+    # scale, such as a linear kernel on raw columns, a first pivot of 4.7e3 known to 9e-12)
+    if inspan or not (spread <= RESOLVED * tol or (spread <= RESOLVED * dhat and lower > tol)):
+        raise uncertifiable(spread, tol, row)
     return True
 
 
-def entered_resolved(delta: float, rounding: float, tol: float, row: int) -> None:
+def entered_resolved(delta: float, rounding: float, tol: float, row: int,
+                     lower: float | None = None) -> None:
     """After a row entered on ``delta > tol``: raise if its own rounding leaves it possibly
-    below ``(1 - RESOLVED) tol`` (its pivot would be rounding noise at this tol)."""
-    if tol > 0 and delta > tol and delta - rounding <= (1.0 - RESOLVED) * tol:
+    below ``(1 - RESOLVED) tol`` (its pivot would be rounding noise at this tol); ``lower``,
+    where known against the dictionary it entered, a sharper estimate of its ``delta``
+    from below (double-double, explicit features)."""
+    low = delta - rounding if lower is None else max(lower, delta - rounding)
+    if tol > 0 and delta > tol and low <= (1.0 - RESOLVED) * tol:
         raise uncertifiable(rounding, tol, row)
+
+
+def undecidable(dhat, upper, lower, tol: float) -> np.ndarray:
+    """Which rows :func:`decide` cannot decide with these bounds (vectorized): neither
+    certified within tol (at tol 0: resolved) nor resolved. The pivot floor and the tol-0
+    rule for rows in the span are left out: this selects the rows worth bounding again."""
+    spread = np.maximum(0.5 * (upper - lower), 0.0)
+    if tol <= 0:
+        return spread > RESOLVED * np.maximum(dhat, 0.0)
+    resolved = (spread <= RESOLVED * tol) | ((spread <= RESOLVED * dhat) & (lower > tol))
+    return (upper > tol) & ~resolved
 
 
 def uncertifiable(rounding: float, tol: float, row: int | None = None) -> NumericalBreakdownError:
@@ -155,6 +183,11 @@ class ScanRounding:
 
     def __init__(self, kernel):
         self.kernel = kernel
+        #: decide in double-double the rows float64 cannot (:mod:`~ooc_spectral.core.extended`;
+        #: the fit allows it where the exact problem is not at hand), and the dictionary's
+        #: Gram matrix in double-double, grown when first needed
+        self.extended_allowed = False
+        self.extended: ExtendedGram | None = None
         self.coef = np.empty(0)
         self.apriori = np.empty(0)
         self.measured = 0
@@ -166,7 +199,7 @@ class ScanRounding:
 
     def copy(self) -> "ScanRounding":
         new = ScanRounding(self.kernel)
-        new.__dict__.update({k: (v.copy() if isinstance(v, np.ndarray) else v)
+        new.__dict__.update({k: (v.copy() if isinstance(v, (np.ndarray, ExtendedGram)) else v)
                              for k, v in self.__dict__.items()})
         return new
 
@@ -192,6 +225,10 @@ class ScanRounding:
         An = float(np.abs(a[self.measured:]).sum())
         E = self.bound(m, np.array([sq]), kx, np.array([eta]), np.array([A]), np.array([An]),
                        solved=True, kx_error=diag_error(kernel, X, xa, kx))[0] if m else 0.0
+        if m and explicit_features(kernel) is not None:  # its residual from below, directly
+            _, low = explicit_residual_bounds(kernel, X, points[:m], a[:, None], L[:m, :m],
+                                              inverse_norm=self.inverse_norm(m))
+            E = min(E, max(pivot * pivot - float(low[0]), 0.0))
         # this point's row of L^-1 is [-a'/p, 1/p]; its sum of magnitudes:
         self.coef = np.append(self.coef, COEF_SAFETY * (A + 1.0) / pivot * (1 + gamma(m + 2)))
         g2 = gamma(2 * m + 2)
@@ -230,6 +267,12 @@ class ScanRounding:
         return r
 
     # -- the bound --------------------------------------------------------- #
+    def inverse_norm(self, m: int) -> float:
+        """An upper bound of ``||L^-1||_2`` for the first m points: ``sqrt(||.||_1 ||.||_inf)``
+        from the inverse row sums (every column sum is at most their total)."""
+        c = self.coef[:m]
+        return float(math.sqrt(float(np.sum(c)) * float(np.max(c)))) if c.size else 0.0
+
     @property
     def theta_n(self) -> float:
         """The largest a-priori backward error of the points added since the measurement."""
@@ -271,41 +314,109 @@ class ScanRounding:
         return A, An
 
     @staticmethod
-    def sharp(L: np.ndarray, Z: np.ndarray, measured: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(|a|_1, |a_n|_1)`` for a the computed solutions of ``L' a = z``."""
+    def sharp(L: np.ndarray, Z: np.ndarray, measured: int, solutions: bool = False):
+        """``(|a|_1, |a_n|_1)`` for a the computed solutions of ``L' a = z`` (and, with
+        ``solutions``, those: m x c)."""
         if Z.shape[0] == 0 or L.shape[0] == 0:
-            return np.zeros(Z.shape[0]), np.zeros(Z.shape[0])
-        A = solve_triangular(L, np.ascontiguousarray(Z.T), lower=True, trans="T", check_finite=False)
+            A = np.zeros((L.shape[0], Z.shape[0]))
+        else:
+            A = solve_triangular(L, np.ascontiguousarray(Z.T), lower=True, trans="T",
+                                 check_finite=False)
         aA = np.abs(A)
-        return aA.sum(axis=0), aA[measured:].sum(axis=0)
+        out = aA.sum(axis=0), aA[measured:].sum(axis=0)
+        return out + (A,) if solutions else out
 
     def residual_bounds(self, L: np.ndarray, Z: np.ndarray, dhat: np.ndarray, delta: np.ndarray,
-                        X: np.ndarray, x_aux, kx: np.ndarray, tol: float) -> np.ndarray:
-        """E for each row of a block against the dictionary L (c x m coordinates Z): the
-        cheap bound, and the sharp one for the rows the cheap one does not certify."""
+                        X: np.ndarray, x_aux, kx: np.ndarray, tol: float,
+                        points: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(E, upper, lower)`` for each row of a block against the dictionary L (c x m
+        coordinates Z): E the rounding of its computed residual, by the cheap bound and
+        the sharp one for the rows the cheap one does not certify; ``upper`` an upper bound
+        of its exact residual, ``dhat + E`` or, for a kernel with explicit features (given
+        the dictionary's ``points``), the direct bound of
+        :mod:`~ooc_spectral.core.explicit_features` where smaller; ``lower``, ``dhat - E``
+        or that module's estimate from below where larger (:func:`decide`)."""
         m = L.shape[0]
         eta = self.row_errors(X, x_aux, kx)
         kerr = diag_error(self.kernel, X, x_aux, kx)
         A, An = self.cheap(Z)
         E = self.bound(m, np.einsum("ij,ij->i", Z, Z), kx, eta, A, An, solved=False, kx_error=kerr)
-        undecided = np.flatnonzero(dhat + E > tol)
+        undecided = dhat + E > tol
+        explicit = points is not None and m and explicit_features(self.kernel) is not None
+        if explicit:  # also the rows the affine delta would add (every row bounded again:
+            # delta unknown): in the span (certified), they do not enter, and a row whose
+            # float64 residual is noise above the floor is told apart from one beyond it
+            undecided |= (delta > tol) if delta is not None else True
+        undecided = np.flatnonzero(undecided)
         if undecided.size:
             Zu = Z[undecided]
-            As, Ans = self.sharp(L, Zu, self.measured)
+            As, Ans, a = self.sharp(L, Zu, self.measured, solutions=True)
             ku = kerr if np.ndim(kerr) == 0 else kerr[undecided]
             E[undecided] = np.minimum(E[undecided], self.bound(
                 m, np.einsum("ij,ij->i", Zu, Zu), kx[undecided], eta[undecided], As, Ans,
                 solved=True, kx_error=ku))
-        return E
+        upper, lower = dhat + E, dhat - E
+        if undecided.size and explicit:
+            up, low = explicit_residual_bounds(self.kernel, X[undecided], points, a, L,
+                                               inverse_norm=self.inverse_norm(m))
+            upper[undecided] = np.minimum(upper[undecided], up)
+            lower[undecided] = np.maximum(lower[undecided], low)
+        if points is not None and m and self.can_extend():
+            self.extend(L, points, X, Z, dhat, upper, lower, tol)
+        return E, upper, lower
 
-    def row_bound(self, L: np.ndarray, z: np.ndarray, x: np.ndarray, x_aux, kxx: float) -> float:
-        """E of one row against the dictionary L (the sharp bound)."""
+    def can_extend(self) -> bool:
+        """Whether rows float64 cannot decide are decided in double-double."""
+        return self.extended_allowed and extended_kernel(self.kernel)
+
+    def extend(self, L, points, X, Z, dhat, upper, lower, tol) -> None:
+        """Narrow ``[lower, upper]`` in place by the double-double bounds
+        (:meth:`ExtendedGram.bounds <ooc_spectral.core.extended.ExtendedGram.bounds>`) for the
+        rows :func:`decide` would find undecidable with the float64 ones."""
+        rows = np.flatnonzero(undecidable(dhat, upper, lower, tol))
+        if rows.size == 0:
+            return
+        up, low = self.extended_bounds(L, points, X[rows], Z[rows])
+        upper[rows] = np.minimum(upper[rows], up)
+        lower[rows] = np.maximum(lower[rows], low)
+
+    def extended_coordinates(self, points, x) -> tuple[np.ndarray, float]:
+        """A row's coordinates and residual against ``points``, from the double-double
+        factor, rounded to float64 (the factor's new row where float64 cannot resolve it)."""
+        if self.extended is None:
+            self.extended = ExtendedGram(self.kernel)
+        z, dhat = self.extended.coordinates(points, x[None, :])
+        return z[0], float(dhat[0])
+
+    def extended_bounds(self, L, points, X, Z) -> tuple[np.ndarray, np.ndarray]:
+        """The double-double ``(upper, lower)`` of rows against the first ``len(L)`` points."""
+        if self.extended is None:
+            self.extended = ExtendedGram(self.kernel)
+        return self.extended.bounds(L, points, X, Z)
+
+    def row_bound(self, L: np.ndarray, z: np.ndarray, x: np.ndarray, x_aux, kxx: float,
+                  points: np.ndarray | None = None, tol: float = 0.0):
+        """``(E, upper, lower)`` of one row against the dictionary L
+        (:meth:`residual_bounds`, the sharp bound)."""
         m = L.shape[0]
         if m == 0:
-            return float(np.max(np.atleast_1d(diag_error(self.kernel, x[None, :], x_aux, np.array([kxx])))))
+            E = float(np.max(np.atleast_1d(diag_error(self.kernel, x[None, :], x_aux,
+                                                      np.array([kxx])))))
+            return E, kxx + E, kxx - E
         X = x[None, :]
         kx = np.array([kxx])
         eta = self.row_errors(X, x_aux, kx)
-        A, An = self.sharp(L, z[None, :], self.measured)
-        return float(self.bound(m, np.array([float(z @ z)]), kx, eta, A, An, solved=True,
-                                kx_error=diag_error(self.kernel, X, x_aux, kx))[0])
+        A, An, a = self.sharp(L, z[None, :], self.measured, solutions=True)
+        E = float(self.bound(m, np.array([float(z @ z)]), kx, eta, A, An, solved=True,
+                             kx_error=diag_error(self.kernel, X, x_aux, kx))[0])
+        dhat = kxx - float(z @ z)
+        upper, lower = dhat + E, dhat - E
+        if points is not None and explicit_features(self.kernel) is not None:
+            up, low = explicit_residual_bounds(self.kernel, X, points, a, L,
+                                               inverse_norm=self.inverse_norm(m))
+            upper, lower = min(upper, float(up[0])), max(lower, float(low[0]))
+        if points is not None and self.can_extend():
+            up, low = np.array([upper]), np.array([lower])
+            self.extend(L, points, X, z[None, :], np.array([dhat]), up, low, tol)
+            upper, lower = float(up[0]), float(low[0])
+        return E, upper, lower

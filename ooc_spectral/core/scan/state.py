@@ -17,10 +17,19 @@ import numpy as np
 from ...exceptions import DictionarySizeError
 from ..kernels import Kernel, LaplacianKernel, PolynomialKernel, RBFKernel, SubsetNormalizedKernel
 from ..model import Dictionary
+from ..extended import ExtendedGram
 from .certify import ScanRounding
 from .local_certificate import LocalCertificate, local_certificate_size
 
-__all__ = ["DictionaryState", "ScanProgress", "size_hint"]
+__all__ = ["DictionaryState", "ScanProgress", "size_hint", "REFINE_THETA", "REFINE_MAX_POINTS"]
+
+#: A float64 factor whose measured backward error exceeds this (of the unit diagonal of
+#: the kernels decided in double-double) is replaced by the double-double one, rounded
+#: (:meth:`DictionaryState.refine_factor`); a scan whose pivots float64 resolved stays
+#: far below (about 1e-15).
+REFINE_THETA = 1e-12
+#: ... on dictionaries of at most this many points.
+REFINE_MAX_POINTS = 3000
 
 
 class DictionaryState:
@@ -140,6 +149,37 @@ class DictionaryState:
         new._local = self._local  # immutable, and built from points the copy shares
         new.rounding = self.rounding.copy()
         return new
+
+    def refine_factor(self) -> bool:
+        """Where the scan may decide rows in double-double (``rounding.extended_allowed``)
+        and its float64 factor's measured backward error exceeds :data:`REFINE_THETA`
+        (pivots that entered with a rounding float64 did not resolve), replace L by the
+        double-double factor of the same points rounded to float64
+        (:class:`~ooc_spectral.core.extended.ExtendedGram`), and ``w`` and ``beta`` by
+        theirs: the passes then work with a factor whose backward error is the rounding of
+        its entries. A function of the points alone, so a resumed scan gets the same
+        factor. At most :data:`REFINE_MAX_POINTS` points (the double-double factor costs
+        ``m^3`` elementwise operations). Returns whether it did."""
+        from scipy.linalg import solve_triangular
+
+        rnd, m = self.rounding, self.size
+        if not (rnd.can_extend() and 0 < m <= REFINE_MAX_POINTS
+                and max(rnd.theta_o, rnd.theta_n) > REFINE_THETA):
+            return False
+        if rnd.extended is None:
+            rnd.extended = ExtendedGram(self.kernel)
+        L = rnd.extended.grow(self.points).factor(m)
+        w = solve_triangular(L, np.ones(m), lower=True, check_finite=False)
+        self._L[:m, :m] = L
+        self._w[:m] = w
+        beta = 0.0
+        for v in w:  # in order, as from_arrays sums it
+            beta += float(v) * float(v)
+        self.beta = beta
+        allowed, gram = rnd.extended_allowed, rnd.extended
+        self.rounding = ScanRounding.rebuild(self.kernel, self.L, self.points, self.aux)
+        self.rounding.extended_allowed, self.rounding.extended = allowed, gram
+        return True
 
     def freeze(self, solver: str = "trsm") -> Dictionary:
         """The finished dictionary as an immutable :class:`Dictionary`."""

@@ -1,0 +1,306 @@
+"""A row's residual decided in double-double where float64 cannot (rbf, laplacian).
+
+The float64 bound (:mod:`ooc_spectral.core.rounding`) carries ``theta |a|_1^2``, the
+factor's backward error times the square of the projection's coefficients: at a small
+tol the coefficients grow (``|a|_1`` of 10^2 to 10^5 at tol 1e-12) and the float64 factor
+(condition numbers to 1e9, ``eps cond(M)`` above 1) certifies no residual of that size:
+below about tol 5e-8 the Gaussian kernel's fits were refused. Here the same computation
+is carried out in double-double (about 106 bits, :mod:`~ooc_spectral.core.double_double`):
+
+- the kernel values from exact differences (:func:`kernel_dd`: two-sums, the exponential
+  :func:`~ooc_spectral.core.double_double.dd_exp`), each within ``eta`` (about 1e-29);
+- the dictionary's Gram matrix ``M`` and its Cholesky factor ``L`` in double-double, grown
+  with the dictionary (:class:`ExtendedGram`), whose backward error ``theta =
+  max |L L' - M|`` is measured (``L_hi L_hi'`` by
+  :func:`~ooc_spectral.core.double_double.exact_products`, the rest in float64);
+- a row's coordinates ``z = L^-1 k`` by a float64 solve refined with residuals in
+  double-double (:func:`solve_dd`), and float64 coefficients ``a`` refined against
+  ``L' a = z``.
+
+For any coefficients ``a`` (``y = L' a``, ``e = k~ - k``, ``Delta = L L' - M``), exactly:
+
+    Q(a) = (k(x, x) - |z|^2) + |y - z|^2 - 2 a'(k~ - L z) + 2 a'e - a' Delta a,
+
+and the exact residual is at most ``Q(a)``, so
+
+    r*(x) <= dhat + |z - L' a|^2 + 2 A (rho + eta) + theta A^2 + (rounding of dhat),
+
+with ``A = |a|_1``, ``rho`` the measured ``max |k~ - L z|`` and ``|z - L' a|`` measured (each
+with the rounding of its measurement). Every term but ``dhat`` is about ``1e-30 A^2`` or
+smaller: 1e-20 at ``A = 10^5``. ``dhat`` less the same terms is the scan's estimate from
+below (whether an entering row's pivot is resolved), as for float64.
+
+The cost is paid only for the rows float64 cannot decide (the scan's, and pass 2's
+beyond its target) and for the dictionary's factor, grown when such a row needs it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.linalg import solve_triangular
+
+from .double_double import (EXP_REL_ERROR, OP_REL_ERROR, PRODUCT_REL_ERROR, dd_add, dd_div,
+                            dd_exp, dd_mul, dd_mul_d, dd_row_dots, dd_sqrt, exact_products,
+                            split_rows, two_prod, two_sum)
+from .error_free import U
+
+__all__ = ["extended_kernel", "kernel_dd", "solve_dd", "ExtendedGram", "SOLVE_STEPS"]
+
+_U2 = U * U
+#: Refinements of a double-double triangular solve (from float64's 16 digits, each gains
+#: about 8 at the condition numbers of a small tol's factor, 1e8 to 1e9) ...
+SOLVE_STEPS = 2
+#: ... and of a row's float64 coefficients ``L' a = z``.
+COEF_STEPS = 1
+
+
+def extended_kernel(kernel) -> bool:
+    """Whether :func:`kernel_dd` evaluates ``kernel`` (the Gaussian and Laplacian kernels)."""
+    from .kernels import LaplacianKernel, RBFKernel
+
+    return type(kernel) in (RBFKernel, LaplacianKernel)
+
+
+def kernel_dd(kernel, X: np.ndarray, P: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """``k(X, P)`` (c x m) as a double-double ``hi + lo``, and ``eta``, a bound on
+    ``|hi + lo - k|`` entrywise, ``k`` the exact kernel of the float64 rows.
+
+    The differences ``x_j - p_j`` are exact as two-sums ``h + l``; the Gaussian kernel's
+    squares ``h^2`` exact by :func:`~ooc_spectral.core.double_double.two_prod` and
+    ``2 h l + l^2`` (at most ``3 u h^2``) in float64, the Laplacian's ``|h + l|`` exactly;
+    summed in double-double, so the distance is within ``(3 dim + 7) u^2`` of itself, the
+    exponent ``-gamma s`` within ``(3 dim + 12) u^2`` of itself, and the value within
+    ``(3 dim + 12) u^2 / e`` (``k |t| <= 1/e``) plus the exponential's own error
+    (:data:`~ooc_spectral.core.double_double.EXP_REL_ERROR`).
+    """
+    from .kernels import RBFKernel
+
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    P = np.ascontiguousarray(P, dtype=np.float64)
+    c, m, d = X.shape[0], P.shape[0], X.shape[1]
+    sh, sl = np.zeros((c, m)), np.zeros((c, m))
+    gaussian = isinstance(kernel, RBFKernel)
+    for j in range(d):
+        h, l = two_sum(X[:, j:j + 1], -P[None, :, j])
+        if gaussian:
+            ph, pl = two_prod(h, h)
+            sh, sl = dd_add(sh, sl, ph, pl + (2.0 * h * l + l * l))
+        else:
+            sg = np.where(h < 0, -1.0, 1.0)
+            sh, sl = dd_add(sh, sl, sg * h, sg * l)
+    th, tl = dd_mul_d(sh, sl, -float(kernel.gamma))
+    kh, kl = dd_exp(th, tl)
+    eta = 1.1 * (EXP_REL_ERROR + (3 * d + 12) * _U2 / math.e) + 2.3e-290
+    return kh, kl, float(eta)
+
+
+def _gamma(n: int) -> float:
+    """``gamma_n`` for operations of relative error :data:`OP_REL_ERROR`."""
+    nu = n * OP_REL_ERROR
+    return nu / (1.0 - nu) if nu < 1 else math.inf
+
+
+def _times(Lh, Ll, Bh, Bl=None, split=None):
+    """``L B`` (L m x m, B m x c) in double-double: ``L_hi B_hi`` by exact products (``split``,
+    L_hi's slices where already made), the cross terms in float64; within
+    ``(PRODUCT_REL_ERROR + 4 u^2) |L| |B|`` entrywise."""
+    ph, pl = exact_products(Lh, Bh, split_a=split)
+    cross = Ll @ Bh if Bl is None else Lh @ Bl + Ll @ Bh
+    return dd_add(ph, pl, cross, np.zeros_like(ph))
+
+
+def solve_dd(Lh, Ll, Kh, Kl, steps: int = SOLVE_STEPS, split=None):
+    """Rows ``Z`` (c x m) with ``L Z' = K'`` in double-double, L lower triangular: the float64
+    solve with ``L_hi``, refined ``steps`` times by the residual ``K - L Z'`` in
+    double-double (each step gains ``log10(1 / (u cond(L)))`` digits while ``u cond(L)``
+    is below 1). Returns ``(Zh, Zl, rho)``, ``rho`` per row a bound on
+    ``max |K - L Z'|`` for the returned Z: the last residual, measured, and its rounding."""
+    m, c = Lh.shape[0], Kh.shape[0]
+    if m == 0:
+        return np.zeros((c, 0)), np.zeros((c, 0)), np.zeros(c)
+    Zh = solve_triangular(Lh, np.ascontiguousarray(Kh.T), lower=True, check_finite=False).T
+    Zl = np.zeros_like(Zh)
+    split = split_rows(Lh, m) if split is None else split
+
+    def residual(Zh, Zl):
+        ph, pl = _times(Lh, Ll, np.ascontiguousarray(Zh.T), np.ascontiguousarray(Zl.T), split)
+        return dd_add(Kh.T, Kl.T, -ph, -pl)
+
+    for _ in range(steps):
+        rh, _ = residual(Zh, Zl)
+        d = solve_triangular(Lh, rh, lower=True, check_finite=False).T
+        if not np.all(np.isfinite(d)):
+            break
+        Zh, Zl = dd_add(Zh, Zl, d, np.zeros_like(d))
+    rh, rl = residual(Zh, Zl)
+    mag = np.abs(Lh) @ np.abs(Zh.T) + np.abs(Kh.T)
+    rho = (np.max(np.abs(rh + rl) * (1 + 2 * U) + (PRODUCT_REL_ERROR + 8 * _U2) * mag, axis=0)
+           if c else np.zeros(0))
+    return Zh, Zl, rho
+
+
+def _dd_gram(Ah, Al, Bh=None, Bl=None):
+    """``A B'`` of double-double rows (``B = A`` when omitted): ``A_hi B_hi'`` by exact
+    products, the cross terms in float64 (within ``2 u^2 |A||B|``, the lows' own ``u``)."""
+    Bh, Bl = (Ah, Al) if Bh is None else (Bh, Bl)
+    ph, pl = exact_products(Ah, np.ascontiguousarray(Bh.T))
+    return dd_add(ph, pl, Ah @ Bl.T + Al @ Bh.T, np.zeros_like(ph))
+
+
+class ExtendedGram:
+    """The dictionary's Gram matrix ``M = k(D, D)`` and its Cholesky factor in
+    double-double, grown with the dictionary (storage by doubling), and the residual
+    bounds of rows against it (:meth:`bounds`). ``eta`` bounds every entry's error,
+    ``theta`` the factor's backward error."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.size = 0
+        self._M = (np.zeros((0, 0)), np.zeros((0, 0)))
+        self._L = (np.zeros((0, 0)), np.zeros((0, 0)))
+        self.eta = 0.0
+        self.theta = 0.0
+        self.ell = 0.0
+        self._splits: dict = {}  # the factor's parts for exact products, per size
+        self._solved: dict = {}  # the last rows solved, per size: their coordinates
+
+    def copy(self) -> "ExtendedGram":
+        new = ExtendedGram(self.kernel)
+        new.__dict__.update({k: (tuple(a.copy() for a in v) if isinstance(v, tuple) else v)
+                             for k, v in self.__dict__.items() if k not in ("_splits", "_solved")})
+        return new
+
+    def _split(self, m: int, transposed: bool):
+        """The parts of the factor (or its transpose) of the first m points, kept for the
+        size last asked."""
+        key = (m, transposed)
+        if key not in self._splits:
+            self._splits = {k: v for k, v in self._splits.items() if k[0] == m}
+            Lh = self._L[0][:m, :m]
+            self._splits[key] = split_rows(np.ascontiguousarray(Lh.T if transposed else Lh), m)
+        return self._splits[key]
+
+    def _reserve(self, m: int) -> None:
+        cap = self._M[0].shape[0]
+        if m <= cap:
+            return
+        cap = max(m, 2 * cap, 16)
+        old = self.size
+        grown = []
+        for pair in (self._M, self._L):
+            new = tuple(np.zeros((cap, cap)) for _ in range(2))
+            for a, b in zip(new, pair):
+                a[:old, :old] = b[:old, :old]
+            grown.append(new)
+        self._M, self._L = grown
+
+    def grow(self, points: np.ndarray) -> "ExtendedGram":
+        """Extend to the first ``len(points)`` points (the rows already held unchanged):
+        their kernel rows; the factor's new rows against the old ones by substitution, and
+        among themselves by a right-looking Cholesky of their Schur complement; the
+        backward error of the new rows, measured."""
+        m0, m = self.size, int(points.shape[0])
+        if m <= m0:
+            return self
+        self._reserve(m)
+        (Mh, Ml), (Lh, Ll) = self._M, self._L
+        kh, kl, eta = kernel_dd(self.kernel, points[m0:m], points[:m])
+        Mh[m0:m, :m], Ml[m0:m, :m] = kh, kl
+        Mh[:m0, m0:m], Ml[:m0, m0:m] = kh[:, :m0].T, kl[:, :m0].T
+        self.eta = max(self.eta, eta)
+        Zh, Zl, _ = solve_dd(Lh[:m0, :m0], Ll[:m0, :m0], kh[:, :m0], kl[:, :m0])
+        Lh[m0:m, :m0], Ll[m0:m, :m0] = Zh, Zl
+        Sh, Sl = _dd_gram(Zh, Zl)
+        Sh, Sl = dd_add(kh[:, m0:m], kl[:, m0:m], -Sh, -Sl)  # the Schur complement
+        for j in range(m - m0):
+            dh, dl = Sh[j, j:j + 1], Sl[j, j:j + 1]
+            if not dh[0] > 0:  # not positive in double-double: the factor stops resolving
+                dh, dl = np.array([np.finfo(np.float64).tiny]), np.zeros(1)
+            ph, pl = dd_sqrt(dh, dl)
+            Lh[m0 + j, m0 + j], Ll[m0 + j, m0 + j] = ph[0], pl[0]
+            if m0 + j + 1 < m:
+                ch, cl = dd_div(Sh[j + 1:, j], Sl[j + 1:, j], np.full(m - m0 - j - 1, ph[0]),
+                                np.full(m - m0 - j - 1, pl[0]))
+                Lh[m0 + j + 1:m, m0 + j], Ll[m0 + j + 1:m, m0 + j] = ch, cl
+                oh, ol = dd_mul(ch[:, None], cl[:, None], ch[None, :], cl[None, :])
+                Sh[j + 1:, j + 1:], Sl[j + 1:, j + 1:] = dd_add(Sh[j + 1:, j + 1:], Sl[j + 1:, j + 1:],
+                                                                -oh, -ol)
+        # backward error of the new rows: L L' by exact products, against M
+        Gh, Gl = _dd_gram(Lh[m0:m, :m], Ll[m0:m, :m], Lh[:m, :m], Ll[:m, :m])
+        D = (Gh - Mh[m0:m, :m]) + (Gl - Ml[m0:m, :m])
+        mag = np.abs(Lh[m0:m, :m]) @ np.abs(Lh[:m, :m]).T
+        bound = np.abs(D) * (1 + 4 * U) + self.eta + (PRODUCT_REL_ERROR + 4 * _U2) * mag + 1e-300
+        self.theta = max(self.theta, float(np.max(bound)))
+        self.ell = max(self.ell, float(np.sqrt(np.max(np.einsum("ij,ij->i", Lh[:m, :m], Lh[:m, :m])))))
+        self.size = m
+        return self
+
+    def factor(self, m: int | None = None) -> np.ndarray:
+        """The factor of the first m points rounded to float64 (within ``u`` of each entry of
+        the double-double one)."""
+        m = self.size if m is None else m
+        return self._L[0][:m, :m] + self._L[1][:m, :m]
+
+    def coordinates(self, points: np.ndarray, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rows' coordinates ``z = L^-1 k(D, x)`` and residuals ``1 - |z|^2`` against the
+        points (the factor grown to them), computed in double-double, rounded to float64."""
+        m = points.shape[0]
+        self.grow(points)
+        key = (m, np.ascontiguousarray(X).tobytes())
+        if key in self._solved:  # the rows bounds() just solved
+            return self._solved[key]
+        (Lh, Ll) = (a[:m, :m] for a in self._L)
+        kh, kl, _ = kernel_dd(self.kernel, X, points)
+        zh, zl, _ = solve_dd(Lh, Ll, kh, kl, split=self._split(m, False))
+        sqh, sql = dd_row_dots(zh, zl, zh, zl)
+        dh, dl = dd_add(np.ones(X.shape[0]), np.zeros(X.shape[0]), -sqh, -sql)
+        return zh + zl, dh + dl
+
+    def bounds(self, L: np.ndarray, points: np.ndarray, X: np.ndarray, Z: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """``(upper, lower)`` for the rows of X against the dictionary's first
+        ``m = len(L)`` points: ``upper`` bounds each row's exact squared distance to their
+        span, ``lower`` estimates it from below (the module's bound; L and Z, the float64
+        factor and coordinates, are not used: the double-double ones are computed).
+
+        With ``z`` the double-double coordinates (``rho`` bounding ``|k~ - L z|``), ``a``
+        float64 coefficients refined against ``L' a = z``, ``s = z - L' a`` measured, and
+        for any such a, exactly: ``Q(a) = (k(x, x) - |z|^2) + |s|^2 - 2 a'(k~ - L z) + 2 a'e -
+        a' Delta a``, so ``r* <= dhat + |s|^2 + 2 A (rho + eta) + theta A^2``, A = ``|a|_1``."""
+        m, c = L.shape[0], X.shape[0]
+        if c == 0:
+            return np.zeros(0), np.zeros(0)
+        self.grow(points[:m])
+        (Lh, Ll) = (a[:m, :m] for a in self._L)
+        kh, kl, eta_k = kernel_dd(self.kernel, X, points[:m])
+        zh, zl, rho = solve_dd(Lh, Ll, kh, kl, split=self._split(m, False))
+        a = solve_triangular(Lh, np.ascontiguousarray(zh.T), lower=True, trans="T",
+                             check_finite=False)
+        LhT, LlT = np.ascontiguousarray(Lh.T), np.ascontiguousarray(Ll.T)
+        split = self._split(m, True)
+        for _ in range(COEF_STEPS):  # any coefficients serve: float64 ones, refined once
+            yh, yl = _times(LhT, LlT, a, split=split)
+            sh, _ = dd_add(zh.T, zl.T, -yh, -yl)
+            a = a + solve_triangular(Lh, sh, lower=True, trans="T", check_finite=False)
+        yh, yl = _times(LhT, LlT, a, split=split)
+        sh, sl = dd_add(zh.T, zl.T, -yh, -yl)
+        s_err = (PRODUCT_REL_ERROR + 8 * _U2) * (np.abs(LhT) @ np.abs(a) + np.abs(zh.T))
+        s2 = np.einsum("ij,ij->j", np.abs(sh + sl) + s_err, np.abs(sh + sl) + s_err)
+        sqh, sql = dd_row_dots(zh, zl, zh, zl)
+        dh, dl = dd_add(np.ones(c), np.zeros(c), -sqh, -sql)  # k(x, x) = 1
+        dhat, sq = dh + dl, sqh + sql
+        self._solved = {(m, np.ascontiguousarray(X[i:i + 1]).tobytes()): (zh[i:i + 1] + zl[i:i + 1],
+                                                                        dhat[i:i + 1])
+                        for i in range(c)}
+        A = np.abs(a).sum(axis=0) * (1 + _gamma(m))
+        with np.errstate(over="ignore", invalid="ignore"):
+            E = (2 * A * (rho + max(eta_k, self.eta)) + self.theta * A * A
+                 + _gamma(int(math.log2(max(m, 2))) + 4) * (np.abs(sq) + 1.0) + 1e-300)
+            E = E * (1 + 8 * U)
+            upper = dhat + (s2 * (1 + 4 * U) + E)
+            lower = dhat - E
+        bad = ~np.isfinite(upper)
+        upper[bad], lower[bad] = math.inf, -math.inf
+        return upper, lower

@@ -1,0 +1,187 @@
+"""The exact path: the whole problem on the full n x n Gram matrix, where it is at hand.
+
+The greedy method pays off when the dictionary is small against the rows. Two situations
+make the exact problem the better answer, where its n x n Gram matrix fits in memory
+(:func:`exact_at_hand`):
+
+- **the dictionary heads for every row** (a kernel so narrow that no row is near the span of
+  the others): the scan would cost more than the full problem, and its factor would be as
+  large and far worse conditioned. The scan stops once nearly every one of a stretch of
+  the first rows of the visiting order entered (:data:`EARLY_EXACT`), or half of all
+  rows; both normalizations then solve exactly;
+- **a tol below what float64 certifies** with a dictionary on these rows (a
+  :class:`~ooc_spectral.exceptions.NumericalBreakdownError` of the scan, of pass 2's
+  certificate or of the eigenvalue interval): the exact problem is what a tol that small
+  asks for, and its answer has no residual at all;
+- **more components than the dictionary at this tol has points**: the exact problem has
+  every direction the rows span (and where ``n_components`` exceeds those above
+  rounding, its error says how many there are).
+
+Either way a :class:`~ooc_spectral.exceptions.DictionaryWarning` says so. Where the exact
+problem is not at hand, a dictionary heading for every row stops early with a
+:class:`~ooc_spectral.exceptions.DictionarySizeError` naming the way out (a smaller gamma, a
+larger tol), instead of growing one point at a time for minutes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._validation import check_finite
+from ..core.eigensolve import check_n_components, solve_exact, solve_exact_divisive
+from ..core.kernels import Kernel
+from ..core.model import SpectralMap
+from ..core.rounding import U, entry_error, kernel_center
+from ..exceptions import DictionaryWarning, warn_once
+
+__all__ = ["EXACT_MEMORY_FRACTION", "EXACT_MATRICES", "EXACT_FRACTION", "EARLY_EXACT",
+           "EARLY_STOP", "EARLY_ROWS", "exact_max_rows", "exact_at_hand", "exact_interval",
+           "exact_reason", "solve_exactly", "divisive_volume"]
+
+#: The exact path may use this fraction of the machine's physical memory ...
+EXACT_MEMORY_FRACTION = 0.25
+#: ... for this many n x n float64 matrices: the Gram matrix, the eigensolver's copy and
+#: workspace, and (for every direction) its eigenvectors.
+EXACT_MATRICES = 4
+#: A scan whose dictionary holds this fraction of all rows stops: the exact problem is then
+#: cheaper than the greedy one.
+EXACT_FRACTION = 0.5
+#: A scan whose dictionary took ``points`` of the rows ``start:stop`` of the visiting order
+#: (95%, where a dictionary that will stop growing has slowed down: 47 to 67 of 80 on a
+#: swiss roll whose dictionary settles at a fifth of the rows, 80 of 80 on standardised
+#: digits at the median gamma) heads for every row: it switches to the exact problem
+#: where that is at hand ...
+EARLY_EXACT = (76, 240, 320)
+#: ... and, on more rows than ``max_dictionary_size`` otherwise, stops with the way out.
+EARLY_STOP = (76, 560, 640)
+#: Where the scan parts its first rows to recognise it (:func:`~ooc_spectral.pipeline.scan.scan_source`).
+EARLY_ROWS = tuple(sorted({*EARLY_EXACT[1:], *EARLY_STOP[1:]}))
+
+
+def exact_max_rows(memory: int | None = None) -> int:
+    """The most rows whose exact problem fits in :data:`EXACT_MEMORY_FRACTION` of
+    ``memory`` bytes (default: the machine's physical memory): :data:`EXACT_MATRICES`
+    n x n float64 matrices."""
+    if memory is None:
+        import psutil
+
+        memory = psutil.virtual_memory().total
+    return int(math.isqrt(int(EXACT_MEMORY_FRACTION * float(memory) / (8 * EXACT_MATRICES))))
+
+
+def exact_at_hand(config, n_rows: int, memory: int | None = None) -> bool:
+    """Whether the exact problem may replace the greedy one for this fit: a fit by ``tol``
+    with the greedy selection, on at most :func:`exact_max_rows` rows and at most
+    ``max_dictionary_size`` (the exact path holds every row as its own dictionary point,
+    so the user's cap on the dictionary bounds it too)."""
+    return (config.dictionary_size is None and config.dictionary_selection == "greedy"
+            and int(n_rows) <= min(exact_max_rows(memory), config.max_dictionary_size))
+
+
+def exact_interval(kernel: Kernel, X: np.ndarray, smap: SpectralMap) -> np.ndarray:
+    """The exact path's eigenvalue interval (p, 2): the computed n x n Gram matrix is within
+    ``n eta`` of the exact one in the 2-norm (every entry within ``eta``,
+    :func:`~ooc_spectral.core.rounding.entry_error`; centring does not enlarge it), and the
+    eigensolver adds its backward error (``8 n u lambda_1``), so each exact eigenvalue is
+    within the sum of the two (Weyl)."""
+    n = X.shape[0]
+    aux = kernel.aux(X)
+    kx = kernel.diag(X, aux)
+    c = kernel_center(kernel)
+    P = X if c is None else X - np.asarray(c, dtype=np.float64)
+    radius = float(np.sqrt(np.max(np.einsum("ij,ij->i", P, P)))) * (1 + 1e-14)
+    eta = float(np.max(entry_error(kernel, X, aux, kx, radius, float(np.max(np.abs(kx))))))
+    lam = np.asarray(smap.eigenvalues, dtype=np.float64)
+    a = n * eta + 8 * n * U * float(np.max(np.abs(lam)))
+    return np.column_stack([lam - a, lam + a])
+
+
+def exact_reason(c, n_rows: int, gamma, *, breakdown=None, early=None, short=None) -> str:
+    """Why the fit solves the exact problem (the :class:`DictionaryWarning`'s text).
+
+    ``breakdown``: the :class:`~ooc_spectral.exceptions.NumericalBreakdownError` of a tol
+    below what float64 certifies with a dictionary; ``early``: ``(points, start, stop)``
+    when the dictionary took that many of those rows; ``short``: the dictionary's size, too
+    small for ``n_components``; else half of all rows entered."""
+    what = ("kernel PCA" if c.normalization == "additive" else "the spectral embedding")
+    exact = f"{what} is solved exactly on the {n_rows} x {n_rows} Gram matrix instead"
+    if short is not None:
+        return (f"n_components={c.n_components} needs more directions than the {short} points "
+                f"the dictionary holds at tol={c.tol:g}: {exact}")
+    if breakdown is not None:
+        if c.tol is not None and c.tol <= 0:
+            return (f"tol={c.tol:g} asks for every direction of the data, more than a "
+                    f"dictionary's Cholesky factor separates in float64: {exact}; a positive "
+                    "tol keeps the dictionary small")
+        return (f"tol={c.tol:g} is below what float64 arithmetic certifies with a dictionary on "
+                f"these rows: {exact} (its rows have no residual; a larger tol keeps the "
+                "dictionary small)")
+    width = f" (gamma={gamma:.3g})" if gamma is not None else ""
+    if early is not None:
+        took = (f"the dictionary took {early[0]} of the {early[2] - early[1]} rows "
+                f"{early[1]} to {early[2]} of the visiting order{width}")
+    else:
+        took = f"half of the {n_rows} rows entered the dictionary{width}"
+    msg = f"{took} before the scan was done: no row is near the span of the others, so {exact}"
+    if gamma is not None and c.kernel in ("rbf", "laplacian"):
+        msg += (f"; for a small dictionary use a smaller gamma (try gamma={gamma / 10:.3g}) "
+                "or a larger tol")
+    return msg
+
+
+def solve_exactly(run, kernel: Kernel, gamma, *, breakdown=None, early=None, short=None):
+    """The exact problem of the :class:`~ooc_spectral.pipeline.fit.FitRun` ``run``
+    (:func:`~ooc_spectral.core.eigensolve.solve_exact` or
+    :func:`~ooc_spectral.core.eigensolve.solve_exact_divisive`), with the
+    :class:`DictionaryWarning` saying why (:func:`exact_reason`).
+
+    Returns ``(smap, interval, bound, preimage)``: the map, for kernel PCA the eigenvalues'
+    rounding interval and its width above them (None for the divisive normalization), and
+    the pre-image map (``fit_inverse_transform``)."""
+    from .certification import keep_certified
+
+    c, s = run.config, run.source
+    warn_once(exact_reason(c, s.n_rows, gamma, breakdown=breakdown, early=early, short=short),
+              DictionaryWarning, stacklevel=5)
+    additive = c.normalization == "additive"
+    check_n_components(s.n_rows, c.n_components or 1, 0 if additive else int(c.drop_first))
+    interval, bound = None, None
+    with run.stage("solve"):
+        Xall = s.read_index(np.arange(s.n_rows))
+        check_finite(Xall, 0, chunk_starts=s.chunk_starts)
+        if additive:
+            smap, _, _ = solve_exact(kernel, Xall, c.n_components, affine=c.affine)
+            smap, interval = keep_certified(smap, exact_interval(kernel, Xall, smap),
+                                            c.n_components)
+            # every row is its own dictionary point: the width is the rounding alone
+            bound = float(np.max(interval[:, 1] - smap.eigenvalues))
+        else:
+            smap = solve_exact_divisive(kernel, Xall, c.n_components, affine=c.affine,
+                                        drop_first=c.drop_first,
+                                        subset=c.degree_estimate == "subset",
+                                        negative_values=c.negative_values)
+    preimage = None
+    if c.fit_inverse_transform:  # scikit-learn's regression on every row
+        with run.stage("preimage"):
+            from ..core.preimage import exact_preimage
+
+            # the training embedding sqrt(lambda) v (= components * lambda), not the
+            # Nystrom map of the rows, which amplifies rounding in the smallest components
+            E = smap.components * smap.eigenvalues
+            preimage = exact_preimage(kernel.without_center(), E, Xall, c.alpha)
+    return smap, interval, bound, preimage
+
+
+def divisive_volume(smap: SpectralMap) -> float:
+    """``sum_t d_t``, the volume of the graph of a ``divisive-exact`` map: ``|s|^2`` with
+    ``s = sum_t y_t`` the map's ``center`` (the rows' degrees are ``d_t = y_t . s``); on the
+    exact path (no factor: ``s`` sums a kernel row into its degree) ``1' K 1`` over its
+    rows, one product with the kernel."""
+    d = smap.dictionary
+    if d.L is not None:
+        return float(smap.center @ smap.center)
+    ones = np.ones((d.size, 1))
+    return float(d.kernel.pairwise_dot(d.points, d.points, ones, d.aux, d.aux).sum())
+
