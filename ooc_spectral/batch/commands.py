@@ -211,9 +211,13 @@ def cmd_verify(args) -> dict:
     out = sys.stderr if args.json else sys.stdout
     garbled = garbled_metadata(args.outdir)
     try:
-        findings, attrs = audit(args.outdir) if not garbled else ([], _run_attrs_only(args.outdir))
+        findings, attrs = audit(args.outdir)
     except DamagedFileError as exc:  # OUTDIR's own zarr.json: damage found, as any other
         raise OutputDamagedError(str(exc)) from None
+    except Exception:
+        if not garbled:
+            raise
+        findings, attrs = [], _run_attrs_only(args.outdir)  # named below
     unfinished, rewrite = (None, None) if attrs is not None else input_repair(args.outdir)
     if unfinished:  # a data set whose writer did not finish: its fit's refusal says the same
         raise OutputDamagedError(f"{args.outdir}: the data set is marked incomplete "

@@ -22,7 +22,7 @@ from .._accel.blas import blas_backend, fast_solve_order
 from .._accel.fused import loops_backend
 from ..io.checkpoint import RunDirectory
 from ..io.integrity import InputWatch
-from ..runtime.cluster import ClusterOptions, compute_engine, dask_client
+from ..runtime.cluster import ClusterOptions, compute_engine
 from ..core.config import FitConfig
 from ..runtime.execution import Executor
 from ..runtime.monitor import MemorySampler, ProgressLog
@@ -254,15 +254,17 @@ def _run_update_job(job: FitJob, rundir: RunDirectory, plan, source: DataSource,
 
     fingerprint = watch.fingerprint
     with marked_if_stopped(rundir):
-        with MemorySampler() as sampler, dask_client(job.cluster) as client, \
+        with MemorySampler() as sampler, \
+                compute_engine(job.cluster, source.n_rows * source.n_features * source.itemsize,
+                               needs_cluster=bool(job.performance_report)) as engine, \
                 _performance_report(job.performance_report):
-            executor = Executor(client, on_progress=ProgressLog().parts)
             what, update = run_update(
                 plan, outdir=rundir.url, rundir=rundir, source=source,
-                config=config, resolved=resolved, fingerprint=fingerprint, executor=executor,
+                config=config, resolved=resolved, fingerprint=fingerprint,
+                executor=engine.executor(ProgressLog().parts),
                 checkpoint=rundir.checkpoint(job.checkpoint_every), stage=stage)
             watch.check()  # every row the update read, and wrote, is of the input fingerprinted
-            workers = len(client.scheduler_info().get("workers", {}))
+            where = engine.report()
         model = read_model(rundir.join("model"))
         stages = {**what.timings, **timings}
         report = {
@@ -293,8 +295,7 @@ def _run_update_job(job: FitJob, rundir: RunDirectory, plan, source: DataSource,
             "stages": {name: {"seconds": sec} for name, sec in stages.items()},
             "wall_seconds": round(time.perf_counter() - t0, 4),
             "peak_memory_bytes": sampler.peak,
-            "workers": workers,
-            "scheduler": job.cluster.address or "embedded LocalCluster",
+            **where,
             "resumed_stages": ["pass3"] if plan.phase == "write" else [],
             "config": resolved,
             **provenance(resolved),

@@ -56,7 +56,11 @@ def provenance(resolved: dict) -> dict:
 
 
 def _mark_stopped(rundir: RunDirectory, exc: BaseException) -> None:
-    """Mark OUTDIR ``interrupted`` (SIGTERM, SIGINT) or ``failed``; never raises (a full disk)."""
+    """Mark OUTDIR ``interrupted`` (SIGTERM, SIGINT) or ``failed``; never raises (a full disk).
+    A run marked complete (the signal came after its last write) stays complete."""
+    with contextlib.suppress(Exception):
+        if rundir.status() == "complete":
+            return
     if isinstance(exc, KeyboardInterrupt):
         import signal
 
@@ -157,9 +161,11 @@ def recheck(rundir: RunDirectory) -> dict | None:
                 for i in bad:
                     marks[i] = 0
     for f in findings:
-        top = f.member.split("/")[0]
-        if top not in names and top != "report.json" and top != "checkpoint":
-            rundir.remove_member(top)  # a sealed member (a model): written whole again
+        parts = f.member.split("/")
+        if parts[0] == "checkpoint":  # a part: discarded, computed again when needed
+            rundir.remove_member("/".join(parts[:3] if parts[1:2] == ["partials"] else parts[:2]))
+        elif parts[0] not in names and parts[0] != "report.json":
+            rundir.remove_member(parts[0])  # a sealed member (a model): written whole again
     rundir.mark("running", repaired=lines[:100])
     return None
 

@@ -49,7 +49,7 @@ __all__ = ["Finding", "MISSING", "DAMAGED", "FOREIGN", "MEMBERS_KEY", "REPORT_DI
            "chunked_entry", "sealed_entry", "DigestingArrays", "write_sealed_group",
            "read_sealed_group", "audit", "audit_dataset", "check_members", "REPRESENTATIVES_KEY"]
 
-MISSING, DAMAGED, FOREIGN = "missing", "damaged", "foreign"
+MISSING, DAMAGED, FOREIGN = "missing", "damaged", "not this run's"
 #: Where a manifest is recorded (report.json, the run's attributes, a data set's marker).
 MEMBERS_KEY = "members"
 #: The run attribute holding the SHA-256 of ``report.json`` as it was written.
@@ -57,6 +57,8 @@ REPORT_DIGEST = "report_sha256"
 #: The attribute of a sealed group's description that digests the description itself.
 ATTRS_DIGEST = "attrs_sha256"
 REPORT = "report.json"
+#: The groups of an OUTDIR outside its manifest, whose chunks ``verify`` also re-reads.
+OTHER_GROUPS = ("checkpoint",)
 #: The description attribute of ``representatives_model`` (the representatives fit's map).
 REPRESENTATIVES_KEY = "ooc_spectral_representatives"
 
@@ -232,10 +234,15 @@ def _chunk_findings(name: str, arr, check) -> list[Finding]:
     return out
 
 
-def _digest_check(run_id, digests):
+def _digest_check(run_id, digests, strict: bool = False):
+    """``check`` of :func:`_chunk_findings`: each chunk's values against its digest. Markers
+    0 (not written) and 1 (no digest) pass, unless ``strict`` (a complete output whose run
+    recorded its markers: every chunk has a digest)."""
     def check(index, values):
-        want = digests[index] if index < len(digests) else None
-        if want is None or int(want) in (0, 1) or chunk_digest(run_id, index, values) == int(want):
+        want = int(digests[index]) if index < len(digests) else 0
+        if want in (0, 1):
+            return "its written-marker holds no digest" if strict else None
+        if chunk_digest(run_id, index, values) == want:
             return None
         return ("its values do not match the digest written with them: changed since, or "
                 "copied from another chunk or another run's output")
@@ -269,17 +276,16 @@ def _check_chunked(group, name: str, entry: dict) -> list[Finding]:
                         f"the written-markers of {name} {'are garbled' if err else 'are gone'}")]
     found = [Finding(markers_name, f.state, f.what) for f in _chunk_findings(markers_name,
                                                                               marks_arr, None)]
-    try:
-        marks = np.asarray(marks_arr[...])
-    except Exception:
-        marks = None
-    if not found and marks is not None and entry.get("sha256") and _markers_digest(
-            arr.attrs.get("run_id"), arr.shape, arr.chunks, arr.dtype, marks) != entry["sha256"]:
+    if found:  # no marker can be trusted: every chunk is written again
+        return found
+    marks = np.asarray(marks_arr[...])
+    if entry.get("sha256") and _markers_digest(arr.attrs.get("run_id"), arr.shape, arr.chunks,
+                                               arr.dtype, marks) != entry["sha256"]:
+        # the chunks whose marker changed are found below, against the markers as they are
         found.append(Finding(markers_name, DAMAGED, "the written-markers do not match the "
-                             "digest the run recorded"))
-    if found or marks is None:  # no marker can be trusted: every chunk is written again
-        return found or [Finding(markers_name, DAMAGED, "unreadable")]
-    return _chunk_findings(name, arr, _digest_check(arr.attrs.get("run_id"), list(marks)))
+                             "digest the run recorded", whole=False))
+    return found + _chunk_findings(name, arr, _digest_check(
+        arr.attrs.get("run_id"), list(marks), strict=bool(entry.get("sha256"))))
 
 
 def _check_digested(group, name: str, entry: dict) -> list[Finding]:
@@ -306,18 +312,23 @@ def _check_sealed(group, name: str, entry: dict | None, key: str) -> list[Findin
     if meta.get("format", 3) >= 3 and not seal_holds(meta, key=ATTRS_DIGEST):
         return [Finding(name, DAMAGED, "its description (zarr.json) does not match the digest "
                         "saved with it")]
-    found = []
-    for k in sorted(g.array_keys()):
-        found += [Finding(f"{name}/{k}", f.state, f.what) for f in
-                  _chunk_findings(f"{name}/{k}", g[k], None)]
-    if found:
-        return found
     try:
-        digest = arrays_digest({k: np.asarray(g[k][...]) for k in g.array_keys()})
-    except Exception as exc:
-        return [Finding(name, DAMAGED, _short(exc))]
-    if digest != meta.get("arrays_sha256"):
-        return [Finding(name, DAMAGED, "its arrays do not match the digest saved with them")]
+        keys = sorted(g.array_keys())
+    except Exception as exc:  # an array's zarr.json garbled
+        return [Finding(name, DAMAGED, f"an array's metadata is garbled ({_short(exc)})")]
+    try:
+        digest = arrays_digest({k: np.asarray(g[k][...]) for k in keys})
+    except Exception:  # a chunk that does not decode: named below
+        digest = None
+    if digest is None or digest != meta.get("arrays_sha256"):
+        found = []
+        for k in keys:
+            found += [Finding(f"{name}/{k}", f.state, f.what) for f in
+                      _chunk_findings(f"{name}/{k}", g[k], None)]
+        return found or [Finding(name, DAMAGED, "its arrays do not match the digest saved "
+                                 "with them")]
+    # the digest proves the values (an absent chunk of a model saved before every chunk
+    # was stored held the fill value)
     if entry and entry.get("sha256") and digest != entry["sha256"]:
         return [Finding(name, FOREIGN, "its arrays' digest is not the one the run recorded: "
                         "copied from another output?")]
@@ -417,33 +428,41 @@ def audit(path, *, deep: bool = True, only=None) -> tuple[list[Finding], dict | 
     group = zarr.open_group(text, mode="r")
     findings += check_members(group, members, only)
     if deep:
-        findings += _other_arrays(group, set(members) | {
-            e.get("markers") for e in members.values() if e.get("markers")})
+        findings += _other_arrays(group, set(members))
     return findings, attrs
 
 
 def _other_arrays(group, covered: set) -> list[Finding]:
-    """Missing and undecodable chunks of the arrays outside the manifest (the checkpoint)."""
-    import warnings
-
+    """Missing and undecodable chunks of the arrays outside the manifest (the checkpoint);
+    a group whose metadata cannot be read is one damaged finding."""
     import zarr
 
+    out = []
+
     def walk(g, prefix):
-        with warnings.catch_warnings():  # report.json, .lock: not zarr nodes
-            warnings.simplefilter("ignore")
+        try:
             members = sorted(g.members(), key=lambda kv: kv[0])
+        except Exception as exc:  # a garbled zarr.json below: the part is damaged
+            out.append(Finding(prefix.rstrip("/") or ".", DAMAGED, _short(exc)))
+            return
         for name, node in members:
             full = f"{prefix}{name}"
-            if full.split("/")[0] in covered:
-                continue
             if isinstance(node, zarr.Group):
-                yield from walk(node, f"{full}/")
+                walk(node, f"{full}/")
             else:
-                yield full, node
+                out.extend(Finding(full, f.state, f.what)
+                           for f in _chunk_findings(full, node, None))
 
-    out = []
-    for name, arr in walk(group, ""):
-        out += [Finding(name, f.state, f.what) for f in _chunk_findings(name, arr, None)]
+    import warnings
+
+    with warnings.catch_warnings():  # report.json, .lock: not zarr nodes
+        warnings.simplefilter("ignore")
+        for name in OTHER_GROUPS:
+            g, err = _open(group, name)
+            if err is not None:
+                out.append(Finding(name, DAMAGED, _short(err)))
+            elif g is not None and isinstance(g, zarr.Group):
+                walk(g, f"{name}/")
     return out
 
 
