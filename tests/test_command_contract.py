@@ -27,6 +27,7 @@ import pytest
 import zarr
 
 from ooc_spectral.batch.cli import main
+from test_outdir_safety import run
 
 FIT = ["--gamma", "0.05", "--tol", "1e-2", "--n-components", "2", "--engine", "threads",
        "--threads-per-worker", "1", "--chunk-rows", "500", "-q"]
@@ -37,14 +38,6 @@ REPS = ["--affinity", "representatives", "--n-clusters", "3", "--n-representativ
 @pytest.fixture(scope="module", autouse=True)
 def _logging_of_the_module(restore_logging_module):
     yield
-
-
-def run(*args, capsys=None) -> tuple[int, str]:
-    code = main([str(a) for a in args])
-    if capsys is None:
-        return code, ""
-    captured = capsys.readouterr()
-    return code, captured.err + captured.out
 
 
 def emb(out, name="embedding") -> np.ndarray:
