@@ -204,7 +204,7 @@ def cmd_verify(args) -> dict:
     (every member's digest, every chunk re-read: :func:`~ooc_spectral.io.manifest.audit`);
     any other group (a saved model) chunk by chunk, with its own digests."""
     from ..exceptions import DamagedFileError, OutputDamagedError, StoreNotFoundError
-    from ..io.manifest import MISSING, audit, audit_dataset
+    from ..io.manifest import MISSING, audit, audit_dataset, has_manifest
     from ..io.verify import (garbled_metadata, incomplete_message, input_repair,
                              rerun_command, verify_group)
 
@@ -234,13 +234,13 @@ def cmd_verify(args) -> dict:
             f"{args.outdir}: the run there is {attrs.get('status')!r}, not complete (it did not "
             f"finish, or is still running); run {rerun_command(args.outdir, attrs)}: it resumes "
             "(if a run holds the lock, wait for it to finish)")
+    checked = attrs is not None  # against a manifest (a complete run always has one)
     if attrs is None and rewrite is not None:  # a data set: against its writer's digests
         from ..io.layout import DATASET_KEY, IMPORT_KEY
 
-        found = []
+        findings, checked = [], has_manifest(args.outdir, (DATASET_KEY, IMPORT_KEY))
         for key in (DATASET_KEY, IMPORT_KEY):
-            found += audit_dataset(args.outdir, key)
-        findings = found
+            findings += audit_dataset(args.outdir, key)
     if findings:
         for f in findings:
             print(str(f), file=out)
@@ -252,7 +252,7 @@ def cmd_verify(args) -> dict:
             f"{args.outdir}: {missing} missing and {len(findings) - missing} damaged chunk(s) "
             f"or member(s) ({'; '.join(str(f) for f in findings[:3])}); {repair} to repair it")
     try:
-        report = verify_group(args.outdir, count_only=attrs is not None or rewrite is not None)
+        report = verify_group(args.outdir, count_only=checked)  # else every chunk decoded
     except FileNotFoundError as exc:  # zarr's GroupNotFoundError included
         raise StoreNotFoundError(f"no zarr group at {args.outdir!r}; check the path") from exc
     bad = report["missing"] + report["damaged"] + report["digest_mismatch"]
@@ -265,8 +265,7 @@ def cmd_verify(args) -> dict:
             f"{report['arrays']} arrays; {repair} to repair it")
     if not args.json:
         print(f"{args.outdir}: {report['chunks']} chunks of {report['arrays']} arrays intact"
-              + (" (every member matches the digests its writer recorded)"
-                 if attrs is not None or rewrite else ""))
+              + (" (every member matches the digests its writer recorded)" if checked else ""))
     return {"status": "intact", **report}
 
 

@@ -89,7 +89,30 @@ def begin(rundir: RunDirectory, resolved: dict, extra: dict, *, overwrite: bool)
     """Begin the run in OUTDIR or take up the one there; True to resume (the same
     configuration, and the same input and model as when it began)."""
     resuming = rundir.begin(resolved, overwrite=overwrite, extra=extra)
-    return resuming and _same_input_or_restart(rundir, resolved, extra)
+    resuming = resuming and _same_input_or_restart(rundir, resolved, extra)
+    if resuming:
+        _drop_mixed_outputs(rundir)
+    return resuming
+
+
+def _drop_mixed_outputs(rundir: RunDirectory) -> None:
+    """Remove the chunked outputs (with their markers) when one of them, or its markers, is
+    of another run than the others (copied in from another output): the resumed write-back
+    writes them whole again, instead of refusing the markers of another run forever."""
+    import zarr
+
+    try:
+        group = zarr.open_group(rundir.url, mode="r")
+        ids = {group[n].attrs.get("run_id") for name, (_, markers) in CHUNKED.items()
+               for n in (name, markers) if n in group}
+    except Exception:  # a garbled member: the write-back's own audit names it
+        return
+    if len(ids) > 1:
+        log.warning("the outputs in %s are of %d different runs (copied in from another "
+                    "output?); writing them whole again", rundir.path, len(ids))
+        for name, (_, markers) in CHUNKED.items():
+            rundir.remove_member(name)
+            rundir.remove_member(markers)
 
 
 def _same_input_or_restart(rundir: RunDirectory, resolved: dict, extra: dict) -> bool:
@@ -164,8 +187,8 @@ def recheck(rundir: RunDirectory) -> dict | None:
         parts = f.member.split("/")
         if parts[0] == "checkpoint":  # a part: discarded, computed again when needed
             rundir.remove_member("/".join(parts[:3] if parts[1:2] == ["partials"] else parts[:2]))
-        elif parts[0] not in names and parts[0] != "report.json":
-            rundir.remove_member(parts[0])  # a sealed member (a model): written whole again
+        elif parts[0] not in names:  # a sealed member (a model), the report: written again
+            rundir.remove_member(parts[0])
     rundir.mark("running", repaired=lines[:100])
     return None
 

@@ -397,6 +397,11 @@ class RunDirectory:
         """
         if self.remote:
             return
+        if self.path.is_symlink() and not self.path.exists():
+            raise OutputNotWritableError(
+                f"{self.path} is a symbolic link to {os.readlink(self.path)!r}, which does not "
+                "exist; nothing was written: create that directory first (the link is then "
+                "followed), or pass the real path as --out")
         kind = classify_outdir(self.path, RUN_KEY)
         if kind == "foreign":
             raise OutputNotWritableError(

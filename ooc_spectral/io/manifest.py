@@ -47,7 +47,8 @@ from .integrity import (_chunk_region, _listing, arrays_digest, checksummed, chu
 
 __all__ = ["Finding", "MISSING", "DAMAGED", "FOREIGN", "MEMBERS_KEY", "REPORT_DIGEST",
            "chunked_entry", "sealed_entry", "DigestingArrays", "write_sealed_group",
-           "read_sealed_group", "audit", "audit_dataset", "check_members", "REPRESENTATIVES_KEY"]
+           "read_sealed_group", "audit", "audit_dataset", "check_members", "REPRESENTATIVES_KEY",
+           "has_manifest"]
 
 MISSING, DAMAGED, FOREIGN = "missing", "damaged", "not this run's"
 #: Where a manifest is recorded (report.json, the run's attributes, a data set's marker).
@@ -274,6 +275,9 @@ def _check_chunked(group, name: str, entry: dict) -> list[Finding]:
     if marks_arr is None:
         return [Finding(markers_name, DAMAGED if err else MISSING,
                         f"the written-markers of {name} {'are garbled' if err else 'are gone'}")]
+    if marks_arr.attrs.get("run_id", arr.attrs.get("run_id")) != arr.attrs.get("run_id"):
+        return [Finding(markers_name, FOREIGN, f"run id {marks_arr.attrs.get('run_id')!r}, "
+                        f"not {name}'s: copied from another output?")]
     found = [Finding(markers_name, f.state, f.what) for f in _chunk_findings(markers_name,
                                                                               marks_arr, None)]
     if found:  # no marker can be trusted: every chunk is written again
@@ -464,6 +468,17 @@ def _other_arrays(group, covered: set) -> list[Finding]:
             elif g is not None and isinstance(g, zarr.Group):
                 walk(g, f"{name}/")
     return out
+
+
+def has_manifest(path, keys) -> bool:
+    """Whether the group at ``path`` carries a writer's manifest under one of ``keys``."""
+    import zarr
+
+    try:
+        attrs = zarr.open_group(os.fspath(path), mode="r").attrs
+    except Exception:
+        return False
+    return any(isinstance((attrs.get(k) or {}).get(MEMBERS_KEY), dict) for k in keys)
 
 
 def audit_dataset(path, key: str) -> list[Finding]:

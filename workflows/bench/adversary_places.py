@@ -265,8 +265,8 @@ for o in done killed; do mount --bind $o $o && mount -o remount,bind,ro $o || ex
             out = d / "out dir with spaces"
             inp = d / "in put.zarr"
             shutil.copytree(self.data, inp)
-        elif kind == "symlink":
-            (d / "real").mkdir()
+        elif kind == "symlink":  # to a directory made for it (a dangling link is refused)
+            (d / "real" / "out").mkdir(parents=True)
             out = d / "link"
             out.symlink_to(d / "real" / "out")
             inp = self.data
