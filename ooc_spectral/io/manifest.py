@@ -268,9 +268,11 @@ def _check_chunked(group, name: str, entry: dict) -> list[Finding]:
     if entry.get("run_id") is not None and arr.attrs.get("run_id") != entry["run_id"]:
         return [Finding(name, FOREIGN, f"run id {arr.attrs.get('run_id')!r}, the run recorded "
                         f"{entry['run_id']!r}: copied from another output?")]
-    if entry.get("shape") is not None and list(arr.shape) != list(entry["shape"]):
-        return [Finding(name, DAMAGED, f"its shape is {list(arr.shape)}, the run recorded "
-                        f"{entry['shape']}: resized or replaced since")]
+    layout = [list(arr.shape), list(arr.chunks), str(arr.dtype)]
+    recorded = [entry.get("shape"), entry.get("chunks"), entry.get("dtype")]
+    if any(r is not None and r != f for r, f in zip(recorded, layout)):
+        return [Finding(name, DAMAGED, f"its shape, chunks and dtype are {layout}, the run "
+                        f"recorded {recorded}: resized or replaced since")]
     marks_arr, err = _open(group, markers_name)
     if marks_arr is None:
         return [Finding(markers_name, DAMAGED if err else MISSING,

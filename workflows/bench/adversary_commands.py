@@ -165,6 +165,15 @@ REPORT_DAMAGE = {
 }
 
 
+#: A data set's damage (make-data, import).
+DATA_DAMAGE = {
+    "data chunk flipped": lambda o: flip(chunks(o / "data")[1]),
+    "data chunk deleted": lambda o: chunks(o / "data")[1].unlink(),
+    "data chunk copied over another": lambda o: shutil.copyfile(chunks(o / "data")[0],
+                                                                chunks(o / "data")[2]),
+}
+
+
 def model_damage(name="model", key="ooc_spectral_model", field_name="gamma") -> dict:
     def edit(o):
         def change(meta):
@@ -285,22 +294,14 @@ def commands(work: Path) -> dict[str, Command]:
         "import", lambda i, o: ["import", i, "--out", o, "--chunk-rows", CHUNK, "-q"], ("data",),
         {"begun": lambda o: attr_in(o, "ooc_spectral_import"),
          "writing": lambda o: (o / "data" / "c" / "2" / "0").exists()},
-        {"data chunk flipped": lambda o: flip(chunks(o / "data")[1]),
-         "data chunk deleted": lambda o: chunks(o / "data")[1].unlink(),
-         "data chunk copied over another": lambda o: shutil.copyfile(chunks(o / "data")[0],
-                                                                     chunks(o / "data")[2]),
-         "data/zarr.json deleted": lambda o: rm(o / "data" / "zarr.json")},
+        {**DATA_DAMAGE, "data/zarr.json deleted": lambda o: rm(o / "data" / "zarr.json")},
         input_kind="npy", change=lambda i: np.save(i, np.load(i)[::-1] * 1.25))
     make = Command(
         "make-data", lambda i, o: ["make-data", "swiss-roll", "--n", ROWS, "--out", o,
                                    "--chunk-rows", CHUNK, "-q"], ("data", "t"),
         {"begun": lambda o: attr_in(o, "ooc_spectral_dataset"),
          "writing": lambda o: (o / "data" / "c" / "1" / "0").exists()},
-        {"data chunk flipped": lambda o: flip(chunks(o / "data")[1]),
-         "data chunk deleted": lambda o: chunks(o / "data")[1].unlink(),
-         "data chunk copied over another": lambda o: shutil.copyfile(chunks(o / "data")[0],
-                                                                     chunks(o / "data")[2]),
-         "t chunk flipped": lambda o: flip(chunks(o / "t")[1])},
+        {**DATA_DAMAGE, "t chunk flipped": lambda o: flip(chunks(o / "t")[1])},
         input_kind=None)
     return {c.name: c for c in (fit, transform, reps, reps_t, update, importing, make)}
 
@@ -336,11 +337,15 @@ class Matrix:
         shutil.copytree(self.work / "base.zarr", inp)
         if cmd.name == "update":
             assert run(["fit", inp, "--out", out, *FIT])[0] == 0
-            arr = zarr.open_group(str(inp), mode="r+")["data"]
-            more = zarr.open_group(str(self.extra))["data"][:2 * CHUNK]
-            arr.resize((ROWS + len(more), arr.shape[1]))
-            arr[ROWS:] = more
+            self.append(inp)
         return inp, out
+
+    def append(self, inp: Path) -> None:
+        """What a nightly producer does: rows appended after the fitted ones."""
+        arr = zarr.open_group(str(inp), mode="r+")["data"]
+        more = zarr.open_group(str(self.extra))["data"][:2 * CHUNK]
+        arr.resize((ROWS + len(more), arr.shape[1]))
+        arr[ROWS:] = more
 
     def fresh(self, cmd: Command, inp: Path, into: Path, *, refit: bool = False) -> dict | None:
         """The result of the command run once, uninterrupted, on ``inp`` (an update: from
@@ -349,10 +354,7 @@ class Matrix:
             base = into.parent / f"{into.name}-base.zarr"
             shutil.copytree(self.work / "base.zarr", base)
             assert run(["fit", base, "--out", into, *FIT])[0] == 0
-            arr = zarr.open_group(str(base), mode="r+")["data"]
-            src = zarr.open_group(str(inp))["data"][...]
-            arr.resize(src.shape)
-            arr[...] = src
+            self.append(base)  # the same rows appended (only them: the old chunks untouched)
             code, msg = run(cmd.argv(base, into))
         else:
             code, msg = run(cmd.argv(inp, into))
@@ -363,14 +365,12 @@ class Matrix:
         if cmd.name not in self.refs:
             d = self.work / f"ref-{cmd.name}"
             d.mkdir()
-            inp, _ = self.prepare(cmd, d) if cmd.name != "update" else (None, None)
             if cmd.name == "update":
                 inp = d / "in.zarr"
                 shutil.copytree(self.work / "base.zarr", inp)
-                arr = zarr.open_group(str(inp), mode="r+")["data"]
-                more = zarr.open_group(str(self.extra))["data"][:2 * CHUNK]
-                arr.resize((ROWS + len(more), arr.shape[1]))
-                arr[ROWS:] = more
+                self.append(inp)
+            else:
+                inp, _ = self.prepare(cmd, d)
             self.refs[cmd.name] = self.fresh(cmd, inp, d / "fresh")
         return self.refs[cmd.name]
 

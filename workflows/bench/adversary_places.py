@@ -164,7 +164,8 @@ cp -r mnt/out out
         answer = f"exit {code1}, then {code2}"
         if code1 == 0:
             return self.t.record(name, what, 0, "", "UNSAFE: exit 0 on a full disk", answer)
-        if "space" not in txt("err1.txt") or vcode == 0:
+        named = "space" in txt("err1.txt") or (code1 == 2 and " free" in txt("err1.txt"))
+        if not named or vcode == 0:  # make-data checks the free space first: exit 2
             return self.t.record(name, what, code1, txt("err1.txt"), "UNSAFE: the disk is not "
                                  "named, or the output looks complete", answer)
         self.verdict(name, what, [(code1, txt("err1.txt")), (code2, txt("err2.txt"))], d / "out",
@@ -348,20 +349,20 @@ for o in done killed; do mount --bind $o $o && mount -o remount,bind,ro $o || ex
         fit then completes; verify and transform then succeed."""
         d = self.case(name)
         big = d / "big.zarr"
-        assert run(["make-data", "swiss-roll", "--n", 40 * CHUNK, "--out", big, "--chunk-rows",
-                    CHUNK, "-q"])[0] == 0
+        assert run(["make-data", "swiss-roll", "--n", 100_000, "--out", big, "--chunk-rows",
+                    2000, "-q"])[0] == 0
         out = d / "out"
         proc = start(["fit", big, "--out", out, *FIT])
         deadline = time.time() + BOUND
         while proc.poll() is None and not run_attrs(out) and time.time() < deadline:
             time.sleep(0.002)
-        others = {
-            "verify": run(["verify", out]),
-            "transform from it": run(["transform", out, big, "--out", d / "t", *TRANSFORM]),
-            "a second fit": run(["fit", big, "--out", out, *FIT]),
-            "transform into it": run(["transform", self.fit_ref, big, "--out", out,
-                                      *TRANSFORM]),
-        }
+        argvs = {"verify": ["verify", out],
+                 "transform from it": ["transform", out, big, "--out", d / "t", *TRANSFORM],
+                 "a second fit": ["fit", big, "--out", out, *FIT],
+                 "transform into it": ["transform", self.fit_ref, big, "--out", out,
+                                       *TRANSFORM]}
+        started = {k: start(v) for k, v in argvs.items()}  # all at once, beside the fit
+        others = {k: finish(p) for k, p in started.items()}
         was_running = proc.poll() is None
         first = finish(proc)
         after = {"verify": run(["verify", out])[0],
@@ -444,15 +445,17 @@ for o in done killed; do mount --bind $o $o && mount -o remount,bind,ro $o || ex
             flow.write_text(f'[[step]]\nrun = "inspect"\npath = "{url}"\n\n[[step]]\nrun = "fit"'
                             f'\ninput = "{url}"\nout = "fit"\n')
             code, msg = run(["run", flow, "-q"])
-            refused = code == 2 and "--allow read=" in msg and not requests
+            before = len(requests)
             flow.write_text(f'[[step]]\nrun = "inspect"\npath = "{url}"\n')
             allowed = run(["run", flow, "-q", "--allow", f"read={url}"])[0]
         finally:
             server.shutdown()
+        refused = code == 2 and "--allow read=" in msg and before == 0
         self.t.record(name, f"workflow steps reading {url.split('/data')[0]}/... (inspect, fit); "
-                      f"with --allow read=URL: exit {allowed}", code, msg.split(".toml: ")[-1],
+                      f"with --allow read=URL the inspect step: exit {allowed}, "
+                      f"{len(requests)} requests", code, msg.split(".toml: ")[-1],
                       "safe: refused" if refused and allowed == 0 else "UNSAFE",
-                      f"exit {code}, {len(requests)} requests before --allow")
+                      f"exit {code}, {before} requests")
 
 
 def place_trials(t, work: Path, kit) -> list:
