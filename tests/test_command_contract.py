@@ -427,3 +427,36 @@ def test_a_table_rewritten_while_import_reads_it_is_exit_1_never_complete(
     assert zarr.open_group(str(out), mode="r").attrs["ooc_spectral_import"]["complete"] is False
     assert run("import", src, "--out", out, "--chunk-rows", 500, "-q")[0] == 0
     np.testing.assert_array_equal(zarr.open_array(str(out / "data"), mode="r")[...], X * 2)
+
+
+# ------------------------------------------------------------------ found by the adversarial pass
+def test_markers_copied_from_another_output_are_not_refused_forever(data, transformed,
+                                                                    tmp_path, capsys):
+    """``embedding_written`` of another transform copied in: verify names it, and the same
+    command writes the output whole again. It was refused by every rerun ("another run
+    replaced the output"), also once the run had been marked failed."""
+    ref_out, ref = transformed
+    out, other = tmp_path / "t", tmp_path / "other"
+    shutil.copytree(ref_out, out)
+    fitted = data / "fit"
+    assert run("transform", fitted, data / "x.zarr", "--out", other, "--chunk-rows", 500,
+               "-q")[0] == 0
+    shutil.rmtree(out / "embedding_written")
+    shutil.copytree(other / "embedding_written", out / "embedding_written")
+    code, text = run("verify", out, capsys=capsys)
+    assert code == 1 and "embedding_written: not this run's" in text, text
+    meta = json.loads((out / "zarr.json").read_text())  # and a run left failed, not complete
+    meta["attributes"]["ooc_spectral_run"]["status"] = "failed"
+    (out / "zarr.json").write_text(json.dumps(meta))
+    assert run("transform", fitted, data / "x.zarr", "--out", out, "--chunk-rows", 500,
+               "-q")[0] == 0
+    assert run("verify", out)[0] == 0
+    np.testing.assert_array_equal(emb(out), ref)
+
+
+def test_a_dangling_symlink_as_outdir_is_exit_2_naming_its_target(data, tmp_path, capsys):
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere" / "out")
+    code, text = run("fit", data / "x.zarr", "--out", link, *FIT, capsys=capsys)
+    assert code == 2 and "does not exist" in text and "nowhere" in text, text
+    assert not (tmp_path / "nowhere").exists()
