@@ -262,8 +262,7 @@ def _run_update_job(job: FitJob, rundir: RunDirectory, plan, source: DataSource,
                 plan, outdir=rundir.url, rundir=rundir, source=source,
                 config=config, resolved=resolved, fingerprint=fingerprint,
                 executor=engine.executor(ProgressLog().parts),
-                checkpoint=rundir.checkpoint(job.checkpoint_every), stage=stage)
-            watch.check()  # every row the update read, and wrote, is of the input fingerprinted
+                checkpoint=rundir.checkpoint(job.checkpoint_every), stage=stage, watch=watch)
             where = engine.report()
         model = read_model(rundir.join("model"))
         stages = {**what.timings, **timings}

@@ -242,7 +242,7 @@ def commands(work: Path) -> dict[str, Command]:
          "report.json from a fit with another seed": lambda o, x: shutil.copyfile(
              x / "report.json", o / "report.json")},
         other_argv=lambda i, o: ["fit", i, "--out", o, *FIT, "--seed", "5",
-                                 "--dictionary-selection", "rpcholesky",
+                                 "--selection", "rpcholesky",
                                  "--dictionary-size", "40"])
     transform = Command(
         "transform", lambda i, o: ["transform", work / "model", i, "--out", o, "--chunk-rows",
