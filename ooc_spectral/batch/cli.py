@@ -431,6 +431,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = argv is None
     want_json = "--json" in (argv if argv is not None else sys.argv[1:])
     early = take_interrupt() if console else None  # noted while the modules were imported
+    if console:  # registered first, so run last: after the libraries' own exit functions
+        import atexit
+
+        atexit.register(_ignore_signals_at_the_end)
     clear_interrupt()
     previous = _interrupt_on_signals()
     code = [EXIT_FAILURE]  # what a signal from the end on exits with
@@ -559,6 +563,16 @@ def _exit_on_signals(code: list) -> None:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, handler)
+
+
+def _ignore_signals_at_the_end() -> None:
+    """The console script's last exit function: the interpreter's own teardown follows,
+    which puts back the default action of every signal that has a Python handler (a
+    SIGTERM then would end the process as exit 143, its outcome lost); an ignored signal
+    is left ignored, and the process ends with its code a moment later."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def _restore_signals(previous: dict) -> None:
