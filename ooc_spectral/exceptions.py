@@ -229,6 +229,17 @@ def raise_if_interrupted() -> None:
         raise InterruptedRun(signum)
 
 
+def note_signals_while_starting() -> None:
+    """Note SIGTERM and SIGINT (instead of dying by them) while the command line's modules
+    are imported; its ``main`` then exits 1, "nothing was done". Called first by the console
+    script and ``python -m ooc_spectral`` (never by an import of the library)."""
+    import signal
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda signum, frame: note_interrupt(signum))
+
+
 def clear_interrupt() -> None:
     """The :class:`InterruptedRun` reached its handler: nothing left to raise."""
     _PENDING_INTERRUPT.clear()

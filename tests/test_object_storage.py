@@ -252,8 +252,69 @@ def test_an_option_a_workflow_may_not_set_is_given_on_the_command_line(data, s3,
     assert "use_ssl is not a storage option a workflow file may set" in err, err
     assert """--storage-options '{"use_ssl": ...}'""" in err, err
     wf.write_text(f'[[step]]\nrun = "inspect"\npath = "{data[1]}"\n')
-    assert run("run", wf, "-q", "--storage-options", '{"use_ssl": false}') == 0, \
-        capsys.readouterr().err
+    assert run("run", wf, "-q", "--storage-options", '{"use_ssl": false}',
+               "--allow", f"read=s3://{BUCKET}") == 0, capsys.readouterr().err
+
+
+def test_missing_credentials_are_exit_2_naming_the_aws_variables(data, s3, tmp_path,
+                                                                 monkeypatch, capsys):
+    """Issue 52, finding 7: no credentials at all was exit 1 ("run again") with a bare
+    NoCredentialsError, so a nightly retry loop never ended. It is configuration: exit 2,
+    naming the variables and the profile, for the commands that read and that write."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                 "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance to ask here
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        for command in (["fit", data[1], "--out", tmp_path / "out", *FIT, *THREADS],
+                        ["verify", data[1]], ["inspect", data[1]],
+                        ["make-data", "spiral", "--n", 100, "--out", f"s3://{BUCKET}/nocred"]):
+            code = run(*command)
+            err = capsys.readouterr().err
+            assert code == 2, (command[0], err)
+            assert "NoCredentialsError" in err and "AWS_ACCESS_KEY_ID" in err, err
+            assert "AWS_PROFILE" in err and "run the same command again" not in err, err
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_s3_input_rewritten_while_transform_reads_it_is_exit_1(data, local_fit, s3,
+                                                                   tmp_path, monkeypatch,
+                                                                   capsys):
+    """Issue 52: the input's fingerprint (ETags on S3) is checked at the end of a transform
+    too; a writer between the first chunk and the last is exit 1, nothing complete."""
+    from ooc_spectral.pipeline import writeback
+
+    url = f"s3://{BUCKET}/rewritten.zarr"
+    s3["fs"].copy(f"{BUCKET}/roll.zarr", f"{BUCKET}/rewritten.zarr", recursive=True)
+    original, calls = writeback._write_block, []
+
+    def write_then_rewrite(*a, **kw):
+        done = original(*a, **kw)
+        calls.append(1)
+        if len(calls) == 1:
+            arr = zarr.open_group(url, mode="r+")["data"]
+            arr[:] = arr[:] * 2.0
+        return done
+
+    monkeypatch.setattr(writeback, "_write_block", write_then_rewrite)
+    out = tmp_path / "t"
+    code = run("transform", local_fit, url, "--out", out, *THREADS, "-q")
+    monkeypatch.setattr(writeback, "_write_block", original)
+    err = capsys.readouterr().err
+    assert code == 1 and "InputChangedError" in err, err
+    assert not (out / "report.json").exists()
+    assert run("transform", local_fit, url, "--out", out, *THREADS, "-q") == 0
+    expected = zarr.open_array(str(data[0] / "data"), mode="r")[...]
+    from ooc_spectral import GreedySpectralEmbedding
+
+    model = GreedySpectralEmbedding.load(local_fit / "model")
+    np.testing.assert_allclose(embedding(out), model.transform(expected.astype("f8") * 2.0),
+                               rtol=0, atol=1e-10)
 
 
 def test_a_complete_s3_outdir_missing_members_is_repaired_by_the_rerun(data, local_fit, s3):
@@ -599,7 +660,8 @@ storage_options = {{ key = "{OPT_KEY_ID}", secret = "{OPT_SECRET}" }}
     region = json.dumps({"client_kwargs": {"region_name": "us-east-1"}})
     # the file's endpoint and its s3:// outputs need the command line's permission (issue 37)
     flow = subprocess.run([EXE, "run", wf, "-v", "--storage-options", region,
-                           "--allow", f"endpoint={s3['endpoint']}", "--allow", "outside-root"],
+                           "--allow", f"endpoint={s3['endpoint']}", "--allow", "outside-root",
+                           "--allow", f"read=s3://{BUCKET}"],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert flow.returncode == 0, flow.stderr
     assert "stage pass3" in flow.stderr  # -v: the log was there to search

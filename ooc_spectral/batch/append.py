@@ -309,11 +309,13 @@ def solve_update(config: FitConfig, source: DataSource, base: tuple[dict, dict],
 
 def run_update(plan: AppendPlan, *, outdir: str, rundir, source: DataSource, config: FitConfig,
                resolved: dict, fingerprint: dict, executor, checkpoint: RunCheckpoint,
-               stage) -> tuple[UpdateResult, object]:
+               stage, watch=None) -> tuple[UpdateResult, object]:
     """Run (or resume) an update of the finished run in ``outdir``; returns (what, smap).
 
-    ``stage(name)`` is a context manager timing a stage (the job's). The caller
-    holds the lock and writes the report and the completion marker.
+    ``stage(name)`` is a context manager timing a stage (the job's); ``watch`` (an
+    :class:`~ooc_spectral.io.integrity.InputWatch`) is checked after the write-back, before
+    the embedding says complete. The caller holds the lock and writes the report and the
+    completion marker.
     """
     from ..io.persistence import model_of_fit, read_model, write_model
     from ..core.planning import plan_task_rows
@@ -371,5 +373,7 @@ def run_update(plan: AppendPlan, *, outdir: str, rundir, source: DataSource, con
                           itemsize=source.itemsize)
     with stage("pass3"):
         out.write(source.task_view(rows), smap, executor)
+        if watch is not None:
+            watch.check()  # every row read (twice) is of the input fingerprinted
         out.mark_complete()
     return what, update

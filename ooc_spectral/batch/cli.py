@@ -24,8 +24,9 @@ import threading
 from typing import Sequence
 
 from .._version import __version__
-from .commands import (CommandError, _storage_options, cmd_evaluate, cmd_fit, cmd_import,
-                       cmd_inspect, cmd_make_data, cmd_plot, cmd_transform, cmd_verify, run_command)
+from .commands import (LOCATION_ARGS, CommandError, _storage_options, cmd_evaluate, cmd_fit,
+                       cmd_import, cmd_inspect, cmd_make_data, cmd_plot, cmd_transform,
+                       cmd_verify, run_command)
 from ..core.config import parameter_fields
 from ..exceptions import (InterruptedRun, UsageError, clear_interrupt, note_interrupt,
                           take_interrupt)
@@ -194,7 +195,7 @@ def workflow_permissions(args) -> frozenset:
     given = list(args.allow or [])
     given += [v for v in os.environ.get("OOC_SPECTRAL_ALLOW", "").replace(",", " ").split() if v]
     unknown = sorted(v for v in set(given) - set(PERMISSIONS)
-                     if not (v.startswith("endpoint=") and "://" in v))
+                     if not (v.startswith(("endpoint=", "read=")) and "://" in v))
     if unknown:
         raise CommandError(f"--allow {unknown[0]!r} is not one of {', '.join(PERMISSIONS)} "
                            "(also checked in $OOC_SPECTRAL_ALLOW)")
@@ -297,9 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "scheduler runs code in this process: trust it), delete outputs with "
                    "overwrite = true, set a root above the current directory (outside-cwd), "
                    "write outside its root (outside-root), or send requests to an endpoint "
-                   "its storage_options name (endpoint=URL); one of scheduler, overwrite, "
-                   "outside-cwd, outside-root, endpoint=URL (repeatable; also "
-                   "$OOC_SPECTRAL_ALLOW=scheduler,overwrite)")
+                   "its storage_options name (endpoint=URL), or read URLs (http://, s3://, "
+                   "gs://, ...) that begin with URL (read=URL); one of scheduler, overwrite, "
+                   "outside-cwd, outside-root, resources, endpoint=URL, read=URL (repeatable; "
+                   "also $OOC_SPECTRAL_ALLOW=scheduler,overwrite)")
     _add_common(p, cmd_run)
 
     p = sub.add_parser("plot", help="scatter or density plot of an embedding")
@@ -416,47 +418,90 @@ def _runtime_failure(exc: BaseException, args=None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script; returns the exit code."""
+    """Entry point of the console script; returns the exit code.
+
+    Signals: SIGTERM and SIGINT raise :class:`InterruptedRun` while the command runs (it
+    marks its OUTDIR ``interrupted``: exit 1, resumable). Called as the console script
+    (``argv`` None), once the outcome is known a signal ends the process at once *with that
+    outcome's code* (never by the signal's default action, exit 143): while the message is
+    printed, and while the interpreter shuts down (an embedded cluster closing), to the end.
+    A signal that came while the command started (noted by ``ooc_spectral.cli``) is exit 1,
+    nothing done.
+    """
+    console = argv is None
     want_json = "--json" in (argv if argv is not None else sys.argv[1:])
+    early = take_interrupt() if console else None  # noted while the modules were imported
+    if console:  # registered first, so run last: after the libraries' own exit functions
+        import atexit
+
+        atexit.register(_ignore_signals_at_the_end)
     clear_interrupt()
-    previous = _interrupt_on_signals()  # first: a signal during start-up is exit 1 too
+    previous = _interrupt_on_signals()
+    code = [EXIT_FAILURE]  # what a signal from the end on exits with
+    try:
+        try:
+            outcome = _outcome(argv, want_json, early)
+        except KeyboardInterrupt as exc:  # between two of _outcome's steps
+            outcome = _interrupted(exc, want_json, "; run the same command again (it resumes "
+                                   "what was begun)")
+        code[0] = outcome[0]
+    finally:
+        if console:
+            _exit_on_signals(code)
+        else:
+            _restore_signals(previous)
+        clear_interrupt()  # nothing noted here reaches a later run of this process
+    exit_code, message, status, summary, as_json = outcome
+    if message is not None:
+        return _fail(exit_code, message, as_json, status=status)
+    if as_json:
+        from ..io import strict_json
+
+        print(strict_json.dumps({"exit_code": EXIT_OK, **(summary or {})}), flush=True)
+    return exit_code
+
+
+def _interrupted(exc: BaseException, want_json: bool, how: str = "") -> tuple:
+    name = signal.Signals(getattr(exc, "signum", signal.SIGINT)).name
+    clear_interrupt()
+    return (EXIT_FAILURE, f"interrupted by {name}" + (how or "; the run is marked interrupted "
+            "(unless it had just completed) and the same command resumes it"), "interrupted",
+            None, want_json)
+
+
+def _outcome(argv, want_json: bool, early: int | None) -> tuple:
+    """Run the command: ``(exit code, error message or None, status, summary, --json)``."""
+    if early is not None:
+        return (EXIT_FAILURE, f"interrupted by {signal.Signals(early).name} while starting; "
+                "nothing was done: run the same command again", "interrupted", None, want_json)
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version
-        _restore_signals(previous)
-        return int(exc.code or 0)
+        return int(exc.code or 0), None, None, None, False
     except UsageError as exc:
-        _restore_signals(previous)
-        return _fail(EXIT_USAGE, _one_line(exc), want_json)
+        return EXIT_USAGE, _one_line(exc), "error", None, want_json
     except KeyboardInterrupt as exc:
-        _restore_signals(previous)
-        clear_interrupt()
-        name = signal.Signals(getattr(exc, "signum", signal.SIGINT)).name
-        return _fail(EXIT_FAILURE, f"interrupted by {name} while starting; nothing was done: "
-                     "run the same command again", want_json, status="interrupted")
+        return _interrupted(exc, want_json, " while starting; nothing was done: run the same "
+                            "command again")
     try:
         configure_logging(args.quiet, args.verbose, cluster=args.command not in _NO_CLUSTER)
         summary = run_command(args)
         _note_a_late_signal()
     except UsageError as exc:
-        return _fail(EXIT_USAGE, _one_line(exc), args.json)
+        return EXIT_USAGE, _one_line(exc), "error", None, args.json
     except KeyboardInterrupt as exc:
-        clear_interrupt()
-        name = signal.Signals(getattr(exc, "signum", signal.SIGINT)).name
-        return _fail(EXIT_FAILURE, f"interrupted by {name}; the run is marked interrupted and "
-                     "the same command resumes it", args.json, status="interrupted")
-    except Exception as exc:  # a runtime failure
-        log.debug("traceback", exc_info=True)
-        return _fail(EXIT_FAILURE, _runtime_failure(exc, args), args.json)
-    finally:
-        _restore_signals(previous)
-        clear_interrupt()  # nothing noted here reaches a later run of this process
-    if args.json:
-        from ..io import strict_json
+        return _interrupted(exc, args.json)
+    except Exception as exc:
+        from ..io.storage import missing_credentials
 
-        print(strict_json.dumps({"exit_code": EXIT_OK, **(summary or {})}), flush=True)
-    return EXIT_OK
+        log.debug("traceback", exc_info=True)
+        fix = missing_credentials(exc, [getattr(args, k, None) for k in LOCATION_ARGS])
+        if fix is not None:  # configuration, not a transient failure: a rerun fails the same way
+            return EXIT_USAGE, f"{type(exc).__name__}: {_one_line(exc)}; {fix}", "error", None, \
+                args.json
+        return EXIT_FAILURE, _runtime_failure(exc, args), "error", None, args.json
+    return EXIT_OK, None, None, summary, args.json
 
 
 def _fail(code: int, message: str, want_json: bool, status: str = "error") -> int:
@@ -499,6 +544,35 @@ def _interrupt_on_signals() -> dict:
         raise InterruptedRun(signum)
 
     return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _exit_on_signals(code: list) -> None:
+    """From now on (the console script's outcome is known) SIGTERM and SIGINT end the
+    process at once with ``code[0]``: the run already marked its OUTDIR (complete,
+    interrupted or failed), so nothing is left to do but to say so by the exit code."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum, frame):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # a closed pipe: the code still tells
+                pass
+        os._exit(code[0])
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handler)
+
+
+def _ignore_signals_at_the_end() -> None:
+    """The console script's last exit function: the interpreter's own teardown follows,
+    which puts back the default action of every signal that has a Python handler (a
+    SIGTERM then would end the process as exit 143, its outcome lost); an ignored signal
+    is left ignored, and the process ends with its code a moment later."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def _restore_signals(previous: dict) -> None:

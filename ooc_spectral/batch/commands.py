@@ -196,18 +196,28 @@ def cmd_inspect(args) -> dict:
 
 
 def cmd_verify(args) -> dict:
-    """Exit 0 when intact; 1 for any damage found (a chunk, a member, a garbled zarr.json,
-    a member of another run, an unfinished data set), whatever the remedy; 2 only when
-    nothing can be checked (no zarr group there)."""
-    from ..exceptions import DamagedFileError, OutputDamagedError, StoreNotFoundError
-    from ..io.verify import (garbled_metadata, incomplete_message, input_repair,
-                             missing_members, rerun_command, verify_group)
+    """Exit 0 when intact; 1 for any damage found (a chunk missing or damaged, a member
+    missing, damaged or another run's, a garbled zarr.json, a run or a data set that did
+    not finish), whatever the remedy; 2 only when nothing can be checked (no zarr group).
 
+    An OUTDIR and a data set are checked against the manifest their writer recorded
+    (every member's digest, every chunk re-read: :func:`~ooc_spectral.io.manifest.audit`);
+    any other group (a saved model) chunk by chunk, with its own digests."""
+    from ..exceptions import DamagedFileError, OutputDamagedError, StoreNotFoundError
+    from ..io.manifest import MISSING, audit, audit_dataset, has_manifest
+    from ..io.verify import (garbled_metadata, incomplete_message, input_repair,
+                             rerun_command, verify_group)
+
+    out = sys.stderr if args.json else sys.stdout
     garbled = garbled_metadata(args.outdir)
     try:
-        incomplete, attrs = missing_members(args.outdir)
+        findings, attrs = audit(args.outdir)
     except DamagedFileError as exc:  # OUTDIR's own zarr.json: damage found, as any other
         raise OutputDamagedError(str(exc)) from None
+    except Exception:
+        if not garbled:
+            raise
+        findings, attrs = [], _run_attrs_only(args.outdir)  # named below
     unfinished, rewrite = (None, None) if attrs is not None else input_repair(args.outdir)
     if unfinished:  # a data set whose writer did not finish: its fit's refusal says the same
         raise OutputDamagedError(f"{args.outdir}: the data set is marked incomplete "
@@ -219,25 +229,54 @@ def cmd_verify(args) -> dict:
             f"{', '.join(garbled[:5])}); "
             + (f"{repair}: it writes them again" if attrs or rewrite
                else "restore them from a copy, or write the data again"))
-    if incomplete:
-        for line in incomplete:
-            print(line, file=sys.stderr if args.json else sys.stdout)
-        raise OutputDamagedError(incomplete_message(args.outdir, incomplete, attrs))
+    if attrs is not None and attrs.get("status") != "complete":
+        raise OutputDamagedError(
+            f"{args.outdir}: the run there is {attrs.get('status')!r}, not complete (it did not "
+            f"finish, or is still running); run {rerun_command(args.outdir, attrs)}: it resumes "
+            "(if a run holds the lock, wait for it to finish)")
+    checked = attrs is not None  # against a manifest (a complete run always has one)
+    if attrs is None and rewrite is not None:  # a data set: against its writer's digests
+        from ..io.layout import DATASET_KEY, IMPORT_KEY
+
+        findings, checked = [], has_manifest(args.outdir, (DATASET_KEY, IMPORT_KEY))
+        for key in (DATASET_KEY, IMPORT_KEY):
+            findings += audit_dataset(args.outdir, key)
+    if findings:
+        for f in findings:
+            print(str(f), file=out)
+        missing = sum(f.state == MISSING for f in findings)
+        if attrs is not None:
+            raise OutputDamagedError(incomplete_message(args.outdir, [str(f) for f in findings],
+                                                        attrs))
+        raise OutputDamagedError(
+            f"{args.outdir}: {missing} missing and {len(findings) - missing} damaged chunk(s) "
+            f"or member(s) ({'; '.join(str(f) for f in findings[:3])}); {repair} to repair it")
     try:
-        report = verify_group(args.outdir)
+        report = verify_group(args.outdir, count_only=checked)  # else every chunk decoded
     except FileNotFoundError as exc:  # zarr's GroupNotFoundError included
         raise StoreNotFoundError(f"no zarr group at {args.outdir!r}; check the path") from exc
     bad = report["missing"] + report["damaged"] + report["digest_mismatch"]
     for line in bad:
-        print(line, file=sys.stderr if args.json else sys.stdout)
+        print(line, file=out)
     if bad:
         raise OutputDamagedError(
             f"{args.outdir}: {len(report['missing'])} missing and {len(report['damaged'])} "
             f"damaged chunk(s), {len(report['digest_mismatch'])} digest mismatch(es) in "
             f"{report['arrays']} arrays; {repair} to repair it")
     if not args.json:
-        print(f"{args.outdir}: {report['chunks']} chunks of {report['arrays']} arrays intact")
+        print(f"{args.outdir}: {report['chunks']} chunks of {report['arrays']} arrays intact"
+              + (" (every member matches the digests its writer recorded)" if checked else ""))
     return {"status": "intact", **report}
+
+
+def _run_attrs_only(path) -> dict | None:
+    """The run attributes of the OUTDIR at ``path`` (None if none, or unreadable)."""
+    from ..io.checkpoint import RunDirectory
+
+    try:
+        return RunDirectory(path).run_attrs()
+    except Exception:
+        return None
 
 
 def _key_values(items) -> dict:

@@ -73,7 +73,7 @@ def _model_summary(path: Path, meta: dict, group) -> tuple[str, dict]:
 
 def inspect_path(path) -> tuple[str, dict]:
     """Text and a JSON-able dict describing ``path``."""
-    from ..io.storage import check_location, is_unreachable, is_url
+    from ..io.storage import check_location, is_unreachable, is_url, missing_credentials
 
     text = check_location(path, "path")
     if is_url(text):  # object storage: the URL as given
@@ -83,8 +83,8 @@ def inspect_path(path) -> tuple[str, dict]:
         except (FileNotFoundError, KeyError, zarr.errors.NodeNotFoundError) as exc:
             raise StoreNotFoundError(f"nothing at {path!r}; check the URL") from exc
         except Exception as exc:
-            if is_unreachable(exc):  # not an answer about the store: exit 1, as for fit
-                raise
+            if is_unreachable(exc) or missing_credentials(exc):  # not an answer about the
+                raise  # store: exit 1 (unreachable) or 2 naming the credentials, as for fit
             raise InvalidInputError(f"{path} is not a zarr store: {exc}") from exc
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Object at .* is not recognized")

@@ -11,8 +11,10 @@ markers, ``report.json``, and the completion marker last.
 
 OUTDIR then holds ``embedding`` (n x p, unit rows), ``labels`` (n, int32) beside it,
 ``representatives_model`` (the representatives, the map's coefficients, the
-eigenvalues and the k-means centres, as arrays; ``n_neighbors`` as an attribute) and
-``report.json``.
+eigenvalues and the k-means centres, as checksummed arrays; ``n_neighbors`` in its
+description, which carries the digest of the arrays and of itself) and ``report.json``.
+Every member has its digest in the manifest (:mod:`ooc_spectral.batch.outdir`): ``verify``
+and the rerun of the same command check them, and the rerun repairs what is damaged.
 
 Every stage is a function of the input and the seed, so a resumed run recomputes the
 representatives, the solve and the k-means (seconds) and reuses the saved partials of
@@ -28,14 +30,17 @@ import numpy as np
 import zarr
 
 from ..io.checkpoint import RunDirectory
+from ..io.integrity import InputWatch
+from ..io.manifest import REPRESENTATIVES_KEY, read_sealed_group, write_sealed_group
 from ..io.safety import output_apart_from_model, output_outside_input
 from ..io.source import open_source
 from ..pipeline.cluster_output import ClusterOutput
 from ..pipeline.representatives import fit_representatives, task_rows
 from ..runtime.cluster import compute_engine
 from ..runtime.monitor import MemorySampler, ProgressLog
-from .jobs import (FitJob, _begin, _check_workers_see_input, _complete, _input_unchanged_since,
-                   _marked_if_stopped, _provenance, input_identity)
+from .jobs import FitJob, _check_workers_see_input, input_identity
+from .outdir import (CLUSTER_MODEL, EMBEDDING, LABELS, begin, complete, marked_if_stopped,
+                     provenance, recheck)
 
 __all__ = ["run_representatives_job", "MODEL"]
 
@@ -45,30 +50,14 @@ log = logging.getLogger("ooc_spectral")
 MODEL = "representatives_model"
 
 
-def _damage(url: str) -> list[str]:
-    """What verify would report of a complete OUTDIR of this job (every chunk re-read,
-    each output chunk against its marker's digest); the resumed run rewrites those
-    output chunks (``ClusterOutput.prepare`` audits them) and the map."""
-    from ..io.verify import missing_members, verify_group
-
-    report = verify_group(url)
-    return (missing_members(url)[0] + report["missing"] + report["damaged"]
-            + report["digest_mismatch"])
-
-
 def _save_model(url: str, fit) -> None:
-    group = zarr.open_group(url, mode="a")
-    if MODEL in group:
-        del group[MODEL]
-    g = group.require_group(MODEL)
+    """``representatives_model``: the map's arrays and its description, sealed (every array
+    of the map, and every field of its description, under one digest)."""
     tmap = fit.cmap.tmap
-    for name, value in (("representatives", tmap.representatives.points),
-                        ("coefficients", tmap.coefficients), ("eigenvalues", tmap.eigenvalues),
-                        ("centers", fit.cmap.centers)):
-        arr = g.create_array(name, shape=value.shape, dtype="float64", chunks=value.shape)
-        arr[...] = value
-    g.attrs["model"] = {"affinity": "representatives",
-                        "n_neighbors": int(tmap.representatives.n_neighbors)}
+    write_sealed_group(zarr.open_group(url, mode="a"), MODEL, REPRESENTATIVES_KEY, {
+        "representatives": tmap.representatives.points, "coefficients": tmap.coefficients,
+        "eigenvalues": tmap.eigenvalues, "centers": fit.cmap.centers},
+        {"affinity": "representatives", "n_neighbors": int(tmap.representatives.n_neighbors)})
 
 
 def _cluster_sizes(url: str, k: int) -> np.ndarray:
@@ -94,7 +83,8 @@ def run_representatives_job(job: FitJob, *, n_clusters: int, n_representatives: 
     p = int(n_components) if n_components else None  # None: k or k + 1 (coordinates_for)
     output_outside_input(job.outdir, job.input)
     source = open_source(job.input)
-    fingerprint = source.fingerprint()
+    watch = InputWatch(source.fingerprint, job.input)
+    fingerprint = watch.fingerprint
     estimator = {"affinity": "representatives", "n_clusters": int(n_clusters),
                  "n_components": p, "n_representatives": int(n_representatives),
                  "n_neighbors": int(n_neighbors), "n_init": int(n_init),
@@ -102,23 +92,19 @@ def run_representatives_job(job: FitJob, *, n_clusters: int, n_representatives: 
                  "chunk_rows": job.params.get("chunk_rows")}
     resolved = {"estimator": estimator, "input": input_identity(source)}
     rundir = RunDirectory(job.outdir)
+    rundir.check_before_writing(job.overwrite)  # a foreign directory: nothing is created
     with rundir:
         rundir.acquire(description=f"fit {job.input} (representatives)")
         extra = {**job.attrs, "input_fingerprint": fingerprint}
-        resuming = _begin(rundir, resolved, extra, overwrite=job.overwrite)
+        resuming = begin(rundir, resolved, extra, overwrite=job.overwrite)
         if resuming and rundir.status() == "complete":
-            damage = _damage(rundir.url)
-            if not damage:
-                log.info("%s already holds the complete result of this configuration",
-                         job.outdir)
-                return rundir.read_report() or {}
-            log.warning("%s was complete, but %s; repairing it from the saved run state",
-                        job.outdir, "; ".join(damage[:5]))
-            rundir.mark("running", repaired=damage[:100])
+            report = recheck(rundir)  # verify's check; the repair prepared when damaged
+            if report is not None:
+                return report
         if resuming:
             log.info("resuming the run in %s", job.outdir)
         t0 = time.perf_counter()
-        with _marked_if_stopped(rundir):
+        with marked_if_stopped(rundir):
             with MemorySampler() as sampler, \
                     compute_engine(job.cluster, source.n_rows * source.n_features * source.itemsize) \
                     as engine:
@@ -136,7 +122,7 @@ def run_representatives_job(job: FitJob, *, n_clusters: int, n_representatives: 
                                     source.storage_chunk_rows).prepare(resume=resuming)
                 X = source.to_dask(out.task_rows(task_rows(source, job.params.get("chunk_rows"))))
                 written = out.write(X, fit.cmap, executor)
-                _input_unchanged_since(source, fingerprint, job.input)
+                watch.check()
                 out.mark_complete()
                 times["write-back"] = time.perf_counter() - t
                 _save_model(rundir.url, fit)
@@ -158,25 +144,27 @@ def run_representatives_job(job: FitJob, *, n_clusters: int, n_representatives: 
                 "wall_seconds": round(time.perf_counter() - t0, 4),
                 "peak_memory_bytes": sampler.peak, **where,
                 "resumed": bool(resuming), "config": resolved,
-                **_provenance(resolved),
+                **provenance(resolved),
             }
-            return _complete(rundir, report)
+            return complete(rundir, report, {**EMBEDDING, **LABELS, **CLUSTER_MODEL})
 
 
 def load_cluster_map(outdir: str):
     """``(ClusterMap, digest)`` of the ``representatives_model`` a fit wrote in ``outdir``,
-    or None when ``outdir`` holds none."""
+    or None when ``outdir`` holds none. Every chunk and both digests are checked:
+    :class:`~ooc_spectral.exceptions.DamagedDataError` naming the fit to rerun otherwise."""
     from ..core.representatives import ClusterMap, Representatives, TransferCutMap
     from ..io.integrity import arrays_digest
     from ..io.storage import join
 
+    url = join(str(outdir), MODEL)
     try:
-        g = zarr.open_group(join(str(outdir), MODEL), mode="r")
-        meta = g.attrs["model"]
+        zarr.open_group(url, mode="r")
     except Exception:
         return None
-    arrays = {name: np.asarray(g[name][...]) for name in
-              ("representatives", "coefficients", "eigenvalues", "centers")}
+    arrays, meta = read_sealed_group(
+        url, REPRESENTATIVES_KEY, "the representatives fit's map",
+        f"rerun the fit that wrote {outdir} (the same command repairs it)")
     reps = Representatives(arrays["representatives"], int(meta["n_neighbors"]))
     tmap = TransferCutMap(reps, arrays["coefficients"], arrays["eigenvalues"])
     return ClusterMap(tmap, arrays["centers"]), arrays_digest(arrays)
@@ -197,16 +185,20 @@ def run_representatives_transform(model: str, cmap, digest: str, input, out: str
         raise InvalidInputError(f"{input} has {source.n_features} features, but the model was "
                                 f"fitted with {d}; pass rows with the training columns")
     resolved = {"model": absolute(model), "input": input_identity(source)}
-    fingerprint = source.fingerprint()
+    watch = InputWatch(source.fingerprint, input)
+    fingerprint = watch.fingerprint
     rundir = RunDirectory(out)
+    rundir.check_before_writing(overwrite)  # a foreign directory: nothing is created
     with rundir:
         rundir.acquire(description=f"transform {input} (representatives)")
         extra = {"input_fingerprint": fingerprint, "model_sha256": digest}
-        resuming = _begin(rundir, resolved, extra, overwrite=overwrite)
+        resuming = begin(rundir, resolved, extra, overwrite=overwrite)
         if resuming and rundir.status() == "complete":
-            return rundir.read_report() or {}
+            report = recheck(rundir)  # verify's check; the repair prepared when damaged
+            if report is not None:
+                return report
         t0 = time.perf_counter()
-        with _marked_if_stopped(rundir):
+        with marked_if_stopped(rundir):
             with compute_engine(cluster, source.n_rows * source.n_features * source.itemsize) \
                     as engine:
                 executor = engine.executor(ProgressLog().parts)
@@ -214,7 +206,7 @@ def run_representatives_transform(model: str, cmap, digest: str, input, out: str
                                        source.storage_chunk_rows).prepare(resume=resuming)
                 X = source.to_dask(output.task_rows(task_rows(source)))
                 output.write(X, cmap, executor)
-                _input_unchanged_since(source, fingerprint, input)
+                watch.check()
                 output.mark_complete()
             report = {"status": "complete", "affinity": "representatives",
                       "model": resolved["model"], "input": resolved["input"],
@@ -223,5 +215,5 @@ def run_representatives_transform(model: str, cmap, digest: str, input, out: str
                       "cluster_sizes": [int(c) for c in _cluster_sizes(
                           rundir.join("labels"), len(cmap.centers))],
                       "wall_seconds": round(time.perf_counter() - t0, 4),
-                      **_provenance(resolved)}
-            return _complete(rundir, report)
+                      **provenance(resolved)}
+            return complete(rundir, report, {**EMBEDDING, **LABELS})

@@ -58,7 +58,12 @@ without it), ``outside-root`` (a step writing, with ``out`` or
 ``file://`` URL, an object-store URL; refused without it) and ``endpoint=URL`` (a
 ``storage_options`` table of the file setting ``endpoint_url`` or
 ``client_kwargs.endpoint_url`` to that URL: refused for any endpoint not named, since the
-requests are signed with the user's credentials and carry the model's rows).
+requests are signed with the user's credentials and carry the model's rows), and
+``read=URL`` (a step reading a URL, ``input``, ``model``, ``outdir`` or ``path`` =
+``http://...``, ``s3://...``, ``gs://...``: refused unless it is that URL or lies under it,
+since the file would make this command send requests, maybe signed with your
+credentials, to a place the command line did not name; local paths are read as
+documented above: relative ones inside the root, absolute ones as written).
 ``resources`` (more workers x threads than the host has cores, or ``chunk_rows``
 below :data:`MIN_CHUNK_ROWS`; refused without it). ``--set`` overrides and ``run
 --storage-options`` come from the command line and need no permission.
@@ -88,7 +93,7 @@ log = logging.getLogger("ooc_spectral")
 STEP_ACTIONS = ("make-data", "fit", "transform", "plot", "evaluate", "inspect")
 #: What a workflow file may do only when the command line allows it (``run --allow``).
 PERMISSIONS = ("scheduler", "overwrite", "outside-cwd", "outside-root", "resources",
-               "endpoint=URL")
+               "endpoint=URL", "read=URL")
 #: Without ``--allow resources``: the smallest chunk of rows a file may ask for (smaller
 #: ones make one file per few rows: 40k files for 40k rows at chunk_rows = 1).
 MIN_CHUNK_ROWS = 256
@@ -253,6 +258,12 @@ def _step_argv(wf: dict, i: int, step: dict, sub: argparse.ArgumentParser) -> tu
                     f"{where}: key {key!r} = {value!r} writes outside the workflow's root "
                     f"{wf['root']}; a workflow file writes only under its root unless the "
                     "command line allows it (ooc-spectral run --allow outside-root)")
+            elif key not in WRITE_KEYS and not trusted and not url_allowed(value, wf):
+                raise WorkflowError(
+                    f"{where}: key {key!r} = {value!r} reads a URL the command line did not "
+                    "allow: a workflow file sends requests (to a host, with your credentials) "
+                    "only where the command line allows it; if you trust it, run with --allow "
+                    f"read={value} (or --allow read=PREFIX for every URL under PREFIX)")
         resolved[key] = value
     argv = [step["run"]]
     for a in positionals:
@@ -326,6 +337,17 @@ def _check_resources(where: str, key: str, value, step: dict) -> None:
             f"{where}: key {key!r} = {value!r} asks for {why}; a workflow file may ask for that "
             "only when the command line allows it (ooc-spectral run --allow resources), or set "
             "it with --set")
+
+
+def url_allowed(url: str, wf: dict) -> bool:
+    """Whether ``run --allow read=PREFIX`` lets the file read ``url``: ``url`` is ``PREFIX``
+    or lies under it (at a ``/``), so ``read=s3://bucket`` does not allow ``s3://bucket2``."""
+    for a in wf.get("allow", ()):
+        if a.startswith("read="):
+            prefix = a.split("=", 1)[1].rstrip("/")
+            if url.rstrip("/") == prefix or url.startswith(prefix + "/"):
+                return True
+    return False
 
 
 def allowed_endpoints(allow) -> set[str]:

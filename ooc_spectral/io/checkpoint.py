@@ -397,6 +397,11 @@ class RunDirectory:
         """
         if self.remote:
             return
+        if self.path.is_symlink() and not self.path.exists():
+            raise OutputNotWritableError(
+                f"{self.path} is a symbolic link to {os.readlink(self.path)!r}, which does not "
+                "exist; nothing was written: create that directory first (the link is then "
+                "followed), or pass the real path as --out")
         kind = classify_outdir(self.path, RUN_KEY)
         if kind == "foreign":
             raise OutputNotWritableError(
@@ -546,13 +551,15 @@ class RunDirectory:
     def checkpoint(self, every: int) -> RunCheckpoint:
         return RunCheckpoint(self.group().require_group("checkpoint"), every=every)
 
-    def write_report(self, report: dict) -> None:
+    def write_report(self, report: dict) -> bytes:
+        """Write ``report.json`` whole (one PUT, or a temporary renamed); returns its bytes."""
         self.check_lock()  # a run that lost its lock never reports
         blob = (strict_json.dumps(report, indent=2) + "\n").encode()  # null, never Infinity
         if self.remote:  # one PUT: the object appears whole or not at all
             self.fs.pipe_file(self._key(REPORT_NAME), blob)
-            return
+            return blob
         write_file_atomic(self.path / REPORT_NAME, blob)
+        return blob
 
     def read_report(self) -> dict | None:
         if self.remote:

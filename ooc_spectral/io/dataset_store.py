@@ -25,7 +25,7 @@ from ..exceptions import InvalidInputError, OutputNotWritableError, StoreNotFoun
 from .layout import DATA_ARRAY_NAME, DATASET_KEY
 
 __all__ = ["FORMAT_VERSION", "create_arrays", "create_group", "check_free_space", "dataset_meta",
-           "existing_meta", "is_local", "open_dataset", "stored_bytes"]
+           "existing_meta", "intact_dataset", "is_local", "open_dataset", "stored_bytes"]
 
 #: Version of the layout written by :func:`~ooc_spectral.datasets.make_data`.
 FORMAT_VERSION = 1
@@ -151,6 +151,22 @@ def existing_meta(loc: str) -> dict[str, Any] | None:
         return None
     meta = group.attrs.get(DATASET_KEY)
     return meta if isinstance(meta, dict) else None
+
+
+def intact_dataset(loc: str, key: str) -> bool:
+    """Whether the complete data set at ``loc`` still holds what its writer wrote (every
+    chunk against the digests recorded under ``key``: ``verify``'s check); the log says
+    what is not, and the caller writes it again."""
+    import logging
+
+    from .manifest import audit_dataset
+
+    findings = audit_dataset(loc, key)
+    if findings:
+        logging.getLogger("ooc_spectral").warning(
+            "%s was complete, but %d of its chunks or arrays are missing or damaged (%s); "
+            "writing it again", loc, len(findings), "; ".join(map(str, findings[:5])))
+    return not findings
 
 
 def open_dataset(path: str | os.PathLike) -> tuple[Any, dict[str, Any], dict[str, Any]]:

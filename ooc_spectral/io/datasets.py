@@ -98,6 +98,7 @@ is importable from here.
 from __future__ import annotations
 
 import os
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
@@ -124,8 +125,10 @@ from .dataset_specs import (
     plan_dataset,
 )
 from .dataset_store import (FORMAT_VERSION, check_free_space, create_arrays, create_group,
-                            dataset_meta, existing_meta, open_dataset, stored_bytes)
+                            dataset_meta, existing_meta, intact_dataset, open_dataset,
+                            stored_bytes)
 from .layout import DATASET_KEY
+from .manifest import DigestingArrays
 from ..exceptions import InvalidParameterError
 from .layout import DATA_ARRAY_NAME
 
@@ -475,18 +478,18 @@ def make_data(name: str, n: int, out: str | os.PathLike, *, dim: int | None = No
     if reuse and not overwrite:
         found = existing_meta(loc)
         if found is not None:
-            same = {k: v for k, v in found.items() if k != "complete"} == \
+            same = {k: v for k, v in found.items() if k not in ("complete", "members")} == \
                 dataset_meta(plan, chunk_rows, dt)
-            if same and found.get("complete"):
-                return loc  # an identical, complete data set is already there
+            if same and found.get("complete") and intact_dataset(loc, DATASET_KEY):
+                return loc  # an identical, complete data set is already there, intact
             if same:
-                overwrite = True  # an interrupted make-data of the same data: start over
+                overwrite = True  # interrupted, or damaged since: write it again
 
     check_free_space(loc, plan, dt)
     _check_width(plan)
     meta = dict(dataset_meta(plan, chunk_rows, dt), complete=False)
     group = create_group(loc, overwrite, {DATASET_KEY: meta})  # the marker in the same write
-    arrays = create_arrays(group, plan, chunk_rows, dt)
+    arrays = DigestingArrays(create_arrays(group, plan, chunk_rows, dt), uuid.uuid4().hex)
 
     # Regions: whole storage chunks (aligned writes), about REGION_BYTES_TARGET of
     # float64 rows each; the next region is assembled while the previous is written.
@@ -512,5 +515,5 @@ def make_data(name: str, n: int, out: str | os.PathLike, *, dim: int | None = No
         finally:
             blocks.close()
 
-    group.attrs[DATASET_KEY] = dict(meta, complete=True)
+    group.attrs[DATASET_KEY] = dict(meta, complete=True, members=arrays.entries())
     return loc

@@ -22,6 +22,7 @@ import contextlib
 import logging
 import os
 import re
+import uuid
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -319,11 +320,13 @@ def import_table(source: str | os.PathLike, out: str | os.PathLike, *,
     dict
         ``{"out", "n", "columns", "format"}``.
     """
-    from .integrity import checksummed
+    from .integrity import InputWatch, checksummed, file_fingerprint
+    from .manifest import DigestingArrays
 
     src = os.fspath(source)
     if not os.path.isfile(src):
         raise InvalidInputError(f"no file at {src!r}; check the path")
+    watch = InputWatch(lambda: file_fingerprint(src), src)  # checked before complete: true
     fmt = format or table_format(src)
     if fmt not in ("parquet", "csv", "npy", "hdf5"):
         raise InvalidParameterError(
@@ -350,10 +353,17 @@ def import_table(source: str | os.PathLike, out: str | os.PathLike, *,
     meta = {"source": os.path.abspath(src), "format": fmt,
             "columns": [str(c) if fmt in ("parquet", "csv") else int(c) for c in names],
             "dtype": dt.name, "chunk_rows": rows}
+    meta["source_fingerprint"] = watch.fingerprint
+    if not overwrite:
+        done, overwrite = _take_up(loc, meta)
+        if done is not None:
+            return done
     group = create_group(loc, overwrite, {IMPORT_KEY: {**meta, "complete": False}})
-    arr = group.create_array(DATA_ARRAY_NAME, shape=(n or 0, d), chunks=(rows, d), dtype=dt,
-                             dimension_names=("sample", "feature"),
-                             **checksummed())  # every chunk stored: an absent one is damage
+    arrays = DigestingArrays({DATA_ARRAY_NAME: group.create_array(
+        DATA_ARRAY_NAME, shape=(n or 0, d), chunks=(rows, d), dtype=dt,
+        dimension_names=("sample", "feature"),
+        **checksummed())}, uuid.uuid4().hex)  # every chunk stored: an absent one is damage
+    arr = arrays[DATA_ARRAY_NAME]
     written = 0
     for block in batches:
         block = _numeric(block, names, dt)
@@ -374,5 +384,39 @@ def import_table(source: str | os.PathLike, out: str | os.PathLike, *,
         arr.resize((written, d))
     if written == 0:
         raise InvalidInputError(f"{src} has no rows")
-    group.attrs[IMPORT_KEY] = {**meta, "n": written, "complete": True}
+    watch.check()  # every row stored is of the file as it was when the import began
+    group.attrs[IMPORT_KEY] = {**meta, "n": written, "complete": True,
+                               "members": arrays.entries()}
     return {"out": loc, "n": written, "columns": meta["columns"], "format": fmt}
+
+
+def _take_up(loc: str, meta: dict) -> tuple[dict | None, bool]:
+    """What the same import finds at ``loc``: ``(result, False)`` when it holds the complete,
+    intact import of this file as it is now (nothing to do); ``(None, True)`` when it holds
+    this import unfinished, damaged since, or of the file before it changed (written
+    again); ``(None, False)`` otherwise (a new output, or one that is not this import:
+    :func:`~ooc_spectral.io.dataset_store.create_group` refuses it)."""
+    import zarr
+
+    from .dataset_store import intact_dataset
+
+    try:
+        found = dict(zarr.open_group(loc, mode="r").attrs.get(IMPORT_KEY) or {})
+    except Exception:
+        return None, False
+    if {k: found.get(k) for k in meta if k != "source_fingerprint"} != \
+            {k: v for k, v in meta.items() if k != "source_fingerprint"}:
+        return None, False
+    if not found.get("complete"):
+        log.warning("%s holds this import unfinished: importing again", loc)
+        return None, True
+    if found.get("source_fingerprint") != meta["source_fingerprint"]:
+        log.warning("%s changed since it was imported into %s: importing it again",
+                    meta["source"], loc)
+        return None, True
+    if not intact_dataset(loc, IMPORT_KEY):
+        return None, True
+    log.info("%s already holds the complete import of %s (checked as verify does: intact)",
+             loc, meta["source"])
+    return {"out": loc, "n": int(found["n"]), "columns": meta["columns"],
+            "format": meta["format"]}, False

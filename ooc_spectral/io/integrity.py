@@ -38,7 +38,7 @@ from ..exceptions import MissingChunkError
 
 __all__ = ["checksummed", "arrays_digest", "input_fingerprint", "chunk_keys",
            "missing_chunks", "damaged_chunks", "fingerprint_changes", "unwritten_inner_chunks",
-           "absent_chunks_are_fill", "COMPLETE_ATTR"]
+           "absent_chunks_are_fill", "COMPLETE_ATTR", "InputWatch", "file_fingerprint"]
 
 #: Attribute (on an input array or its group) by which a user says the data are complete:
 #: chunks that have no object are fill values by intent (zarr's ``write_empty_chunks``).
@@ -285,6 +285,44 @@ def fingerprint_changes(old: dict | None, new: dict | None) -> list[str]:
             what += f", {old.get('bytes')} -> {new.get('bytes')} bytes"
         out.append(what)
     return out
+
+
+class InputWatch:
+    """The input's fingerprint, taken when a command starts and checked when it ends.
+
+    ``take()`` returns the fingerprint (:func:`input_fingerprint` of a zarr input,
+    :func:`file_fingerprint` of a table ``import`` reads; None where there is none).
+    :meth:`check` raises :class:`~ooc_spectral.exceptions.InputChangedError` (exit 1)
+    when it moved: a writer changed the input while the command read it, and the output
+    would mix two inputs, so it is never marked complete. Every command that writes an
+    OUTDIR or a data set from an input calls it last, before its completion marker.
+    """
+
+    def __init__(self, take, where):
+        self.take, self.where = take, where
+        self.fingerprint = take()
+
+    def check(self) -> None:
+        from ..exceptions import InputChangedError
+
+        if self.fingerprint is None:
+            return
+        changes = fingerprint_changes(self.fingerprint, self.take())
+        if changes:
+            raise InputChangedError(
+                f"the input {self.where} changed while this run read it ({'; '.join(changes)}), "
+                "so its result would mix two inputs and is not marked complete; let the writer "
+                "finish, then run the same command again: it starts clean on the input as it "
+                "is then")
+
+
+def file_fingerprint(path) -> dict:
+    """Fingerprint of one local file (a table ``import`` reads), in the form of
+    :func:`input_fingerprint`: its size, modification and change times and inode."""
+    st = os.stat(path)
+    stamp = f"{os.fspath(path)}|{st.st_size}|{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
+    return {"metadata_sha256": "", "listing_sha256": hashlib.sha256(stamp.encode()).hexdigest(),
+            "n_objects": 1, "bytes": int(st.st_size), "newest": int(st.st_mtime_ns)}
 
 
 # --------------------------------------------------------------------------- #

@@ -30,8 +30,10 @@ _UNFINISHED = {IMPORT_KEY: "`ooc-spectral import` was interrupted, failed or is 
                "run the import again with --overwrite",
                DATASET_KEY: "make-data was interrupted or is still writing; wait for it, or run "
                "make-data again with --overwrite"}
-_REWRITE = {IMPORT_KEY: "run the same `ooc-spectral import` command again with --overwrite",
-            DATASET_KEY: "run the same `ooc-spectral make-data` command again with --overwrite"}
+_REWRITE = {IMPORT_KEY: "run the same `ooc-spectral import` command again (it checks what "
+                        "is there and writes it again)",
+            DATASET_KEY: "run the same `ooc-spectral make-data` command again (it checks what "
+                         "is there and writes it again)"}
 #: Formats by file suffix.
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "csv",
            ".csv.gz": "csv", ".npy": "npy", ".h5": "hdf5", ".hdf5": "hdf5", ".hdf": "hdf5"}

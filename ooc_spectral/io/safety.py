@@ -38,7 +38,8 @@ __all__ = ["classify_outdir", "check_replaceable", "open_nofollow", "write_file_
 
 #: What an OUTDIR of ooc-spectral may hold (besides zarr's ``*.partial`` temporaries).
 OUTDIR_MEMBERS = frozenset({"zarr.json", ".lock", "embedding", "embedding_written",
-                            "checkpoint", "model", "report.json", "report.json.partial"})
+                            "checkpoint", "model", "report.json", "report.json.partial",
+                            "labels", "labels_written", "representatives_model"})
 
 
 def open_nofollow(path, flags: int, mode: int = 0o644) -> int:

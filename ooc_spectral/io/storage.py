@@ -37,7 +37,7 @@ from ..exceptions import LockedError, OutputNotWritableError, StorageBackendErro
 
 __all__ = ["is_url", "check_location", "join", "filesystem", "StorageOptions",
            "storage_options_scope", "options_for", "ObjectLock", "redact", "LEASE_SECONDS",
-           "is_unreachable", "cancel_pending_requests"]
+           "is_unreachable", "cancel_pending_requests", "missing_credentials"]
 
 log = logging.getLogger("ooc_spectral")
 
@@ -308,6 +308,37 @@ def is_unreachable(exc: BaseException, *, store_only: bool = False) -> bool:
             return True
         exc = exc.__cause__
     return False
+
+
+#: The exceptions (module, names) by which a backend says it found no credentials at all.
+_NO_CREDENTIALS = (("botocore.exceptions", ("NoCredentialsError", "PartialCredentialsError",
+                                            "ProfileNotFound")),
+                   ("google.auth.exceptions", ("DefaultCredentialsError",)))
+
+
+def missing_credentials(exc: BaseException, locations=()) -> str | None:
+    """The fix when ``exc`` (or what it was raised from) says the store's client found no
+    credentials (botocore's ``NoCredentialsError``, a partial set, a profile that does not
+    exist; Google's default credentials): configuration, which a rerun meets again (exit 2).
+    None otherwise. By types, never by names: a worker's exception keeps its type."""
+    kinds = tuple(getattr(sys.modules[m], n) for m, names in _NO_CREDENTIALS
+                  if m in sys.modules for n in names if hasattr(sys.modules[m], n))
+    e, seen = exc, 0
+    while e is not None and not (kinds and isinstance(e, kinds)) and seen < 16:
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    if e is None or not (kinds and isinstance(e, kinds)):
+        return None
+    urls = [str(loc) for loc in locations if loc is not None and is_url(str(loc))]
+    where = (f" for {' and '.join(urls)}" if urls else "") + ": "
+    tail = "; this is configuration: the same command fails the same way until it is set"
+    if type(e).__module__.startswith("google"):
+        return ("no Google Cloud credentials were found" + where + "set "
+                "GOOGLE_APPLICATION_CREDENTIALS to a key file (or gcloud auth application-default "
+                "login), or pass --storage-options '{\"token\": ...}'" + tail)
+    return ("no AWS credentials were found" + where + "set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary keys), or AWS_PROFILE "
+            "naming a profile of ~/.aws/credentials, or pass --storage-options '{\"key\": ..., "
+            "\"secret\": ...}' ('{\"anon\": true}' for a public bucket)" + tail)
 
 
 def cancel_pending_requests(timeout: float = 5.0) -> int:

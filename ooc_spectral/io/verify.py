@@ -1,8 +1,9 @@
 """Audits of stores: an output re-read chunk by chunk, an input checked from where a task runs.
 
-:func:`verify_group` re-reads every chunk of every array of an output (an OUTDIR, a
-saved model) and lists the missing and damaged ones and the model arrays whose values
-no longer match their digest (``ooc-spectral verify OUTDIR``).
+An OUTDIR or a data set is checked against the manifest its writer recorded
+(:func:`~ooc_spectral.io.manifest.audit`); :func:`verify_group` re-reads every chunk of
+every array of any other group (a saved model) and lists the missing and damaged ones
+and the model arrays whose values no longer match their digest.
 :func:`check_readable_here` opens an input where it runs (a dask worker, before the
 passes) and checks that its first chunk exists there. Both are built from the
 checksums, digests and listings of :mod:`ooc_spectral.io.integrity`.
@@ -37,17 +38,23 @@ def _arrays(group, prefix: str = ""):
             yield f"{prefix}{name}", node
 
 
-def verify_group(path) -> dict[str, Any]:
+def verify_group(path, *, count_only: bool = False) -> dict[str, Any]:
     """Re-read every chunk of every array under the zarr group at ``path``.
 
     Returns ``{"arrays": n, "chunks": n, "missing": [...], "damaged": [...],
-    "digest_mismatch": [...]}``; each entry names the array and chunk key.
-    Arrays whose chunks may legitimately be absent (the per-chunk markers, the
-    scan slot not in use) are only decoded, not required.
+    "digest_mismatch": [...]}``; each entry names the array and chunk key. A chunk
+    without an object is "missing" (not also "damaged", though zarr reads it back as fill
+    values). ``count_only``: count the arrays and chunks, read nothing (an output its
+    manifest was checked against).
     """
     group = zarr.open_group(os.fspath(path), mode="r")
     report: dict[str, Any] = {"arrays": 0, "chunks": 0, "missing": [], "damaged": [],
                               "digest_mismatch": []}
+    if count_only:
+        for _, arr in _arrays(group):
+            report["arrays"] += 1
+            report["chunks"] += len(chunk_keys(arr))
+        return report
     checks = {}  # an OUTDIR's outputs: each chunk against the digest in its written-marker
     for name in ("embedding", "labels"):
         try:
@@ -59,11 +66,11 @@ def verify_group(path) -> dict[str, Any]:
         report["arrays"] += 1
         keys = chunk_keys(arr)
         report["chunks"] += len(keys)
-        optional = name.endswith("embedding_written")
-        if not optional:
-            for _, key in missing_chunks(arr):
-                report["missing"].append(f"{name}: chunk {key}")
-        for _, key, err in damaged_chunks(arr, keys, checks.get(name)):
+        absent = missing_chunks(arr)
+        for _, key in absent:  # missing, not also "damaged" (read back as fill values)
+            report["missing"].append(f"{name}: chunk {key}")
+        present = [ck for ck in keys if ck not in set(absent)]
+        for _, key, err in damaged_chunks(arr, present, checks.get(name)):
             report["damaged"].append(f"{name}: chunk {key} ({err})")
     # the model's digests: of its description, and of its values
     for gname in ("", "model"):
@@ -160,116 +167,29 @@ def garbled_metadata(path) -> list[str]:
     return sorted(out)
 
 
-#: How :func:`missing_members` names an embedding of another shape than the run's
-#: (the rerun that repairs the OUTDIR writes it whole again).
-RESHAPED = "its shape is"
-#: ... and a member of another run (copied from another OUTDIR: self-consistent, but not
-#: the one the run's report describes).
-FOREIGN = "not this run's"
-
-
-def embedding_to_rewrite(lines: list[str]) -> bool:
-    """Whether :func:`missing_members`' ``lines`` say the embedding is not this run's
-    (another shape, another run's): the repair writes it whole, not chunk by chunk."""
-    return any(line.startswith((f"embedding: {RESHAPED}", f"embedding: {FOREIGN}"))
-               for line in lines)
-
-
-def missing_members(path) -> tuple[list[str], dict | None]:
-    """What a complete OUTDIR at ``path`` must hold and does not: ``(lines, run attrs)``.
-
-    A fit's complete OUTDIR holds ``embedding`` and ``embedding_written`` (zarr arrays),
-    ``model`` (a group carrying the model's attributes) and ``report.json`` (JSON whose
-    ``config_hash`` is the run's); a transform's the same but the model. An OUTDIR
-    whose run is not complete, or a group that is no run (a saved model), has no such
-    list (the lines are empty). Raises :class:`~ooc_spectral.exceptions.DamagedFileError`
-    when OUTDIR's own ``zarr.json`` is garbled.
-    """
-    import json
-
-    from .checkpoint import RUN_KEY, REPORT_NAME
-    from .safety import read_json_file
-    from .storage import filesystem, join
-
-    text = os.fspath(path)
-    fs, root = filesystem(text)
-
-    def read(name):
-        return fs.cat_file(f"{root.rstrip('/')}/{name}")
-
-    try:
-        meta = read_json_file(lambda: read("zarr.json"), join(text, "zarr.json"),
-                              "it holds the run's configuration and status: restore it, or "
-                              f"delete {text} and run the command again")
-    except FileNotFoundError:
-        return [], None
-    attrs = (meta.get("attributes") or {}).get(RUN_KEY) if isinstance(meta, dict) else None
-    if not isinstance(attrs, dict) or attrs.get("status") != "complete":
-        return [], attrs
-    lines, report = [], None
-    try:
-        report = json.loads(read(REPORT_NAME))
-        if not isinstance(report, dict) or report.get("config_hash") != attrs.get("config_hash"):
-            lines.append(f"{REPORT_NAME}: not the report of this run")
-            report = None
-    except FileNotFoundError:
-        lines.append(f"{REPORT_NAME}: missing (the run's report)")
-    except (OSError, ValueError):
-        lines.append(f"{REPORT_NAME}: not valid JSON (the run's report)")
-    needed = [("embedding/zarr.json", "the embedding array"),
-              ("embedding_written/zarr.json", "the embedding's written markers")]
-    estimator = (attrs.get("config") or {}).get("estimator")
-    if isinstance(estimator, dict) and estimator.get("affinity") == "representatives":
-        needed += [("representatives_model/zarr.json", "the saved map"),
-                   ("labels/zarr.json", "the cluster labels")]
-    elif estimator is not None:
-        needed.append(("model/zarr.json", "the saved model"))
-    for key, what in needed:
-        try:
-            node = json.loads(read(key))
-        except FileNotFoundError:
-            lines.append(f"{key.rsplit('/', 1)[0]}: missing ({what})")
-            continue
-        except (OSError, ValueError):
-            lines.append(f"{key}: not valid JSON ({what})")
-            continue
-        attrs_of = node.get("attributes") or {}
-        if key.startswith("model/") and MODEL_KEY not in attrs_of:
-            lines.append(f"model: its attributes lost the model's description ({what})")
-        elif key.startswith("model/") and (report or {}).get("model_sha256") and \
-                attrs_of[MODEL_KEY].get("arrays_sha256") != report["model_sha256"]:
-            lines.append(f"model: {FOREIGN} (its arrays' digest is not the one the run's "
-                         "report records: copied from another output?)")
-        if key.startswith("embedding/") and (report or {}).get("embedding_run_id") and \
-                attrs_of.get("run_id") != report["embedding_run_id"]:
-            lines.append(f"embedding: {FOREIGN} (run id {attrs_of.get('run_id')!r}, the run's "
-                         f"report says {report['embedding_run_id']!r}: copied from another "
-                         "output?)")
-        if key.startswith("embedding/") and report is not None:  # resized or replaced since
-            shape = [report.get("n_samples"), report.get("n_components")]
-            if node.get("shape") != shape:
-                lines.append(f"embedding: {RESHAPED} {node.get('shape')}, the run's report "
-                             f"says {shape} (rows x components): resized or replaced since")
-    return lines, attrs
-
-
 def incomplete_message(path, lines: list[str], attrs: dict | None) -> str:
-    """What :func:`missing_members` found (its ``lines``), and the command that repairs it."""
-    return (f"{os.fspath(path)} is marked complete but {len(lines)} of the members a complete "
-            f"output holds are missing, unreadable or another run's ({'; '.join(lines[:5])}); "
-            f"run {rerun_command(path, attrs)}: it restores them from the saved run state")
+    """What an audit found (its ``lines``), and the command that repairs it."""
+    return (f"{os.fspath(path)} is marked complete but {len(lines)} of its members or chunks "
+            f"are missing, damaged or another run's ({'; '.join(lines[:5])}); "
+            f"run {rerun_command(path, attrs)}: it repairs them from the saved run state")
+
+
+#: The members of a fit OUTDIR a transform reads (the map it applies) and the report.
+APPLIED_MEMBERS = frozenset({"report.json", "model", "representatives_model"})
 
 
 def check_fit_output(path) -> None:
-    """Refuse the fit OUTDIR at ``path`` as a model to apply unless its run finished and it
-    holds every member a complete output holds, each this run's: the check of ``ooc-spectral
-    verify`` (:func:`missing_members`). Raises
+    """Refuse the fit OUTDIR at ``path`` as a model to apply unless its run finished and
+    the members a transform reads (``model`` or ``representatives_model``, and the run's
+    report) are intact and this run's: ``verify``'s check of them
+    (:func:`~ooc_spectral.io.manifest.audit`), every chunk re-read. Raises
     :class:`~ooc_spectral.exceptions.OutputIncompleteError` naming the fit command that
-    completes it; a saved model (no run's OUTDIR) passes."""
+    completes or repairs it; a saved model (no run's OUTDIR) passes."""
     from ..exceptions import DamagedFileError, OutputIncompleteError
+    from .manifest import audit
 
     try:
-        lines, attrs = missing_members(path)
+        findings, attrs = audit(path, deep=False, only=APPLIED_MEMBERS)
     except DamagedFileError:  # a garbled zarr.json: the model's reader names it, and the fix
         return
     if attrs is None:
@@ -281,8 +201,8 @@ def check_fit_output(path) -> None:
             f"{attrs.get('status')!r}: the {run} did not finish (interrupted, failed or still "
             f"running): rerun the same {run} command, {rerun_command(path, attrs)} (it "
             "resumes; if it is still running, wait for it), then run this command again")
-    if lines:
-        raise OutputIncompleteError(incomplete_message(path, lines, attrs))
+    if findings:
+        raise OutputIncompleteError(incomplete_message(path, [str(f) for f in findings], attrs))
 
 
 def input_repair(path) -> tuple[str | None, str | None]:

@@ -44,10 +44,14 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from pathlib import Path
 
 import numpy as np
 import zarr
+
+from adversary_commands import matrix_trials
+from adversary_places import place_trials
 
 FIT = ["--gamma", "0.05", "--tol", "1e-2", "--n-components", "2", "--engine", "threads",
        "--threads-per-worker", "1", "--chunk-rows", "400", "--checkpoint-every", "1", "-q"]
@@ -797,7 +801,8 @@ def s3_unreachable(t: Trials, s3: S3, kind: str):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
-    ap.add_argument("--only", default="", help="run only the trials whose name holds this")
+    ap.add_argument("--only", default="", help="run only the trials whose name holds this "
+                    "(or one of these, comma-separated)")
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="adversarial-"))
     t = Trials(work)
@@ -887,6 +892,10 @@ def main(argv=None) -> int:
         ("s3-silent-endpoint", lambda: s3_unreachable(t, s3(), "silent-endpoint")),
         ("s3-unknown-keys", lambda: s3_unreachable(t, s3(), "unknown-keys")),
     ]
+    for sub in ("matrix", "places"):
+        (work / sub).mkdir()
+    kit = types.SimpleNamespace(s3=lambda: s3(), Cluster=Cluster, unshare=None, NotRun=NotRun)
+    trials += matrix_trials(t, work / "matrix") + place_trials(t, work / "places", kit)
     servers: list[S3] = []
 
     def s3() -> S3:
@@ -900,11 +909,11 @@ def main(argv=None) -> int:
         return servers[0]
 
     global UNSHARE
-    UNSHARE = private_mount_namespace()
+    UNSHARE = kit.unshare = private_mount_namespace()
     t0_all = time.time()
     try:
         for name, trial in trials:
-            if args.only in name:
+            if any(part in name for part in args.only.split(",")):
                 t0 = time.time()
                 try:
                     trial()
