@@ -10,9 +10,10 @@ bipartite pass's segment partials in the checkpoint, the write-back's per-chunk
 markers, ``report.json``, and the completion marker last.
 
 OUTDIR then holds ``embedding`` (n x p, unit rows), ``labels`` (n, int32) beside it,
-``representatives_model`` (the representatives, the map's coefficients, the
-eigenvalues and the k-means centres, as arrays; ``n_neighbors`` as an attribute) and
-``report.json``.
+``representatives_model`` (the representatives and their scales, the map's
+coefficients, the eigenvalues and the k-means centres, as arrays; ``n_neighbors`` as an
+attribute) and ``report.json`` (with the clusters made, their sizes, the eigengaps of
+``--n-clusters auto`` and the degenerate-partition warning, if any).
 
 Every stage is a function of the input and the seed, so a resumed run recomputes the
 representatives, the solve and the k-means (seconds) and reuses the saved partials of
@@ -31,7 +32,8 @@ from ..io.checkpoint import RunDirectory
 from ..io.safety import output_apart_from_model, output_outside_input
 from ..io.source import open_source
 from ..pipeline.cluster_output import ClusterOutput
-from ..pipeline.representatives import fit_representatives, task_rows
+from ..core.degenerate import partition_message
+from ..pipeline.representatives import fit_representatives, task_rows, warn_if_degenerate
 from ..runtime.cluster import compute_engine
 from ..runtime.monitor import MemorySampler, ProgressLog
 from .jobs import (FitJob, _begin, _check_workers_see_input, _complete, _input_unchanged_since,
@@ -63,6 +65,7 @@ def _save_model(url: str, fit) -> None:
     g = group.require_group(MODEL)
     tmap = fit.cmap.tmap
     for name, value in (("representatives", tmap.representatives.points),
+                        ("scales", tmap.representatives.scales),
                         ("coefficients", tmap.coefficients), ("eigenvalues", tmap.eigenvalues),
                         ("centers", fit.cmap.centers)):
         arr = g.create_array(name, shape=value.shape, dtype="float64", chunks=value.shape)
@@ -81,24 +84,27 @@ def _cluster_sizes(url: str, k: int) -> np.ndarray:
     return counts
 
 
-def run_representatives_job(job: FitJob, *, n_clusters: int, n_representatives: int = 1000,
+def run_representatives_job(job: FitJob, *, n_clusters, n_representatives: int = 1000,
                             n_neighbors: int = 5, n_components: int | None = None,
-                            n_init: int = 10, kmeans_sample_size: int = 100_000) -> dict:
+                            n_init: int = 10) -> dict:
     """Run or resume the clustering into ``job.outdir``; returns the report.
+    ``n_clusters`` is an int or ``"auto"``; the defaults are
+    :class:`~ooc_spectral.GreedySpectralClustering`'s.
 
     ``job.params`` supplies ``random_state`` (the seed; the command line's default is 0)
     and ``chunk_rows`` (rows per task; default :data:`~ooc_spectral.pipeline.representatives.TASK_ROWS`
     in whole storage chunks).
     """
     seed = int(job.params.get("random_state") or 0)
-    p = int(n_components) if n_components else None  # None: k or k + 1 (coordinates_for)
+    p = int(n_components) if n_components else None  # None: k
+    k = n_clusters if n_clusters == "auto" else int(n_clusters)
     output_outside_input(job.outdir, job.input)
     source = open_source(job.input)
     fingerprint = source.fingerprint()
-    estimator = {"affinity": "representatives", "n_clusters": int(n_clusters),
-                 "n_components": p, "n_representatives": int(n_representatives),
-                 "n_neighbors": int(n_neighbors), "n_init": int(n_init),
-                 "kmeans_sample_size": int(kmeans_sample_size), "random_state": seed,
+    estimator = {"affinity": "representatives", "graph": "local scales s_t s_j",
+                 "n_clusters": k, "n_components": p,
+                 "n_representatives": int(n_representatives),
+                 "n_neighbors": int(n_neighbors), "n_init": int(n_init), "random_state": seed,
                  "chunk_rows": job.params.get("chunk_rows")}
     resolved = {"estimator": estimator, "input": input_identity(source)}
     rundir = RunDirectory(job.outdir)
@@ -126,9 +132,9 @@ def run_representatives_job(job: FitJob, *, n_clusters: int, n_representatives: 
                 _check_workers_see_input(executor, source)
                 store = rundir.checkpoint(job.checkpoint_every)
                 fit = fit_representatives(
-                    source, n_clusters=n_clusters, n_components=p,
+                    source, n_clusters=k, n_components=p,
                     n_representatives=n_representatives, n_neighbors=n_neighbors, seed=seed,
-                    n_init=n_init, kmeans_sample_size=kmeans_sample_size, executor=executor,
+                    n_init=n_init, executor=executor,
                     chunk_rows=job.params.get("chunk_rows"), store=store)
                 times = dict(fit.times)
                 t = time.perf_counter()
@@ -141,18 +147,26 @@ def run_representatives_job(job: FitJob, *, n_clusters: int, n_representatives: 
                 times["write-back"] = time.perf_counter() - t
                 _save_model(rundir.url, fit)
                 where = engine.report()
-            counts = _cluster_sizes(rundir.join("labels"), n_clusters)
+            counts = _cluster_sizes(rundir.join("labels"), fit.n_clusters)
+            degenerate = partition_message(counts)
+            if degenerate is not None:
+                warn_if_degenerate("ooc-spectral fit", counts, n_neighbors, fit.n_clusters)
             report = {
                 "status": "complete", "affinity": "representatives",
                 "input": resolved["input"], "input_fingerprint": fingerprint,
                 "outdir": rundir.url, "n_samples": source.n_rows,
-                "n_features": source.n_features, "n_clusters": int(n_clusters),
+                "n_features": source.n_features, "n_clusters": fit.n_clusters,
+                "n_clusters_requested": k,
+                "eigengaps": (None if fit.eigengaps is None
+                              else [float(v) for v in fit.eigengaps]),
+                "laplacian_eigenvalues": [float(v) for v in fit.laplacian_eigenvalues],
+                "degenerate_partition": degenerate,
                 "n_components": fit.cmap.n_components,
                 "n_representatives": fit.cmap.tmap.representatives.size,
                 "n_neighbors": fit.cmap.tmap.representatives.n_neighbors,
                 "eigenvalues": [float(v) for v in fit.cmap.tmap.eigenvalues],
                 "cluster_sizes": [int(c) for c in counts],
-                "kmeans_sample_rows": fit.sample_size, "kmeans_inertia": fit.inertia,
+                "kmeans_inertia": fit.inertia,
                 "rows_written": written,
                 "stages": {name: {"seconds": round(sec, 4)} for name, sec in times.items()},
                 "wall_seconds": round(time.perf_counter() - t0, 4),
@@ -175,9 +189,11 @@ def load_cluster_map(outdir: str):
         meta = g.attrs["model"]
     except Exception:
         return None
-    arrays = {name: np.asarray(g[name][...]) for name in
-              ("representatives", "coefficients", "eigenvalues", "centers")}
-    reps = Representatives(arrays["representatives"], int(meta["n_neighbors"]))
+    names = ("representatives", "coefficients", "eigenvalues", "centers") + (
+        ("scales",) if "scales" in g else ())  # a model saved before the scales: s_t twice
+    arrays = {name: np.asarray(g[name][...]) for name in names}
+    reps = Representatives(arrays["representatives"], int(meta["n_neighbors"]),
+                           arrays.get("scales"))
     tmap = TransferCutMap(reps, arrays["coefficients"], arrays["eigenvalues"])
     return ClusterMap(tmap, arrays["centers"]), arrays_digest(arrays)
 
