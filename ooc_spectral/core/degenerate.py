@@ -58,8 +58,10 @@ def partition_message(sizes) -> str | None:
         return None
     shown = ", ".join(f"{v:.0f}" for v in np.sort(sizes)[::-1][:8])
     more = ", ..." if sizes.size > 8 else ""
-    return (f"one cluster holds {sizes.max():.0f} of the {n:.0f} rows and the other "
-            f"{sizes.size - 1} hold {rest:.0f} (sizes {shown}{more})")
+    others = ("the other holds" if sizes.size == 2
+              else f"the other {sizes.size - 1} hold together")
+    return (f"one cluster holds {sizes.max():.0f} of the {n:.0f} rows and {others} "
+            f"{rest:.0f} (sizes {shown}{more})")
 
 
 def localized_coordinates(V, n_rows: int | None = None) -> list[tuple[int, float]]:

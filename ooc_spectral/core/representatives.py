@@ -75,6 +75,7 @@ from k-means on a random sample, K nearest representatives, the transfer cut).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -89,6 +90,7 @@ __all__ = [
     "BipartiteSums",
     "bipartite_sums",
     "graph_pieces",
+    "in_threads",
     "ClusterMap",
     "combine_in_order",
     "embed_block",
@@ -106,8 +108,10 @@ __all__ = [
     "unit_rows",
 ]
 
-#: Bytes of the distance block a sub-block of rows holds (rows x m float64).
-DISTANCE_BLOCK_BYTES = 32 * 2**20
+#: Bytes of the distance block a sub-block of rows holds (rows x m float64): 1024 rows at
+#: m = 1000, so that the block is still in cache for the selection's passes over it
+#: (32 MiB blocks took 1.6 times as long for the products and the selection).
+DISTANCE_BLOCK_BYTES = 8 * 2**20
 #: Up to this many features the nearest representatives come from a k-d tree (scipy's
 #: ``cKDTree``, exact), above it from blocked products and a partial sort: the tree is
 #: far faster at a few features, even at 8 and slower beyond (docs/measurements.md,
@@ -150,6 +154,20 @@ def _scaled_with_norms(R: np.ndarray) -> np.ndarray:
     np.multiply(R, -2.0, out=A[:, :-1])
     A[:, -1] = _sq_norms(R)
     return A
+
+
+def in_threads(func, items) -> list:
+    """``[func(x) for x in items]`` in order, on one thread per core (NumPy's products,
+    reductions and sorts release the GIL; with BLAS on one thread each, the cores
+    split the blocks). The result does not depend on the number of threads."""
+    items = list(items)
+    threads = min(len(items), os.cpu_count() or 1)
+    if threads <= 1:
+        return [func(x) for x in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(func, items))
 
 
 def kmeans_plusplus(S: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarray:
@@ -195,9 +213,12 @@ def lloyd(S: np.ndarray, C: np.ndarray, max_iter: int) -> np.ndarray:
     cols = np.arange(n)
     for _ in range(max_iter):
         if S.shape[1] <= KDTREE_MAX_FEATURES:
-            new = cKDTree(C).query(S, k=1)[1]
+            new = cKDTree(C).query(S, k=1, workers=-1)[1]
         else:
-            new = np.argmin(A @ _scaled_with_norms(C).T, axis=1)  # argmin |c|^2 - 2 s.c
+            B = _scaled_with_norms(C).T  # argmin |c|^2 - 2 s.c, in cache-sized blocks
+            step = max(64, DISTANCE_BLOCK_BYTES // (8 * m))
+            new = np.concatenate(in_threads(lambda a: np.argmin(A[a:a + step] @ B, axis=1),
+                                            range(0, n, step)))
         if label is not None and np.array_equal(new, label):
             break
         label = new
@@ -239,19 +260,24 @@ def smallest_k(D: np.ndarray, K: int) -> np.ndarray:
 
     The ``K``-th smallest entry of a row is at most ``tau``, the largest of the minima of
     ``K`` disjoint blocks of its columns (they are ``K`` entries of the row), so only
-    the entries up to ``tau`` (about ``2 K`` a row) are sorted: two contiguous passes
-    over ``D`` instead of a selection in every row (``np.argpartition``, 2.5 times
-    slower at ``m = 1000``, ``K = 5``)."""
+    the entries up to ``tau`` (about ``2 K`` a row) are sorted, each row's few in a
+    padded row of its own: two contiguous passes over ``D`` instead of a selection in
+    every row (``np.argpartition``, twice as slow at ``m = 1000``, ``K = 5``)."""
     c, m = D.shape
     q = m // K
     tau = D[:, :q * K].reshape(c, K, q).min(axis=2).max(axis=1)
     flat = np.flatnonzero(D <= tau[:, None])
     r, j = np.divmod(flat, m)
-    order = np.lexsort((j, D.ravel()[flat], r))
+    counts = np.bincount(r, minlength=c)
     start = np.zeros(c, dtype=np.int64)
-    np.cumsum(np.bincount(r, minlength=c)[:-1], out=start[1:])
-    return j[order][start[:, None] + np.arange(K)]
-
+    np.cumsum(counts[:-1], out=start[1:])
+    pos = np.arange(flat.size) - start[r]
+    width = int(counts.max())
+    V = np.full((c, width), np.inf)
+    V[r, pos] = D.ravel()[flat]
+    J = np.zeros((c, width), dtype=np.int64)
+    J[r, pos] = j  # ascending within a row: a stable sort by value breaks ties by column
+    return np.take_along_axis(J, np.argsort(V, axis=1, kind="stable")[:, :K], axis=1)
 
 
 @dataclass(frozen=True, eq=False)

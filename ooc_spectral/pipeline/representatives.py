@@ -50,7 +50,8 @@ from ..core.planning import MAX_SEGMENTS, segments, whole_chunks
 from ..core.representatives import (BIPARTITE_BLOCK_ROWS, BipartiteSums, ClusterMap,
                                     Representatives, TransferCutMap, bipartite_sums,
                                     chunk_bipartite, combine_in_order,
-                                    graph_pieces, nearest_center, representative_scales,
+                                    graph_pieces, in_threads, nearest_center,
+                                    representative_scales,
                                     select_representatives, solve_transfer_cut, unit_rows)
 from .._validation import check_finite
 from ..exceptions import InvalidInputError
@@ -223,18 +224,17 @@ def in_memory_blocks(source, step: int):
 
 
 def in_memory_pass(source, reps: Representatives, step: int) -> tuple[BipartiteSums, list | None]:
-    """The bipartite sums of in-memory rows, block by block in row order, and each
-    block's ``(index, b)`` while they fit in :data:`GRAPH_CACHE_BYTES`."""
+    """The bipartite sums of in-memory rows, block by block (on every core, folded in row
+    order), and each block's ``(index, b)`` while they fit in :data:`GRAPH_CACHE_BYTES`."""
     keep = source.n_rows * reps.n_neighbors * 12 <= GRAPH_CACHE_BYTES
-    graph = [] if keep else None
-    sums = None
-    for _, X in in_memory_blocks(source, step):
-        index, b = reps.weights(X)
+
+    def one(block):
+        index, b = reps.weights(block[1])
         part = bipartite_sums(index, b, reps.size)
-        sums = part if sums is None else sums.combine(part)
-        if keep:
-            graph.append((index.astype(np.int32), b))
-    return sums, graph
+        return part, ((index.astype(np.int32), b) if keep else None)
+
+    parts = in_threads(one, in_memory_blocks(source, step))
+    return combine_in_order([p for p, _ in parts]), ([g for _, g in parts] if keep else None)
 
 
 def _label_located(block, cmap, chunk_starts=None, block_info=None):
@@ -380,8 +380,8 @@ def embed_and_label(source, cmap: ClusterMap, chunk_rows: int | None = None, gra
     otherwise."""
     if source.kind == "numpy":
         if graph is None:
-            graph = (cmap.tmap.representatives.weights(X)
-                     for _, X in in_memory_blocks(source, task_rows(source, chunk_rows)))
+            graph = in_threads(lambda block: cmap.tmap.representatives.weights(block[1]),
+                                in_memory_blocks(source, task_rows(source, chunk_rows)))
         parts = [cmap.embed_weights(index, b) for index, b in graph]
         E = np.concatenate(parts) if parts else np.empty((0, cmap.n_components))
         return E, nearest_center(E, cmap.centers)
