@@ -51,8 +51,8 @@ from ..core.representatives import (BIPARTITE_BLOCK_ROWS, BipartiteSums, Cluster
                                     Representatives, TransferCutMap, bipartite_sums,
                                     chunk_bipartite, combine_in_order,
                                     graph_pieces, in_threads, nearest_center,
-                                    representative_scales,
-                                    select_representatives, solve_transfer_cut, unit_rows)
+                                    representative_scales, solve_transfer_cut, unit_rows)
+from ..core.representative_selection import select_representatives
 from .._validation import check_finite
 from ..exceptions import InvalidInputError
 from ..runtime.execution import Executor, shared
