@@ -292,7 +292,7 @@ affine, degree_estimate, degree_subset_size, sample_size
     >>> from ooc_spectral.clustering import GreedySpectralClustering
     >>> X, y = load_digits(return_X_y=True)
     >>> sc = GreedySpectralClustering(10, random_state=0).fit(X)
-    >>> bool(adjusted_rand_score(y, sc.labels_) > 0.8)
+    >>> bool(adjusted_rand_score(y, sc.labels_) > 0.75)  # KMeans: 0.66
     True
     >>> bool((sc.predict(X) == sc.labels_).all())
     True
