@@ -233,8 +233,8 @@ def test_smallest_k_breaks_ties_by_column():
 
 @pytest.fixture(scope="module")
 def blobs():
-    X, y = skd.make_blobs(4000, centers=4, n_features=6, cluster_std=1.5, random_state=4)
-    return X, y
+    X, labels = generate("blobs", 4000, n_clusters=4, n_features=6, cluster_std=1.5, seed=4)
+    return np.asarray(X, dtype=np.float64), labels["label"]
 
 
 def test_zarr_input_equals_numpy_at_any_chunk_layout(blobs, tmp_path):

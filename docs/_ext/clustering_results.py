@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from benchmark_results import _table
 from docutils import nodes
 from docutils.parsers.rst import directives
 from sphinx.util import logging
@@ -35,46 +36,26 @@ METHODS = [("ours", "GreedySpectralClustering (default)"), ("KMeans", "KMeans"),
            ("kernel", "GreedySpectralClustering (affinity='kernel')")]
 
 
-def _cell(m: dict | None) -> str:
-    if not m:
-        return "-"
-    if not m.get("fitted"):
-        return m.get("note") or "-"
-    warn = ", warns" if m.get("warnings") else ""
-    return (f"{m['ari_median']:.3f} ({m['ari_min']:.2f}-{m['ari_max']:.2f}); "
-            f"{m['seconds_median']:.2f} s{warn}")
+def _bench():
+    """``workflows/bench/clustering.py`` as a module: its cell format is the table's."""
+    import importlib.util
 
-
-def _table(header: list[str], rows: list[list[str]]) -> nodes.table:
-    table = nodes.table(classes=["benchmark-table"])
-    group = nodes.tgroup(cols=len(header))
-    table += group
-    for _ in header:
-        group += nodes.colspec(colwidth=1)
-    thead = nodes.thead()
-    group += thead
-    hrow = nodes.row()
-    for h in header:
-        hrow += nodes.entry("", nodes.paragraph(text=h))
-    thead += hrow
-    tbody = nodes.tbody()
-    group += tbody
-    for r in rows:
-        row = nodes.row()
-        for cell in r:
-            row += nodes.entry("", nodes.paragraph(text=cell))
-        tbody += row
-    return table
+    path = Path(__file__).resolve().parents[2] / "workflows" / "bench" / "clustering.py"
+    spec = importlib.util.spec_from_file_location("_clustering_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def comparison_rows(res: dict) -> tuple[list[str], list[list[str]]]:
     header = ["data", "n x d", "k"] + [h for _, h in METHODS] + [
         "ours - best peer", "time / KMeans", "load"]
+    cell = _bench().cell
     rows = []
     for s in res.get("sets", []):
         ratio = f"{s['time_over_kmeans']:.2f}" if "time_over_kmeans" in s else ""
         rows.append([s["data"], f"{s['n']:,} x {s['d']}", str(s["k"])]
-                    + [_cell(s["methods"].get(key)) for key, _ in METHODS]
+                    + [cell(s["methods"].get(key)) for key, _ in METHODS]
                     + [f"{s['ours_minus_best_peer']:+.3f} ({s['best_peer']})", ratio,
                        f"{s['load_average'][0]:.1f}"])
     return header, rows

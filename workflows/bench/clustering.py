@@ -48,7 +48,6 @@ import json
 import multiprocessing as mp
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -56,6 +55,9 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from memory_flat import run_sampled  # noqa: E402
 
 #: The data sets: name -> (loader, k). Loaders are deterministic functions of the name.
 SETS = ["digits", "digits-std", "iris", "wine", "breast-cancer", "circles-1e4", "moons-1e4",
@@ -276,20 +278,6 @@ def measure_set(name: str, seeds: int, budget: float, kernel: bool, log) -> dict
 
 
 # --------------------------------------------------------------------------- memory
-def run_sampled(cmd: list[str], interval: float = 0.05) -> tuple[int, float, int, str]:
-    """Run ``cmd``; returns (peak tree RSS in bytes, seconds, exit code, stderr)."""
-    from ooc_spectral.runtime.monitor import tree_rss
-
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    peak = 0
-    while proc.poll() is None:
-        peak = max(peak, tree_rss(proc.pid))
-        time.sleep(interval)
-    err = proc.stderr.read()
-    return peak, time.perf_counter() - t0, proc.returncode, err
-
-
 def memory_run(n: int, work: Path, k: int = 5) -> dict:
     """``make-data blobs`` at ``n`` rows, then ``ooc-spectral fit --n-clusters k``."""
     import zarr
@@ -304,9 +292,9 @@ def memory_run(n: int, work: Path, k: int = 5) -> dict:
     cmd = [sys.executable, "-m", "ooc_spectral", "fit", str(data), "--out", str(out),
            "--n-clusters", str(k), "--overwrite", "--quiet"]
     load_before = load_average()
-    peak, wall, code, err = run_sampled(cmd)
+    peak, wall, code = run_sampled(cmd)  # memory_flat.py's: the process tree every 50 ms
     if code:
-        raise RuntimeError(f"{' '.join(cmd)} exited {code}: {err[-2000:]}")
+        raise RuntimeError(f"{' '.join(cmd)} exited {code}")
     report = json.loads((out / "report.json").read_text())
     truth = zarr.open_group(str(data), mode="r")
     labels = zarr.open_array(str(out / "labels"), mode="r")
@@ -322,6 +310,17 @@ def memory_run(n: int, work: Path, k: int = 5) -> dict:
 
 
 # --------------------------------------------------------------------------- output
+def cell(m: dict | None) -> str:
+    """One method's figures on one set, as the table shows them (also the docs' table)."""
+    if m is None:
+        return "-"
+    if not m.get("fitted"):
+        return m.get("note") or "-"
+    warn = " (warns)" if m.get("warnings") else ""
+    return (f"{m['ari_median']:.3f} ({m['ari_min']:.2f}-{m['ari_max']:.2f}), "
+            f"{m['seconds_median']:.2f} s{warn}")
+
+
 def markdown(res: dict) -> str:
     lines = [f"# Spectral clustering at the defaults ({res['meta']['date']}, "
              f"{res['meta']['machine']})", "",
@@ -331,15 +330,6 @@ def markdown(res: dict) -> str:
              "| data | n x d | k | ours | KMeans | MiniBatchKMeans | SpectralClustering(nn) "
              "| kernel affinity | ours - best peer | time / KMeans | load |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
-
-    def cell(m):
-        if m is None:
-            return "-"
-        if not m.get("fitted"):
-            return m.get("note") or "-"
-        warn = " (warns)" if m.get("warnings") else ""
-        return (f"{m['ari_median']:.3f} ({m['ari_min']:.2f}-{m['ari_max']:.2f}), "
-                f"{m['seconds_median']:.2f} s{warn}")
 
     for r in res["sets"]:
         ms = r["methods"]
