@@ -58,7 +58,7 @@ def test_the_default_is_the_representatives_graph(digits):
     fits = [_no_degenerate_warning(lambda s=s: GreedySpectralClustering(10, random_state=s).fit(X))
             for s in range(3)]
     aris = [_ari(y, sc.labels_) for sc in fits]
-    assert np.median(aris) >= 0.80  # measured: 0.773, 0.856, 0.829
+    assert np.median(aris) >= 0.80  # measured: 0.766, 0.837, 0.815
     sc = fits[0]
     assert sc.cluster_map_ is not None and sc.n_clusters_ == 10 and sc.eigengaps_ is None
     assert sc.embedding_.shape == (1797, 10)  # n_clusters coordinates, the constant among them
@@ -73,7 +73,7 @@ def test_standardised_digits_where_the_median_gamma_falls_apart(digits):
     X, y = digits
     Xs = StandardScaler().fit_transform(X)
     sc = _no_degenerate_warning(lambda: GreedySpectralClustering(10, random_state=0).fit(Xs))
-    assert _ari(y, sc.labels_) >= 0.74  # measured: 0.784
+    assert _ari(y, sc.labels_) >= 0.74  # measured: 0.770
     assert np.bincount(sc.labels_).min() > 50
 
 
@@ -118,7 +118,7 @@ def test_auto_finds_the_number_of_clusters(make, k):
     assert sc.eigengaps_.shape == (eigengap.AUTO_MAX_CLUSTERS,)
     assert sc.n_clusters_ == 2 + int(np.argmax(sc.eigengaps_[1:]))  # the largest gap, k >= 2
     assert sc.cluster_centers_.shape == (k, k) and sc.embedding_.shape == (len(X), k)
-    assert _ari(y, sc.labels_) >= 0.9  # measured: 1.000, 0.932, 1.000
+    assert _ari(y, sc.labels_) >= 0.9  # measured: 1.000, 0.931, 1.000
 
 
 def test_eigengap_is_relative_to_the_eigenvalues():
@@ -175,7 +175,7 @@ def test_the_advice_works_on_breast_cancer():
         2, affinity="kernel", gamma=gamma, tol=0.3, random_state=0).fit(Xs))
     assert np.bincount(good.labels_).min() > 150 and _ari(y, good.labels_) > 0.6
     ours = _no_degenerate_warning(lambda: GreedySpectralClustering(2, random_state=0).fit(Xs))
-    assert _ari(y, ours.labels_) > 0.7  # measured: 0.731; KMeans 0.677
+    assert _ari(y, ours.labels_) > 0.7  # measured: 0.743; KMeans 0.677
 
 
 def test_divisive_embeddings_warn_at_their_default_bandwidth():

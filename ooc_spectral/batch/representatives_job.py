@@ -71,7 +71,8 @@ def _save_model(url: str, fit) -> None:
         arr = g.create_array(name, shape=value.shape, dtype="float64", chunks=value.shape)
         arr[...] = value
     g.attrs["model"] = {"affinity": "representatives",
-                        "n_neighbors": int(tmap.representatives.n_neighbors)}
+                        "n_neighbors": int(tmap.representatives.n_neighbors),
+                        "reach": int(tmap.representatives.reach)}
 
 
 def _cluster_sizes(url: str, k: int) -> np.ndarray:
@@ -101,7 +102,7 @@ def run_representatives_job(job: FitJob, *, n_clusters, n_representatives: int =
     output_outside_input(job.outdir, job.input)
     source = open_source(job.input)
     fingerprint = source.fingerprint()
-    estimator = {"affinity": "representatives", "graph": "local scales s_t s_j",
+    estimator = {"affinity": "representatives", "graph": "local scales s_t s_j, reach 4K",
                  "n_clusters": k, "n_components": p,
                  "n_representatives": int(n_representatives),
                  "n_neighbors": int(n_neighbors), "n_init": int(n_init), "random_state": seed,
@@ -193,7 +194,7 @@ def load_cluster_map(outdir: str):
         ("scales",) if "scales" in g else ())  # a model saved before the scales: s_t twice
     arrays = {name: np.asarray(g[name][...]) for name in names}
     reps = Representatives(arrays["representatives"], int(meta["n_neighbors"]),
-                           arrays.get("scales"))
+                           arrays.get("scales"), meta.get("reach"))
     tmap = TransferCutMap(reps, arrays["coefficients"], arrays["eigenvalues"])
     return ClusterMap(tmap, arrays["centers"]), arrays_digest(arrays)
 

@@ -51,10 +51,23 @@ solve). The first coordinate is the constant 1 (the trivial eigenvector).
 
 Only ``E`` (``m x m``), ``D_Y`` (``m``) and ``n`` depend on all the rows: pass 2 sums
 them chunk by chunk (:func:`chunk_bipartite`, a :class:`BipartiteSums` per chunk,
-combined in row order); ``B`` exists one block of rows at a time. A new row gets its
-coordinates the same way (its ``K`` nearest representatives, its weights, ``C``):
-the map is a function of the row alone, so on a training row it gives back that
-row's training coordinates.
+combined in row order); ``B`` exists one block of rows at a time.
+
+The clustering coordinates
+--------------------------
+The representatives' coordinates ``C_j`` are the graph's (k-means places the centres
+among them); a row's clustering coordinates are ``(b'_t / d'_t) C`` over its
+*neighbourhood* (:meth:`Representatives.neighbourhood`): its ``K`` nearest
+representatives with the weights above, and besides them those within
+:data:`REACH_RATIO` = 1.25 times its ``K``-th distance, up to ``REACH_FACTOR * K`` in
+all, with the same weights. Where no representative is that near a tie of the
+``K``-th (few dimensions, data on a manifold), these are the row's eigenvector
+coordinates ``u_t`` above. In many dimensions a row's distances to the representatives
+concentrate, which ``K`` of the nearly equidistant ones come first is noise, and the
+average over all of them is the steadier vote (wine, breast cancer, 20-D Gaussian
+blobs: docs/clustering.md). A new row gets its coordinates the same way: the map is a
+function of the row alone, so on a training row it gives back that row's training
+coordinates.
 
 The nearest representatives of a block are found at the speed of a matrix product:
 squared distances ``|x|^2 - 2 x.r + |r|^2`` by one product per sub-block of rows (rows
@@ -94,14 +107,13 @@ __all__ = [
     "in_threads",
     "ClusterMap",
     "combine_in_order",
-    "embed_block",
-    "label_block",
     "nearest_center",
     "Representatives",
     "TransferCutMap",
     "chunk_bipartite",
     "representative_scales",
     "smallest_k",
+    "smallest_under",
     "solve_transfer_cut",
     "unit_rows",
 ]
@@ -119,6 +131,11 @@ KDTREE_MAX_FEATURES = 8
 #: ``K^2`` values a row (25 at K = 5, 400 bytes with both), 13 MiB at 32768 rows
 #: against 100 MiB for a whole 262144-row task, beside one ``m x m`` sum per sub-block.
 BIPARTITE_BLOCK_ROWS = 32768
+#: A row's clustering coordinates average over its ``K`` nearest representatives and the
+#: ones within this ratio of the ``K``-th distance (:meth:`Representatives.neighbourhood`),
+#: at most ``REACH_FACTOR * K`` in all.
+REACH_RATIO = 1.25
+REACH_FACTOR = 4
 #: Eigenvalues ``mu`` below this are treated as 0 when a coordinate divides by ``sqrt(mu)``.
 TINY_EIGENVALUE = 1e-12
 
@@ -172,30 +189,40 @@ def in_threads(func, items) -> list:
 # --------------------------------------------------------------------------- #
 # the nearest representatives of a block of rows, and the weights
 # --------------------------------------------------------------------------- #
-def smallest_k(D: np.ndarray, K: int) -> np.ndarray:
-    """The columns of the ``K`` smallest entries of each row of ``D`` (``(c, m)``,
-    ``K < m``), ties to the lower column: ``(c, K)``, each row by value then column.
-
-    The ``K``-th smallest entry of a row is at most ``tau``, the largest of the minima of
-    ``K`` disjoint blocks of its columns (they are ``K`` entries of the row), so only
-    the entries up to ``tau`` (about ``2 K`` a row) are sorted, each row's few in a
-    padded row of its own: two contiguous passes over ``D`` instead of a selection in
-    every row (``np.argpartition``, twice as slow at ``m = 1000``, ``K = 5``)."""
+def smallest_under(D: np.ndarray, tau: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(columns, values)``, both ``(c, k)``: the ``k`` smallest entries of each row of
+    ``D`` (``(c, m)``) among those at most ``tau`` (``(c,)``), by value then column; where
+    a row has fewer, the rest are column 0 with value ``inf``. Each row's few entries are
+    sorted in a padded row of their own."""
     c, m = D.shape
-    q = m // K
-    tau = D[:, :q * K].reshape(c, K, q).min(axis=2).max(axis=1)
     flat = np.flatnonzero(D <= tau[:, None])
     r, j = np.divmod(flat, m)
     counts = np.bincount(r, minlength=c)
     start = np.zeros(c, dtype=np.int64)
     np.cumsum(counts[:-1], out=start[1:])
     pos = np.arange(flat.size) - start[r]
-    width = int(counts.max())
+    width = max(int(counts.max(initial=0)), k)
     V = np.full((c, width), np.inf)
     V[r, pos] = D.ravel()[flat]
     J = np.zeros((c, width), dtype=np.int64)
     J[r, pos] = j  # ascending within a row: a stable sort by value breaks ties by column
-    return np.take_along_axis(J, np.argsort(V, axis=1, kind="stable")[:, :K], axis=1)
+    order = np.argsort(V, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(J, order, axis=1), np.take_along_axis(V, order, axis=1)
+
+
+def smallest_k(D: np.ndarray, K: int) -> np.ndarray:
+    """The columns of the ``K`` smallest entries of each row of ``D`` (``(c, m)``,
+    ``K < m``), ties to the lower column: ``(c, K)``, each row by value then column.
+
+    The ``K``-th smallest entry of a row is at most ``tau``, the largest of the minima of
+    ``K`` disjoint blocks of its columns (they are ``K`` entries of the row), so only
+    the entries up to ``tau`` (about ``2 K`` a row) are sorted
+    (:func:`smallest_under`): two contiguous passes over ``D`` instead of a selection in
+    every row (``np.argpartition``, twice as slow at ``m = 1000``, ``K = 5``)."""
+    c, m = D.shape
+    q = m // K
+    tau = D[:, :q * K].reshape(c, K, q).min(axis=2).max(axis=1)
+    return smallest_under(D, tau, K)[0]
 
 
 @dataclass(frozen=True, eq=False)
@@ -212,11 +239,17 @@ class Representatives:
         ``s_j`` (:func:`representative_scales`), positive; None: each row's own scale on
         both sides (``b_tj = exp(-d_tj^2 / (2 s_t^2))``, the graph of models saved before
         the scales were).
+    reach : int or None
+        The most representatives a row's clustering coordinates average over
+        (:meth:`neighbourhood`): its ``K`` nearest, then those within
+        :data:`REACH_RATIO` times the ``K``-th distance, up to ``reach`` in all (at most
+        ``m``). None: ``K`` (models saved before the reach was).
     """
 
     points: np.ndarray
     n_neighbors: int
     scales: np.ndarray | None = None
+    reach: int | None = None
     _center: np.ndarray = field(init=False, repr=False)
     _augmented: np.ndarray = field(init=False, repr=False)
     _tree: cKDTree | None = field(init=False, repr=False)
@@ -235,13 +268,17 @@ class Representatives:
         moved = np.ascontiguousarray(P - center)
         object.__setattr__(self, "points", P)
         object.__setattr__(self, "n_neighbors", int(self.n_neighbors))
+        reach = self.n_neighbors if self.reach is None else int(self.reach)
+        if reach < self.n_neighbors:
+            raise ValueError(f"reach={reach} below n_neighbors={self.n_neighbors}")
+        object.__setattr__(self, "reach", min(reach, P.shape[0]))
         object.__setattr__(self, "_center", center)
         object.__setattr__(self, "_augmented", _scaled_with_norms(moved))
         object.__setattr__(self, "_tree", cKDTree(moved) if P.shape[1] <= KDTREE_MAX_FEATURES
                            else None)
 
     def __reduce__(self):  # shipped to workers without the derived arrays and tree
-        return (type(self), (self.points, self.n_neighbors, self.scales))
+        return (type(self), (self.points, self.n_neighbors, self.scales, self.reach))
 
     @property
     def size(self) -> int:
@@ -257,46 +294,89 @@ class Representatives:
         :data:`DISTANCE_BLOCK_BYTES`."""
         return max(64, DISTANCE_BLOCK_BYTES // (8 * self.size))
 
-    def nearest(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The ``K`` nearest representatives of each row of ``X`` (float64, finite).
+    def nearest(self, X: np.ndarray, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` (default ``K``) nearest representatives of each row of ``X``
+        (float64, finite).
 
-        Returns ``(index, d2)``, both ``(len(X), K)``: representative numbers and
+        Returns ``(index, d2)``, both ``(len(X), k)``: representative numbers and
         squared distances, each row sorted by distance (ties by number).
         """
+        k = self.n_neighbors if k is None else int(k)
+        return self._search(X, k, k)
+
+    def _search(self, X: np.ndarray, K: int, reach: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``K`` nearest representatives of each row and, up to ``reach`` in all, the
+        next ones within :data:`REACH_RATIO` times the ``K``-th distance; ``(c, reach)``
+        each, sorted by distance then number, the places no representative fills with
+        distance ``inf``."""
         X = np.asarray(X, dtype=np.float64)
-        c, K, m = X.shape[0], self.n_neighbors, self.size
-        index = np.empty((c, K), dtype=np.int64)
-        d2 = np.empty((c, K))
+        c, m = X.shape[0], self.size
         if self._tree is not None:
-            d, index = self._tree.query(X - self._center, k=K)
-            index = np.asarray(index, dtype=np.int64).reshape(c, K)
-            return index, np.square(np.asarray(d).reshape(c, K))
+            d, index = self._tree.query(X - self._center, k=reach)
+            index = np.asarray(index, dtype=np.int64).reshape(c, reach)
+            d = np.asarray(d, dtype=np.float64).reshape(c, reach)
+            if reach > K:
+                d[:, K:][d[:, K:] > REACH_RATIO * d[:, K - 1:K]] = np.inf
+            return np.minimum(index, m - 1), np.square(d)
+        index = np.empty((c, reach), dtype=np.int64)
+        d2 = np.empty((c, reach))
         step = self.block_rows()
         for a in range(0, c, step):
             Xm = X[a:a + step] - self._center
             D = _with_ones(Xm) @ self._augmented.T  # |r|^2 - 2 x.r: the order of |x - r|^2
-            j = (smallest_k(D, K) if K < m else np.broadcast_to(np.arange(m), D.shape))
-            dj = np.take_along_axis(D, j, axis=1)
-            dj += _sq_norms(Xm)[:, None]
+            x2 = _sq_norms(Xm)
+            if K >= m:
+                j = np.broadcast_to(np.arange(m), D.shape)
+                dj = np.take_along_axis(D, j, axis=1)
+            elif reach == K:
+                j = smallest_k(D, K)
+                dj = np.take_along_axis(D, j, axis=1)
+            else:  # the K nearest and their near ties: every entry within the ratio of the K-th
+                # minima of `reach` blocks of columns: the K-th smallest of them bounds the
+                # K-th entry, the largest the reach-th (as in smallest_k)
+                q = m // reach
+                mins = D[:, :q * reach].reshape(len(D), reach, q).min(axis=2)
+                kth = smallest_under(D, np.partition(mins, K - 1, axis=1)[:, K - 1], K)[1][:, -1]
+                near = REACH_RATIO ** 2 * np.maximum(kth + x2, 0.0) - x2
+                j, dj = smallest_under(D, np.minimum(near, mins.max(axis=1)), reach)
+            dj = dj + x2[:, None]
             np.maximum(dj, 0.0, out=dj)
             order = np.lexsort((j, dj), axis=1)  # by distance, then by number
             index[a:a + step] = np.take_along_axis(j, order, axis=1)
             d2[a:a + step] = np.take_along_axis(dj, order, axis=1)
         return index, d2
 
-    def weights(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(index, b)``: each row's ``K`` nearest representatives and its weights
-        ``b_tj = exp(-d_tj^2 / (2 s_t s_j))``, ``s_t`` the row's mean distance to them and
-        ``s_j`` the representatives' :attr:`scales` (``s_t`` again without them); all
-        weights 1 for a row at distance 0 of all ``K``."""
-        index, d2 = self.nearest(X)
-        s = np.sqrt(d2).mean(axis=1)
+    def neighbourhood(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(index, b)``, both ``(len(X), reach)``: each row's :attr:`reach` nearest
+        representatives and its weights ``b_tj = exp(-d_tj^2 / (2 s_t s_j))``, ``s_t`` the
+        row's mean distance to its ``K`` nearest and ``s_j`` the representatives'
+        :attr:`scales` (``s_t`` again without them); all weights 1 for a row at distance 0
+        of all ``K``. Past the ``K``-th, a representative keeps its weight only within
+        :data:`REACH_RATIO` times the ``K``-th distance (a near tie of the ``K``-th), else 0.
+
+        The first ``K`` columns are the graph (:meth:`weights`); the rest are the near
+        ties a row's clustering coordinates also average over: in many dimensions the
+        distances of a row to the representatives concentrate, and which ``K`` of the
+        nearly equidistant ones come first is noise (docs/clustering.md).
+        """
+        K = self.n_neighbors
+        index, d2 = self._search(X, K, self.reach)  # past the K-th: near ties, else inf
+        s = np.sqrt(d2[:, :K]).mean(axis=1)
         if self.scales is None:
             denom = (2.0 * s * s)[:, None]
         else:
             denom = 2.0 * s[:, None] * self.scales[index]
         ratio = np.divide(d2, denom, out=np.zeros_like(d2), where=denom > 0)
+        ratio[np.isinf(d2)] = np.inf  # no near tie in that place: weight 0
         return index, np.exp(-ratio)
+
+    def weights(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(index, b)``, both ``(len(X), K)``: the graph's edges of each row, its ``K``
+        nearest representatives and their weights (the first ``K`` columns of
+        :meth:`neighbourhood`)."""
+        index, b = self.neighbourhood(X)
+        K = self.n_neighbors
+        return index[:, :K], b[:, :K]
 
 
 def representative_scales(points: np.ndarray, n_neighbors: int,
@@ -485,7 +565,7 @@ class ClusterMap:
         X = np.asarray(X, dtype=np.float64)
         if X.shape[0] == 0:
             return np.empty((0, self.n_components))
-        return unit_rows(self.tmap.embed(X))
+        return self.embed_weights(*self.tmap.representatives.neighbourhood(X))
 
     def embed_weights(self, index: np.ndarray, b: np.ndarray) -> np.ndarray:
         """:meth:`embed` of rows given their representatives and weights."""
@@ -499,21 +579,7 @@ class ClusterMap:
         return nearest_center(U, self.centers)
 
 
-def embed_block(block, tmap: TransferCutMap, offset: int = 0, chunk_starts=None) -> np.ndarray:
-    """Unit-length transfer-cut coordinates ``(len(block), p)`` of a block of rows
-    (checked finite; errors name the global row ``offset + i``)."""
-    X = np.ascontiguousarray(block, dtype=np.float64)
-    check_finite(X, int(offset), chunk_starts=chunk_starts)
-    return ClusterMap(tmap).embed(X)
-
-
 def nearest_center(U: np.ndarray, centers: np.ndarray) -> np.ndarray:
     """The number of the nearest of ``centers`` for each row of ``U`` (ties: the lower)."""
     d2 = _sq_norms(centers)[None, :] - 2.0 * (U @ centers.T)
     return np.argmin(d2, axis=1).astype(np.int64)
-
-
-def label_block(block, tmap: TransferCutMap, centers: np.ndarray, offset: int = 0,
-                chunk_starts=None) -> np.ndarray:
-    """The cluster of each row of a block: its unit coordinates' nearest centre."""
-    return nearest_center(embed_block(block, tmap, offset, chunk_starts), centers)

@@ -19,11 +19,13 @@ graph are in :mod:`ooc_spectral.core.representatives`; the passes over a source 
 * The ``n_components`` leading coordinates (default ``n_clusters``, the first, constant
   one among them: Ng, Jordan & Weiss), each row scaled to unit length; k-means
   (k-means++, ``n_init`` restarts) on the representatives' unit coordinates weighted by
-  their degrees gives the centres, and every row goes to its nearest centre.
+  their degrees gives the centres, and every row goes to its nearest centre, its
+  coordinates averaged over its neighbourhood (its ``K`` nearest representatives and
+  their near ties, within 1.25 times the ``K``-th distance, up to ``4 K``).
 * ``n_clusters="auto"``: ``k`` in ``2 .. 30`` after which the gap between consecutive
   Laplacian eigenvalues ``1 - sqrt(mu)`` is largest (:mod:`ooc_spectral.core.eigengap`).
-* ``predict(X_new)``: a new row's ``K`` nearest representatives, its weights, the same
-  map, unit length, the nearest centre. The map is a function of the row alone (the
+* ``predict(X_new)``: a new row's neighbourhood, its weights, the same map, unit length,
+  the nearest centre. The map is a function of the row alone (the
   representatives, their scales, ``C`` and the centres are fixed), so on a training row
   it gives that row's ``labels_``.
 """

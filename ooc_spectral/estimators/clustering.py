@@ -166,9 +166,11 @@ class GreedySpectralClustering(SparseInputMixin, FeatureNamesInMixin, ClusterMix
     at unit length. A representative's coordinates are the weighted mean of its rows'
     (divided by ``mu``), so k-means (k-means++, ``n_init`` restarts) on the
     representatives' unit coordinates weighted by their degrees places the centres, and
-    every row goes to its nearest centre. ``predict`` applies the same function of the
-    row alone (its nearest representatives, its weights, the fixed map and centres), so
-    on training rows it gives ``labels_``. ``n_clusters="auto"`` takes ``k`` from the
+    every row goes to its nearest centre, its coordinates averaged over its neighbourhood
+    (its ``K`` nearest representatives and their near ties: within 1.25 times the
+    ``K``-th distance, up to ``4 K``). ``predict`` applies the same function of the row
+    alone (its neighbourhood, its weights, the fixed map and centres), so on training rows
+    it gives ``labels_``. ``n_clusters="auto"`` takes ``k`` from the
     largest gap between consecutive Laplacian eigenvalues ``1 - sqrt(mu)``
     (:mod:`ooc_spectral.core.eigengap`).
 

@@ -48,7 +48,8 @@ from ..core.eigengap import AUTO_MAX_CLUSTERS, choose_n_clusters, laplacian_from
 from ..core.pass2 import _InOrder
 from ..core.planning import MAX_SEGMENTS, segments, whole_chunks
 from ..core.representatives import (BIPARTITE_BLOCK_ROWS, BipartiteSums, ClusterMap,
-                                    Representatives, TransferCutMap, bipartite_sums,
+                                    REACH_FACTOR, Representatives, TransferCutMap,
+                                    bipartite_sums,
                                     chunk_bipartite, combine_in_order,
                                     graph_pieces, in_threads, nearest_center,
                                     representative_scales, solve_transfer_cut, unit_rows)
@@ -75,8 +76,8 @@ CLIENT_THREADS = 1
 #: Stage name of the bipartite pass's partials in a checkpoint (``r2``: the graph with
 #: the representatives' scales).
 STAGE = "bipartite-r2"
-#: In-memory rows keep each row's representatives and weights (12 bytes per row and
-#: neighbour) for the labels up to this size; above it the labels find them again.
+#: In-memory rows keep each row's neighbourhood (12 bytes per row and representative of
+#: its reach) for the labels up to this size; above it the labels find them again.
 GRAPH_CACHE_BYTES = 256 * 2**20
 
 
@@ -168,7 +169,8 @@ def choose_representatives(source, n_representatives: int, n_neighbors: int, see
     sample = read_sample(source, sample_rows(n, sample_factor * m, seed, REPRESENTATIVES_PURPOSE))
     points = select_representatives(sample, m, seed)
     K = min(int(n_neighbors), points.shape[0])
-    return Representatives(points, K, representative_scales(points, K, sample))
+    return Representatives(points, K, representative_scales(points, K, sample),
+                           reach=REACH_FACTOR * K)
 
 
 def _from_flat(flat: dict) -> BipartiteSums:
@@ -188,7 +190,7 @@ def bipartite_pass(X: da.Array, reps: Representatives, *, executor: Executor,
     segs = segments(len(blocks), max_segments)
     # the partials belong to these representatives (a resumed run on another machine may
     # round its selection differently) and to these tasks
-    stage = f"{STAGE}-" + dask.base.tokenize(reps.points, reps.n_neighbors, reps.scales,
+    stage = f"{STAGE}-" + dask.base.tokenize(reps.points, reps.n_neighbors, reps.scales, reps.reach,
                                              X.chunks[0])[:16]
     fold = _InOrder()
     todo = {}
@@ -225,12 +227,15 @@ def in_memory_blocks(source, step: int):
 
 def in_memory_pass(source, reps: Representatives, step: int) -> tuple[BipartiteSums, list | None]:
     """The bipartite sums of in-memory rows, block by block (on every core, folded in row
-    order), and each block's ``(index, b)`` while they fit in :data:`GRAPH_CACHE_BYTES`."""
-    keep = source.n_rows * reps.n_neighbors * 12 <= GRAPH_CACHE_BYTES
+    order), and each block's neighbourhood ``(index, b)``
+    (:meth:`~ooc_spectral.core.representatives.Representatives.neighbourhood`) while they
+    fit in :data:`GRAPH_CACHE_BYTES`."""
+    keep = source.n_rows * reps.reach * 12 <= GRAPH_CACHE_BYTES
+    K = reps.n_neighbors
 
     def one(block):
-        index, b = reps.weights(block[1])
-        part = bipartite_sums(index, b, reps.size)
+        index, b = reps.neighbourhood(block[1])
+        part = bipartite_sums(index[:, :K], b[:, :K], reps.size)
         return part, ((index.astype(np.int32), b) if keep else None)
 
     parts = in_threads(one, in_memory_blocks(source, step))
@@ -380,7 +385,7 @@ def embed_and_label(source, cmap: ClusterMap, chunk_rows: int | None = None, gra
     otherwise."""
     if source.kind == "numpy":
         if graph is None:
-            graph = in_threads(lambda block: cmap.tmap.representatives.weights(block[1]),
+            graph = in_threads(lambda block: cmap.tmap.representatives.neighbourhood(block[1]),
                                 in_memory_blocks(source, task_rows(source, chunk_rows)))
         parts = [cmap.embed_weights(index, b) for index, b in graph]
         E = np.concatenate(parts) if parts else np.empty((0, cmap.n_components))
