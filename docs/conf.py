@@ -10,7 +10,9 @@ repository holds then:
 * the gallery ``auto_examples/`` from ``docs/examples/plot_*.py``, each example run
   by sphinx-gallery during the build;
 * the tables and plots of ``performance.md`` from ``workflows/bench/results/*.json``
-  (``docs/_ext/benchmark_results.py``).
+  (``docs/_ext/benchmark_results.py``), and the comparison table and grid of
+  ``clustering.md`` from ``workflows/bench/results/clustering.json``
+  (``docs/_ext/clustering_results.py``).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ extensions = [
     "myst_parser",
     "sphinx_gallery.gen_gallery",
     "benchmark_results",
+    "clustering_results",
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}

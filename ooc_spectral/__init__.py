@@ -25,6 +25,7 @@ Public paths: this package's names, :mod:`ooc_spectral.manifold`,
 from . import exceptions
 from .exceptions import (
     ConfigurationMismatchError,
+    DegeneratePartitionWarning,
     DictionaryError,
     DictionarySizeError,
     DictionaryWarning,

@@ -28,6 +28,7 @@ PUBLIC = [
     "DictionaryError",
     "DictionarySizeError",
     "DictionaryWarning",
+    "DegeneratePartitionWarning",
     "NotFittedError",
     "ConfigurationMismatchError",
     "LockedError",
@@ -304,6 +305,13 @@ class StorageBackendError(UsageError, ValueError):
 
 class DictionaryWarning(UserWarning):
     """The dictionary is degenerate in a way that still allows a result (e.g. m = n)."""
+
+
+class DegeneratePartitionWarning(UserWarning):
+    """A clustering or a divisive (Laplacian) embedding that says little about the data:
+    one cluster holds almost every row and the others a handful, leading coordinates
+    carried by a handful of rows, or a graph in pieces (several leading eigenvalues equal
+    to 1). The message names what to change (:mod:`ooc_spectral.core.degenerate`)."""
 
 
 def warn_once(message: str, category: type[Warning], *, stacklevel: int = 2,

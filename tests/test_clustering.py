@@ -1,4 +1,6 @@
-"""GreedySpectralClustering: the adjusted Rand index of issue 7, predict, the out-of-core path."""
+"""GreedySpectralClustering(affinity="kernel"): the adjusted Rand index of issue 7, predict,
+the out-of-core path. The default affinity (representatives) is tested in
+tests/test_representatives.py and tests/test_clustering_defaults.py."""
 
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ def raw_kmeans_ari(X, y):
 def halo_ball():
     X, lab = generate("halo-ball", 2000, seed=0)
     Xn, labn = generate("halo-ball", 1000, seed=1)
-    sc = GreedySpectralClustering(2, gamma=5.0, tol=1e-3, random_state=0).fit(X)
+    sc = GreedySpectralClustering(2, affinity="kernel", gamma=5.0, tol=1e-3, random_state=0).fit(X)
     return X, lab["label"], Xn, labn["label"], sc
 
 
@@ -51,7 +53,7 @@ def halo_ball():
 def spirals():
     X, y = interleaved_spirals(2000, seed=0)
     Xn, yn = interleaved_spirals(1000, seed=1)
-    sc = GreedySpectralClustering(2, gamma=1.0, tol=1e-2, random_state=0).fit(X)
+    sc = GreedySpectralClustering(2, affinity="kernel", gamma=1.0, tol=1e-2, random_state=0).fit(X)
     return X, y, Xn, yn, sc
 
 

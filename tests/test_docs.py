@@ -44,7 +44,7 @@ def site(tmp_path_factory):
 
 
 def test_the_site_builds_with_warnings_as_errors(site):
-    for page in ("index", "getting_started", "api", "performance", "results",
+    for page in ("index", "getting_started", "api", "performance", "results", "clustering",
                  "user_guide/parameters", "user_guide/certificate", "user_guide/batch"):
         assert (site / f"{page}.html").exists(), page
 
@@ -117,3 +117,22 @@ def test_the_performance_page_survives_missing_and_odd_result_files(tmp_path):
     assert br._tables(got["new_bench"]["data"]) == [("rows", [{"a": 1.5, "b": "x"}])]
     assert br.make_plot("memory_flat", got["memory_flat"]["data"], tmp_path / "p.png") is False
     assert br.make_plot("new_bench", got["new_bench"]["data"], tmp_path / "q.png") is False
+
+
+def test_the_clustering_page_is_drawn_from_the_result_file(tmp_path):
+    """docs/clustering.md's table and grid come from workflows/bench/results/clustering.json
+    (docs/_ext/clustering_results.py): one row a data set, one panel a set and method."""
+    sys.path.insert(0, str(DOCS / "_ext"))
+    try:
+        import clustering_results as cr
+    finally:
+        sys.path.remove(str(DOCS / "_ext"))
+    res = json.loads((ROOT / "workflows" / "bench" / "results" / "clustering.json").read_text())
+    header, rows = cr.comparison_rows(res)
+    assert len(rows) == len(res["sets"]) and len(header) == len(rows[0])
+    digits = rows[[s["data"] for s in res["sets"]].index("digits")]
+    ours = res["sets"][[s["data"] for s in res["sets"]].index("digits")]["methods"]["ours"]
+    assert digits[3].startswith(f"{ours['ari_median']:.3f}")
+    assert cr.draw_grid(res, tmp_path / "grid.png") and (tmp_path / "grid.png").stat().st_size > 10_000
+    assert cr.draw_grid({"sets": []}, tmp_path / "none.png") is False
+    assert cr.memory_rows(res)[1] or "memory" not in res

@@ -49,8 +49,8 @@ def _expected_failed_checks(estimator):
 
 ESTIMATORS = [
     GreedySpectralEmbedding(random_state=0),
-    GreedySpectralClustering(n_clusters=2, gamma=0.05, random_state=0),
-    GreedySpectralClustering(n_clusters=2, affinity="representatives", random_state=0),
+    GreedySpectralClustering(n_clusters=2, affinity="kernel", gamma=0.05, random_state=0),
+    GreedySpectralClustering(n_clusters=2, random_state=0),
     ExactKernelEmbedding(),
     NystromEmbedding(n_landmarks=5, random_state=0),
     GaussianProjectionEmbedding(random_state=0),

@@ -209,8 +209,10 @@ def test_spectral_clustering_callable_affinity():
     def rbf(x, y):
         return float(np.exp(-0.5 * np.sum((x - y) ** 2)))
 
-    ours = GreedySpectralClustering(3, kernel=rbf, tol=1e-3, random_state=0).fit(X).labels_
-    ref = GreedySpectralClustering(3, gamma=0.5, tol=1e-3, random_state=0).fit(X).labels_
+    ours = GreedySpectralClustering(3, affinity="kernel", kernel=rbf, tol=1e-3,
+                                    random_state=0).fit(X).labels_
+    ref = GreedySpectralClustering(3, affinity="kernel", gamma=0.5, tol=1e-3,
+                                   random_state=0).fit(X).labels_
     np.testing.assert_array_equal(ours, ref)
 
 

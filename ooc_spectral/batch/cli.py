@@ -202,6 +202,17 @@ def workflow_permissions(args) -> frozenset:
     return frozenset(given)
 
 
+def _n_clusters(text: str):
+    """``--n-clusters``: a whole number, or ``auto``."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither a whole number of clusters nor 'auto'") from None
+
+
 # --------------------------------------------------------------------------- #
 def build_parser() -> argparse.ArgumentParser:
     from ..io.dataset_specs import DATASETS  # the names only: no zarr for --help
@@ -258,13 +269,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("input", help="zarr array, or the group make-data wrote")
     p.add_argument("--out", required=True, metavar="OUTDIR", help="output directory (a zarr group)")
     _add_estimator_options(p)
-    g = p.add_argument_group("clustering (see GreedySpectralClustering)")
-    g.add_argument("--affinity", choices=("kernel", "representatives"), default="kernel",
-                   help="kernel: the greedy embedding (no clustering); representatives: spectral "
-                   "clustering on each row's nearest representatives, labels written beside the "
-                   "embedding (needs --n-clusters; --n-components defaults to K + 1)")
-    g.add_argument("--n-clusters", type=int, default=None, metavar="K",
-                   help="number of clusters (--affinity representatives)")
+    g = p.add_argument_group("clustering (see GreedySpectralClustering; its defaults)")
+    g.add_argument("--n-clusters", type=_n_clusters, default=None, metavar="K",
+                   help="cluster the rows: K clusters, or 'auto' (K from the eigengap); labels "
+                   "are written beside the embedding (n x K unit rows) and report.json holds "
+                   "the cluster sizes")
+    g.add_argument("--affinity", choices=("representatives", "kernel"), default=None,
+                   help="the graph: representatives (the default with --n-clusters): each "
+                   "row's nearest representatives, out of core; kernel (the default without "
+                   "it): the greedy kernel embedding, no clustering")
     g.add_argument("--n-representatives", type=int, default=1000, metavar="M",
                    help="representatives (default: 1000, at most half the rows)")
     g.add_argument("--n-neighbors", type=int, default=5, metavar="NN",

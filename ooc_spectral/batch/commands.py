@@ -90,11 +90,13 @@ def cmd_fit(args) -> dict:
                  cluster=_cluster_options(args), checkpoint_every=args.checkpoint_every,
                  overwrite=args.overwrite, performance_report=args.performance_report,
                  attrs=getattr(args, "workflow_attrs", None) or {})
-    if getattr(args, "affinity", "kernel") == "representatives":
+    affinity = getattr(args, "affinity", None)
+    clustering = getattr(args, "n_clusters", None) is not None
+    if affinity == "representatives" or (affinity is None and clustering):
         return _fit_representatives(args, job)
-    if getattr(args, "n_clusters", None) is not None:
-        raise CommandError("--n-clusters needs --affinity representatives (the kernel fit "
-                           "writes the embedding only)")
+    if clustering:
+        raise CommandError("--n-clusters clusters on --affinity representatives (the default); "
+                           "--affinity kernel writes the embedding only: leave --affinity out")
     report = run_fit_job(job)
     return {k: report.get(k) for k in ("status", "outdir", "n_samples", "dictionary_size",
                                        "max_residual", "gamma", "wall_seconds", "resumed_stages",
@@ -105,8 +107,9 @@ def _fit_representatives(args, job) -> dict:
     from ..core.config import FitConfig
     from .representatives_job import run_representatives_job
 
-    if args.n_clusters is None or args.n_clusters < 2:
-        raise CommandError("--affinity representatives needs --n-clusters K, K at least 2")
+    if args.n_clusters is None or (args.n_clusters != "auto" and args.n_clusters < 2):
+        raise CommandError("--affinity representatives needs --n-clusters K, K at least 2, "
+                           "or --n-clusters auto")
     for flag, value in (("--n-representatives", args.n_representatives),
                         ("--n-neighbors", args.n_neighbors)):
         if value < 1:
@@ -123,13 +126,13 @@ def _fit_representatives(args, job) -> dict:
             "--affinity representatives does not use %s (options of the kernel embedding)",
             ", ".join(ignored))
     default_p = fields["n_components"].default
-    p = None if args.n_components == default_p else args.n_components  # not given: K + 1
+    p = None if args.n_components == default_p else args.n_components  # not given: K
     report = run_representatives_job(job, n_clusters=args.n_clusters,
                                      n_representatives=args.n_representatives,
                                      n_neighbors=args.n_neighbors, n_components=p)
     return {k: report.get(k) for k in ("status", "outdir", "n_samples", "n_clusters",
-                                       "n_representatives", "cluster_sizes", "wall_seconds",
-                                       "config_hash")}
+                                       "n_representatives", "cluster_sizes",
+                                       "degenerate_partition", "wall_seconds", "config_hash")}
 
 
 def cmd_transform(args) -> dict:

@@ -10,9 +10,11 @@ bipartite pass's segment partials in the checkpoint, the write-back's per-chunk
 markers, ``report.json``, and the completion marker last.
 
 OUTDIR then holds ``embedding`` (n x p, unit rows), ``labels`` (n, int32) beside it,
-``representatives_model`` (the representatives, the map's coefficients, the
-eigenvalues and the k-means centres, as checksummed arrays; ``n_neighbors`` in its
-description, which carries the digest of the arrays and of itself) and ``report.json``.
+``representatives_model`` (the representatives and their scales, the map's
+coefficients, the eigenvalues and the k-means centres, as checksummed arrays;
+``n_neighbors`` and the reach in its description, which carries the digest of the arrays
+and of itself) and ``report.json`` (with the clusters made, their sizes, the eigengaps of
+``--n-clusters auto`` and the degenerate-partition warning, if any).
 Every member has its digest in the manifest (:mod:`ooc_spectral.batch.outdir`): ``verify``
 and the rerun of the same command check them, and the rerun repairs what is damaged.
 
@@ -35,7 +37,8 @@ from ..io.manifest import REPRESENTATIVES_KEY, read_sealed_group, write_sealed_g
 from ..io.safety import output_apart_from_model, output_outside_input
 from ..io.source import open_source
 from ..pipeline.cluster_output import ClusterOutput
-from ..pipeline.representatives import fit_representatives, task_rows
+from ..core.degenerate import partition_message
+from ..pipeline.representatives import fit_representatives, task_rows, warn_if_degenerate
 from ..runtime.cluster import compute_engine
 from ..runtime.monitor import MemorySampler, ProgressLog
 from .jobs import FitJob, _check_workers_see_input, input_identity
@@ -55,9 +58,11 @@ def _save_model(url: str, fit) -> None:
     of the map, and every field of its description, under one digest)."""
     tmap = fit.cmap.tmap
     write_sealed_group(zarr.open_group(url, mode="a"), MODEL, REPRESENTATIVES_KEY, {
-        "representatives": tmap.representatives.points, "coefficients": tmap.coefficients,
+        "representatives": tmap.representatives.points,
+        "scales": tmap.representatives.scales, "coefficients": tmap.coefficients,
         "eigenvalues": tmap.eigenvalues, "centers": fit.cmap.centers},
-        {"affinity": "representatives", "n_neighbors": int(tmap.representatives.n_neighbors)})
+        {"affinity": "representatives", "n_neighbors": int(tmap.representatives.n_neighbors),
+         "reach": int(tmap.representatives.reach)})
 
 
 def _cluster_sizes(url: str, k: int) -> np.ndarray:
@@ -70,25 +75,28 @@ def _cluster_sizes(url: str, k: int) -> np.ndarray:
     return counts
 
 
-def run_representatives_job(job: FitJob, *, n_clusters: int, n_representatives: int = 1000,
+def run_representatives_job(job: FitJob, *, n_clusters, n_representatives: int = 1000,
                             n_neighbors: int = 5, n_components: int | None = None,
-                            n_init: int = 10, kmeans_sample_size: int = 100_000) -> dict:
+                            n_init: int = 10) -> dict:
     """Run or resume the clustering into ``job.outdir``; returns the report.
+    ``n_clusters`` is an int or ``"auto"``; the defaults are
+    :class:`~ooc_spectral.GreedySpectralClustering`'s.
 
     ``job.params`` supplies ``random_state`` (the seed; the command line's default is 0)
     and ``chunk_rows`` (rows per task; default :data:`~ooc_spectral.pipeline.representatives.TASK_ROWS`
     in whole storage chunks).
     """
     seed = int(job.params.get("random_state") or 0)
-    p = int(n_components) if n_components else None  # None: k or k + 1 (coordinates_for)
+    p = int(n_components) if n_components else None  # None: k
+    k = n_clusters if n_clusters == "auto" else int(n_clusters)
     output_outside_input(job.outdir, job.input)
     source = open_source(job.input)
     watch = InputWatch(source.fingerprint, job.input)
     fingerprint = watch.fingerprint
-    estimator = {"affinity": "representatives", "n_clusters": int(n_clusters),
-                 "n_components": p, "n_representatives": int(n_representatives),
-                 "n_neighbors": int(n_neighbors), "n_init": int(n_init),
-                 "kmeans_sample_size": int(kmeans_sample_size), "random_state": seed,
+    estimator = {"affinity": "representatives", "graph": "local scales s_t s_j, reach 4K",
+                 "n_clusters": k, "n_components": p,
+                 "n_representatives": int(n_representatives),
+                 "n_neighbors": int(n_neighbors), "n_init": int(n_init), "random_state": seed,
                  "chunk_rows": job.params.get("chunk_rows")}
     resolved = {"estimator": estimator, "input": input_identity(source)}
     rundir = RunDirectory(job.outdir)
@@ -112,9 +120,9 @@ def run_representatives_job(job: FitJob, *, n_clusters: int, n_representatives: 
                 _check_workers_see_input(executor, source)
                 store = rundir.checkpoint(job.checkpoint_every)
                 fit = fit_representatives(
-                    source, n_clusters=n_clusters, n_components=p,
+                    source, n_clusters=k, n_components=p,
                     n_representatives=n_representatives, n_neighbors=n_neighbors, seed=seed,
-                    n_init=n_init, kmeans_sample_size=kmeans_sample_size, executor=executor,
+                    n_init=n_init, executor=executor,
                     chunk_rows=job.params.get("chunk_rows"), store=store)
                 times = dict(fit.times)
                 t = time.perf_counter()
@@ -127,18 +135,26 @@ def run_representatives_job(job: FitJob, *, n_clusters: int, n_representatives: 
                 times["write-back"] = time.perf_counter() - t
                 _save_model(rundir.url, fit)
                 where = engine.report()
-            counts = _cluster_sizes(rundir.join("labels"), n_clusters)
+            counts = _cluster_sizes(rundir.join("labels"), fit.n_clusters)
+            degenerate = partition_message(counts)
+            if degenerate is not None:
+                warn_if_degenerate("ooc-spectral fit", counts, n_neighbors, fit.n_clusters)
             report = {
                 "status": "complete", "affinity": "representatives",
                 "input": resolved["input"], "input_fingerprint": fingerprint,
                 "outdir": rundir.url, "n_samples": source.n_rows,
-                "n_features": source.n_features, "n_clusters": int(n_clusters),
+                "n_features": source.n_features, "n_clusters": fit.n_clusters,
+                "n_clusters_requested": k,
+                "eigengaps": (None if fit.eigengaps is None
+                              else [float(v) for v in fit.eigengaps]),
+                "laplacian_eigenvalues": [float(v) for v in fit.laplacian_eigenvalues],
+                "degenerate_partition": degenerate,
                 "n_components": fit.cmap.n_components,
                 "n_representatives": fit.cmap.tmap.representatives.size,
                 "n_neighbors": fit.cmap.tmap.representatives.n_neighbors,
                 "eigenvalues": [float(v) for v in fit.cmap.tmap.eigenvalues],
                 "cluster_sizes": [int(c) for c in counts],
-                "kmeans_sample_rows": fit.sample_size, "kmeans_inertia": fit.inertia,
+                "kmeans_inertia": fit.inertia,
                 "rows_written": written,
                 "stages": {name: {"seconds": round(sec, 4)} for name, sec in times.items()},
                 "wall_seconds": round(time.perf_counter() - t0, 4),
@@ -165,7 +181,8 @@ def load_cluster_map(outdir: str):
     arrays, meta = read_sealed_group(
         url, REPRESENTATIVES_KEY, "the representatives fit's map",
         f"rerun the fit that wrote {outdir} (the same command repairs it)")
-    reps = Representatives(arrays["representatives"], int(meta["n_neighbors"]))
+    reps = Representatives(arrays["representatives"], int(meta["n_neighbors"]),
+                           arrays.get("scales"), meta.get("reach"))
     tmap = TransferCutMap(reps, arrays["coefficients"], arrays["eigenvalues"])
     return ClusterMap(tmap, arrays["centers"]), arrays_digest(arrays)
 

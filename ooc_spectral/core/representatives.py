@@ -3,14 +3,21 @@
 The graph
 ---------
 ``m`` representatives ``r_1..r_m`` (k-means centres of a seeded sample of the rows,
-:func:`select_representatives`) and the ``n`` rows form a bipartite graph: row ``t`` is
-joined to its ``K`` nearest representatives ``N(t)`` with the Gaussian weights
+:mod:`ooc_spectral.core.representative_selection`) and the ``n`` rows form a bipartite
+graph: row ``t`` is joined to its ``K`` nearest representatives ``N(t)`` with the
+Gaussian weights
 
-    b_tj = exp(-|x_t - r_j|^2 / (2 s_t^2))  for j in N(t),  0 otherwise,
+    b_tj = exp(-|x_t - r_j|^2 / (2 s_t s_j))  for j in N(t),  0 otherwise,
 
-``s_t`` the mean distance of row ``t`` to its ``K`` nearest representatives (a per-row
-bandwidth: a single bandwidth, U-SPEC's mean over all rows, underflows to zero weight
-for outlying rows, whose part of the graph then falls off as components of their own).
+a bandwidth local on both sides of the edge (Zelnik-Manor & Perona's self-tuning
+scale ``s_t s_j`` in place of one ``sigma^2``): ``s_t`` is the mean distance of row
+``t`` to its ``K`` nearest representatives, and ``s_j`` the scale of representative
+``j``, the mean ``s_t`` of the sample rows whose nearest representative it is
+(:func:`representative_scales`). A single bandwidth (U-SPEC's mean over all rows)
+underflows to zero weight for outlying rows, whose part of the graph then falls off as
+components of their own; a per-row one alone lets a row in a sparse region join the
+representatives of a dense cluster nearby as strongly as its own (digits standardised:
+ARI 0.71 with ``s_t^2``, 0.79 with ``s_t s_j``; docs/clustering.md).
 ``B = (b_tj)`` is ``n x m`` and sparse (``K`` entries a row); the graph's adjacency is
 ``W = [[0, B], [B', 0]]`` with degrees ``D_X = diag(B 1)`` (rows) and
 ``D_Y = diag(B' 1)`` (representatives).
@@ -44,10 +51,23 @@ solve). The first coordinate is the constant 1 (the trivial eigenvector).
 
 Only ``E`` (``m x m``), ``D_Y`` (``m``) and ``n`` depend on all the rows: pass 2 sums
 them chunk by chunk (:func:`chunk_bipartite`, a :class:`BipartiteSums` per chunk,
-combined in row order); ``B`` exists one block of rows at a time. A new row gets its
-coordinates the same way (its ``K`` nearest representatives, its weights, ``C``):
-the map is a function of the row alone, so on a training row it gives back that
-row's training coordinates.
+combined in row order); ``B`` exists one block of rows at a time.
+
+The clustering coordinates
+--------------------------
+The representatives' coordinates ``C_j`` are the graph's (k-means places the centres
+among them); a row's clustering coordinates are ``(b'_t / d'_t) C`` over its
+*neighbourhood* (:meth:`Representatives.neighbourhood`): its ``K`` nearest
+representatives with the weights above, and besides them those within
+:data:`REACH_RATIO` = 1.25 times its ``K``-th distance, up to ``REACH_FACTOR * K`` in
+all, with the same weights. Where no representative is that near a tie of the
+``K``-th (few dimensions, data on a manifold), these are the row's eigenvector
+coordinates ``u_t`` above. In many dimensions a row's distances to the representatives
+concentrate, which ``K`` of the nearly equidistant ones come first is noise, and the
+average over all of them is the steadier vote (wine, breast cancer, 20-D Gaussian
+blobs: docs/clustering.md). A new row gets its coordinates the same way: the map is a
+function of the row alone, so on a training row it gives back that row's training
+coordinates.
 
 The nearest representatives of a block are found at the speed of a matrix product:
 squared distances ``|x|^2 - 2 x.r + |r|^2`` by one product per sub-block of rows (rows
@@ -58,6 +78,8 @@ References
 ----------
 X. Chen and D. Cai, *Large Scale Spectral Clustering with Landmark-Based
 Representation*, AAAI 2011.
+L. Zelnik-Manor and P. Perona, *Self-Tuning Spectral Clustering*, NIPS 2004 (the local
+scale ``s_i s_j``).
 Z. Li, X.-M. Wu and S.-F. Chang, *Segmentation Using Superpixels: A Bipartite Graph
 Partitioning Approach*, CVPR 2012 (the transfer cut).
 D. Huang, C.-D. Wang, J.-S. Wu, J.-H. Lai and C.-K. Kwoh, *Ultra-Scalable Spectral
@@ -67,6 +89,7 @@ from k-means on a random sample, K nearest representatives, the transfer cut).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -79,24 +102,26 @@ from .statistics import Statistic
 
 __all__ = [
     "BipartiteSums",
+    "bipartite_sums",
     "graph_pieces",
+    "in_threads",
     "ClusterMap",
     "combine_in_order",
-    "embed_block",
-    "label_block",
     "nearest_center",
     "Representatives",
     "TransferCutMap",
     "chunk_bipartite",
-    "kmeans_plusplus",
-    "lloyd",
-    "select_representatives",
+    "representative_scales",
+    "smallest_k",
+    "smallest_under",
     "solve_transfer_cut",
     "unit_rows",
 ]
 
-#: Bytes of the distance block a sub-block of rows holds (rows x m float64).
-DISTANCE_BLOCK_BYTES = 32 * 2**20
+#: Bytes of the distance block a sub-block of rows holds (rows x m float64): 1024 rows at
+#: m = 1000, so that the block is still in cache for the selection's passes over it
+#: (32 MiB blocks took 1.6 times as long for the products and the selection).
+DISTANCE_BLOCK_BYTES = 8 * 2**20
 #: Up to this many features the nearest representatives come from a k-d tree (scipy's
 #: ``cKDTree``, exact), above it from blocked products and a partial sort: the tree is
 #: far faster at a few features, even at 8 and slower beyond (docs/measurements.md,
@@ -106,6 +131,11 @@ KDTREE_MAX_FEATURES = 8
 #: ``K^2`` values a row (25 at K = 5, 400 bytes with both), 13 MiB at 32768 rows
 #: against 100 MiB for a whole 262144-row task, beside one ``m x m`` sum per sub-block.
 BIPARTITE_BLOCK_ROWS = 32768
+#: A row's clustering coordinates average over its ``K`` nearest representatives and the
+#: ones within this ratio of the ``K``-th distance (:meth:`Representatives.neighbourhood`),
+#: at most ``REACH_FACTOR * K`` in all.
+REACH_RATIO = 1.25
+REACH_FACTOR = 4
 #: Eigenvalues ``mu`` below this are treated as 0 when a coordinate divides by ``sqrt(mu)``.
 TINY_EIGENVALUE = 1e-12
 
@@ -119,7 +149,8 @@ def unit_rows(E: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- #
-# the representatives: k-means on a sample
+# distances by one product (the representatives are chosen in
+# :mod:`ooc_spectral.core.representative_selection`)
 # --------------------------------------------------------------------------- #
 def _sq_norms(A: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", A, A)
@@ -141,100 +172,84 @@ def _scaled_with_norms(R: np.ndarray) -> np.ndarray:
     return A
 
 
-def kmeans_plusplus(S: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarray:
-    """``m`` rows of ``S`` (``m <= len(S)``) chosen by k-means++ seeding (Arthur &
-    Vassilvitskii 2007): each next centre drawn with probability proportional to the
-    squared distance to the nearest centre so far. Rows already at distance 0 of a
-    centre are drawn only once every other row is."""
-    n = S.shape[0]
-    s2 = _sq_norms(S)
-    chosen = np.empty(m, dtype=np.int64)
-    chosen[0] = rng.integers(n)
-    closest = np.maximum(s2 - 2.0 * (S @ S[chosen[0]]) + s2[chosen[0]], 0.0)
-    closest[chosen[0]] = 0.0
-    taken = np.zeros(n, dtype=bool)
-    taken[chosen[0]] = True
-    for i in range(1, m):
-        cum = np.cumsum(closest)
-        if cum[-1] > 0.0:
-            j = int(np.searchsorted(cum, rng.random() * cum[-1], side="right"))
-            j = min(j, n - 1)
-            while closest[j] == 0.0:  # rounding at the top of the cumulative sum
-                j -= 1
-        else:  # every row sits on a centre: the rest are rows not taken yet
-            j = int(rng.choice(np.flatnonzero(~taken)))
-        chosen[i] = j
-        taken[j] = True
-        d = np.maximum(s2 - 2.0 * (S @ S[j]) + s2[j], 0.0)
-        np.minimum(closest, d, out=closest)
-        closest[j] = 0.0
-    return S[chosen].copy()
+def in_threads(func, items) -> list:
+    """``[func(x) for x in items]`` in order, on one thread per core (NumPy's products,
+    reductions and sorts release the GIL; with BLAS on one thread each, the cores
+    split the blocks). The result does not depend on the number of threads."""
+    items = list(items)
+    threads = min(len(items), os.cpu_count() or 1)
+    if threads <= 1:
+        return [func(x) for x in items]
+    from concurrent.futures import ThreadPoolExecutor
 
-
-def lloyd(S: np.ndarray, C: np.ndarray, max_iter: int) -> np.ndarray:
-    """At most ``max_iter`` Lloyd iterations of the centres ``C`` on the rows ``S``;
-    stops when no row changes centre. A centre left without rows keeps its place."""
-    import scipy.sparse as sp
-
-    C = np.array(C, dtype=np.float64, copy=True)
-    m, n = C.shape[0], S.shape[0]
-    A = _with_ones(S) if S.shape[1] > KDTREE_MAX_FEATURES else None
-    label = None
-    ones = np.ones(n)
-    cols = np.arange(n)
-    for _ in range(max_iter):
-        if S.shape[1] <= KDTREE_MAX_FEATURES:
-            new = cKDTree(C).query(S, k=1)[1]
-        else:
-            new = np.argmin(A @ _scaled_with_norms(C).T, axis=1)  # argmin |c|^2 - 2 s.c
-        if label is not None and np.array_equal(new, label):
-            break
-        label = new
-        counts = np.bincount(label, minlength=m)
-        sums = sp.csr_matrix((ones, (label, cols)), shape=(m, n)) @ S
-        filled = counts > 0
-        C[filled] = sums[filled] / counts[filled, None]
-    return C
-
-
-def select_representatives(sample: np.ndarray, m: int, seed: int, *,
-                           max_iter: int = 10) -> np.ndarray:
-    """``m`` representatives of the rows ``sample``: k-means++ seeding, then at most
-    ``max_iter`` Lloyd iterations (U-SPEC's hybrid selection: k-means on a random
-    sample of about ten times ``m`` rows). Duplicate centres are dropped, so fewer
-    than ``m`` come back when the sample has fewer than ``m`` distinct rows.
-
-    The arithmetic runs on the sample moved by its mean (distances by their
-    expansion do not cancel for data far from the origin) and is a function of the
-    sample, ``m`` and ``seed`` only.
-    """
-    S = np.asarray(sample, dtype=np.float64)
-    mean = S.mean(axis=0)
-    S = np.ascontiguousarray(S - mean)
-    m = min(int(m), S.shape[0])
-    rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x52455053]))
-    C = lloyd(S, kmeans_plusplus(S, m, rng), max_iter)
-    _, first = np.unique(C, axis=0, return_index=True)
-    C = C[np.sort(first)]
-    return C + mean
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(func, items))
 
 
 # --------------------------------------------------------------------------- #
 # the nearest representatives of a block of rows, and the weights
 # --------------------------------------------------------------------------- #
+def smallest_under(D: np.ndarray, tau: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(columns, values)``, both ``(c, k)``: the ``k`` smallest entries of each row of
+    ``D`` (``(c, m)``) among those at most ``tau`` (``(c,)``), by value then column; where
+    a row has fewer, the rest are column 0 with value ``inf``. Each row's few entries are
+    sorted in a padded row of their own."""
+    c, m = D.shape
+    flat = np.flatnonzero(D <= tau[:, None])
+    r, j = np.divmod(flat, m)
+    counts = np.bincount(r, minlength=c)
+    start = np.zeros(c, dtype=np.int64)
+    np.cumsum(counts[:-1], out=start[1:])
+    pos = np.arange(flat.size) - start[r]
+    width = max(int(counts.max(initial=0)), k)
+    V = np.full((c, width), np.inf)
+    V[r, pos] = D.ravel()[flat]
+    J = np.zeros((c, width), dtype=np.int64)
+    J[r, pos] = j  # ascending within a row: a stable sort by value breaks ties by column
+    order = np.argsort(V, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(J, order, axis=1), np.take_along_axis(V, order, axis=1)
+
+
+def smallest_k(D: np.ndarray, K: int) -> np.ndarray:
+    """The columns of the ``K`` smallest entries of each row of ``D`` (``(c, m)``,
+    ``K < m``), ties to the lower column: ``(c, K)``, each row by value then column.
+
+    The ``K``-th smallest entry of a row is at most ``tau``, the largest of the minima of
+    ``K`` disjoint blocks of its columns (they are ``K`` entries of the row), so only
+    the entries up to ``tau`` (about ``2 K`` a row) are sorted
+    (:func:`smallest_under`): two contiguous passes over ``D`` instead of a selection in
+    every row (``np.argpartition``, twice as slow at ``m = 1000``, ``K = 5``)."""
+    c, m = D.shape
+    q = m // K
+    tau = D[:, :q * K].reshape(c, K, q).min(axis=2).max(axis=1)
+    return smallest_under(D, tau, K)[0]
+
+
 @dataclass(frozen=True, eq=False)
 class Representatives:
-    """The ``m x d`` representatives and the number ``K`` of them each row is joined to.
+    """The ``m x d`` representatives, the number ``K`` of them each row is joined to, and
+    their scales ``s_j``.
 
     Attributes
     ----------
     points : ndarray of shape (m, d)
     n_neighbors : int
         ``K``, at most ``m``.
+    scales : ndarray of shape (m,) or None
+        ``s_j`` (:func:`representative_scales`), positive; None: each row's own scale on
+        both sides (``b_tj = exp(-d_tj^2 / (2 s_t^2))``, the graph of models saved before
+        the scales were).
+    reach : int or None
+        The most representatives a row's clustering coordinates average over
+        (:meth:`neighbourhood`): its ``K`` nearest, then those within
+        :data:`REACH_RATIO` times the ``K``-th distance, up to ``reach`` in all (at most
+        ``m``). None: ``K`` (models saved before the reach was).
     """
 
     points: np.ndarray
     n_neighbors: int
+    scales: np.ndarray | None = None
+    reach: int | None = None
     _center: np.ndarray = field(init=False, repr=False)
     _augmented: np.ndarray = field(init=False, repr=False)
     _tree: cKDTree | None = field(init=False, repr=False)
@@ -243,17 +258,27 @@ class Representatives:
         P = np.ascontiguousarray(self.points, dtype=np.float64)
         if P.ndim != 2 or not 1 <= int(self.n_neighbors) <= P.shape[0]:
             raise ValueError(f"n_neighbors={self.n_neighbors} for {P.shape[0]} representatives")
+        if self.scales is not None:
+            scales = np.ascontiguousarray(self.scales, dtype=np.float64)
+            if scales.shape != (P.shape[0],) or not np.all(scales > 0):
+                raise ValueError(f"scales of shape {scales.shape} for {P.shape[0]} "
+                                 "representatives; expected one positive scale each")
+            object.__setattr__(self, "scales", scales)
         center = P.mean(axis=0)
         moved = np.ascontiguousarray(P - center)
         object.__setattr__(self, "points", P)
         object.__setattr__(self, "n_neighbors", int(self.n_neighbors))
+        reach = self.n_neighbors if self.reach is None else int(self.reach)
+        if reach < self.n_neighbors:
+            raise ValueError(f"reach={reach} below n_neighbors={self.n_neighbors}")
+        object.__setattr__(self, "reach", min(reach, P.shape[0]))
         object.__setattr__(self, "_center", center)
         object.__setattr__(self, "_augmented", _scaled_with_norms(moved))
         object.__setattr__(self, "_tree", cKDTree(moved) if P.shape[1] <= KDTREE_MAX_FEATURES
                            else None)
 
     def __reduce__(self):  # shipped to workers without the derived arrays and tree
-        return (type(self), (self.points, self.n_neighbors))
+        return (type(self), (self.points, self.n_neighbors, self.scales, self.reach))
 
     @property
     def size(self) -> int:
@@ -269,45 +294,111 @@ class Representatives:
         :data:`DISTANCE_BLOCK_BYTES`."""
         return max(64, DISTANCE_BLOCK_BYTES // (8 * self.size))
 
-    def nearest(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The ``K`` nearest representatives of each row of ``X`` (float64, finite).
+    def nearest(self, X: np.ndarray, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` (default ``K``) nearest representatives of each row of ``X``
+        (float64, finite).
 
-        Returns ``(index, d2)``, both ``(len(X), K)``: representative numbers and
+        Returns ``(index, d2)``, both ``(len(X), k)``: representative numbers and
         squared distances, each row sorted by distance (ties by number).
         """
+        k = self.n_neighbors if k is None else int(k)
+        return self._search(X, k, k)
+
+    def _search(self, X: np.ndarray, K: int, reach: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``K`` nearest representatives of each row and, up to ``reach`` in all, the
+        next ones within :data:`REACH_RATIO` times the ``K``-th distance; ``(c, reach)``
+        each, sorted by distance then number, the places no representative fills with
+        distance ``inf``."""
         X = np.asarray(X, dtype=np.float64)
-        c, K, m = X.shape[0], self.n_neighbors, self.size
-        index = np.empty((c, K), dtype=np.int64)
-        d2 = np.empty((c, K))
+        c, m = X.shape[0], self.size
         if self._tree is not None:
-            d, index = self._tree.query(X - self._center, k=K)
-            index = np.asarray(index, dtype=np.int64).reshape(c, K)
-            return index, np.square(np.asarray(d).reshape(c, K))
+            d, index = self._tree.query(X - self._center, k=reach)
+            index = np.asarray(index, dtype=np.int64).reshape(c, reach)
+            d = np.asarray(d, dtype=np.float64).reshape(c, reach)
+            if reach > K:
+                d[:, K:][d[:, K:] > REACH_RATIO * d[:, K - 1:K]] = np.inf
+            return np.minimum(index, m - 1), np.square(d)
+        index = np.empty((c, reach), dtype=np.int64)
+        d2 = np.empty((c, reach))
         step = self.block_rows()
         for a in range(0, c, step):
             Xm = X[a:a + step] - self._center
             D = _with_ones(Xm) @ self._augmented.T  # |r|^2 - 2 x.r: the order of |x - r|^2
-            if K < m:
-                j = np.argpartition(D, K - 1, axis=1)[:, :K]
-            else:
+            x2 = _sq_norms(Xm)
+            if K >= m:
                 j = np.broadcast_to(np.arange(m), D.shape)
-            dj = np.take_along_axis(D, j, axis=1)
-            dj += _sq_norms(Xm)[:, None]
+                dj = np.take_along_axis(D, j, axis=1)
+            elif reach == K:
+                j = smallest_k(D, K)
+                dj = np.take_along_axis(D, j, axis=1)
+            else:  # the K nearest and their near ties: every entry within the ratio of the K-th
+                # minima of `reach` blocks of columns: the K-th smallest of them bounds the
+                # K-th entry, the largest the reach-th (as in smallest_k)
+                q = m // reach
+                mins = D[:, :q * reach].reshape(len(D), reach, q).min(axis=2)
+                kth = smallest_under(D, np.partition(mins, K - 1, axis=1)[:, K - 1], K)[1][:, -1]
+                near = REACH_RATIO ** 2 * np.maximum(kth + x2, 0.0) - x2
+                j, dj = smallest_under(D, np.minimum(near, mins.max(axis=1)), reach)
+            dj = dj + x2[:, None]
             np.maximum(dj, 0.0, out=dj)
             order = np.lexsort((j, dj), axis=1)  # by distance, then by number
             index[a:a + step] = np.take_along_axis(j, order, axis=1)
             d2[a:a + step] = np.take_along_axis(dj, order, axis=1)
         return index, d2
 
-    def weights(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(index, b)``: each row's ``K`` nearest representatives and its weights
-        ``b_tj = exp(-d_tj^2 / (2 s_t^2))``, ``s_t`` the row's mean distance to them
-        (all weights 1 for a row at distance 0 of all ``K``)."""
-        index, d2 = self.nearest(X)
-        s = np.sqrt(d2).mean(axis=1)
-        denom = 2.0 * s * s
-        ratio = np.divide(d2, denom[:, None], out=np.zeros_like(d2), where=denom[:, None] > 0)
+    def neighbourhood(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(index, b)``, both ``(len(X), reach)``: each row's :attr:`reach` nearest
+        representatives and its weights ``b_tj = exp(-d_tj^2 / (2 s_t s_j))``, ``s_t`` the
+        row's mean distance to its ``K`` nearest and ``s_j`` the representatives'
+        :attr:`scales` (``s_t`` again without them); all weights 1 for a row at distance 0
+        of all ``K``. Past the ``K``-th, a representative keeps its weight only within
+        :data:`REACH_RATIO` times the ``K``-th distance (a near tie of the ``K``-th), else 0.
+
+        The first ``K`` columns are the graph (:meth:`weights`); the rest are the near
+        ties a row's clustering coordinates also average over: in many dimensions the
+        distances of a row to the representatives concentrate, and which ``K`` of the
+        nearly equidistant ones come first is noise (docs/clustering.md).
+        """
+        K = self.n_neighbors
+        index, d2 = self._search(X, K, self.reach)  # past the K-th: near ties, else inf
+        s = np.sqrt(d2[:, :K]).mean(axis=1)
+        if self.scales is None:
+            denom = (2.0 * s * s)[:, None]
+        else:
+            denom = 2.0 * s[:, None] * self.scales[index]
+        ratio = np.divide(d2, denom, out=np.zeros_like(d2), where=denom > 0)
+        ratio[np.isinf(d2)] = np.inf  # no near tie in that place: weight 0
         return index, np.exp(-ratio)
+
+    def weights(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(index, b)``, both ``(len(X), K)``: the graph's edges of each row, its ``K``
+        nearest representatives and their weights (the first ``K`` columns of
+        :meth:`neighbourhood`)."""
+        index, b = self.neighbourhood(X)
+        K = self.n_neighbors
+        return index[:, :K], b[:, :K]
+
+
+def representative_scales(points: np.ndarray, n_neighbors: int,
+                          sample: np.ndarray) -> np.ndarray:
+    """``s_j`` of each representative: the mean, over the rows of ``sample`` whose nearest
+    representative is ``j``, of their mean distance ``s_t`` to their ``n_neighbors``
+    nearest representatives (the local scale of the region ``j`` stands for: small in a
+    dense cluster, large in a sparse one). A representative no sample row is nearest to,
+    or whose rows all sit on representatives, takes the median ``s_t`` of the sample."""
+    reps = Representatives(points, min(int(n_neighbors), len(points)))
+    S = np.asarray(sample, dtype=np.float64)
+    index, d2 = reps.nearest(S)
+    s = np.sqrt(d2).mean(axis=1)
+    m = reps.size
+    count = np.bincount(index[:, 0], minlength=m)
+    total = np.bincount(index[:, 0], weights=s, minlength=m)
+    positive = s[s > 0]
+    fallback = float(np.median(positive)) if positive.size else 1.0
+    scales = np.full(m, fallback)
+    mean = np.divide(total, count, out=np.zeros(m), where=count > 0)
+    scales[mean > 0] = mean[mean > 0]
+    return scales
 
 
 # --------------------------------------------------------------------------- #
@@ -327,7 +418,9 @@ class BipartiteSums(Statistic):
                              self.degrees + other.degrees)
 
 
-def _bipartite_sums(index: np.ndarray, b: np.ndarray, m: int) -> BipartiteSums:
+def bipartite_sums(index: np.ndarray, b: np.ndarray, m: int) -> BipartiteSums:
+    """The :class:`BipartiteSums` of rows given their representatives ``index`` and weights
+    ``b`` (both ``(c, K)``, from :meth:`Representatives.weights`)."""
     c, K = index.shape
     scaled = b / b.sum(axis=1, keepdims=True)  # b_t / d_t (d_t > 0: the nearest weighs >= e^-1/2)
     pair = (index[:, :, None] * m + index[:, None, :]).ravel()
@@ -349,7 +442,7 @@ def chunk_bipartite(block, reps: Representatives, offset: int = 0, chunk_starts=
     for a in range(0, max(n, 1), step):
         X = np.ascontiguousarray(block[a:a + step], dtype=np.float64)
         check_finite(X, int(offset) + a, chunk_starts=chunk_starts)
-        part = _bipartite_sums(*reps.weights(X), reps.size)
+        part = bipartite_sums(*reps.weights(X), reps.size)
         out = part if out is None else out.combine(part)
     return out
 
@@ -381,9 +474,18 @@ class TransferCutMap:
 
     def embed(self, X: np.ndarray) -> np.ndarray:
         """The coordinates ``(len(X), p)`` of the rows ``X`` (float64, finite)."""
-        index, b = self.representatives.weights(X)
-        b /= b.sum(axis=1, keepdims=True)
+        return self.coordinates(*self.representatives.weights(X))
+
+    def coordinates(self, index: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """The coordinates ``(c, p)`` of rows given their representatives and weights
+        (``(c, K)`` each, :meth:`Representatives.weights`)."""
+        b = b / b.sum(axis=1, keepdims=True)
         return np.einsum("ck,ckp->cp", b, self.coefficients[index])
+
+    def leading(self, p: int) -> "TransferCutMap":
+        """The map to the ``p`` leading coordinates only."""
+        return TransferCutMap(self.representatives, self.coefficients[:, :p].copy(),
+                              self.eigenvalues[:p].copy())
 
 
 def graph_pieces(sums: BipartiteSums) -> int:
@@ -463,7 +565,11 @@ class ClusterMap:
         X = np.asarray(X, dtype=np.float64)
         if X.shape[0] == 0:
             return np.empty((0, self.n_components))
-        return unit_rows(self.tmap.embed(X))
+        return self.embed_weights(*self.tmap.representatives.neighbourhood(X))
+
+    def embed_weights(self, index: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """:meth:`embed` of rows given their representatives and weights."""
+        return unit_rows(self.tmap.coordinates(index, b))
 
     def labels(self, X: np.ndarray) -> np.ndarray:
         return self.labels_of(self.embed(X))
@@ -473,21 +579,7 @@ class ClusterMap:
         return nearest_center(U, self.centers)
 
 
-def embed_block(block, tmap: TransferCutMap, offset: int = 0, chunk_starts=None) -> np.ndarray:
-    """Unit-length transfer-cut coordinates ``(len(block), p)`` of a block of rows
-    (checked finite; errors name the global row ``offset + i``)."""
-    X = np.ascontiguousarray(block, dtype=np.float64)
-    check_finite(X, int(offset), chunk_starts=chunk_starts)
-    return ClusterMap(tmap).embed(X)
-
-
 def nearest_center(U: np.ndarray, centers: np.ndarray) -> np.ndarray:
     """The number of the nearest of ``centers`` for each row of ``U`` (ties: the lower)."""
     d2 = _sq_norms(centers)[None, :] - 2.0 * (U @ centers.T)
     return np.argmin(d2, axis=1).astype(np.int64)
-
-
-def label_block(block, tmap: TransferCutMap, centers: np.ndarray, offset: int = 0,
-                chunk_starts=None) -> np.ndarray:
-    """The cluster of each row of a block: its unit coordinates' nearest centre."""
-    return nearest_center(embed_block(block, tmap, offset, chunk_starts), centers)

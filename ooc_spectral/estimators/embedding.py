@@ -13,6 +13,7 @@ from ._sklearn import FeatureNamesMixin
 from .._params import store_params
 from .._validation import check_fitted, check_n_features
 from ..core.config import FitConfig
+from ..core.degenerate import check_divisive_embedding
 from ..core.model import SpectralMap
 from ..exceptions import DictionaryError, InvalidInputError
 from ..runtime.execution import compute, task_threads
@@ -302,6 +303,8 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
             raise advised from err
         self._incremental = None  # a later partial_fit starts afresh
         self._set_fitted(result)
+        if self.normalization == "divisive":  # a graph in pieces or on outliers is said
+            check_divisive_embedding(self)
         return self
 
     def fit_transform(self, X, y=None, *, output=None):

@@ -1,22 +1,32 @@
-"""The representatives affinity over a source (issue 39): its passes as dask graphs.
+"""The representatives affinity over a source: its passes as dask graphs.
 
 The numerics are in :mod:`ooc_spectral.core.representatives` (the graph, the transfer
 cut, why it is the bipartite graph's spectral embedding); this module runs them over a
 :class:`~ooc_spectral.io.source.DataSource`:
 
-1. **representatives** (in the client): a seeded sample of ``sample_factor * m`` rows
-   (:func:`~ooc_spectral.core.planning.plan_sample`: a few runs of contiguous rows, so a
-   few storage-chunk reads however large the data), k-means++ and Lloyd on it;
+1. **representatives** (in the client): a seeded uniform sample of ``sample_factor * m``
+   rows, gathered in one read of the storage chunks that hold them
+   (:func:`read_sample`: every region of the data is sampled in proportion to its rows,
+   so a small cluster stored in one place is not missed as a few runs of contiguous
+   rows would miss it), k-means++ and Lloyd on it, and each representative's scale from
+   the same sample (:func:`~ooc_spectral.core.representatives.representative_scales`);
 2. **bipartite pass** (a parallel map over row chunks and the ordered tree reduction of
    :func:`~ooc_spectral.pipeline.accumulate.tree_reduce`): every chunk reduced to a
    :class:`~ooc_spectral.core.representatives.BipartiteSums` (``m x m`` and ``m``
    numbers), combined in row order, so the sums do not depend on which worker finished
    first. The graph is built once and computed once; segments of consecutive chunks can
    be kept in a checkpoint (a :class:`~ooc_spectral.pipeline.accumulate.PartialStore`),
-   so a rerun recomputes only the missing ones;
-3. **solve** (``m x m``, in the client);
-4. **k-means** (in the client) on the unit coordinates of a seeded sample of
-   ``kmeans_sample_size`` rows (every row when there are fewer);
+   so a rerun recomputes only the missing ones. In-memory (numpy) rows are summed in
+   the client instead, and each row's representatives and weights are kept (``K`` of
+   each a row) for the labels, up to :data:`GRAPH_CACHE_BYTES`;
+3. **solve** (``m x m``, in the client): ``n_clusters`` leading coordinates, or
+   :data:`~ooc_spectral.core.eigengap.AUTO_MAX_CLUSTERS` + 1 of them for
+   ``n_clusters="auto"``, which takes ``k`` from the largest eigengap;
+4. **k-means** (in the client) on the representatives' unit coordinates, weighted by
+   their degrees: a representative's coordinate row ``C_j`` is the weighted mean of its
+   rows' coordinates divided by ``mu`` (``B' u = (1 - lambda) D_Y v``), so the weighted
+   k-means of the ``m`` representatives stands for the k-means of the rows (the same ARI
+   on every data set of docs/clustering.md) at no cost in ``n`` and no sample to read;
 5. **coordinates and labels** of every row: lazy dask arrays, one task per row chunk
    (:func:`map_rows`, :func:`label_rows`), or written chunk by chunk.
 
@@ -33,34 +43,42 @@ import dask
 import dask.array as da
 import numpy as np
 
+from ..core import degenerate
+from ..core.eigengap import AUTO_MAX_CLUSTERS, choose_n_clusters, laplacian_from_transfer_cut
 from ..core.pass2 import _InOrder
-from ..core.planning import MAX_SEGMENTS, plan_sample, segments, whole_chunks
-from ..core.representatives import (BipartiteSums, ClusterMap, Representatives, TransferCutMap,
-                                    chunk_bipartite, graph_pieces,
-                                    combine_in_order, embed_block, nearest_center, select_representatives,
-                                    solve_transfer_cut)
+from ..core.planning import MAX_SEGMENTS, segments, whole_chunks
+from ..core.representatives import (BIPARTITE_BLOCK_ROWS, BipartiteSums, ClusterMap,
+                                    REACH_FACTOR, Representatives, TransferCutMap,
+                                    bipartite_sums,
+                                    chunk_bipartite, combine_in_order,
+                                    graph_pieces, in_threads, nearest_center,
+                                    representative_scales, solve_transfer_cut, unit_rows)
+from ..core.representative_selection import select_representatives
+from .._validation import check_finite
 from ..exceptions import InvalidInputError
 from ..runtime.execution import Executor, shared
 from .accumulate import PartialStore, tree_reduce
 from .writeback import map_rows
 
 __all__ = ["RepresentativesFit", "fit_representatives", "bipartite_pass", "label_rows",
-           "choose_representatives", "embed_and_label", "check_connected", "TASK_ROWS"]
+           "choose_representatives", "embed_and_label", "check_connected", "read_sample",
+           "TASK_ROWS", "GRAPH_CACHE_BYTES", "warn_if_degenerate"]
 
 #: Rows per task of the passes (rounded to whole storage chunks).
 TASK_ROWS = 1 << 16
-#: ``purpose`` tags of :func:`plan_sample` (each use draws its own rows).
+#: Seed tag of the representatives' sample (each use of a seed draws its own rows).
 REPRESENTATIVES_PURPOSE = 0x52
-KMEANS_PURPOSE = 0x4C
 #: The stages in the client (selection, an in-memory pass, the solve, k-means) run on
 #: one BLAS/OpenMP thread: small products, and on a shared machine more threads spin.
 #: The dense solve ran several times slower on two threads than on one, 2 cores under
 #: load (docs/representatives.md).
 CLIENT_THREADS = 1
-#: An eigenvalue ``mu`` of the transfer cut within this of 1 counts a piece of the graph.
-PIECES_TOL = 1e-10
-#: Stage name of the bipartite pass's partials in a checkpoint.
-STAGE = "bipartite-r1"
+#: Stage name of the bipartite pass's partials in a checkpoint (``r2``: the graph with
+#: the representatives' scales).
+STAGE = "bipartite-r2"
+#: In-memory rows keep each row's neighbourhood (12 bytes per row and representative of
+#: its reach) for the labels up to this size; above it the labels find them again.
+GRAPH_CACHE_BYTES = 256 * 2**20
 
 
 @dataclass
@@ -72,33 +90,87 @@ class RepresentativesFit:
     cmap : ClusterMap
         The map of rows to unit coordinates and clusters.
     sums : BipartiteSums
+    n_clusters : int
+        The clusters made (the one chosen for ``n_clusters="auto"``).
+    eigengaps : ndarray or None
+        For ``n_clusters="auto"``: ``eigengaps[k - 1]`` is the gap between the ``k``-th
+        and ``(k + 1)``-th smallest Laplacian eigenvalues
+        (:func:`~ooc_spectral.core.eigengap.eigengaps`); None otherwise.
+    laplacian_eigenvalues : ndarray
+        The bipartite graph's smallest normalized-Laplacian eigenvalues ``1 - sqrt(mu)``
+        that were computed.
+    representative_labels : ndarray of shape (m,)
+        Each representative's cluster (-1: joined to no row).
     inertia : float
-        k-means inertia on the sample.
-    sample_size : int
-        Rows of the k-means sample.
+        Weighted k-means inertia of the representatives' unit coordinates.
     n_iter : int
-        Lloyd iterations of the best k-means run on the sample.
+        Lloyd iterations of the best k-means run.
     times : dict
         Seconds per stage.
+    graph : list or None
+        In-memory input: ``(index, b)`` of every block of rows, in order, for the labels
+        (None when not kept).
     """
 
     cmap: ClusterMap
     sums: BipartiteSums
+    n_clusters: int
+    eigengaps: np.ndarray | None
+    laplacian_eigenvalues: np.ndarray
+    representative_labels: np.ndarray
     inertia: float
-    sample_size: int
     n_iter: int
     times: dict = field(default_factory=dict)
+    graph: list | None = None
+
+    def estimated_sizes(self) -> np.ndarray:
+        """Rows per cluster as the graph sees them: each cluster's share of the
+        representatives' degrees times ``n`` (exact when every row's weights sum alike;
+        what the degenerate-partition check reads where the labels are lazy)."""
+        lab = self.representative_labels
+        used = lab >= 0
+        w = np.bincount(lab[used], weights=self.sums.degrees[used], minlength=self.n_clusters)
+        return w / max(w.sum(), 1e-300) * self.sums.n
+
+
+def read_sample(source, rows: np.ndarray) -> np.ndarray:
+    """The rows numbered ``rows`` (sorted ascending, unique) as float64, checked finite:
+    each storage chunk that holds some is read once, from its first such row to its
+    last."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if rows.size == 0:
+        return np.empty((0, source.n_features))
+    step = max(1, int(source.storage_chunk_rows))
+    chunk = rows // step
+    breaks = np.flatnonzero(np.diff(chunk)) + 1
+    parts = []
+    for a, b in zip(np.concatenate([[0], breaks]), np.concatenate([breaks, [rows.size]])):
+        lo, hi = int(rows[a]), int(rows[b - 1]) + 1
+        parts.append(source.read_rows(lo, hi)[rows[a:b] - lo])
+    return np.concatenate(parts)
+
+
+def sample_rows(n_rows: int, size: int, seed: int, purpose: int) -> np.ndarray:
+    """Sorted row numbers of a seeded uniform sample of ``min(size, n_rows)`` rows."""
+    n_rows, size = int(n_rows), int(size)
+    if size >= n_rows:
+        return np.arange(n_rows, dtype=np.int64)
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), purpose, n_rows]))
+    return np.sort(rng.choice(n_rows, size=size, replace=False)).astype(np.int64)
 
 
 def choose_representatives(source, n_representatives: int, n_neighbors: int, seed: int, *,
                            sample_factor: int = 10) -> Representatives:
-    """The representatives: k-means++ and Lloyd on a seeded sample of
-    ``sample_factor * m`` rows, ``m`` at most half the rows."""
+    """The representatives: k-means++ and Lloyd on a seeded uniform sample of
+    ``sample_factor * m`` rows (``m`` at most half the rows), and their scales from the
+    same sample."""
     n = source.n_rows
     m = max(1, min(int(n_representatives), -(-n // 2)))
-    rows = plan_sample(n, sample_factor * m, seed, REPRESENTATIVES_PURPOSE)
-    points = select_representatives(source.read_index(rows), m, seed)
-    return Representatives(points, min(int(n_neighbors), points.shape[0]))
+    sample = read_sample(source, sample_rows(n, sample_factor * m, seed, REPRESENTATIVES_PURPOSE))
+    points = select_representatives(sample, m, seed)
+    K = min(int(n_neighbors), points.shape[0])
+    return Representatives(points, K, representative_scales(points, K, sample),
+                           reach=REACH_FACTOR * K)
 
 
 def _from_flat(flat: dict) -> BipartiteSums:
@@ -118,7 +190,8 @@ def bipartite_pass(X: da.Array, reps: Representatives, *, executor: Executor,
     segs = segments(len(blocks), max_segments)
     # the partials belong to these representatives (a resumed run on another machine may
     # round its selection differently) and to these tasks
-    stage = f"{STAGE}-" + dask.base.tokenize(reps.points, reps.n_neighbors, X.chunks[0])[:16]
+    stage = f"{STAGE}-" + dask.base.tokenize(reps.points, reps.n_neighbors, reps.scales, reps.reach,
+                                             X.chunks[0])[:16]
     fold = _InOrder()
     todo = {}
     for s, seg in enumerate(segs):
@@ -139,9 +212,37 @@ def bipartite_pass(X: da.Array, reps: Representatives, *, executor: Executor,
     return fold.result(len(segs))
 
 
-def _label_located(block, cmap, chunk_starts=None, block_info=None):
-    from .._validation import check_finite
+def in_memory_blocks(source, step: int):
+    """``(offset, rows)`` of in-memory rows in order: blocks of ``step`` rows in
+    sub-blocks of :data:`BIPARTITE_BLOCK_ROWS`, float64, checked finite. The fit and
+    ``predict`` read the rows the same way, so each row's representatives come from the
+    same products, bit for bit."""
+    for a in range(0, max(source.n_rows, 1), step):
+        block = source.read_raw(a, a + step)
+        for c in range(0, max(len(block), 1), BIPARTITE_BLOCK_ROWS):
+            X = np.ascontiguousarray(block[c:c + BIPARTITE_BLOCK_ROWS], dtype=np.float64)
+            check_finite(X, a + c, chunk_starts=source.chunk_starts)
+            yield a + c, X
 
+
+def in_memory_pass(source, reps: Representatives, step: int) -> tuple[BipartiteSums, list | None]:
+    """The bipartite sums of in-memory rows, block by block (on every core, folded in row
+    order), and each block's neighbourhood ``(index, b)``
+    (:meth:`~ooc_spectral.core.representatives.Representatives.neighbourhood`) while they
+    fit in :data:`GRAPH_CACHE_BYTES`."""
+    keep = source.n_rows * reps.reach * 12 <= GRAPH_CACHE_BYTES
+    K = reps.n_neighbors
+
+    def one(block):
+        index, b = reps.neighbourhood(block[1])
+        part = bipartite_sums(index[:, :K], b[:, :K], reps.size)
+        return part, ((index.astype(np.int32), b) if keep else None)
+
+    parts = in_threads(one, in_memory_blocks(source, step))
+    return combine_in_order([p for p, _ in parts]), ([g for _, g in parts] if keep else None)
+
+
+def _label_located(block, cmap, chunk_starts=None, block_info=None):
     offset = block_info[0]["array-location"][0][0] if block_info else 0
     X = np.ascontiguousarray(block, dtype=np.float64)
     check_finite(X, offset, chunk_starts=chunk_starts)
@@ -156,17 +257,21 @@ def label_rows(X: da.Array, cmap: ClusterMap, chunk_starts=None) -> da.Array:
                          meta=np.empty((0,), dtype=np.int64), chunks=(X.chunks[0],), name=name)
 
 
-def check_connected(sums: BipartiteSums, n_clusters: int, n_neighbors: int) -> None:
-    """Refuse a graph in more pieces than ``n_clusters`` (:func:`graph_pieces`): its
-    embedding would keep an arbitrary few of the pieces' indicators (the rows of the
-    others at 0) and k-means would group pieces the graph does not relate, a clustering
-    that looks plausible and means nothing."""
+def check_connected(sums: BipartiteSums, n_clusters, n_neighbors: int) -> int:
+    """The pieces of the graph (:func:`graph_pieces`); a graph in more pieces than
+    ``n_clusters`` (or than ``"auto"`` chooses among) is refused: its embedding would keep
+    an arbitrary few of the pieces' indicators (the rows of the others at 0) and k-means
+    would group pieces the graph does not relate, a clustering that looks plausible and
+    means nothing."""
     pieces = graph_pieces(sums)
-    if pieces <= int(n_clusters):
-        return
-    k, K = int(n_clusters), int(n_neighbors)
+    auto = n_clusters == "auto"
+    k = AUTO_MAX_CLUSTERS if auto else int(n_clusters)
+    if pieces <= k:
+        return pieces
+    K = int(n_neighbors)
+    asked = (f"the n_clusters='auto' limit of {k}" if auto else f"n_clusters={k}")
     head = (f"the graph of the rows and their n_neighbors={K} nearest representatives falls "
-            f"into {pieces} separate pieces, more than n_clusters={k}: nothing in the graph "
+            f"into {pieces} separate pieces, more than {asked}: nothing in the graph "
             "says which pieces belong together, so the clustering would be arbitrary. ")
     if K == 1:
         raise InvalidInputError(
@@ -177,22 +282,16 @@ def check_connected(sums: BipartiteSums, n_clusters: int, n_neighbors: int) -> N
         f"n_clusters={pieces}, or raise n_neighbors if some of those groups should merge")
 
 
-def coordinates_for(tmap: TransferCutMap, n_clusters: int) -> TransferCutMap:
-    """The default coordinates for ``n_clusters`` clusters: the constant one and ``k``
-    others, unless the graph is in at least ``k`` pieces (``k`` eigenvalues ``mu`` equal
-    to 1 within :data:`PIECES_TOL`): then the first ``k`` coordinates, constant on each
-    piece, are the pieces' indicators (Ng, Jordan & Weiss's ideal case), and a
-    ``(k + 1)``-th only varies inside a piece and can split it after the rows are scaled
-    to unit length (halo-ball, 2 * 10^4 rows: ARI 1.0 at p = 2 for every seed, 0.12-0.16
-    at p = 3 for two seeds of three). A connected graph keeps ``k + 1`` (digits: ARI
-    0.836 mean, 0.799 least over 20 seeds, against 0.827 / 0.772 at p = k; see
-    docs/representatives.md)."""
-    k = int(n_clusters)
-    pieces = int(np.sum(1.0 - tmap.eigenvalues <= PIECES_TOL))
-    if pieces < k or tmap.n_components <= k:
-        return tmap
-    return TransferCutMap(tmap.representatives, tmap.coefficients[:, :k].copy(),
-                          tmap.eigenvalues[:k].copy())
+def warn_if_degenerate(owner: str, sizes, n_neighbors: int, k: int) -> None:
+    """The :class:`~ooc_spectral.exceptions.DegeneratePartitionWarning` of a partition
+    with one cluster and a handful, with the change that helps on this graph."""
+    what = degenerate.partition_message(sizes)
+    if what is None:
+        return
+    degenerate.warn(owner, f"the partition is degenerate: {what}", (
+        "The rows of the small clusters are far from the rest (outliers) or the graph "
+        f"barely links them: ask for fewer clusters than n_clusters={k}, or raise "
+        f"n_neighbors={n_neighbors} (each row then joins more representatives)"))
 
 
 def task_rows(source, requested: int | None = None) -> int:
@@ -200,17 +299,54 @@ def task_rows(source, requested: int | None = None) -> int:
     return whole_chunks(requested or TASK_ROWS, source.storage_chunk_rows, source.n_rows)
 
 
-def fit_representatives(source, *, n_clusters: int, n_components: int | None,
-                        n_representatives: int,
-                        n_neighbors: int, seed: int, n_init: int = 10,
-                        kmeans_sample_size: int = 100_000, executor: Executor | None = None,
-                        chunk_rows: int | None = None, store: PartialStore | None = None,
-                        sample_factor: int = 10) -> RepresentativesFit:
-    """Stages 1-4 of the module docstring over ``source``; the rows' coordinates and
-    labels are then ``map_rows(X, fit.cmap)`` and ``label_rows(X, fit.cmap)``.
-    ``n_components=None``: :func:`coordinates_for` chooses ``k`` or ``k + 1``."""
+def solve_for(sums: BipartiteSums, reps: Representatives, n_clusters, n_components: int | None,
+              pieces: int) -> tuple[TransferCutMap, int, np.ndarray | None, np.ndarray]:
+    """``(map, k, gaps, laplacian)``: the solve, and ``k`` (from the eigengap for
+    ``n_clusters="auto"``, at least the graph's pieces). The map keeps ``n_components``
+    coordinates (default ``k``, Ng, Jordan & Weiss's)."""
+    r = int((sums.degrees > 0).sum())
+    auto = n_clusters == "auto"
+    p = int(n_components) if n_components else None
+    want = max(p or 0, AUTO_MAX_CLUSTERS + 1 if auto else int(n_clusters))
+    if r < (3 if auto else want):
+        raise InvalidInputError(
+            f"only {r} representatives are joined to rows, too few for "
+            f"{'n_clusters=auto' if auto else f'{want} coordinates'}; pass more rows or "
+            "lower n_clusters / n_components")
+    tmap = solve_transfer_cut(sums, reps, min(want, r))
+    lam = laplacian_from_transfer_cut(tmap.eigenvalues)
+    gaps = None
+    if auto:
+        k, gaps = choose_n_clusters(lam, low=max(2, pieces))
+    else:
+        k = int(n_clusters)
+    return tmap.leading(p or k), k, gaps, lam
+
+
+def cluster_representatives(tmap: TransferCutMap, sums: BipartiteSums, k: int, n_init: int,
+                            seed: int):
+    """k-means (k-means++, ``n_init`` restarts) of the representatives' unit coordinates
+    ``C_j / |C_j|`` weighted by their degrees; returns the fitted ``KMeans`` and each
+    representative's cluster (-1 for one joined to no row)."""
     from sklearn.cluster import KMeans
 
+    used = sums.degrees > 0
+    V = unit_rows(tmap.coefficients[used])
+    km = KMeans(n_clusters=k, init="k-means++", n_init=n_init, random_state=seed)
+    km.fit(V, sample_weight=sums.degrees[used])
+    labels = np.full(len(used), -1, dtype=np.int64)
+    labels[used] = km.labels_
+    return km, labels
+
+
+def fit_representatives(source, *, n_clusters, n_components: int | None,
+                        n_representatives: int, n_neighbors: int, seed: int, n_init: int = 10,
+                        executor: Executor | None = None, chunk_rows: int | None = None,
+                        store: PartialStore | None = None,
+                        sample_factor: int = 10) -> RepresentativesFit:
+    """Stages 1-4 of the module docstring over ``source``; the rows' coordinates and
+    labels are then ``embed_and_label(source, fit.cmap, graph=fit.graph)``.
+    ``n_clusters`` is an int or ``"auto"``; ``n_components=None`` keeps ``k``."""
     from threadpoolctl import threadpool_limits
 
     times = {}
@@ -220,44 +356,39 @@ def fit_representatives(source, *, n_clusters: int, n_components: int | None,
                                       sample_factor=sample_factor)
     times["representatives"] = time.perf_counter() - t0
     t = time.perf_counter()
+    graph = None
     if source.kind == "numpy":  # in memory: the same sums, without a graph
-        step = task_rows(source, chunk_rows)
         with threadpool_limits(CLIENT_THREADS):
-            sums = combine_in_order([chunk_bipartite(source.read_raw(a, a + step), reps, a)
-                                     for a in range(0, source.n_rows, step)])
+            sums, graph = in_memory_pass(source, reps, task_rows(source, chunk_rows))
     else:
         X = source.to_dask(task_rows(source, chunk_rows))
         sums = bipartite_pass(X, reps, executor=executor or Executor(),
                               chunk_starts=source.chunk_starts, store=store)
     times["bipartite pass"] = time.perf_counter() - t
-    check_connected(sums, n_clusters, n_neighbors)
+    pieces = check_connected(sums, n_clusters, n_neighbors)
     t = time.perf_counter()
     with threadpool_limits(CLIENT_THREADS):
-        tmap = solve_transfer_cut(sums, reps, min(int(n_components or n_clusters + 1),
-                                                  int((sums.degrees > 0).sum())))
-    if n_components is None:
-        tmap = coordinates_for(tmap, n_clusters)
+        tmap, k, gaps, lam = solve_for(sums, reps, n_clusters, n_components, pieces)
     times["solve"] = time.perf_counter() - t
     t = time.perf_counter()
-    rows = plan_sample(source.n_rows, kmeans_sample_size, seed, KMEANS_PURPOSE)
-    sample = source.read_index(rows)
     with threadpool_limits(CLIENT_THREADS):
-        U = ClusterMap(tmap).embed(sample)
-        km = KMeans(n_clusters=n_clusters, init="k-means++", n_init=n_init,
-                    random_state=seed).fit(U)
+        km, rep_labels = cluster_representatives(tmap, sums, k, n_init, seed)
     centers = np.ascontiguousarray(km.cluster_centers_, dtype=np.float64)
     times["k-means"] = time.perf_counter() - t
-    return RepresentativesFit(ClusterMap(tmap, centers), sums, float(km.inertia_), len(rows),
-                              int(km.n_iter_), times)
+    return RepresentativesFit(ClusterMap(tmap, centers), sums, k, gaps, lam, rep_labels,
+                              float(km.inertia_), int(km.n_iter_), times, graph)
 
 
-def embed_and_label(source, cmap: ClusterMap, chunk_rows: int | None = None):
-    """``(embedding, labels)`` of every row: numpy for numpy input, lazy dask arrays
+def embed_and_label(source, cmap: ClusterMap, chunk_rows: int | None = None, graph=None):
+    """``(embedding, labels)`` of every row: numpy for numpy input (from ``graph``, the
+    rows' representatives and weights, where the fit kept them), lazy dask arrays
     otherwise."""
     if source.kind == "numpy":
-        step = TASK_ROWS
-        E = np.concatenate([embed_block(source.read_raw(a, a + step), cmap.tmap, a)
-                            for a in range(0, max(source.n_rows, 1), step)])
+        if graph is None:
+            graph = in_threads(lambda block: cmap.tmap.representatives.neighbourhood(block[1]),
+                                in_memory_blocks(source, task_rows(source, chunk_rows)))
+        parts = [cmap.embed_weights(index, b) for index, b in graph]
+        E = np.concatenate(parts) if parts else np.empty((0, cmap.n_components))
         return E, nearest_center(E, cmap.centers)
     X = source.to_dask(task_rows(source, chunk_rows))
     return (map_rows(X, cmap, source.chunk_starts, name="ooc-spectral-rep-embed"),

@@ -1,0 +1,106 @@
+"""The representatives: k-means++ and Lloyd on a seeded sample of the rows.
+
+U-SPEC's hybrid selection (Huang et al. 2020): k-means on a uniform sample of about ten
+times ``m`` rows gives ``m`` centres that follow the rows' density, and k-means++'s
+seeding (each next centre drawn with probability proportional to the squared distance
+to the nearest so far) first reaches every region the sample holds, small clusters and
+outlying rows included. The sample's rows are moved by their mean first, so that the
+distances by expansion do not cancel for data far from the origin; the result is a
+function of the sample, ``m`` and the seed only.
+
+The distances are those of :mod:`ooc_spectral.core.representatives`: one product per
+cache-sized block of rows (a k-d tree up to
+:data:`~ooc_spectral.core.representatives.KDTREE_MAX_FEATURES` features), the blocks
+split between the cores.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.spatial import cKDTree
+
+from .representatives import (DISTANCE_BLOCK_BYTES, KDTREE_MAX_FEATURES, _scaled_with_norms,
+                              _sq_norms, _with_ones, in_threads)
+
+__all__ = ["kmeans_plusplus", "lloyd", "select_representatives"]
+
+
+def kmeans_plusplus(S: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarray:
+    """``m`` rows of ``S`` (``m <= len(S)``) chosen by k-means++ seeding (Arthur &
+    Vassilvitskii 2007): each next centre drawn with probability proportional to the
+    squared distance to the nearest centre so far. Rows already at distance 0 of a
+    centre are drawn only once every other row is."""
+    n = S.shape[0]
+    s2 = _sq_norms(S)
+    chosen = np.empty(m, dtype=np.int64)
+    chosen[0] = rng.integers(n)
+    closest = np.maximum(s2 - 2.0 * (S @ S[chosen[0]]) + s2[chosen[0]], 0.0)
+    closest[chosen[0]] = 0.0
+    taken = np.zeros(n, dtype=bool)
+    taken[chosen[0]] = True
+    for i in range(1, m):
+        cum = np.cumsum(closest)
+        if cum[-1] > 0.0:
+            j = int(np.searchsorted(cum, rng.random() * cum[-1], side="right"))
+            j = min(j, n - 1)
+            while closest[j] == 0.0:  # rounding at the top of the cumulative sum
+                j -= 1
+        else:  # every row sits on a centre: the rest are rows not taken yet
+            j = int(rng.choice(np.flatnonzero(~taken)))
+        chosen[i] = j
+        taken[j] = True
+        d = np.maximum(s2 - 2.0 * (S @ S[j]) + s2[j], 0.0)
+        np.minimum(closest, d, out=closest)
+        closest[j] = 0.0
+    return S[chosen].copy()
+
+
+def lloyd(S: np.ndarray, C: np.ndarray, max_iter: int) -> np.ndarray:
+    """At most ``max_iter`` Lloyd iterations of the centres ``C`` on the rows ``S``;
+    stops when no row changes centre. A centre left without rows keeps its place."""
+    import scipy.sparse as sp
+
+    C = np.array(C, dtype=np.float64, copy=True)
+    m, n = C.shape[0], S.shape[0]
+    A = _with_ones(S) if S.shape[1] > KDTREE_MAX_FEATURES else None
+    label = None
+    ones = np.ones(n)
+    cols = np.arange(n)
+    for _ in range(max_iter):
+        if S.shape[1] <= KDTREE_MAX_FEATURES:
+            new = cKDTree(C).query(S, k=1, workers=-1)[1]
+        else:
+            B = _scaled_with_norms(C).T  # argmin |c|^2 - 2 s.c, in cache-sized blocks
+            step = max(64, DISTANCE_BLOCK_BYTES // (8 * m))
+            new = np.concatenate(in_threads(lambda a: np.argmin(A[a:a + step] @ B, axis=1),
+                                            range(0, n, step)))
+        if label is not None and np.array_equal(new, label):
+            break
+        label = new
+        counts = np.bincount(label, minlength=m)
+        sums = sp.csr_matrix((ones, (label, cols)), shape=(m, n)) @ S
+        filled = counts > 0
+        C[filled] = sums[filled] / counts[filled, None]
+    return C
+
+
+def select_representatives(sample: np.ndarray, m: int, seed: int, *,
+                           max_iter: int = 10) -> np.ndarray:
+    """``m`` representatives of the rows ``sample``: k-means++ seeding, then at most
+    ``max_iter`` Lloyd iterations (U-SPEC's hybrid selection: k-means on a random
+    sample of about ten times ``m`` rows). Duplicate centres are dropped, so fewer
+    than ``m`` come back when the sample has fewer than ``m`` distinct rows.
+
+    The arithmetic runs on the sample moved by its mean (distances by their
+    expansion do not cancel for data far from the origin) and is a function of the
+    sample, ``m`` and ``seed`` only.
+    """
+    S = np.asarray(sample, dtype=np.float64)
+    mean = S.mean(axis=0)
+    S = np.ascontiguousarray(S - mean)
+    m = min(int(m), S.shape[0])
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x52455053]))
+    C = lloyd(S, kmeans_plusplus(S, m, rng), max_iter)
+    _, first = np.unique(C, axis=0, return_index=True)
+    C = C[np.sort(first)]
+    return C + mean
