@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -398,7 +399,12 @@ def test_advice_of_the_issue_is_computed(data, tmp_path):
     # issue 38, item 5: the command line's two cases
     proc = cli("fit", data, "--out", tmp_path / "a", "--n-components", 500, "-q")
     assert proc.returncode == 2, proc.stderr
-    assert "gamma=None picks" not in proc.stderr and "--dictionary-size 501" in proc.stderr
+    # issue 53, item 4: one advice, naming the parameter set, and following it works
+    assert "gamma=None picks" not in proc.stderr and "--dictionary-size" not in proc.stderr
+    advised = re.search(r"lower n_components to at most (\d+)", proc.stderr)
+    assert advised is not None, proc.stderr
+    proc = cli("fit", data, "--out", tmp_path / "a2", "--n-components", advised.group(1), "-q")
+    assert proc.returncode == 0, proc.stderr
     proc = cli("fit", data, "--out", tmp_path / "b", "--gamma", 1e6, "--max-dictionary-size",
                300, "-q")
     assert proc.returncode == 2, proc.stderr
