@@ -332,7 +332,8 @@ def cell(m: dict | None) -> str:
 def markdown(res: dict) -> str:
     lines = [f"# Spectral clustering at the defaults ({res['meta']['date']}, "
              f"{res['meta']['machine']})", "",
-             f"`{res['meta']['command']}`", "",
+             f"`{res['meta']['command']}`", ""] + (
+                 [res["meta"]["note"], ""] if res["meta"].get("note") else []) + [
              "Median ARI over the seeds (least-largest), median seconds; ratio: our median "
              "time over KMeans's, fitted alternately (sets of 10^5 rows and more).", "",
              "| data | n x d | k | ours | KMeans | MiniBatchKMeans | SpectralClustering(nn) "
