@@ -136,3 +136,5 @@ def test_the_clustering_page_is_drawn_from_the_result_file(tmp_path):
     assert cr.draw_grid(res, tmp_path / "grid.png") and (tmp_path / "grid.png").stat().st_size > 10_000
     assert cr.draw_grid({"sets": []}, tmp_path / "none.png") is False
     assert cr.memory_rows(res)[1] or "memory" not in res
+    if len(res.get("memory", {}).get("runs", [])) >= 2:
+        assert f"{res['memory']['peak_ratio']:.3f}" in cr.memory_summary(res)

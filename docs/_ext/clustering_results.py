@@ -62,11 +62,24 @@ def comparison_rows(res: dict) -> tuple[list[str], list[list[str]]]:
 
 
 def memory_rows(res: dict) -> tuple[list[str], list[list[str]]]:
-    header = ["rows n", "ARI", "wall seconds", "peak RSS of the process tree", "load"]
-    rows = [[f"{m['n']:,}", f"{m['ari']:.3f}", f"{m['wall_seconds']:.1f}",
-             f"{m['peak_tree_rss_mib']:.0f} MiB", f"{m['load_average'][0]:.1f}"]
+    header = ["rows n", "engine", "ARI", "wall seconds", "peak RSS of the process tree",
+              "load"]
+    rows = [[f"{m['n']:,}", m.get("engine", "auto"), f"{m['ari']:.3f}",
+             f"{m['wall_seconds']:.1f}", f"{m['peak_tree_rss_mib']:.0f} MiB",
+             f"{m['load_average'][0]:.1f}"]
             for m in res.get("memory", {}).get("runs", [])]
     return header, rows
+
+
+def memory_summary(res: dict) -> str | None:
+    """The sentence under the memory table: the largest size's peak over the smallest's."""
+    runs = res.get("memory", {}).get("runs", [])
+    if len(runs) < 2:
+        return None
+    small, large = runs[0], runs[-1]
+    return (f"Peak resident memory of the process tree at {large['n']:,} rows over "
+            f"{small['n']:,} rows: {large['peak_tree_rss_bytes'] / small['peak_tree_rss_bytes']:.3f} "
+            f"for {large['n'] / small['n']:g} times the rows.")
 
 
 def draw_grid(res: dict, out: Path) -> bool:
@@ -136,7 +149,10 @@ class ClusteringResults(SphinxDirective):
                               f"({meta.get('date', '?')}, {meta.get('machine', '?')}, "
                               f"{meta.get('cores', '?')} cores, scikit-learn "
                               f"{meta.get('scikit_learn', '?')}): ")
-        caption += nodes.literal(text=meta.get("command", ""))
+        command = meta.get("command", "")
+        if part == "memory":  # the memory runs may come from a run of their own
+            command = res.get("memory", {}).get("bench_command") or command
+        caption += nodes.literal(text=command)
         if part == "figure":
             figdir = Path(self.env.srcdir) / "_generated" / "benchmarks"
             figdir.mkdir(parents=True, exist_ok=True)
@@ -153,7 +169,9 @@ class ClusteringResults(SphinxDirective):
         header, rows = memory_rows(res) if part == "memory" else comparison_rows(res)
         if not rows:
             return [nodes.paragraph(text=f"The result file holds no {part} runs.")]
-        return [_table(header, rows), caption]
+        summary = memory_summary(res) if part == "memory" else None
+        return [_table(header, rows)] + ([nodes.paragraph(text=summary)] if summary else []) + [
+            caption]
 
 
 def setup(app):

@@ -238,8 +238,9 @@ affine, degree_estimate, degree_subset_size, sample_size
         ``n_clusters="auto"`` only: ``eigengaps_[k - 1]`` is the gap between the k-th and
         (k+1)-th smallest Laplacian eigenvalues ``1 - sqrt(mu)``; ``n_clusters_`` is the
         k >= 2 of the largest.
-    cluster_centers_ : ndarray of shape (n_clusters_, n_components)
-        Centres in the unit-row embedding space.
+    cluster_centers_ : ndarray of shape (n_clusters, n_components)
+        Centres in the unit-row embedding space, one per cluster made (``n_clusters_``
+        rows).
     embedding_ : ndarray or dask array of shape (n_samples, n_components)
         The unit-row embedding that was clustered.
     eigenvalues_ : ndarray of shape (n_components,)

@@ -33,7 +33,8 @@ grid of data sets x methods from it (``docs/_ext/clustering_results.py``).
 
 ``--memory-sizes 1e6 1e7`` adds the out-of-core run: ``make-data blobs`` (5 clusters, 8
 columns, float32, zarr) at each size, then ``ooc-spectral fit IN --out OUT --n-clusters
-5`` as a subprocess (its defaults: the representatives graph), the resident set size of
+5 --engine cluster`` as a subprocess (its defaults otherwise: the representatives
+graph; the same engine at every size, ``--memory-engine``), the resident set size of
 its whole process tree sampled every 50 ms, the ARI of the labels written, and the
 ratio of the largest size's peak to the smallest's.
 
@@ -281,8 +282,12 @@ def measure_set(name: str, seeds: int, budget: float, kernel: bool, log,
 
 
 # --------------------------------------------------------------------------- memory
-def memory_run(n: int, work: Path, k: int = 5) -> dict:
-    """``make-data blobs`` at ``n`` rows, then ``ooc-spectral fit --n-clusters k``."""
+def memory_run(n: int, work: Path, k: int = 5, engine: str = "cluster") -> dict:
+    """``make-data blobs`` at ``n`` rows, then ``ooc-spectral fit --n-clusters k`` on
+    ``--engine engine`` (the same engine at every size: at its default ``auto`` the
+    command runs in-process threads up to 128 MiB of input and the embedded
+    LocalCluster above, and the cluster's fixed resident cost, about 0.9 GiB of
+    scheduler, nannies and workers, would pass for growth in n)."""
     import zarr
     from sklearn.metrics import adjusted_rand_score as ari
 
@@ -293,7 +298,7 @@ def memory_run(n: int, work: Path, k: int = 5) -> dict:
               n_clusters=k, n_features=8)
     out = work / f"fit-{n}"
     cmd = [sys.executable, "-m", "ooc_spectral", "fit", str(data), "--out", str(out),
-           "--n-clusters", str(k), "--overwrite", "--quiet"]
+           "--n-clusters", str(k), "--engine", engine, "--overwrite", "--quiet"]
     load_before = load_average()
     peak, wall, code = run_sampled(cmd)  # memory_flat.py's: the process tree every 50 ms
     if code:
@@ -304,7 +309,7 @@ def memory_run(n: int, work: Path, k: int = 5) -> dict:
     sample = np.arange(0, n, max(1, n // (1 << 20)))  # every row up to 2^20, else a stride
     y = np.asarray(truth["label"].get_orthogonal_selection((sample,)))
     got = np.asarray(labels.get_orthogonal_selection((sample,)))
-    return {"n": n, "command": " ".join(["ooc-spectral"] + cmd[3:]),
+    return {"n": n, "engine": engine, "command": " ".join(["ooc-spectral"] + cmd[3:]),
             "ari_on_rows": len(sample), "ari": float(ari(y, got)),
             "wall_seconds": round(wall, 2), "peak_tree_rss_bytes": int(peak),
             "peak_tree_rss_mib": round(peak / 2**20, 1),
@@ -327,7 +332,8 @@ def cell(m: dict | None) -> str:
 def markdown(res: dict) -> str:
     lines = [f"# Spectral clustering at the defaults ({res['meta']['date']}, "
              f"{res['meta']['machine']})", "",
-             f"`{res['meta']['command']}`", "",
+             f"`{res['meta']['command']}`", ""] + (
+                 [res["meta"]["note"], ""] if res["meta"].get("note") else []) + [
              "Median ARI over the seeds (least-largest), median seconds; ratio: our median "
              "time over KMeans's, fitted alternately (sets of 10^5 rows and more).", "",
              "| data | n x d | k | ours | KMeans | MiniBatchKMeans | SpectralClustering(nn) "
@@ -344,12 +350,16 @@ def markdown(res: dict) -> str:
                      f"| {r['load_average'][0]:.1f} |")
     if res.get("memory"):
         lines += ["", "## Out of core: `ooc-spectral fit IN.zarr --out OUT --n-clusters 5`", "",
-                  "| n | ARI | wall s | peak RSS (process tree) | load |", "|---|---|---|---|---|"]
+                  "| n | engine | ARI | wall s | peak RSS (process tree) | load |",
+                  "|---|---|---|---|---|---|"]
         for m in res["memory"]["runs"]:
-            lines.append(f"| {m['n']:.0e} | {m['ari']:.3f} | {m['wall_seconds']:.1f} | "
-                         f"{m['peak_tree_rss_mib']:.0f} MiB | {m['load_average'][0]:.1f} |")
+            lines.append(f"| {m['n']:.0e} | {m.get('engine', 'auto')} | {m['ari']:.3f} | "
+                         f"{m['wall_seconds']:.1f} | {m['peak_tree_rss_mib']:.0f} MiB | "
+                         f"{m['load_average'][0]:.1f} |")
         lines.append("")
         lines.append(f"Peak memory, largest over smallest size: {res['memory']['peak_ratio']:.3f}")
+        if res["memory"].get("bench_command"):
+            lines += ["", f"`{res['memory']['bench_command']}`"]
     return "\n".join(lines) + "\n"
 
 
@@ -368,6 +378,9 @@ def main() -> None:
     ap.add_argument("--kernel-max-rows", type=int, default=2000,
                     help="record the kernel affinity on sets of at most this many rows")
     ap.add_argument("--memory-sizes", type=float, nargs="*", default=[])
+    ap.add_argument("--memory-engine", choices=("cluster", "threads"), default="cluster",
+                    help="the engine of every memory run (default: the embedded LocalCluster, "
+                    "which the command takes at its defaults above 128 MiB of input)")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     ap.add_argument("--merge", action="store_true",
@@ -398,9 +411,11 @@ def main() -> None:
     memory = old.get("memory")
     if args.memory_sizes:
         work = Path(args.workdir or tempfile.mkdtemp(prefix="ooc-clustering-"))
-        runs = [memory_run(int(n), work) for n in args.memory_sizes]
+        runs = [memory_run(int(n), work, engine=args.memory_engine) for n in args.memory_sizes]
         memory = {"runs": runs, "peak_ratio": runs[-1]["peak_tree_rss_bytes"]
-                  / runs[0]["peak_tree_rss_bytes"]}
+                  / runs[0]["peak_tree_rss_bytes"],
+                  "bench_command": "python workflows/bench/clustering.py "
+                  + " ".join(sys.argv[1:])}
     import sklearn
 
     from ooc_spectral import __version__
