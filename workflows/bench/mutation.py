@@ -247,6 +247,8 @@ def main(argv=None) -> int:
         commands = list(dict.fromkeys(c for run in runs for c in run.get("commands", [])))
         return write_results([rows[i] for i in sorted(rows)], args.out, commands)
     chosen = [(i, m) for i, m in enumerate(MUTANTS) if not args.only or i in args.only]
+    command = "python workflows/bench/mutation.py" + (
+        " --only " + " ".join(map(str, args.only)) if args.only else "")
     with tempfile.TemporaryDirectory(prefix="mutation-") as tmp:
         tmp = Path(tmp)
         for i, (file, old, new) in chosen:  # every snippet matches before anything runs
@@ -274,8 +276,7 @@ def main(argv=None) -> int:
             rows.append(row)
             print(f"[{i}] {outcome:18s} {took:7.1f} s  {file}: {new.strip()[:70]}", flush=True)
             shutil.rmtree(src)
-    command = "python workflows/bench/mutation.py" + (
-        " --only " + " ".join(map(str, args.only)) if args.only else "")
+            write_results(rows, args.out, [command])  # a run stopped early keeps what it found
     return write_results(rows, args.out, [command])
 
 
