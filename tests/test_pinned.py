@@ -107,7 +107,10 @@ def test_the_rbf_entry_error_is_its_formula():
     direct = np.expm1(s) * (1 + 2 * U) + 2 * U
     weighted = (8 * 0.7 * sq + 2 / math.e) * c * np.exp(s) + 2 * U
     np.testing.assert_allclose(got, np.minimum(direct, weighted), rtol=1e-12)
-    assert got[1] == pytest.approx((8 * 0.7 * 0.01 + 2 / math.e) * 14 * 1.01 * U, rel=1e-6)
+    # the row near the origin takes the weighted form; abs=0: approx's default absolute
+    # tolerance, 1e-12, would pass any value at this scale (1e-15)
+    assert got[1] == pytest.approx((8 * 0.7 * 0.01 + 2 / math.e) * 14 * 1.01 * U + 2 * U,
+                                   rel=1e-6, abs=0)
 
 
 def test_the_scan_bound_counts_the_points_added_since_the_measurement():
@@ -128,7 +131,7 @@ def test_the_scan_bound_counts_the_points_added_since_the_measurement():
     zn = math.sqrt(0.6 * (1 + gamma_n(m)))
     want = (2 * 40 * (3e-16 + g2m * 1.3 * zn) + 2e-15 * 40 ** 2 + 7e-14 * (2 * 40 - 9) * 9
             + gamma_n(m + 2) * (0.6 + 1.0)) * (1 + 8 * U)
-    assert got[0] == pytest.approx(want, rel=1e-12)
+    assert got[0] == pytest.approx(want, rel=1e-12, abs=0)
     assert 7e-14 * (2 * 40 - 9) * 9 > 0.5 * want  # the term for the new points dominates
 
 
@@ -324,7 +327,9 @@ def test_the_double_double_kernel_error_is_its_formula():
 
     X = np.random.default_rng(0).normal(size=(4, 3))
     _, _, eta = kernel_dd(RBFKernel(1.0), X, X)
-    assert eta == pytest.approx(1.1 * (2.0 ** -94 + 21 * U * U / math.e) + 2.3e-290, rel=1e-12)
+    # abs=0: approx's default absolute tolerance, 1e-12, would pass any eta below it
+    assert eta == pytest.approx(1.1 * (2.0 ** -94 + 21 * U * U / math.e) + 2.3e-290, rel=1e-12,
+                                abs=0)
 
 
 def test_the_double_double_bound_carries_the_factors_error():
