@@ -237,8 +237,18 @@ def main(argv=None) -> int:
     ap.add_argument("--check", action="store_true", help="only check that every snippet matches")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per mutant's tests")
     ap.add_argument("--out", type=Path, default=ROOT / "workflows" / "bench" / "results")
+    ap.add_argument("--combine", type=Path, nargs="*", metavar="JSON",
+                    help="write the result files from the rows of earlier runs' mutation.json "
+                         "(each mutant's latest row), running nothing")
     args = ap.parse_args(argv)
+    if args.combine:
+        runs = [json.loads(f.read_text()) for f in args.combine]
+        rows = {r["id"]: r for run in runs for r in run["mutants"]}
+        commands = list(dict.fromkeys(c for run in runs for c in run.get("commands", [])))
+        return write_results([rows[i] for i in sorted(rows)], args.out, commands)
     chosen = [(i, m) for i, m in enumerate(MUTANTS) if not args.only or i in args.only]
+    command = "python workflows/bench/mutation.py" + (
+        " --only " + " ".join(map(str, args.only)) if args.only else "")
     with tempfile.TemporaryDirectory(prefix="mutation-") as tmp:
         tmp = Path(tmp)
         for i, (file, old, new) in chosen:  # every snippet matches before anything runs
@@ -266,23 +276,43 @@ def main(argv=None) -> int:
             rows.append(row)
             print(f"[{i}] {outcome:18s} {took:7.1f} s  {file}: {new.strip()[:70]}", flush=True)
             shutil.rmtree(src)
+            write_results(rows, args.out, [command])  # a run stopped early keeps what it found
+    return write_results(rows, args.out, [command])
+
+
+def killing_test(first_failure: str) -> str:
+    """The test's node id from pytest's ``FAILED path::name[params] - message`` line."""
+    return first_failure.split(" - ")[0].removeprefix("FAILED ").removeprefix("ERROR ").strip()
+
+
+def _cell(row: dict) -> str:
+    """The mutant as one table cell: its code on one line, or the line it deletes."""
+    text = " ".join(row["mutant"].split()) or "deleted: " + " ".join(row["original"].split())
+    return "`" + text[:100].replace("|", "/") + "`"
+
+
+def write_results(rows: list[dict], out: Path, commands: list[str]) -> int:
     changing = [r for r in rows if r["outcome"] != "survived" or r.get("changes_a_result")]
     killed = [r for r in changing if r["outcome"] != "survived"]
     score = len(killed) / len(changing) if changing else 1.0
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "mutation.json").write_text(json.dumps({"score": score, "mutants": rows}, indent=1))
+    for r in rows:
+        r["killed_by"] = killing_test(r["first_failure"]) if r["outcome"] != "survived" else None
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "mutation.json").write_text(json.dumps({"score": score, "commands": commands,
+                                                   "mutants": rows}, indent=1))
     lines = ["# Mutation run over the numerical core", "",
              f"{len(killed)} of {len(changing)} mutants that change a result killed "
-             f"({100 * score:.0f}%); {len(rows)} mutants in all "
-             "(`python workflows/bench/mutation.py`).", "",
-             "| # | file | mutant | outcome | first failing test |", "|---|---|---|---|---|"]
+             f"({100 * score:.0f}%); {len(rows)} mutants in all ("
+             + "; ".join(f"`{c}`" for c in commands) + ").", "",
+             "| # | file | mutant | outcome | killed by (the first failing test) |",
+             "|---|---|---|---|---|"]
     for r in rows:
         what = r["outcome"] + ("" if r["outcome"] != "survived" else
                                (", changes a result" if r["changes_a_result"]
                                 else ", no change on the probes"))
-        lines.append(f"| {r['id']} | `{Path(r['file']).name}` | `{r['mutant'][:80]}` | {what} | "
-                     f"{r['first_failure'].replace('|', '/')[:90]} |")
-    (args.out / "mutation.md").write_text("\n".join(lines) + "\n")
+        lines.append(f"| {r['id']} | `{Path(r['file']).name}` | {_cell(r)} | {what} | "
+                     f"{killing_test(r['first_failure']).replace('|', '/')} |")
+    (out / "mutation.md").write_text("\n".join(lines) + "\n")
     print(f"score {100 * score:.0f}% ({len(killed)}/{len(changing)})")
     return 0
 
