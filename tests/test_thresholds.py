@@ -26,7 +26,7 @@ import pytest
 from sklearn.datasets import make_circles, make_moons
 
 from ooc_spectral import DictionaryError, GreedySpectralEmbedding
-from ooc_spectral.exceptions import NumericalBreakdownError
+from ooc_spectral.exceptions import DictionaryWarning, NumericalBreakdownError
 from ooc_spectral.core.checks import check_certificate
 from ooc_spectral.core.eigensolve import accumulation_error, check_spectrum
 from ooc_spectral.core.kernels import RBFKernel
@@ -219,24 +219,33 @@ def test_non_positive_degrees_raise():
             check_degrees(stats)
 
 
-def test_tol_zero_refused_with_a_positive_checked_advice():
-    """tol=0 keeps every direction down to the pivot floor; where that breaks the factor the
-    fit refuses, advising a positive tol it checked (not 'tol >= 0', not a crash)."""
+def test_tol_zero_capped_below_the_rows_is_refused_with_the_advice_that_works():
+    """tol=0 keeps every direction down to the pivot floor: the dictionary heads for every
+    row. With ``max_dictionary_size`` one below the rows the exact problem is not taken and
+    the scan stops early; its one advice is the one that works (a guessed larger tol headed
+    for every row again: 1e-11, then 1e-10, ...), and following it gives the exact
+    eigenvalues of D^-1/2 K D^-1/2 on the full Gram matrix."""
+    import re
+
     from sklearn.datasets import make_swiss_roll
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    from ooc_spectral.exceptions import DictionarySizeError
 
     X = make_swiss_roll(1500, random_state=0)[0]
-    greedy = dict(max_dictionary_size=1499)  # the exact problem (every row) not at hand
-    with pytest.raises(NumericalBreakdownError) as info:
-        GreedySpectralEmbedding(n_components=3, gamma=0.05, tol=0.0, normalization="divisive",
-                                random_state=0, **greedy).fit(X)
-    advice = info.value.suggested_tol
-    assert advice > 0 and f"Use tol >= {advice:.2g}" in str(info.value)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # certified: no warning either
-        est = GreedySpectralEmbedding(n_components=3, gamma=0.05, tol=advice,
-                                      normalization="divisive", random_state=0, **greedy).fit(X)
-    assert est.max_residual_ <= advice
-
+    params = dict(n_components=3, gamma=0.05, tol=0.0, normalization="divisive", random_state=0)
+    with pytest.raises(DictionarySizeError) as info:
+        GreedySpectralEmbedding(max_dictionary_size=1499, **params).fit(X)
+    message = str(info.value)
+    assert "try tol=" not in message and "try gamma=" not in message
+    advised = re.search(r"raise max_dictionary_size to (\d+) and it is solved exactly", message)
+    assert advised is not None, message
+    with pytest.warns(DictionaryWarning, match="no row is near the span"):
+        est = GreedySpectralEmbedding(max_dictionary_size=int(advised.group(1)), **params).fit(X)
+    K = rbf_kernel(X, gamma=0.05)
+    d = K.sum(axis=1)
+    reference = np.linalg.eigvalsh(K / np.sqrt(np.outer(d, d)))[::-1]
+    np.testing.assert_allclose(est.eigenvalues_, reference[1:4], rtol=1e-10)  # 1: the constant
 
 
 def test_kernels_with_negative_values_are_named_not_blamed_on_tol():

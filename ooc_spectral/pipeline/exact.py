@@ -38,7 +38,7 @@ from ..exceptions import DictionaryWarning, warn_once
 
 __all__ = ["EXACT_MEMORY_FRACTION", "EXACT_MATRICES", "EXACT_FRACTION", "EARLY_EXACT",
            "EARLY_STOP", "EARLY_ROWS", "exact_max_rows", "exact_at_hand", "exact_interval",
-           "exact_reason", "solve_exactly", "divisive_volume"]
+           "exact_reason", "solve_exactly", "divisive_volume", "capped_exact_advice"]
 
 #: The exact path may use this fraction of the machine's physical memory ...
 EXACT_MEMORY_FRACTION = 0.25
@@ -78,6 +78,24 @@ def exact_at_hand(config, n_rows: int, memory: int | None = None) -> bool:
     so the user's cap on the dictionary bounds it too)."""
     return (config.dictionary_size is None and config.dictionary_selection == "greedy"
             and int(n_rows) <= min(exact_max_rows(memory), config.max_dictionary_size))
+
+
+def capped_exact_advice(err, config, n_rows: int, memory: int | None = None):
+    """The error to raise for a scan stopped early (``err.early``) where only
+    ``max_dictionary_size`` kept the exact problem from being at hand: its one advice is the
+    one that works, to let the exact path take every row (a larger tol or a smaller gamma,
+    guessed, may head for every row again). Any other error is returned as it is."""
+    from ..exceptions import DictionarySizeError
+
+    if (getattr(err, "early", None) is None or int(config.max_dictionary_size) >= n_rows
+            or n_rows > exact_max_rows(memory)):
+        return err
+    head = str(err).split("; ", 1)[0]
+    new = DictionarySizeError(
+        f"{head}; the exact problem on all {n_rows} rows fits in memory: raise "
+        f"max_dictionary_size to {n_rows} and it is solved exactly")
+    new.early = err.early
+    return new
 
 
 def exact_interval(kernel: Kernel, X: np.ndarray, smap: SpectralMap) -> np.ndarray:

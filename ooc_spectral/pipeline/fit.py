@@ -53,7 +53,8 @@ from ..io.source import DataSource
 from ..runtime.execution import Executor
 from .accumulate import PartialStore, accumulate, extension_pass
 from .certification import advised, certified_spectrum, rounding_report
-from .exact import EARLY_EXACT, EARLY_STOP, EXACT_FRACTION, exact_at_hand, solve_exactly
+from .exact import (EARLY_EXACT, EARLY_STOP, EXACT_FRACTION, capped_exact_advice, exact_at_hand,
+                    solve_exactly)
 from .scan import GreedyScan, Rescan, Selection
 from .writeback import EmbeddingOutput, map_rows
 
@@ -529,7 +530,7 @@ class FitRun:
                 dictionary, tol, complete = self.build_dictionary(kernel)
         except DictionarySizeError as err:
             if not exact:
-                raise
+                raise capped_exact_advice(err, c, s.n_rows) from None
             return self.run_exact(kernel, gamma, out, early=getattr(err, "early", None))
         except NumericalBreakdownError as err:
             return self.broke_down(err, kernel, gamma, out, exact)
