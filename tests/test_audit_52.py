@@ -40,8 +40,6 @@ def http_root(tmp_path):
         server.server_close()
 
 
-@pytest.mark.xfail(strict=True, reason="audit 52: --allow read=PREFIX is matched as text, so "
-                   "PREFIX/../x reads outside the prefix (the HTTP client normalises '..')")
 def test_a_workflow_cannot_leave_the_allowed_read_prefix_with_dot_dot(tmp_path, http_root):
     base, seen = http_root
     arr = zarr.create_array(tmp_path / "in.zarr", shape=(300, 2), chunks=(150, 2), dtype="f8")

@@ -258,6 +258,12 @@ def _step_argv(wf: dict, i: int, step: dict, sub: argparse.ArgumentParser) -> tu
                     f"{where}: key {key!r} = {value!r} writes outside the workflow's root "
                     f"{wf['root']}; a workflow file writes only under its root unless the "
                     "command line allows it (ooc-spectral run --allow outside-root)")
+            elif not trusted and dot_segments(value):
+                raise WorkflowError(
+                    f"{where}: key {key!r} = {value!r} has a '.' or '..' segment: a URL "
+                    "in a workflow file is compared with what --allow names as written, and "
+                    "the storage client would resolve the segment elsewhere; write the URL "
+                    "without it")
             elif key not in WRITE_KEYS and not trusted and not url_allowed(value, wf):
                 raise WorkflowError(
                     f"{where}: key {key!r} = {value!r} reads a URL the command line did not "
@@ -339,9 +345,20 @@ def _check_resources(where: str, key: str, value, step: dict) -> None:
             "it with --set")
 
 
+def dot_segments(url: str) -> bool:
+    """Whether the path of ``url`` has a ``.`` or ``..`` segment (percent-encoded or not):
+    ``http://host/pub/../x`` is not under ``http://host/pub``."""
+    from urllib.parse import unquote
+
+    path = unquote(url.split("://", 1)[-1]).split("?", 1)[0].split("#", 1)[0]
+    return any(part in (".", "..") for part in path.replace("\\", "/").split("/"))
+
+
 def url_allowed(url: str, wf: dict) -> bool:
     """Whether ``run --allow read=PREFIX`` lets the file read ``url``: ``url`` is ``PREFIX``
     or lies under it (at a ``/``), so ``read=s3://bucket`` does not allow ``s3://bucket2``."""
+    if dot_segments(url):
+        return False
     for a in wf.get("allow", ()):
         if a.startswith("read="):
             prefix = a.split("=", 1)[1].rstrip("/")
