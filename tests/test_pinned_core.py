@@ -1,0 +1,120 @@
+"""The numerical core against references that do not share its arithmetic (issue 53: the
+11 survivors of the independent mutation audit, audit/results.md).
+
+Each test checks a bound, a threshold or a result of ``ooc_spectral.core`` against a value
+computed another way: the kernel in mpmath at 60 digits or more, the exact Gram matrix of
+all the rows, or a formula derived from the mathematics the docstring states (never the
+module's own expression). Small data: each test runs in about a second.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mpmath
+import numpy as np
+import pytest
+
+U = 2.0 ** -53
+
+
+def mp_kernel(kernel, X, D, dps: int = 60) -> np.ndarray:
+    """``k(x, d)`` of the float64 rows at ``dps`` digits (from the differences for the
+    Gaussian kernel, the exact products for the dot-product kernels), as float64 pairs
+    ``(value, value - float(value))`` are not needed: returned as mpmath numbers."""
+    name = kernel.name
+    c = getattr(kernel, "center", None)
+    with mpmath.workdps(dps):
+        def rows(A):
+            A = np.asarray(A, dtype=np.float64)
+            cc = [mpmath.mpf(0)] * A.shape[1] if c is None else [mpmath.mpf(float(v)) for v in c]
+            return [[mpmath.mpf(float(v)) - w for v, w in zip(r, cc)] for r in A]
+
+        R, P = rows(X), rows(D)
+        out = np.empty((len(R), len(P)), dtype=object)
+        for i, x in enumerate(R):
+            for j, d in enumerate(P):
+                if name == "rbf":
+                    s = mpmath.fsum((a - b) ** 2 for a, b in zip(x, d))
+                    v = mpmath.exp(-mpmath.mpf(float(kernel.gamma)) * s)
+                else:
+                    t = mpmath.fsum(a * b for a, b in zip(x, d))
+                    if name == "polynomial":
+                        t = (mpmath.mpf(float(kernel.gamma)) * t
+                             + mpmath.mpf(float(kernel.coef0))) ** int(kernel.degree)
+                    v = t
+                out[i, j] = v
+    return out
+
+
+def mp_error(computed, exact, dps: int = 60) -> np.ndarray:
+    """``|computed - exact|`` entrywise (computed float64 or a double-double pair)."""
+    with mpmath.workdps(dps):
+        if isinstance(computed, tuple):
+            hi, lo = computed
+            f = np.vectorize(lambda h, l, e: float(abs(mpmath.mpf(float(h)) + mpmath.mpf(float(l)) - e)),
+                             otypes=[float])
+            return f(hi, lo, exact)
+        f = np.vectorize(lambda h, e: float(abs(mpmath.mpf(float(h)) - e)), otypes=[float])
+        return f(computed, exact)
+
+
+# --------------------------------------------------------------------------- #
+# kernel-entry errors (core/rounding.py entry_error): sound against 60 digits
+# --------------------------------------------------------------------------- #
+def test_the_linear_entry_error_holds_for_short_rows_against_a_far_dictionary():
+    """``|x . d (float64) - x . d| <= eta(x)`` for every dictionary point d: the rounding of
+    a dot product grows with ``|x| |d|``, so rows 1e6 times shorter than the dictionary's
+    farthest point still carry an error of about ``u |x| |d|``, far above ``u |x|^2``."""
+    from ooc_spectral.core.kernels import LinearKernel
+    from ooc_spectral.core.rounding import entry_error
+
+    rng = np.random.default_rng(6)
+    k = LinearKernel()
+    D = rng.normal(size=(6, 40)) * 1e6
+    X = rng.normal(size=(30, 40))
+    radius = float(np.max(np.linalg.norm(D, axis=1)))
+    eta = entry_error(k, X, None, k.diag(X), radius, float(np.max(k.diag(D))))
+    err = mp_error(k.pairwise(X, D), mp_kernel(k, X, D)).max(axis=1)
+    assert np.all(err <= eta)
+    assert np.max(err / eta) > 1e-3  # the bound is not vacuous
+
+
+def test_the_polynomial_entry_error_holds_where_the_base_is_far_above_one():
+    """Degree 3 with ``t = gamma x . d`` about 1000, on rows along the dictionary point (so
+    ``|t|`` reaches its Cauchy-Schwarz bound ``gamma |x| |d|``): ``t^3`` moves by about
+    ``3 t^2 dt`` for a rounding ``dt`` of the base (the derivative of ``t^p`` is
+    ``p t^(p-1)``); the bound holds for every row against 60 digits."""
+    from ooc_spectral.core.kernels import PolynomialKernel
+    from ooc_spectral.core.rounding import entry_error
+
+    rng = np.random.default_rng(7)
+    k = PolynomialKernel(gamma=0.7, degree=3, coef0=0.0)
+    D = np.array([[0.6, 1.3]])
+    X = math.sqrt(1000 / 0.7) / np.linalg.norm(D) * (1 + 0.1 * rng.random(size=(2000, 1))) * D
+    radius = float(np.linalg.norm(D))
+    eta = entry_error(k, X, None, k.diag(X), radius, float(k.diag(D)[0]))
+    err = mp_error(k.pairwise(X, D), mp_kernel(k, X, D))[:, 0]
+    assert np.all(err <= eta), np.max(err / eta)
+    assert np.max(err / eta) > 0.1  # the bound is not vacuous
+
+
+# --------------------------------------------------------------------------- #
+# the double-double Gaussian kernel (core/extended.py kernel_dd) against 60 digits
+# --------------------------------------------------------------------------- #
+def test_the_double_double_gaussian_kernel_is_within_eta_where_differences_are_inexact():
+    """Rows near the origin against points of the other sign and other magnitudes: every
+    ``x_j - p_j`` rounds in float64 (``h + l`` with ``l != 0``), so the squared distance
+    needs its cross term ``2 h l``; ``hi + lo`` is within ``eta`` of the 60-digit kernel."""
+    from ooc_spectral.core.extended import kernel_dd
+    from ooc_spectral.core.kernels import RBFKernel
+
+    rng = np.random.default_rng(17)
+    k = RBFKernel(0.3)
+    X = rng.normal(size=(12, 3)) * np.array([1.0, 1e-3, 1e-7])
+    P = -rng.normal(size=(5, 3)) * np.array([1e-9, 1.0, 1e-2]) + 1e-17
+    kh, kl, eta = kernel_dd(k, X, P)
+    err = mp_error((kh, kl), mp_kernel(k, X, P, dps=60))
+    assert np.all(err <= eta), np.max(err) / eta
+    # float64 alone is far from it: the double-double carries the digits
+    assert np.max(mp_error(k.pairwise(X, P), mp_kernel(k, X, P))) > 1e6 * eta
