@@ -118,3 +118,45 @@ def test_the_double_double_gaussian_kernel_is_within_eta_where_differences_are_i
     assert np.all(err <= eta), np.max(err) / eta
     # float64 alone is far from it: the double-double carries the digits
     assert np.max(mp_error(k.pairwise(X, P), mp_kernel(k, X, P))) > 1e6 * eta
+
+
+# --------------------------------------------------------------------------- #
+# the exact path (core/eigensolve.py solve_exact, pipeline/exact.py exact_interval)
+# --------------------------------------------------------------------------- #
+def _two_clusters(rng, n):
+    """n rows of one feature, half at b and half at b + d (b about 1e4, d below 0.1): the
+    centred Gram matrix's one eigenvalue, ``n (d / 2)^2`` exactly, is far below the
+    entries (about 1e8), whose roundings, repeated in every entry of a block, add up
+    across the n rows."""
+    from fractions import Fraction
+
+    b = 1e4 * (1 + rng.random())
+    X = np.r_[np.full(n // 2, b), np.full(n // 2, b + 0.1 * rng.random())][:, None]
+    xs = [Fraction(float(v)) for v in X[:, 0]]
+    mean = sum(xs) / n
+    return X, float(sum((x - mean) ** 2 for x in xs))
+
+
+def test_the_exact_paths_interval_holds_far_from_the_origin():
+    """Every entry of the computed Gram matrix within ``eta`` bounds its 2-norm error by
+    ``n eta``, not ``eta``: on rows 1e4 from the origin whose rounding errors repeat in
+    every entry of a block, the exact eigenvalue (rational arithmetic) is inside the
+    interval and more than ``eta + 8 n u lambda`` from the computed one."""
+    from ooc_spectral.core.eigensolve import solve_exact
+    from ooc_spectral.core.kernels import LinearKernel
+    from ooc_spectral.pipeline.exact import exact_interval
+
+    rng = np.random.default_rng(30)
+    k = LinearKernel()
+    n = 32
+    beyond = 0
+    for _ in range(12):
+        X, lam = _two_clusters(rng, n)
+        smap, _, _ = solve_exact(k, X, 1, affine=False)
+        lo, hi = exact_interval(k, X, smap)[0]
+        assert lo <= lam <= hi
+        # one feature: eta is a few u |x| |d| (a product and the bound's own allowance),
+        # below 5.1 u max|x|^2
+        eta = 5.1 * U * float(np.max(X)) ** 2
+        beyond += abs(float(smap.eigenvalues[0]) - lam) > eta + 8 * n * U * lam
+    assert beyond  # where the factor n is needed
