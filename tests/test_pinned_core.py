@@ -160,3 +160,24 @@ def test_the_exact_paths_interval_holds_far_from_the_origin():
         eta = 5.1 * U * float(np.max(X)) ** 2
         beyond += abs(float(smap.eigenvalues[0]) - lam) > eta + 8 * n * U * lam
     assert beyond  # where the factor n is needed
+
+
+def test_the_exact_path_keeps_every_direction_kernel_pca_keeps():
+    """``n_components=None``: every eigenvalue of the centred Gram matrix above ``1e-12``
+    of the largest is kept, as scikit-learn's ``KernelPCA`` keeps them: a direction at
+    ``1e-11`` of the largest (far above the Gram matrix's rounding, ``1e-16``) is one."""
+    from sklearn.decomposition import KernelPCA
+
+    from ooc_spectral.core.eigensolve import solve_exact
+    from ooc_spectral.core.kernels import LinearKernel
+
+    rng = np.random.default_rng(28)
+    Q, _ = np.linalg.qr(rng.normal(size=(40, 4)) - rng.normal(size=(40, 4)).mean(axis=0))
+    Q -= Q.mean(axis=0)
+    X = Q * np.array([1.0, 0.6, 0.3, math.sqrt(2e-11)])
+    ref = np.linalg.eigvalsh(np.cov(X.T, bias=True) * len(X))  # = the centred Gram's
+    assert 5e-12 < ref[0] / ref[-1] < 5e-11
+    kept = KernelPCA(kernel="linear").fit(X).eigenvalues_
+    smap, _, _ = solve_exact(LinearKernel(), X, None, affine=False)
+    assert len(smap.eigenvalues) == len(kept) == 4
+    np.testing.assert_allclose(np.sort(smap.eigenvalues), ref, rtol=1e-4)
