@@ -181,3 +181,28 @@ def test_the_exact_path_keeps_every_direction_kernel_pca_keeps():
     smap, _, _ = solve_exact(LinearKernel(), X, None, affine=False)
     assert len(smap.eigenvalues) == len(kept) == 4
     np.testing.assert_allclose(np.sort(smap.eigenvalues), ref, rtol=1e-4)
+
+
+# --------------------------------------------------------------------------- #
+# the scan's cheap coefficient bound (core/scan/certify.py ScanRounding.cheap)
+# --------------------------------------------------------------------------- #
+def test_the_scans_cheap_coefficients_bound_the_exact_solution():
+    """``A = c'|z| >= |L^-T z|_1`` for the float64 factor L solved exactly (60 digits): for
+    the first point alone (``c_1 >= 1 / L_11``, the one entry of its row of ``L^-1``) and
+    for random z on every point."""
+    from ooc_spectral.core.kernels import RBFKernel
+    from ooc_spectral.core.scan.certify import ScanRounding
+
+    rng = np.random.default_rng(23)
+    k = RBFKernel(0.5)
+    P = rng.normal(size=(6, 3))
+    L = np.linalg.cholesky(k(P, P))
+    r = ScanRounding.rebuild(k, L, P, None)
+    Z = np.r_[np.eye(6)[:1], rng.normal(size=(20, 6)), np.abs(rng.normal(size=(5, 6)))]
+    with mpmath.workdps(60):
+        Lm = mpmath.matrix(L.tolist())
+        exact = [float(mpmath.fsum(abs(v) for v in mpmath.lu_solve(Lm.T, mpmath.matrix(z.tolist()))))
+                 for z in Z]
+    A, _ = r.cheap(Z)
+    assert np.all(A >= exact), (A / exact).min()
+    assert np.all(A <= 1e3 * np.asarray(exact))  # a bound, not a vacuous one
