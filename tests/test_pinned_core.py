@@ -206,3 +206,48 @@ def test_the_scans_cheap_coefficients_bound_the_exact_solution():
     A, _ = r.cheap(Z)
     assert np.all(A >= exact), (A / exact).min()
     assert np.all(A <= 1e3 * np.asarray(exact))  # a bound, not a vacuous one
+
+
+# --------------------------------------------------------------------------- #
+# the coordinates' perturbation xi (core/rounding.py FactorRounding.certify)
+# --------------------------------------------------------------------------- #
+def _dictionary(kernel, P):
+    """The dictionary of the rows P in that order (every one enters: a scan at tol 0
+    without certification), with its rounding constants."""
+    from ooc_spectral.core.rounding import with_rounding
+    from ooc_spectral.core.scan.blocked import scan_rows
+    from ooc_spectral.core.scan.state import DictionaryState
+
+    state = DictionaryState(kernel, P.shape[1], True)
+    scan_rows(state, P, np.arange(len(P)), 0.0, certify=False)
+    d = with_rounding(state.freeze())
+    assert d.size == len(P)
+    return d
+
+
+def test_the_coordinate_perturbation_covers_the_kernels_rounding():
+    """``xi`` bounds the computed coordinates' backward error against the exact kernel:
+    ``max_j |(L z~)_j - k(x, d_j)| <= xi`` (L and z~ as computed, the sum and the kernel at
+    60 digits). Rows 300 from the origin: the Gaussian kernel from the expanded square
+    loses about ``u |x|^2`` in its exponent, so the kernel's own rounding is most of it."""
+    from ooc_spectral.core.kernels import RBFKernel
+    from ooc_spectral.core.model import Dictionary
+
+    rng = np.random.default_rng(9)
+    k = RBFKernel(0.5)
+    X = 300.0 + rng.normal(size=(25, 3))
+    d = _dictionary(k, X[:5])
+    aux = k.aux(X)
+    K, kx = d.kernel_block(X, aux, order="C")
+    Z = d.solve(np.ascontiguousarray(K))
+    sq = Dictionary.row_norms(Z)
+    _, xi, _, _ = d.rounding.certify(d, X, aux, kx, sq, kx - sq,
+                                     d.rounding.cheap_coefficients(Z), lambda r: Z[r])
+    exact = mp_kernel(k, X, d.points)
+    L = d.L
+    with mpmath.workdps(60):
+        back = np.array([[float(abs(mpmath.fsum(mpmath.mpf(float(L[j, i])) * mpmath.mpf(float(Z[r, i]))
+                                                for i in range(j + 1)) - exact[r, j]))
+                          for j in range(d.size)] for r in range(len(X))]).max(axis=1)
+    assert np.all(back <= xi), (back / xi).max()
+    assert np.max(back / xi) > 1e-3  # the bound is not vacuous
