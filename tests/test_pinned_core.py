@@ -267,7 +267,6 @@ def test_the_explicit_lower_estimate_is_below_the_exact_residual(steps, off):
     from sklearn.datasets import load_wine
     from sklearn.preprocessing import StandardScaler
 
-
     from ooc_spectral.core.explicit_features import explicit_residual_bounds
     from ooc_spectral.core.kernels import LinearKernel
 
