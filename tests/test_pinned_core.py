@@ -281,3 +281,60 @@ def test_the_explicit_lower_estimate_is_below_the_exact_residual(steps, off):
     exact = exact_residuals(LinearKernel(), R, P)
     assert np.all(lower <= exact) and np.all(exact <= upper)
     assert np.max(lower / exact) > 0.5  # an estimate, not 0
+
+
+# --------------------------------------------------------------------------- #
+# pass-2 statistics (core/pass2.py) against their definitions on the coordinates
+# --------------------------------------------------------------------------- #
+def _coordinates(kernel, d, X):
+    """``Z = L^-1 k(D, x)`` for every row (c x m): the kernel in extended precision from
+    the rows' differences, the dictionary's factor L solved in float64."""
+    from extended_precision import kernel_matrix
+    from scipy.linalg import solve_triangular
+
+    K = kernel_matrix(kernel, d.points, X).astype(np.float64)
+    return solve_triangular(d.L, K, lower=True).T
+
+
+def test_the_kernel_space_extension_is_the_moments_on_the_grown_dictionary():
+    """After the dictionary grows from 5 to 8 points, the extended moments are the mean and
+    centred sum of squares of the coordinates on the 8 points, computed from their
+    definition (every block: old, cross and new)."""
+    from sklearn.datasets import make_moons
+
+    from ooc_spectral.core.kernels import RBFKernel
+    from ooc_spectral.core.pass2 import chunk_kernel_cross, chunk_moments, extend_moments_kernel
+
+    X = make_moons(80, noise=0.1, random_state=26)[0]
+    k = RBFKernel(0.5)
+    d_old, d_new = _dictionary(k, X[:5]), _dictionary(k, X[:8])
+    np.testing.assert_allclose(d_new.L[:5, :5], d_old.L, rtol=1e-13, atol=1e-15)
+    ext = extend_moments_kernel(chunk_moments(X, d_old, 0), chunk_kernel_cross(X, d_new, 0, 5),
+                                d_new, 5)
+    Z = _coordinates(k, d_new, X)
+    mean = Z.mean(axis=0)
+    m2 = (Z - mean).T @ (Z - mean)
+    np.testing.assert_allclose(ext.mean, mean, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(ext.m2, m2, rtol=0, atol=1e-8 * np.abs(m2).max())
+    assert np.abs(m2[5:, 5:]).max() > 1e-2 * np.abs(m2).max()  # the new block is not small
+
+
+def test_the_exact_degrees_statistic_is_its_definition():
+    """Divisive normalization, exact degrees: ``S = sum y y' / d`` with ``d = y . total``
+    (``D^-1/2``: each coordinate row divided by the square root of its degree), from the
+    coordinates' definition."""
+    from sklearn.datasets import make_moons
+
+    from ooc_spectral.core.kernels import RBFKernel
+    from ooc_spectral.core.pass2 import chunk_degrees
+
+    X = make_moons(60, noise=0.1, random_state=25)[0]
+    k = RBFKernel(0.5)
+    d = _dictionary(k, X[:6])
+    Z = _coordinates(k, d, X)
+    total = Z.sum(axis=0)
+    deg = Z @ total
+    assert deg.min() > 0 and deg.max() > 2 * deg.min()  # degrees far from 1 and not equal
+    got = chunk_degrees(X, d, 0, total)
+    np.testing.assert_allclose(got.S, (Z / deg[:, None]).T @ Z, rtol=1e-9, atol=0)
+    assert got.min_degree == pytest.approx(deg.min(), rel=1e-9)
