@@ -338,3 +338,49 @@ def test_the_exact_degrees_statistic_is_its_definition():
     got = chunk_degrees(X, d, 0, total)
     np.testing.assert_allclose(got.S, (Z / deg[:, None]).T @ Z, rtol=1e-9, atol=0)
     assert got.min_degree == pytest.approx(deg.min(), rel=1e-9)
+
+
+# --------------------------------------------------------------------------- #
+# the scan's entering rows (core/scan/blocked.py): which pivots come from double-double
+# --------------------------------------------------------------------------- #
+def test_an_entering_pivot_rounded_beyond_1_in_400_comes_from_double_double(monkeypatch):
+    """A row enters with its float64 pivot only when the pivot's rounding E is at most
+    1/400 of ``max(dhat, tol)`` (1% of the quarter of tol that decides membership);
+    beyond that its row of the factor is taken in double-double. Every entering row's E
+    and dhat are recorded as the scan computed them, and every call of the double-double
+    path; moons at tol 1e-8 have rows on both sides, and one at 0.4%."""
+    from sklearn.datasets import make_moons
+
+    from ooc_spectral.core.kernels import RBFKernel
+    from ooc_spectral.core.scan import certify
+    from ooc_spectral.core.scan.blocked import scan_rows
+    from ooc_spectral.core.scan.state import DictionaryState
+
+    seen, extended = {}, set()
+    bounds, coordinates = (certify.ScanRounding.residual_bounds,
+                           certify.ScanRounding.extended_coordinates)
+
+    def residual_bounds(self, L, Z, dhat, delta, X, *args):
+        E, up, low = bounds(self, L, Z, dhat, delta, X, *args)
+        seen.update((x.tobytes(), (float(e), float(d))) for x, e, d in zip(X, E, dhat))
+        return E, up, low
+
+    def extended_coordinates(self, points, x):
+        extended.add(x.tobytes())
+        return coordinates(self, points, x)
+
+    monkeypatch.setattr(certify.ScanRounding, "residual_bounds", residual_bounds)
+    monkeypatch.setattr(certify.ScanRounding, "extended_coordinates", extended_coordinates)
+    X = make_moons(150, noise=0.05, random_state=3)[0]
+    tol = 1e-8
+    state = DictionaryState(RBFKernel(1.0), 2, True)
+    state.rounding.extended_allowed = True
+    scan_rows(state, X, np.arange(len(X)), tol)
+    ratio = {p.tobytes(): seen[p.tobytes()][0] / max(seen[p.tobytes()][1], tol)
+             for p in state.points[1:state.size] if p.tobytes() in seen}
+    assert len(ratio) == state.size - 1
+    for key, r in ratio.items():
+        if not 0.95 / 400 < r < 1.05 / 400:  # clear of the threshold's own rounding
+            assert (key in extended) == (r > 1 / 400), r
+    assert any(1.2 / 400 < r < 10 / 400 for r in ratio.values())
+    assert any(r < 0.5 / 400 for r in ratio.values())
