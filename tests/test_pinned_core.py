@@ -19,9 +19,9 @@ U = 2.0 ** -53
 
 
 def mp_kernel(kernel, X, D, dps: int = 60) -> np.ndarray:
-    """``k(x, d)`` of the float64 rows at ``dps`` digits (from the differences for the
-    Gaussian kernel, the exact products for the dot-product kernels), as float64 pairs
-    ``(value, value - float(value))`` are not needed: returned as mpmath numbers."""
+    """``k(x, d)`` of the float64 rows at ``dps`` digits (the Gaussian kernel from the
+    differences, the dot-product kernels from the exact products), as an object array of
+    mpmath numbers (c x m)."""
     name = kernel.name
     c = getattr(kernel, "center", None)
     with mpmath.workdps(dps):
