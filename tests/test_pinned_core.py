@@ -48,15 +48,15 @@ def mp_kernel(kernel, X, D, dps: int = 60) -> np.ndarray:
 
 
 def mp_error(computed, exact, dps: int = 60) -> np.ndarray:
-    """``|computed - exact|`` entrywise (computed float64 or a double-double pair)."""
+    """``|computed - exact|`` entrywise (computed float64, or a double-double pair
+    ``(hi, lo)`` taken as ``hi + lo``)."""
+    hi, lo = computed if isinstance(computed, tuple) else (computed, np.zeros_like(computed))
+
+    def err(h, l, e):
+        return float(abs(mpmath.mpf(float(h)) + mpmath.mpf(float(l)) - e))
+
     with mpmath.workdps(dps):
-        if isinstance(computed, tuple):
-            hi, lo = computed
-            f = np.vectorize(lambda h, l, e: float(abs(mpmath.mpf(float(h)) + mpmath.mpf(float(l)) - e)),
-                             otypes=[float])
-            return f(hi, lo, exact)
-        f = np.vectorize(lambda h, e: float(abs(mpmath.mpf(float(h)) - e)), otypes=[float])
-        return f(computed, exact)
+        return np.vectorize(err, otypes=[float])(hi, lo, exact)
 
 
 # --------------------------------------------------------------------------- #
@@ -162,9 +162,10 @@ def test_the_exact_paths_interval_holds_far_from_the_origin():
     assert beyond  # where the factor n is needed
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="unsound: exact_interval allows n eta for the Gram "
-                   "matrix's rounding but not for the centring's: K.mean(axis=0) accumulates "
-                   "row by row, its error grows like n u max|K| and repeats in every entry")
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="unsound: exact_interval allows n eta for the Gram matrix's "
+                   "rounding but not for the centring's: K.mean(axis=0) accumulates row by "
+                   "row, its error grows like n u max|K| and repeats in every entry")
 def test_the_exact_paths_interval_holds_far_from_the_origin_on_more_rows():
     """Two clusters of 146 rows, at 19679.26... and 0.00147 above it: the computed column
     means are off by about 43 ``u max|K|`` (not the one ``u max|K|`` of a rounding), the
@@ -226,7 +227,8 @@ def test_the_scans_cheap_coefficients_bound_the_exact_solution():
     Z = np.r_[np.eye(6)[:1], rng.normal(size=(20, 6)), np.abs(rng.normal(size=(5, 6)))]
     with mpmath.workdps(60):
         Lm = mpmath.matrix(L.tolist())
-        exact = [float(mpmath.fsum(abs(v) for v in mpmath.lu_solve(Lm.T, mpmath.matrix(z.tolist()))))
+        exact = [float(mpmath.fsum(abs(v) for v in
+                                   mpmath.lu_solve(Lm.T, mpmath.matrix(z.tolist()))))
                  for z in Z]
     A, _ = r.cheap(Z)
     assert np.all(A >= exact), (A / exact).min()
@@ -271,9 +273,10 @@ def test_the_coordinate_perturbation_covers_the_kernels_rounding():
     exact = mp_kernel(k, X, d.points)
     L = d.L
     with mpmath.workdps(60):
-        back = np.array([[float(abs(mpmath.fsum(mpmath.mpf(float(L[j, i])) * mpmath.mpf(float(Z[r, i]))
-                                                for i in range(j + 1)) - exact[r, j]))
-                          for j in range(d.size)] for r in range(len(X))]).max(axis=1)
+        mp = np.vectorize(mpmath.mpf, otypes=[object])
+        LZ = mp(L) @ mp(Z).T  # exact: every product and sum at 60 digits
+        back = np.array([[float(abs(LZ[j, r] - exact[r, j])) for j in range(d.size)]
+                         for r in range(len(X))]).max(axis=1)
     assert np.all(back <= xi), (back / xi).max()
     assert np.max(back / xi) > 1e-3  # the bound is not vacuous
 
