@@ -77,9 +77,16 @@ def test_clustering_errors_name_n_clusters():
     parameter the user set, and n_clusters beyond the rows is refused before any work."""
     from ooc_spectral import GreedySpectralClustering
 
+    from ooc_spectral.exceptions import InvalidInputError
+
     X = _roll(300)
     with pytest.raises(DictionaryError, match=r"n_clusters=5000 exceeds what the 300 rows of X "
                                               r"hold.*lower n_clusters to at most 300") as info:
+        GreedySpectralClustering(n_clusters=5000, affinity="kernel", random_state=0).fit(X)
+    assert "n_components" not in str(info.value)
+    # the default (the representatives graph) refuses it before any work, in the same terms
+    with pytest.raises(InvalidInputError, match=r"300 rows, fewer than n_clusters=5000; "
+                                                r"lower n_clusters") as info:
         GreedySpectralClustering(n_clusters=5000, random_state=0).fit(X)
     assert "n_components" not in str(info.value)
 

@@ -113,11 +113,14 @@ def test_inconsistent_parameters():
 def test_n_components_not_below_dictionary_size_says_what_to_change():
     # a very loose tol keeps the dictionary tiny
     with pytest.raises(DictionaryError) as info:
-        fit(X, n_components=3, tol=10.0)
+        fit(X, n_components=3, tol=10.0, max_dictionary_size=599)  # exact not at hand
     msg = str(info.value)
     assert "the dictionary has only 1 point, so n_components=3 is not at most the dictionary size" in msg
-    assert "tol=10 is not small against k(x, x)=1: lower tol" in msg
-    assert "lower n_components to at most 1" in msg
+    assert "tol=10 is not small against k(x, x)=1" in msg
+    # one advice, checked (issue 53): following it fits
+    assert "ask for dictionary_size=4 (--dictionary-size 4) instead of tol" in msg
+    est = fit(X, n_components=3, dictionary_size=4, max_dictionary_size=599)
+    assert est.eigenvalues_.shape == (3,) and np.all(np.diff(est.eigenvalues_) <= 0)
 
 
 def test_missing_store(tmp_path):

@@ -38,7 +38,8 @@ from ..exceptions import DictionaryWarning, warn_once
 
 __all__ = ["EXACT_MEMORY_FRACTION", "EXACT_MATRICES", "EXACT_FRACTION", "EARLY_EXACT",
            "EARLY_STOP", "EARLY_ROWS", "exact_max_rows", "exact_at_hand", "exact_interval",
-           "exact_reason", "solve_exactly", "divisive_volume", "capped_exact_advice"]
+           "exact_reason", "solve_exactly", "divisive_volume", "capped_exact_advice",
+           "check_exact_finite"]
 
 #: The exact path may use this fraction of the machine's physical memory ...
 EXACT_MEMORY_FRACTION = 0.25
@@ -180,6 +181,7 @@ def solve_exactly(run, kernel: Kernel, gamma, *, breakdown=None, early=None, sho
                                         drop_first=c.drop_first,
                                         subset=c.degree_estimate == "subset",
                                         negative_values=c.negative_values)
+    check_exact_finite(smap, interval)
     preimage = None
     if c.fit_inverse_transform:  # scikit-learn's regression on every row
         with run.stage("preimage"):
@@ -190,6 +192,26 @@ def solve_exactly(run, kernel: Kernel, gamma, *, breakdown=None, early=None, sho
             E = smap.components * smap.eigenvalues
             preimage = exact_preimage(kernel.without_center(), E, Xall, c.alpha)
     return smap, interval, bound, preimage
+
+
+def check_exact_finite(smap: SpectralMap, interval) -> None:
+    """The exact path returns nothing that is not finite: kernel parameters past float64's
+    range (gamma or coef0 near 1e308, a huge degree) overflow the kernel's values or their
+    rounding bound, and the eigenproblem on them is no answer (a NaN spectrum, before this
+    check, was returned with no error)."""
+    from ..exceptions import NumericalBreakdownError
+
+    parts = [smap.eigenvalues, smap.components] + ([] if interval is None else [interval])
+    if all(np.isfinite(np.asarray(a, dtype=np.float64)).all() for a in parts):
+        return
+    err = NumericalBreakdownError(
+        "the exact problem overflows float64 (its kernel values or their rounding bound: "
+        "the spectrum is not finite): the kernel's parameters are past the range float64 "
+        "computes it in for these rows (a gamma or coef0 near 1e308, a huge degree, or rows "
+        "near float64's limits); use parameters of ordinary size (gamma=None picks the "
+        "median heuristic) or rescale the rows")
+    err.suggested_tol = None
+    raise err
 
 
 def divisive_volume(smap: SpectralMap) -> float:
