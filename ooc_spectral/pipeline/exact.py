@@ -33,7 +33,7 @@ from .._validation import check_finite
 from ..core.eigensolve import check_n_components, solve_exact, solve_exact_divisive
 from ..core.kernels import Kernel
 from ..core.model import SpectralMap
-from ..core.rounding import U, entry_error, kernel_center
+from ..core.rounding import U, entry_error, gamma, kernel_center
 from ..exceptions import DictionaryWarning, warn_once
 
 __all__ = ["EXACT_MEMORY_FRACTION", "EXACT_MATRICES", "EXACT_FRACTION", "EARLY_EXACT",
@@ -102,9 +102,13 @@ def capped_exact_advice(err, config, n_rows: int, memory: int | None = None):
 def exact_interval(kernel: Kernel, X: np.ndarray, smap: SpectralMap) -> np.ndarray:
     """The exact path's eigenvalue interval (p, 2): the computed n x n Gram matrix is within
     ``n eta`` of the exact one in the 2-norm (every entry within ``eta``,
-    :func:`~ooc_spectral.core.rounding.entry_error`; centring does not enlarge it), and the
-    eigensolver adds its backward error (``8 n u lambda_1``), so each exact eigenvalue is
-    within the sum of the two (Weyl)."""
+    :func:`~ooc_spectral.core.rounding.entry_error`); its centring
+    (:func:`~ooc_spectral.core.eigensolve.solve_exact`: column means summed over n rows,
+    their mean, three subtractions) adds at most ``(4 gamma_n + 16 u) b`` to every entry,
+    ``b = max k(x, x) + eta`` bounding ``|K_ij|`` (Cauchy-Schwarz), so ``n`` times that in
+    the 2-norm: in exact arithmetic centring changes nothing, but the means' rounding
+    repeats in every entry of a column and adds up across the rows. The eigensolver adds its
+    backward error (``8 n u lambda_1``); each exact eigenvalue is within the sum (Weyl)."""
     n = X.shape[0]
     aux = kernel.aux(X)
     kx = kernel.diag(X, aux)
@@ -112,8 +116,9 @@ def exact_interval(kernel: Kernel, X: np.ndarray, smap: SpectralMap) -> np.ndarr
     P = X if c is None else X - np.asarray(c, dtype=np.float64)
     radius = float(np.sqrt(np.max(np.einsum("ij,ij->i", P, P)))) * (1 + 1e-14)
     eta = float(np.max(entry_error(kernel, X, aux, kx, radius, float(np.max(np.abs(kx))))))
+    centring = (4 * gamma(n) + 16 * U) * (float(np.max(np.abs(kx))) + eta)
     lam = np.asarray(smap.eigenvalues, dtype=np.float64)
-    a = n * eta + 8 * n * U * float(np.max(np.abs(lam)))
+    a = n * (eta + centring) + 8 * n * U * float(np.max(np.abs(lam)))
     return np.column_stack([lam - a, lam + a])
 
 
