@@ -2,7 +2,7 @@
 
 Each test is marked ``xfail(strict=True)``: it documents a defect and starts to pass (and so
 to fail as XPASS) once the defect is fixed; then remove the mark. Reproductions as shell
-scripts are in ``audit/``.
+scripts are in ``workflows/audit/``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The numerical core against references that do not share its arithmetic (issue 53: the
-11 survivors of the independent mutation audit, audit/results.md).
+11 survivors of the independent mutation audit, workflows/audit/results.md).
 
 Each test checks a bound, a threshold or a result of ``ooc_spectral.core`` against a value
 computed another way: the kernel in mpmath at 60 digits or more, the exact Gram matrix of

@@ -1,12 +1,12 @@
-"""Apply each mutant of audit/mutants.json, run the fixed test selection, revert.
+"""Apply each mutant of workflows/audit/mutants.json, run the fixed test selection, revert.
 
-Usage: PYTHONPATH=<worktree> python audit/run_mutants.py [--only 3,7] [--workers 2]
+Usage: PYTHONPATH=<worktree> python workflows/audit/run_mutants.py [--only 3,7] [--workers 2]
 
 For each mutant: the line is checked against ``original`` and replaced (indentation kept),
 the selection below runs with ``-x -p no:randomly -m 'not slow'``, the file is restored
 with ``git checkout --``; killed means pytest failed (exit 1, a failing or erroring test),
-and the first failing test is recorded. Results accumulate in audit/results.json (a rerun
-skips mutants already there unless --only names them) and audit/results.md.
+and the first failing test is recorded. Results accumulate in workflows/audit/results.json (a rerun
+skips mutants already there unless --only names them) and workflows/audit/results.md.
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-AUDIT = ROOT / "audit"
+ROOT = Path(__file__).resolve().parents[2]
+AUDIT = ROOT / "workflows" / "audit"
 
 #: Decided once, before any mutant ran. The first choice, every file that exercises
 #: ooc_spectral.core or the estimators' fit (20 files, ~640 tests), did not finish half

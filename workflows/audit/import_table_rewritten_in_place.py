@@ -4,7 +4,7 @@ instead of InputChangedError, exit 1 (the docs: "`import` does the same with the
 it reads"). A nightly job is told to fix a table that is fine; the same command succeeds
 once the writer is done. (Replaced by a rename, the same change gives exit 1, as documented.)
 
-Run with PYTHONPATH=<worktree>: python audit/import_table_rewritten_in_place.py
+Run with PYTHONPATH=<worktree>: python workflows/audit/import_table_rewritten_in_place.py
 """
 import glob
 import os

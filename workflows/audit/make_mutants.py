@@ -1,9 +1,9 @@
-"""Writes audit/mutants.json: 30 single-line mutants of the numerical core, chosen from
+"""Writes workflows/audit/mutants.json: 30 single-line mutants of the numerical core, chosen from
 the code and the paper only (before reading any test or the earlier mutation bench)."""
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 M = [
  ("ooc_spectral/core/kernels.py", 297, "np.minimum(S, 0.0, out=S)  # a distance is never negative",
   "np.minimum(S, 1.0, out=S)  # a distance is never negative",
@@ -133,5 +133,5 @@ for i, (f, line, orig, repl, why, user) in enumerate(M, 1):
     assert text.strip() == orig, (f, line, text)
     out.append({"id": i, "file": f, "line": line, "original": orig, "replacement": repl,
                 "why": why, "user_sees": user})
-(ROOT / "audit" / "mutants.json").write_text(json.dumps(out, indent=1) + "\n")
+(ROOT / "workflows" / "audit" / "mutants.json").write_text(json.dumps(out, indent=1) + "\n")
 print(len(out), "mutants written")
