@@ -17,6 +17,7 @@ import numpy as np
 from ...exceptions import DictionarySizeError
 from ..kernels import Kernel, LaplacianKernel, PolynomialKernel, RBFKernel, SubsetNormalizedKernel
 from ..model import Dictionary
+from ..explicit_features import explicit_factor, explicit_features
 from ..extended import ExtendedGram
 from .certify import ScanRounding
 from .local_certificate import LocalCertificate, local_certificate_size
@@ -157,18 +158,25 @@ class DictionaryState:
         double-double factor of the same points rounded to float64
         (:class:`~ooc_spectral.core.extended.ExtendedGram`), and ``w`` and ``beta`` by
         theirs: the passes then work with a factor whose backward error is the rounding of
-        its entries. A function of the points alone, so a resumed scan gets the same
-        factor. At most :data:`REFINE_MAX_POINTS` points (the double-double factor costs
-        ``m^3`` elementwise operations). Returns whether it did."""
+        its entries. A kernel with explicit features (the linear kernel, the degree-1
+        polynomial kernel) always takes the factor of its features instead
+        (:func:`~ooc_spectral.core.explicit_features.explicit_factor`): its pivots are
+        norms, not the cancellation ``k(x, x) - |z|^2``. A function of the points alone,
+        so a resumed scan gets the same factor. The double-double factor at most
+        :data:`REFINE_MAX_POINTS` points (it costs ``m^3`` elementwise operations).
+        Returns whether it did."""
         from scipy.linalg import solve_triangular
 
         rnd, m = self.rounding, self.size
-        if not (rnd.can_extend() and 0 < m <= REFINE_MAX_POINTS
-                and max(rnd.theta_o, rnd.theta_n) > REFINE_THETA):
-            return False
-        if rnd.extended is None:
-            rnd.extended = ExtendedGram(self.kernel)
-        L = rnd.extended.grow(self.points).factor(m)
+        L = explicit_factor(self.kernel, self.points) if (
+            m and explicit_features(self.kernel) is not None) else None
+        if L is None:
+            if not (rnd.can_extend() and 0 < m <= REFINE_MAX_POINTS
+                    and max(rnd.theta_o, rnd.theta_n) > REFINE_THETA):
+                return False
+            if rnd.extended is None:
+                rnd.extended = ExtendedGram(self.kernel)
+            L = rnd.extended.grow(self.points).factor(m)
         w = solve_triangular(L, np.ones(m), lower=True, check_finite=False)
         self._L[:m, :m] = L
         self._w[:m] = w
