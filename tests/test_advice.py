@@ -140,3 +140,31 @@ def test_rows_of_a_few_distinct_values_are_named_not_blamed_on_gamma():
             GreedySpectralEmbedding(4, random_state=0, **kw).fit(X)
     est = GreedySpectralEmbedding(2, gamma=10.0, random_state=0).fit(X)
     assert est.dictionary_.shape[0] == 3 and est.max_residual_ <= 1e-3
+
+
+def test_a_dictionary_heading_for_every_row_gets_one_checked_way_out(monkeypatch):
+    """Where the exact problem is not at hand (patched here: no memory for it) a dictionary
+    heading for every row stops early; its advice was "try tol x 10, or gamma / 2", never
+    checked. Now one advice, the first larger tol or smaller gamma with which a greedy scan of
+    a seeded sample keeps a small dictionary, and following it works. 70 tight clusters in
+    50-D: within a cluster a row's residual (about 5e-3) is above tol=1e-3, below 1e-2."""
+    import re
+
+    from ooc_spectral.pipeline import exact
+
+    monkeypatch.setattr(exact, "exact_max_rows", lambda memory=None: 100)
+    rng = np.random.default_rng(0)
+    X = np.repeat(rng.normal(size=(70, 50)), 10, axis=0) + 0.008 * rng.normal(size=(700, 50))
+    params = dict(n_components=2, gamma=0.5, max_dictionary_size=699, random_state=0)
+    with pytest.raises(DictionarySizeError) as info:
+        GreedySpectralEmbedding(tol=1e-3, **params).fit(X)
+    text = str(info.value)
+    assert "stopped early" in text and info.value.__cause__ is None
+    assert "try gamma=" not in text and text.count("try tol=") == 1, text  # one advice
+    m = re.search(r"try tol=([0-9.e+-]+) \(a greedy scan of a seeded sample of 700 rows at "
+                  r"tol=\1 keeps (\d+) points, without the early stop\)", text)
+    assert m, text
+    advised, kept = float(m.group(1)), int(m.group(2))
+    assert advised == pytest.approx(1e-2) and kept < 350
+    est = GreedySpectralEmbedding(tol=advised, **params).fit(X)
+    assert len(est.dictionary_indices_) == kept and est.max_residual_ <= advised

@@ -300,7 +300,7 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
             advised = with_advice(err, config, source, getattr(self, "_parameter_names", None))
             if advised is err:
                 raise
-            raise advised from err
+            raise advised from None  # one advice: the original's diagnosis is in it
         self._incremental = None  # a later partial_fit starts afresh
         self._set_fitted(result)
         if self.normalization == "divisive":  # a graph in pieces or on outliers is said

@@ -14,7 +14,12 @@ replaces that advice with one that is computed and, where a scan can tell, check
   ``n_components`` to lower);
 - past ``max_dictionary_size`` with a gamma far above the median heuristic's: that
   value (``gamma=None``), and the dictionary size a greedy scan of a seeded sample
-  of :data:`CHECK_ROWS` rows reaches with it at the same ``tol``.
+  of :data:`CHECK_ROWS` rows reaches with it at the same ``tol``;
+- a dictionary heading for every row (the scan's early stop): where only
+  ``max_dictionary_size`` keeps the exact problem, the cap that solves it exactly (the
+  fit tells this from the exact path's own float64 scan of the first rows, before any
+  costlier work); elsewhere the first larger tol or smaller gamma with which a greedy
+  scan of that sample, stopping as the fit does, keeps a small dictionary.
 
 Anything else is returned as it was raised. Used by the estimator's ``fit`` and by the
 command line's fit job, around :meth:`~ooc_spectral.pipeline.fit.FitRun.run`.
@@ -33,7 +38,7 @@ from ..core.kernel_choice import GAMMA_SAMPLE_SIZE, median_heuristic_gamma
 from ..core.planning import SAMPLE_PURPOSE, plan_sample
 from ..exceptions import DictionaryError, DictionarySizeError
 
-__all__ = ["with_advice", "CHECK_ROWS", "FAR_ABOVE"]
+__all__ = ["with_advice", "CHECK_ROWS", "FAR_ABOVE", "WAY_OUT_STEPS"]
 
 #: Rows of the seeded sample a suggested gamma is checked on.
 CHECK_ROWS = 2000
@@ -162,23 +167,40 @@ def _reaches(c, source, size: int, gamma) -> str:
 
 
 def _past_the_limit(err, c, source):
+    """One advice for a dictionary past ``max_dictionary_size``: a gamma far above the
+    median heuristic's, that value; a dictionary heading for every row (``err.early``)
+    where only the cap keeps the exact problem, the cap that takes it; any other dictionary
+    heading for every row, a larger tol or a smaller gamma that keeps a seeded sample's
+    dictionary from doing so (:func:`_early_way_out`)."""
     text = str(err)
     m = re.search(r"after scanning (\d+) of (\d+) rows", text)
     if m is not None and int(m.group(1)) <= c.max_dictionary_size:
         # every dictionary point is a scanned row: the window's count lags behind
         text = text.replace(m.group(0), f"after scanning at least {c.max_dictionary_size + 1} "
                                         f"of {m.group(2)} rows")
-    if callable(c.kernel) or c.kernel not in ("rbf", "laplacian") or c.gamma is None:
+    new = _far_above_the_heuristic(err, text, c, source)
+    early = getattr(err, "early", None)
+    if new is None and early is not None:
+        new = _capped_exact(err, c, source) or _early_way_out(err, c, source)
+    if new is None:
         return type(err)(text) if text != str(err) else None
+    new.early = early
+    return new
+
+
+def _far_above_the_heuristic(err, text, c, source):
+    """A gamma the user set far above the median heuristic's (every row enters): that
+    value, checked by a greedy scan of a seeded sample; None otherwise."""
+    if callable(c.kernel) or c.kernel not in ("rbf", "laplacian") or c.gamma is None:
+        return None
     sample = source.read_index(plan_sample(source.n_rows, GAMMA_SAMPLE_SIZE, c.random_state,
                                            SAMPLE_PURPOSE["gamma"]))
     median = median_heuristic_gamma(c.kernel, sample)
     if median is None or c.gamma < FAR_ABOVE * median:
-        return type(err)(text) if text != str(err) else None
+        return None
     found = _scan_size(c, source, median)
     if found is not None and found[0] >= min(c.max_dictionary_size, found[1] // 2):
-        # the heuristic's gamma keeps no small dictionary either: not the way out
-        return type(err)(text) if text != str(err) else None
+        return None  # the heuristic's gamma keeps no small dictionary either: not the way out
     checked = ("" if found is None else
                f": a greedy scan of a seeded sample of {found[1]} rows at that gamma and "
                f"tol={c.tol:.3g} keeps {found[0]} points")
@@ -190,21 +212,85 @@ def _past_the_limit(err, c, source):
         f"try gamma={median:.3g}{checked}; or raise max_dictionary_size")
 
 
-def _scan_size(c, source, gamma: float) -> tuple[int, int] | None:
-    """The dictionary size a greedy scan of a seeded sample reaches at ``gamma`` and
-    ``c.tol`` (None if that scan fails: then no figure is quoted); the scan stops at half
-    the sample (a dictionary that large is no way out), which is then the size given."""
+def _capped_exact(err, c, source):
+    """Only ``max_dictionary_size`` kept the exact problem from a fit whose dictionary heads
+    for every row: a cap at the rows solves it exactly (the exact path's own scan stopped
+    the fit: following the advice takes that path), where a guessed larger tol or smaller
+    gamma may head for every row again (tol=0 asks for every direction)."""
+    from .exact import capped_exact
+
+    if not capped_exact(c, source.n_rows):
+        return None
+    n = source.n_rows
+    return type(err)(f"{str(err).split('; ', 1)[0]}; the exact problem on all {n} rows fits in "
+                     f"memory: raise max_dictionary_size to {n} and it is solved exactly")
+
+
+#: The larger tols and smaller gammas :func:`_early_way_out` tries, in this order: each
+#: ``(tol factor, gamma divisor)``.
+WAY_OUT_STEPS = ((10.0, 1.0), (1.0, 2.0), (100.0, 1.0), (1.0, 4.0), (1000.0, 1.0), (1.0, 10.0))
+
+
+def _early_way_out(err, c, source):
+    """A dictionary heading for every row where the exact problem is not at hand: the first
+    of a larger tol or a smaller gamma (:data:`WAY_OUT_STEPS`, gamma for the Gaussian and
+    Laplacian kernels) with which a greedy scan of a seeded sample of :data:`CHECK_ROWS`
+    rows, stopping as the fit does (:data:`~ooc_spectral.pipeline.exact.EARLY_STOP`, the
+    cap), keeps a dictionary below both; the early stop looks at the first 640 rows of
+    the visiting order, a seeded random subset of the sample as of the data. Where none
+    does, says what was tried."""
+    from ..core.kernel_choice import resolve_kernel
+
+    smooth = not callable(c.kernel) and c.kernel in ("rbf", "laplacian")
+    gamma = resolve_kernel(c, source)[1] if smooth else None
+    tol = max(float(c.tol), 1e-12)
+    head = str(err).split("; ", 1)[0]
+    tried, rows = [], min(CHECK_ROWS, source.n_rows)
+    for times, over in WAY_OUT_STEPS:
+        if over != 1.0 and gamma is None:
+            continue
+        t, g = tol * times, (None if gamma is None else gamma / over)
+        if over == 1.0 and t >= 1.0:
+            continue
+        found = _scan_size(c, source, g, tol=t, early=True)
+        tried.append(f"tol={t:.3g}" if over == 1.0 else f"gamma={g:.3g}")
+        if found is None or found[0] >= min(c.max_dictionary_size, found[1] // 2):
+            continue
+        what = (f"use a larger tol: try tol={t:.3g}" if over == 1.0 else
+                f"use a smoother kernel: try gamma={g:.3g}")
+        return type(err)(
+            f"{head}; {what} (a greedy scan of a seeded sample of {found[1]} rows at "
+            f"{tried[-1]} keeps {found[0]} points, without the early stop), or raise "
+            "max_dictionary_size")
+    return type(err)(
+        f"{head}; none of {', '.join(tried)} keeps a greedy scan of a seeded sample "
+        f"of {rows} rows from heading for every row: the kernel sees no row near "
+        "another at these parameters; raise max_dictionary_size, or use a kernel or "
+        "features in which rows are near one another")
+
+
+def _scan_size(c, source, gamma, tol: float | None = None,
+               early: bool = False) -> tuple[int, int] | None:
+    """The dictionary size a greedy scan of a seeded sample reaches at ``gamma`` (None: the
+    fit's) and ``tol`` (None: ``c.tol``), in float64 (None if that scan fails: then no figure
+    is quoted); the scan stops at half the sample or the cap (a dictionary that large is no
+    way out), which is then the size given, and with ``early`` where the fit's scan stops
+    early (:data:`~ooc_spectral.pipeline.exact.EARLY_STOP`)."""
     from ..io.source import open_source
+    from .exact import EARLY_STOP
     from .fit import FitRun
 
     rows = plan_sample(source.n_rows, CHECK_ROWS, c.random_state, SAMPLE_PURPOSE["gamma"])
     X = np.asarray(source.read_index(rows), dtype=np.float64)
-    cfg = dataclasses.replace(c, gamma=float(gamma), dictionary_size=None, selection="greedy",
-                              scan="full", n_components=1)
+    cfg = dataclasses.replace(c, gamma=c.gamma if gamma is None else float(gamma),
+                              tol=c.tol if tol is None else float(tol), dictionary_size=None,
+                              selection="greedy", scan="full", n_components=1)
     half = max(2, len(rows) // 2)
     try:
         run = FitRun(cfg, open_source(X))
         run._scan_limit = min(half, c.max_dictionary_size)
+        if early:
+            run._scan_early = EARLY_STOP
         kernel, _ = run.resolve_kernel()
         dictionary, _, _ = run.build_dictionary(kernel)
     except DictionarySizeError:

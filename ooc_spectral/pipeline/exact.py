@@ -38,7 +38,7 @@ from ..exceptions import DictionaryWarning, warn_once
 
 __all__ = ["EXACT_MEMORY_FRACTION", "EXACT_MATRICES", "EXACT_FRACTION", "EARLY_EXACT",
            "EARLY_STOP", "EARLY_ROWS", "exact_max_rows", "exact_at_hand", "exact_interval",
-           "exact_reason", "solve_exactly", "divisive_volume", "capped_exact_advice",
+           "exact_reason", "solve_exactly", "divisive_volume", "capped_exact",
            "check_exact_finite"]
 
 #: The exact path may use this fraction of the machine's physical memory ...
@@ -81,22 +81,13 @@ def exact_at_hand(config, n_rows: int, memory: int | None = None) -> bool:
             and int(n_rows) <= min(exact_max_rows(memory), config.max_dictionary_size))
 
 
-def capped_exact_advice(err, config, n_rows: int, memory: int | None = None):
-    """The error to raise for a scan stopped early (``err.early``) where only
-    ``max_dictionary_size`` kept the exact problem from being at hand: its one advice is the
-    one that works, to let the exact path take every row (a larger tol or a smaller gamma,
-    guessed, may head for every row again). Any other error is returned as it is."""
-    from ..exceptions import DictionarySizeError
-
-    if (getattr(err, "early", None) is None or int(config.max_dictionary_size) >= n_rows
-            or n_rows > exact_max_rows(memory)):
-        return err
-    head = str(err).split("; ", 1)[0]
-    new = DictionarySizeError(
-        f"{head}; the exact problem on all {n_rows} rows fits in memory: raise "
-        f"max_dictionary_size to {n_rows} and it is solved exactly")
-    new.early = err.early
-    return new
+def capped_exact(config, n_rows: int, memory: int | None = None) -> bool:
+    """Whether only ``max_dictionary_size`` keeps the exact problem from this fit: it would
+    be at hand (:func:`exact_at_hand`) with the cap at the number of rows. A dictionary
+    heading for every row is then refused with one advice, checked by the path itself: a
+    cap of ``n_rows`` solves it exactly (:func:`~ooc_spectral.pipeline.advice.with_advice`)."""
+    return (config.dictionary_size is None and config.dictionary_selection == "greedy"
+            and int(config.max_dictionary_size) < int(n_rows) <= exact_max_rows(memory))
 
 
 def exact_interval(kernel: Kernel, X: np.ndarray, smap: SpectralMap) -> np.ndarray:

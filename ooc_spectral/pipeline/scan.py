@@ -36,11 +36,12 @@ from ..core.planning import SCAN_READ_CACHE_BYTES, VisitOrder, chunks_of_rows
 from ..core.scan.blocked import scan_rows
 from ..core.scan.state import DictionaryState, ScanProgress, _size_error
 from ..core.statistics import VIOLATOR_CAP, BeyondTol, Certificate
-from ..exceptions import DictionarySizeError, raise_if_interrupted
+from ..exceptions import DictionarySizeError, NumericalBreakdownError, raise_if_interrupted
 from ..io.source import DataSource
 from .exact import EARLY_ROWS
 
-__all__ = ["WindowReader", "scan_source", "Rescan", "Selection", "GreedyScan", "EARLY_SPLITS"]
+__all__ = ["WindowReader", "scan_source", "heads_for_every_row", "Rescan", "Selection", "GreedyScan",
+           "EARLY_SPLITS"]
 
 log = logging.getLogger("ooc_spectral")
 
@@ -63,6 +64,49 @@ def _early_error(state: DictionaryState, early: tuple[int, int, int], n_rows: in
         f"{size_hint(state.kernel, tol)}, or raise max_dictionary_size")
     err.early = tuple(early)
     return err
+
+
+def _scan_first_rows(state: DictionaryState, Xw, rw, tol: float, *, max_size: int,
+                     early: tuple[int, int, int] | None, n_rows: int, block_rows=None,
+                     stop: int | None = None) -> int:
+    """The first window's first rows in the parts :data:`EARLY_SPLITS` (up to row ``stop``),
+    stopping with the early :class:`DictionarySizeError` once ``early[0]`` of the rows
+    ``early[1]:early[2]`` entered, or the size error past ``max_size``. Returns the row
+    where the parts end."""
+    a = 0
+    for b in (r for r in EARLY_SPLITS if r < Xw.shape[0] and (stop is None or r <= stop)):
+        # early=(points, a, b): stop when that many of rows a:b qualify
+        head = (state.size + early[0] - 1 if early is not None
+                and early[1:] == (a, b) else max_size)
+        if scan_rows(state, Xw[a:b], rw[a:b], tol, limit=min(head, max_size),
+                     block_rows=block_rows):
+            if head < max_size:
+                raise _early_error(state, early, n_rows, tol, max_size)
+            raise _size_error(state, max_size, 0, n_rows, tol)
+        a = b
+    return a
+
+
+def heads_for_every_row(source: DataSource, order: VisitOrder, kernel, affine: bool, tol: float,
+                        early: tuple[int, int, int], max_size: int) -> DictionarySizeError | None:
+    """Whether the dictionary heads for every row, told from the first ``early[2]`` rows of
+    the visiting order in float64 (no double-double: the scan the exact path runs,
+    :data:`~ooc_spectral.pipeline.exact.EARLY_EXACT`), before any costlier work: the
+    :class:`DictionarySizeError` that scan stops with (``early[0]`` of the rows
+    ``early[1]:early[2]`` entered, or ``max_size`` points), or None where it does not stop,
+    or float64 cannot decide a row (then only the fit itself can tell)."""
+    Xw, rw = WindowReader(source, order).read(0)
+    if early[2] >= Xw.shape[0]:  # the scan's parts end before the window does
+        return None
+    state = DictionaryState(kernel, source.n_features, affine)
+    try:
+        _scan_first_rows(state, Xw, rw, tol, max_size=max_size, early=early,
+                         n_rows=source.n_rows, stop=early[2])
+    except DictionarySizeError as err:
+        return err
+    except NumericalBreakdownError:
+        return None
+    return None
 
 
 class WindowReader:
@@ -195,16 +239,8 @@ def scan_source(
             before = state.size
             a = 0
             if k == 0 and state.size == 0:  # the first rows in parts, at EARLY_SPLITS
-                for b in (r for r in EARLY_SPLITS if r < Xw.shape[0]):
-                    # early=(points, a, b): stop when that many of rows a:b qualify
-                    head = (state.size + early[0] - 1 if early is not None
-                            and early[1:] == (a, b) else max_size)
-                    if scan_rows(state, Xw[a:b], rw[a:b], tol, limit=min(head, max_size),
-                                 block_rows=block_rows):
-                        if head < max_size:
-                            raise _early_error(state, early, order.n_rows, tol, max_size)
-                        raise _size_error(state, max_size, rows_done, order.n_rows, tol)
-                    a = b
+                a = _scan_first_rows(state, Xw, rw, tol, max_size=max_size, early=early,
+                                     n_rows=order.n_rows, block_rows=block_rows)
             if scan_rows(state, Xw[a:], rw[a:], tol, limit=max_size, block_rows=block_rows):
                 raise _size_error(state, max_size, rows_done, order.n_rows, tol)
             rows_done += Xw.shape[0]
