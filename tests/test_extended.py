@@ -242,15 +242,18 @@ def test_a_divisive_dictionary_heading_for_every_row_switches_to_the_exact_solve
 
 
 def test_a_dictionary_heading_for_every_row_where_the_exact_problem_is_not_at_hand_stops_early():
-    """More rows than max_dictionary_size and every row entering: the scan stops after 640
-    rows, naming the way out, instead of growing to the cap one point at a time."""
+    """More rows than max_dictionary_size and every row entering: the scan stops early,
+    naming the way out, instead of growing to the cap one point at a time. The cap is what
+    keeps the exact problem here, so the exact path's float64 scan of the first 320 rows
+    tells it, before any double-double work (elsewhere rows 560 to 640 do:
+    tests/test_advice.py::test_a_dictionary_heading_for_every_row_gets_one_checked_way_out)."""
     import time
 
     rng = np.random.default_rng(4)
     X = rng.normal(size=(3000, 20))
     t = time.perf_counter()
-    with pytest.raises(DictionarySizeError, match=r"took 76 of the 80 rows 560 to 640.*stopped "
-                                                  r"early"):
+    with pytest.raises(DictionarySizeError, match=r"took 76 of the 80 rows 240 to 320.*stopped "
+                                                  r"early.*raise max_dictionary_size to 3000"):
         GreedySpectralEmbedding(gamma=5.0, max_dictionary_size=2000, random_state=0).fit(X)
     stopped = time.perf_counter() - t
     assert stopped < 120  # (not a timing test: 2000 points one at a time take far longer)
@@ -266,3 +269,30 @@ def test_a_dictionary_that_slows_down_is_not_switched():
         warnings.simplefilter("error", DictionaryWarning)
         est = GreedySpectralEmbedding(n_components=3, gamma=0.05, tol=1e-4, random_state=0).fit(X)
     assert 0 < est.dictionary_.shape[0] < len(X) / 2
+
+
+def test_bounds_of_rows_kept_between_calls_equal_those_from_scratch():
+    """The scan bounds a row again each time a point enters; with its double-double
+    coordinates kept (``remember``), only the new points' are solved for (block
+    substitution). The bounds are those of the solve from scratch, bit for bit, down to
+    residuals of 1e-13 on a dictionary grown to 250 points (and no row kept leaks into a
+    gram that forgot them: the same again after ``forget_rows``)."""
+    from ooc_spectral.core.extended import ExtendedGram
+    from ooc_spectral.core.kernels import RBFKernel
+
+    X = make_s_curve(300, random_state=0)[0]
+    kernel = RBFKernel(gamma=0.5)
+    P, R = X[:250], X[250:]
+    kept, fresh = ExtendedGram(kernel), ExtendedGram(kernel)
+    smallest = np.inf
+    for m in list(range(10, 250, 40)) + [250]:
+        L = kept.grow(P[:m]).factor(m)
+        fresh.grow(P[:m])
+        if m == 170:
+            kept.forget_rows()
+        up, low = kept.bounds(L, P, R, None, remember=True)
+        up0, low0 = fresh.bounds(L, P, R, None)
+        np.testing.assert_array_equal(up, up0)
+        np.testing.assert_array_equal(low, low0)
+        smallest = min(smallest, float(np.min(up0)))
+    assert smallest < 1e-12

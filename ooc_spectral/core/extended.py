@@ -37,6 +37,7 @@ beyond its target) and for the dictionary's factor, grown when such a row needs 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 
 import numpy as np
 from scipy.linalg import solve_triangular
@@ -54,6 +55,9 @@ _U2 = U * U
 SOLVE_STEPS = 2
 #: ... and of a row's float64 coefficients ``L' a = z``.
 COEF_STEPS = 1
+#: Rows whose coordinates :meth:`ExtendedGram.bounds` keeps, where asked to
+#: (:meth:`ExtendedGram.keep_rows`): the scan bounds again at most a few hundred rows.
+KEPT_ROWS = 1024
 
 
 def extended_kernel(kernel) -> bool:
@@ -92,8 +96,12 @@ def kernel_dd(kernel, X: np.ndarray, P: np.ndarray) -> tuple[np.ndarray, np.ndar
             sh, sl = dd_add(sh, sl, sg * h, sg * l)
     th, tl = dd_mul_d(sh, sl, -float(kernel.gamma))
     kh, kl = dd_exp(th, tl)
-    eta = 1.1 * (EXP_REL_ERROR + (3 * d + 12) * _U2 / math.e) + 2.3e-290
-    return kh, kl, float(eta)
+    return kh, kl, _kernel_eta(kernel, d)
+
+
+def _kernel_eta(kernel, dim: int) -> float:
+    """The bound ``eta`` of :func:`kernel_dd` on rows of ``dim`` features."""
+    return float(1.1 * (EXP_REL_ERROR + (3 * dim + 12) * _U2 / math.e) + 2.3e-290)
 
 
 def _gamma(n: int) -> float:
@@ -165,19 +173,24 @@ class ExtendedGram:
         self.ell = 0.0
         self._splits: dict = {}  # the factor's parts for exact products, per size
         self._solved: dict = {}  # the last rows solved, per size: their coordinates
+        #: rows whose coordinates :meth:`bounds` keeps between calls (``remember``): row
+        #: bytes -> (size, zh, zl, rho), at most KEPT_ROWS of them
+        self._rows: OrderedDict | None = None
 
     def copy(self) -> "ExtendedGram":
         new = ExtendedGram(self.kernel)
         new.__dict__.update({k: (tuple(a.copy() for a in v) if isinstance(v, tuple) else v)
-                             for k, v in self.__dict__.items() if k not in ("_splits", "_solved")})
+                             for k, v in self.__dict__.items()
+                             if k not in ("_splits", "_solved", "_rows")})
         return new
 
     def _split(self, m: int, transposed: bool):
-        """The parts of the factor (or its transpose) of the first m points, kept for the
-        size last asked."""
+        """The parts of the factor (or its transpose) of the first m points, kept for two
+        sizes (the scan grows the factor at one size and bounds rows at the next)."""
         key = (m, transposed)
         if key not in self._splits:
-            self._splits = {k: v for k, v in self._splits.items() if k[0] == m}
+            keep = sorted({k[0] for k in self._splits})[-1:] + [m]
+            self._splits = {k: v for k, v in self._splits.items() if k[0] in keep}
             Lh = self._L[0][:m, :m]
             self._splits[key] = split_rows(np.ascontiguousarray(Lh.T if transposed else Lh), m)
         return self._splits[key]
@@ -210,7 +223,8 @@ class ExtendedGram:
         Mh[m0:m, :m], Ml[m0:m, :m] = kh, kl
         Mh[:m0, m0:m], Ml[:m0, m0:m] = kh[:, :m0].T, kl[:, :m0].T
         self.eta = max(self.eta, eta)
-        Zh, Zl, _ = solve_dd(Lh[:m0, :m0], Ll[:m0, :m0], kh[:, :m0], kl[:, :m0])
+        Zh, Zl, _ = solve_dd(Lh[:m0, :m0], Ll[:m0, :m0], kh[:, :m0], kl[:, :m0],
+                             split=self._split(m0, False) if m0 else None)
         Lh[m0:m, :m0], Ll[m0:m, :m0] = Zh, Zl
         Sh, Sl = _dd_gram(Zh, Zl)
         Sh, Sl = dd_add(kh[:, m0:m], kl[:, m0:m], -Sh, -Sl)  # the Schur complement
@@ -258,8 +272,71 @@ class ExtendedGram:
         dh, dl = dd_add(np.ones(X.shape[0]), np.zeros(X.shape[0]), -sqh, -sql)
         return zh + zl, dh + dl
 
-    def bounds(self, L: np.ndarray, points: np.ndarray, X: np.ndarray, Z: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
+    def forget_rows(self) -> None:
+        """Forget the rows :meth:`bounds` kept (``remember=True``): the scan starts afresh
+        for each part of rows it scans, so that what it decides never depends on rows kept
+        from before a checkpoint."""
+        self._rows = None
+
+    def _row_coordinates(self, points: np.ndarray, X: np.ndarray, m: int, remember: bool):
+        """``(zh, zl, rho, eta)``: the rows' double-double coordinates against the first m
+        points (:func:`solve_dd`), ``rho`` per row bounding ``max |k~ - L z|``, ``eta`` the
+        kernel values' error. With ``remember``, rows kept against a smaller dictionary of
+        m0 points keep their m0 coordinates (the factor only gains rows) and solve for the
+        new ones by block substitution: ``r = k_new - L_21 z_old`` in double-double (within
+        ``(PRODUCT_REL_ERROR + 8 u^2)(|L_21| |z_old| + |k_new|)``), then ``L_22 z_new = r``
+        (:func:`solve_dd`, its own measured residual), so ``rho`` is the largest of the
+        kept one and the new block's, each with its rounding."""
+        c = X.shape[0]
+        (Lh, Ll) = (a[:m, :m] for a in self._L)
+        if not remember:
+            kh, kl, eta = kernel_dd(self.kernel, X, points[:m])
+            zh, zl, rho = solve_dd(Lh, Ll, kh, kl, split=self._split(m, False))
+            return zh, zl, rho, eta
+        if self._rows is None:
+            self._rows = OrderedDict()
+        kept = self._rows
+        keys = [X[i].tobytes() for i in range(c)]
+        zh, zl, rho = np.zeros((c, m)), np.zeros((c, m)), np.zeros(c)
+        start = np.zeros(c, dtype=np.int64)
+        for i, key in enumerate(keys):
+            got = kept.get(key)
+            if got is not None and got[0] <= m:
+                m0 = got[0]
+                zh[i, :m0], zl[i, :m0], rho[i], start[i] = got[1], got[2], got[3], m0
+        eta = 0.0
+        for m0 in np.unique(start):
+            rows = np.flatnonzero(start == m0)
+            m0 = int(m0)
+            if m0 == m:
+                continue
+            kh, kl, eta = kernel_dd(self.kernel, X[rows], points[m0:m])
+            if m0:  # r = k_new - L_21 z_old
+                ph, pl = _times(Lh[m0:m, :m0], Ll[m0:m, :m0], np.ascontiguousarray(zh[rows, :m0].T),
+                                np.ascontiguousarray(zl[rows, :m0].T))
+                rh, rl = dd_add(kh.T, kl.T, -ph, -pl)
+                err = (PRODUCT_REL_ERROR + 8 * _U2) * (np.abs(Lh[m0:m, :m0]) @ np.abs(zh[rows, :m0].T)
+                                                       + np.abs(kh.T))
+                kh, kl = np.ascontiguousarray(rh.T), np.ascontiguousarray(rl.T)
+                extra = np.max(err, axis=0)
+            else:
+                extra = np.zeros(rows.size)
+            if m0:
+                nh, nl, nrho = solve_dd(Lh[m0:m, m0:m], Ll[m0:m, m0:m], kh, kl)
+                rho[rows] = np.maximum(rho[rows], (nrho + extra) * (1 + 2 * U))
+            else:  # as without remember
+                nh, nl, rho[rows] = solve_dd(Lh, Ll, kh, kl, split=self._split(m, False))
+            zh[rows, m0:m], zl[rows, m0:m] = nh, nl
+        eta = max(eta, _kernel_eta(self.kernel, X.shape[1]))
+        for i, key in enumerate(keys):
+            kept[key] = (m, zh[i].copy(), zl[i].copy(), float(rho[i]))
+            kept.move_to_end(key)
+        while len(kept) > KEPT_ROWS:
+            kept.popitem(last=False)
+        return zh, zl, rho, eta
+
+    def bounds(self, L: np.ndarray, points: np.ndarray, X: np.ndarray, Z: np.ndarray,
+               remember: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """``(upper, lower)`` for the rows of X against the dictionary's first
         ``m = len(L)`` points: ``upper`` bounds each row's exact squared distance to their
         span, ``lower`` estimates it from below (the module's bound; L and Z, the float64
@@ -274,8 +351,7 @@ class ExtendedGram:
             return np.zeros(0), np.zeros(0)
         self.grow(points[:m])
         (Lh, Ll) = (a[:m, :m] for a in self._L)
-        kh, kl, eta_k = kernel_dd(self.kernel, X, points[:m])
-        zh, zl, rho = solve_dd(Lh, Ll, kh, kl, split=self._split(m, False))
+        zh, zl, rho, eta_k = self._row_coordinates(points, X, m, remember)
         a = solve_triangular(Lh, np.ascontiguousarray(zh.T), lower=True, trans="T",
                              check_finite=False)
         LhT, LlT = np.ascontiguousarray(Lh.T), np.ascontiguousarray(Ll.T)

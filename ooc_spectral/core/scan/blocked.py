@@ -311,6 +311,8 @@ def scan_rows(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: floa
     """
     n = X.shape[0]
     a = 0
+    if state.rounding.extended is not None:  # rows kept between bounds: this part's only
+        state.rounding.extended.forget_rows()
     while a < n:
         with small_blas(state.size, SCAN_ONE_BLAS_THREAD_BELOW):
             stopped, a = _scan_next(state, X, rows, tol, a, limit, block_rows, certify)

@@ -392,7 +392,9 @@ class ScanRounding:
         """The double-double ``(upper, lower)`` of rows against the first ``len(L)`` points."""
         if self.extended is None:
             self.extended = ExtendedGram(self.kernel)
-        return self.extended.bounds(L, points, X, Z)
+        # the scan bounds a row again as points enter: its coordinates kept (scan_rows
+        # forgets them for each part of rows, so that a resumed scan decides the same)
+        return self.extended.bounds(L, points, X, Z, remember=True)
 
     def row_bound(self, L: np.ndarray, z: np.ndarray, x: np.ndarray, x_aux, kxx: float,
                   points: np.ndarray | None = None, tol: float = 0.0):
