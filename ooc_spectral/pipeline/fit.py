@@ -53,9 +53,8 @@ from ..io.source import DataSource
 from ..runtime.execution import Executor
 from .accumulate import PartialStore, accumulate, extension_pass
 from .certification import advised, certified_spectrum, rounding_report
-from .exact import (EARLY_EXACT, EARLY_STOP, EXACT_FRACTION, capped_exact, exact_at_hand,
-                    solve_exactly)
-from .scan import GreedyScan, Rescan, Selection, heads_for_every_row
+from .exact import EARLY_EXACT, EARLY_STOP, EXACT_FRACTION, exact_at_hand, solve_exactly
+from .scan import GreedyScan, Rescan, Selection, capped_early_stop
 from .writeback import EmbeddingOutput, map_rows
 
 __all__ = ["FitRun", "FitResult", "Checkpoint"]
@@ -490,21 +489,6 @@ class FitRun:
         out.mark_complete()
         return out
 
-    def _capped_early(self, kernel: Kernel) -> DictionarySizeError | None:
-        """Where only ``max_dictionary_size`` keeps the exact problem from this fit
-        (:func:`~ooc_spectral.pipeline.exact.capped_exact`), whether the dictionary heads
-        for every row, told before any costlier work by the float64 scan of the first rows
-        that the exact path runs (:func:`~ooc_spectral.pipeline.scan.heads_for_every_row`):
-        the scan with double-double took minutes to stop there at tol 0, where the exact
-        problem takes seconds. The error to raise (its advice: the exact path), or None."""
-        c, s = self.config, self.source
-        if not capped_exact(c, s.n_rows):
-            return None
-        order = VisitOrder(s.n_rows, c.random_state, window=planning.VISIT_WINDOW_ROWS)
-        with self.stage("scan"):
-            return heads_for_every_row(s, order, kernel, c.affine, c.tol, EARLY_EXACT,
-                                       c.max_dictionary_size)
-
     # ------------------------------------------------------------------ #
     # the whole fit
     # ------------------------------------------------------------------ #
@@ -540,9 +524,8 @@ class FitRun:
             self._scan_early = EARLY_EXACT
         elif s.n_rows > c.max_dictionary_size:
             self._scan_early = EARLY_STOP
-            early = self._capped_early(kernel)
-            if early is not None:
-                raise early
+            if (early := capped_early_stop(c, s, kernel)) is not None:
+                raise early  # told before any costlier work: only the cap keeps exact
         try:
             with self.stage("scan"):
                 dictionary, tol, complete = self.build_dictionary(kernel)
