@@ -29,21 +29,16 @@ import time  # noqa: E402
 import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+import sys  # noqa: E402
+
 import numpy as np  # noqa: E402
-from sklearn.datasets import make_circles, make_moons, make_s_curve  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+
+from test_certificate import N, dataset  # noqa: E402
 
 from ooc_spectral import GreedySpectralEmbedding  # noqa: E402
 from ooc_spectral.core.extended import ExtendedGram  # noqa: E402
-
-N = 300
-
-
-def data(name: str) -> np.ndarray:
-    if name == "circles":
-        return make_circles(N, factor=0.3, noise=0.05, random_state=0)[0]
-    if name == "moons":
-        return make_moons(N, noise=0.05, random_state=0)[0]
-    return make_s_curve(N, random_state=0)[0]
 
 
 def fit(X, gamma, tol):
@@ -68,7 +63,7 @@ def main() -> None:
     rows = []
     for case in args.cases:
         name, gamma = case.split(":")
-        X = data(name)
+        X = dataset(name)
         fit(X, float(gamma), 1e-6)  # imports, caches
         _, t6 = fit(X, float(gamma), 1e-6)
         kept, t12 = fit(X, float(gamma), 1e-12)
