@@ -192,14 +192,15 @@ def split_rows(A: np.ndarray, inner: int):
     return _slices(np.ascontiguousarray(A, dtype=np.float64), slices, beta)
 
 
-def exact_products(A: np.ndarray, B: np.ndarray, split_a=None) -> tuple[np.ndarray, np.ndarray]:
+def exact_products(A: np.ndarray, B: np.ndarray, split_a=None,
+                   split_b=None) -> tuple[np.ndarray, np.ndarray]:
     """``A B`` as a double-double ``hi + lo`` with ``|hi + lo - A B| <= PRODUCT_REL_ERROR
     |A| |B|`` (entrywise): the rows of A and the columns of B split into parts of
     ``beta`` bits (about 21), enough of them for 100 bits, on each row's (column's) own
     grid (:func:`~ooc_spectral.core.error_free._slices`), so that every product of two
     parts is exact in float64 whatever order BLAS sums it in; the products of orders up to
     the parts' count are added by two-sum. ``split_a``: A's parts
-    (:func:`split_rows`), where already made."""
+    (:func:`split_rows`), where already made; ``split_b``: B's, those of ``B'``'s rows."""
     A = np.ascontiguousarray(A, dtype=np.float64)
     B = np.ascontiguousarray(B, dtype=np.float64)
     m = A.shape[1]
@@ -208,7 +209,7 @@ def exact_products(A: np.ndarray, B: np.ndarray, split_a=None) -> tuple[np.ndarr
         return z, z.copy()
     beta, slices = _plan(m)
     SA, RA = split_a if split_a is not None else _slices(A, slices, beta)
-    SB, RB = _slices(np.ascontiguousarray(B.T), slices, beta)
+    SB, RB = split_b if split_b is not None else _slices(np.ascontiguousarray(B.T), slices, beta)
     hi = np.zeros((A.shape[0], B.shape[1]))
     lo = np.zeros_like(hi)
     for p in range(slices):

@@ -149,11 +149,12 @@ def solve_dd(Lh, Ll, Kh, Kl, steps: int = SOLVE_STEPS, split=None):
     return Zh, Zl, rho
 
 
-def _dd_gram(Ah, Al, Bh=None, Bl=None):
+def _dd_gram(Ah, Al, Bh=None, Bl=None, split_b=None):
     """``A B'`` of double-double rows (``B = A`` when omitted): ``A_hi B_hi'`` by exact
-    products, the cross terms in float64 (within ``2 u^2 |A||B|``, the lows' own ``u``)."""
+    products (``split_b``: ``B_hi``'s parts, :func:`split_rows`, where already made), the
+    cross terms in float64 (within ``2 u^2 |A||B|``, the lows' own ``u``)."""
     Bh, Bl = (Ah, Al) if Bh is None else (Bh, Bl)
-    ph, pl = exact_products(Ah, np.ascontiguousarray(Bh.T))
+    ph, pl = exact_products(Ah, np.ascontiguousarray(Bh.T), split_b=split_b)
     return dd_add(ph, pl, Ah @ Bl.T + Al @ Bh.T, np.zeros_like(ph))
 
 
@@ -242,7 +243,8 @@ class ExtendedGram:
                 Sh[j + 1:, j + 1:], Sl[j + 1:, j + 1:] = dd_add(Sh[j + 1:, j + 1:], Sl[j + 1:, j + 1:],
                                                                 -oh, -ol)
         # backward error of the new rows: L L' by exact products, against M
-        Gh, Gl = _dd_gram(Lh[m0:m, :m], Ll[m0:m, :m], Lh[:m, :m], Ll[:m, :m])
+        Gh, Gl = _dd_gram(Lh[m0:m, :m], Ll[m0:m, :m], Lh[:m, :m], Ll[:m, :m],
+                          split_b=self._split(m, False))  # the parts bounds() takes next
         D = (Gh - Mh[m0:m, :m]) + (Gl - Ml[m0:m, :m])
         mag = np.abs(Lh[m0:m, :m]) @ np.abs(Lh[:m, :m]).T
         bound = np.abs(D) * (1 + 4 * U) + self.eta + (PRODUCT_REL_ERROR + 4 * _U2) * mag + 1e-300
