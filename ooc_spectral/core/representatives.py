@@ -97,6 +97,8 @@ import numpy as np
 import scipy.linalg
 from scipy.spatial import cKDTree
 
+from .._accel.fused import nearest_reach
+from .._accel.support import accel_for
 from .._validation import check_finite
 from .statistics import Statistic
 
@@ -175,15 +177,19 @@ def _scaled_with_norms(R: np.ndarray) -> np.ndarray:
 def in_threads(func, items) -> list:
     """``[func(x) for x in items]`` in order, on one thread per core (NumPy's products,
     reductions and sorts release the GIL; with BLAS on one thread each, the cores
-    split the blocks). The result does not depend on the number of threads."""
+    split the blocks). The result does not depend on the number of threads. Each call
+    runs in a copy of the caller's context (its
+    :func:`~ooc_spectral._accel.support.accel_for` setting included)."""
     items = list(items)
     threads = min(len(items), os.cpu_count() or 1)
     if threads <= 1:
         return [func(x) for x in items]
+    import contextvars
     from concurrent.futures import ThreadPoolExecutor
 
+    caller = contextvars.copy_context()
     with ThreadPoolExecutor(threads) as pool:
-        return list(pool.map(func, items))
+        return list(pool.map(lambda x: caller.copy().run(func, x), items))
 
 
 # --------------------------------------------------------------------------- #
@@ -210,9 +216,10 @@ def smallest_under(D: np.ndarray, tau: np.ndarray, k: int) -> tuple[np.ndarray, 
     return np.take_along_axis(J, order, axis=1), np.take_along_axis(V, order, axis=1)
 
 
-def smallest_k(D: np.ndarray, K: int) -> np.ndarray:
+def smallest_k(D: np.ndarray, K: int, values: bool = False):
     """The columns of the ``K`` smallest entries of each row of ``D`` (``(c, m)``,
-    ``K < m``), ties to the lower column: ``(c, K)``, each row by value then column.
+    ``K < m``), ties to the lower column: ``(c, K)``, each row by value then column
+    (and their values, ``(columns, values)``, with ``values=True``).
 
     The ``K``-th smallest entry of a row is at most ``tau``, the largest of the minima of
     ``K`` disjoint blocks of its columns (they are ``K`` entries of the row), so only
@@ -222,7 +229,8 @@ def smallest_k(D: np.ndarray, K: int) -> np.ndarray:
     c, m = D.shape
     q = m // K
     tau = D[:, :q * K].reshape(c, K, q).min(axis=2).max(axis=1)
-    return smallest_under(D, tau, K)[0]
+    found = smallest_under(D, tau, K)
+    return found if values else found[0]
 
 
 @dataclass(frozen=True, eq=False)
@@ -325,6 +333,11 @@ class Representatives:
             Xm = X[a:a + step] - self._center
             D = _with_ones(Xm) @ self._augmented.T  # |r|^2 - 2 x.r: the order of |x - r|^2
             x2 = _sq_norms(Xm)
+            if K < m:
+                found = nearest_reach(D, x2, K, reach, REACH_RATIO)
+                if found is not None:  # compiled: in order, near ties kept, as below
+                    index[a:a + step], d2[a:a + step] = found
+                    continue
             if K >= m:
                 j = np.broadcast_to(np.arange(m), D.shape)
                 dj = np.take_along_axis(D, j, axis=1)
@@ -332,13 +345,11 @@ class Representatives:
                 j = smallest_k(D, K)
                 dj = np.take_along_axis(D, j, axis=1)
             else:  # the K nearest and their near ties: every entry within the ratio of the K-th
-                # minima of `reach` blocks of columns: the K-th smallest of them bounds the
-                # K-th entry, the largest the reach-th (as in smallest_k)
-                q = m // reach
-                mins = D[:, :q * reach].reshape(len(D), reach, q).min(axis=2)
-                kth = smallest_under(D, np.partition(mins, K - 1, axis=1)[:, K - 1], K)[1][:, -1]
-                near = REACH_RATIO ** 2 * np.maximum(kth + x2, 0.0) - x2
-                j, dj = smallest_under(D, np.minimum(near, mins.max(axis=1)), reach)
+                j, dj = smallest_k(D, reach, values=True)  # the reach nearest, in order
+                near = REACH_RATIO ** 2 * np.maximum(dj[:, K - 1] + x2, 0.0) - x2
+                far = dj[:, K:] > near[:, None]  # past the K-th and not a near tie
+                dj[:, K:][far] = np.inf
+                j[:, K:][far] = 0
             dj = dj + x2[:, None]
             np.maximum(dj, 0.0, out=dj)
             order = np.lexsort((j, dj), axis=1)  # by distance, then by number
@@ -439,11 +450,12 @@ def chunk_bipartite(block, reps: Representatives, offset: int = 0, chunk_starts=
     n = len(block)
     step = max(1, int(block_rows) if block_rows else BIPARTITE_BLOCK_ROWS)
     out = None
-    for a in range(0, max(n, 1), step):
-        X = np.ascontiguousarray(block[a:a + step], dtype=np.float64)
-        check_finite(X, int(offset) + a, chunk_starts=chunk_starts)
-        part = bipartite_sums(*reps.weights(X), reps.size)
-        out = part if out is None else out.combine(part)
+    with accel_for(n * reps.size):  # the compiled search on large blocks only
+        for a in range(0, max(n, 1), step):
+            X = np.ascontiguousarray(block[a:a + step], dtype=np.float64)
+            check_finite(X, int(offset) + a, chunk_starts=chunk_starts)
+            part = bipartite_sums(*reps.weights(X), reps.size)
+            out = part if out is None else out.combine(part)
     return out
 
 

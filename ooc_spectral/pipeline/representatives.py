@@ -54,6 +54,7 @@ from ..core.representatives import (BIPARTITE_BLOCK_ROWS, BipartiteSums, Cluster
                                     graph_pieces, in_threads, nearest_center,
                                     representative_scales, solve_transfer_cut, unit_rows)
 from ..core.representative_selection import select_representatives
+from .._accel.support import accel_for
 from .._validation import check_finite
 from ..exceptions import InvalidInputError
 from ..runtime.execution import Executor, shared
@@ -347,6 +348,14 @@ def fit_representatives(source, *, n_clusters, n_components: int | None,
     """Stages 1-4 of the module docstring over ``source``; the rows' coordinates and
     labels are then ``embed_and_label(source, fit.cmap, graph=fit.graph)``.
     ``n_clusters`` is an int or ``"auto"``; ``n_components=None`` keeps ``k``."""
+    with accel_for(source.n_rows * int(n_representatives)):  # numba's search on large fits
+        return _fit_representatives(source, n_clusters, n_components, n_representatives,
+                                    n_neighbors, seed, n_init, executor, chunk_rows, store,
+                                    sample_factor)
+
+
+def _fit_representatives(source, n_clusters, n_components, n_representatives, n_neighbors,
+                         seed, n_init, executor, chunk_rows, store, sample_factor):
     from threadpoolctl import threadpool_limits
 
     times = {}
@@ -385,8 +394,10 @@ def embed_and_label(source, cmap: ClusterMap, chunk_rows: int | None = None, gra
     otherwise."""
     if source.kind == "numpy":
         if graph is None:
-            graph = in_threads(lambda block: cmap.tmap.representatives.neighbourhood(block[1]),
-                                in_memory_blocks(source, task_rows(source, chunk_rows)))
+            reps = cmap.tmap.representatives
+            with accel_for(source.n_rows * reps.size):
+                graph = in_threads(lambda block: reps.neighbourhood(block[1]),
+                                   in_memory_blocks(source, task_rows(source, chunk_rows)))
         parts = [cmap.embed_weights(index, b) for index, b in graph]
         E = np.concatenate(parts) if parts else np.empty((0, cmap.n_components))
         return E, nearest_center(E, cmap.centers)
