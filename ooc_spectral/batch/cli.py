@@ -202,15 +202,19 @@ def workflow_permissions(args) -> frozenset:
     return frozenset(given)
 
 
-def _n_clusters(text: str):
-    """``--n-clusters``: a whole number, or ``auto``."""
+def _int_or_auto(text: str, what: str = "a whole number"):
+    """A whole number, or ``auto``."""
     if text.strip().lower() == "auto":
         return "auto"
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is neither a whole number of clusters nor 'auto'") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is neither {what} nor 'auto'") from None
+
+
+def _n_clusters(text: str):
+    """``--n-clusters``: a whole number, or ``auto``."""
+    return _int_or_auto(text, "a whole number of clusters")
 
 
 # --------------------------------------------------------------------------- #
@@ -278,8 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the graph: representatives (the default with --n-clusters): each "
                    "row's nearest representatives, out of core; kernel (the default without "
                    "it): the greedy kernel embedding, no clustering")
-    g.add_argument("--n-representatives", type=int, default=1000, metavar="M",
-                   help="representatives (default: 1000, at most half the rows)")
+    g.add_argument("--n-representatives", type=_int_or_auto, default="auto", metavar="M",
+                   help="representatives (default: auto, 100 per cluster up to 1000; at "
+                   "most half the rows)")
     g.add_argument("--n-neighbors", type=int, default=5, metavar="NN",
                    help="representatives joined to each row (default: 5)")
     _add_cluster(p)
