@@ -425,3 +425,24 @@ def test_n_representatives_auto_is_a_hundred_per_cluster():
     parse = build_parser().parse_args
     assert parse(["fit", "in.zarr", "--out", "o", "--n-clusters", "3"]).n_representatives == "auto"
     assert parse(["fit", "in.zarr", "--out", "o", "--n-representatives", "50"]).n_representatives == 50
+
+
+@pytest.mark.parametrize("d", [2, 4])
+def test_the_trees_staged_query_finds_every_near_tie(d):
+    """The k-d tree asks first for about K 1.25^d neighbours, then again for all reach
+    where the last is still a near tie: the same neighbourhoods as one query for reach."""
+    from scipy.spatial import cKDTree
+
+    rng = np.random.default_rng(d)
+    P = rng.standard_normal((150, d))
+    X = np.concatenate([2.0 * rng.standard_normal((3000, d)),  # spread: many near ties
+                        P[rng.integers(150, size=1000)] + 1e-3 * rng.standard_normal((1000, d))])
+    reps = R.Representatives(P, 5, reach=20)
+    index, d2 = reps._search(X, 5, 20)
+    dist, ref = cKDTree(P - P.mean(axis=0)).query(X - P.mean(axis=0), k=20)
+    near = np.ones_like(dist, dtype=bool)
+    near[:, 5:] = dist[:, 5:] <= 1.25 * dist[:, 4:5]
+    assert 0 < near[:, 5:].sum(axis=1).max() and near[:, -1].any() and not near[:, -1].all()
+    np.testing.assert_array_equal(np.isfinite(d2), near)
+    np.testing.assert_array_equal(index[near], ref[near])
+    np.testing.assert_allclose(d2[near], dist[near] ** 2, rtol=1e-12)

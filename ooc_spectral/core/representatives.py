@@ -320,12 +320,7 @@ class Representatives:
         X = np.asarray(X, dtype=np.float64)
         c, m = X.shape[0], self.size
         if self._tree is not None:
-            d, index = self._tree.query(X - self._center, k=reach)
-            index = np.asarray(index, dtype=np.int64).reshape(c, reach)
-            d = np.asarray(d, dtype=np.float64).reshape(c, reach)
-            if reach > K:
-                d[:, K:][d[:, K:] > REACH_RATIO * d[:, K - 1:K]] = np.inf
-            return np.minimum(index, m - 1), np.square(d)
+            return self._tree_search(X - self._center, K, reach)
         index = np.empty((c, reach), dtype=np.int64)
         d2 = np.empty((c, reach))
         step = self.block_rows()
@@ -356,6 +351,37 @@ class Representatives:
             index[a:a + step] = np.take_along_axis(j, order, axis=1)
             d2[a:a + step] = np.take_along_axis(dj, order, axis=1)
         return index, d2
+
+    def _tree_search(self, Y: np.ndarray, K: int, reach: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_search` by the k-d tree (``Y``: rows moved by the representatives'
+        mean). The tree's cost grows with the neighbours asked for, and in ``d``
+        dimensions the ball of the near ties (:data:`REACH_RATIO` times the ``K``-th
+        distance) holds about ``K REACH_RATIO^d`` representatives where they are spread
+        evenly: so that many (plus one) are asked for first, and only the rows whose
+        last one is still a near tie are asked again for all ``reach``. Past the near
+        ties the places hold distance ``inf`` (weight 0) and representative 0."""
+        c, m = Y.shape[0], self.size
+
+        def query(rows, k):
+            d, index = self._tree.query(rows, k=k)
+            return (np.minimum(np.asarray(index, dtype=np.int64).reshape(len(rows), k), m - 1),
+                    np.asarray(d, dtype=np.float64).reshape(len(rows), k))
+
+        first = reach if reach == K else min(
+            reach, int(np.ceil(K * REACH_RATIO ** self.n_features)) + 1)
+        got, d = query(Y, first)
+        index = np.zeros((c, reach), dtype=np.int64)
+        dist = np.full((c, reach), np.inf)
+        index[:, :first], dist[:, :first] = got, d
+        if first < reach:
+            again = np.flatnonzero(d[:, -1] <= REACH_RATIO * d[:, K - 1])
+            if again.size:
+                index[again], dist[again] = query(Y[again], reach)
+        if reach > K:
+            far = dist[:, K:] > REACH_RATIO * dist[:, K - 1:K]
+            dist[:, K:][far] = np.inf
+            index[:, K:][far] = 0
+        return index, np.square(dist)
 
     def neighbourhood(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(index, b)``, both ``(len(X), reach)``: each row's :attr:`reach` nearest
