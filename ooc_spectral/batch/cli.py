@@ -202,19 +202,14 @@ def workflow_permissions(args) -> frozenset:
     return frozenset(given)
 
 
-def _int_or_auto(text: str, what: str = "a whole number"):
-    """A whole number, or ``auto``."""
+def _int_or_auto(text: str):
+    """``--n-clusters``, ``--n-representatives``: a whole number, or ``auto``."""
     if text.strip().lower() == "auto":
         return "auto"
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is neither {what} nor 'auto'") from None
-
-
-def _n_clusters(text: str):
-    """``--n-clusters``: a whole number, or ``auto``."""
-    return _int_or_auto(text, "a whole number of clusters")
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number nor 'auto'") from None
 
 
 # --------------------------------------------------------------------------- #
@@ -274,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="OUTDIR", help="output directory (a zarr group)")
     _add_estimator_options(p)
     g = p.add_argument_group("clustering (see GreedySpectralClustering; its defaults)")
-    g.add_argument("--n-clusters", type=_n_clusters, default=None, metavar="K",
+    g.add_argument("--n-clusters", type=_int_or_auto, default=None, metavar="K",
                    help="cluster the rows: K clusters, or 'auto' (K from the eigengap); labels "
                    "are written beside the embedding (n x K unit rows) and report.json holds "
                    "the cluster sizes")
