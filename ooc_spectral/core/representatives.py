@@ -244,7 +244,8 @@ class Representatives:
             raise ValueError(f"reach={reach} below n_neighbors={self.n_neighbors}")
         object.__setattr__(self, "reach", min(reach, P.shape[0]))
         object.__setattr__(self, "_center", center)
-        object.__setattr__(self, "_augmented", _scaled_with_norms(moved))
+        # [-2 r, |r|^2]' as a C-ordered (d + 1) x m block: the product's right operand
+        object.__setattr__(self, "_augmented", np.ascontiguousarray(_scaled_with_norms(moved).T))
         object.__setattr__(self, "_tree", cKDTree(moved) if P.shape[1] <= KDTREE_MAX_FEATURES
                            else None)
 
@@ -287,9 +288,11 @@ class Representatives:
         index = np.empty((c, reach), dtype=np.int64)
         d2 = np.empty((c, reach))
         step = self.block_rows()
+        block = np.empty((min(step, c), m))  # one distance block, reused (no page faults)
         for a in range(0, c, step):
             Xm = X[a:a + step] - self._center
-            D = _with_ones(Xm) @ self._augmented.T  # |r|^2 - 2 x.r: the order of |x - r|^2
+            # |r|^2 - 2 x.r: the order of |x - r|^2
+            D = np.matmul(_with_ones(Xm), self._augmented, out=block[:len(Xm)])
             x2 = _sq_norms(Xm)
             if K < m:
                 found = nearest_reach(D, x2, K, reach, REACH_RATIO)
