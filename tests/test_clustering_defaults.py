@@ -267,7 +267,9 @@ def test_the_command_line_default_is_pythons(blobs, tmp_path):
     np.testing.assert_array_equal(labels, np.asarray(py.labels_))
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["affinity"] == "representatives" and report["n_clusters"] == 4
-    assert report["n_representatives"] == 1000 and report["n_neighbors"] == 5
+    # n_representatives="auto": 100 per cluster (at most 1000, at most half the rows)
+    assert report["n_representatives"] == 400 == len(py.representatives_)
+    assert report["n_neighbors"] == 5
     assert report["degenerate_partition"] is None and report["eigengaps"] is None
     model = zarr.open_group(str(tmp_path / "out" / "representatives_model"), mode="r")
     np.testing.assert_array_equal(model["scales"][...], py.representative_scales_)

@@ -372,3 +372,77 @@ def test_the_command_line_refuses_a_graph_in_more_pieces_with_exit_2_and_no_comp
     # the advice, followed on the same OUTDIR, is another configuration: --overwrite
     assert main(args + ["--n-neighbors", "5", "--overwrite"]) == 0
     assert json.loads((tmp_path / "out" / "report.json").read_text())["status"] == "complete"
+
+
+@pytest.mark.parametrize("m, K, reach", [(1000, 5, 20), (77, 5, 20), (40, 3, 6), (12, 5, 5)])
+def test_the_compiled_search_is_numpys_bit_for_bit(m, K, reach):
+    """numba's one-pass selection (reach nearest, near-tie mask, order) against NumPy's
+    threshold searches, with ties (rounded rows and representatives) and m not a multiple
+    of reach."""
+    pytest.importorskip("numba")
+    import dask
+
+    from ooc_spectral._accel.fused import numba_loops
+
+    assert numba_loops() is not None  # the compiled loop is what is compared
+
+    rng = np.random.default_rng(m)
+    P = rng.standard_normal((m, 20))
+    P[: m // 2] = np.round(P[: m // 2])
+    X = 2.0 * rng.standard_normal((1500, 20))
+    X[:300] = np.round(X[:300])  # ties
+    X[300:800] = P[rng.integers(m, size=500)] + 0.05 * rng.standard_normal((500, 20))  # no near ties
+    reps = R.Representatives(P, K, reach=reach)
+    with dask.config.set({"ooc-spectral.numba": False}):
+        ref = reps._search(X, K, reps.reach)
+    got = reps._search(X, K, reps.reach)
+    np.testing.assert_array_equal(got[0], ref[0])
+    np.testing.assert_array_equal(got[1], ref[1])
+    if reach > K:  # both cases of the near-tie mask occur
+        far = np.isinf(ref[1][:, K:])
+        assert far.any() and (~far).any()
+    # the K nearest by brute force (rows without exact ties)
+    full = ((X[300:, None, :] - P[None, :, :]) ** 2).sum(-1)
+    np.testing.assert_array_equal(got[0][300:, :K], np.argsort(full, axis=1)[:, :K])
+
+
+def test_n_representatives_auto_is_a_hundred_per_cluster():
+    from ooc_spectral.batch.cli import build_parser
+    from ooc_spectral.clustering import GreedySpectralClustering
+    from ooc_spectral.pipeline.representatives import resolve_n_representatives
+
+    assert [resolve_n_representatives("auto", k) for k in (1, 2, 7, 10, 30)] == \
+        [100, 200, 700, 1000, 1000]
+    assert resolve_n_representatives("auto", "auto") == 1000
+    assert resolve_n_representatives(37, 2) == 37
+    X = _blobs(1000)
+    est = GreedySpectralClustering(3, random_state=0).fit(X)
+    assert est.n_representatives == "auto" and len(est.representatives_) == 300
+    assert len(GreedySpectralClustering(3, n_representatives=50, random_state=0)
+               .fit(X).representatives_) == 50
+    with pytest.raises(ValueError, match="n_representatives"):
+        GreedySpectralClustering(3, n_representatives="many").fit(X)
+    parse = build_parser().parse_args
+    assert parse(["fit", "in.zarr", "--out", "o", "--n-clusters", "3"]).n_representatives == "auto"
+    assert parse(["fit", "in.zarr", "--out", "o", "--n-representatives", "50"]).n_representatives == 50
+
+
+@pytest.mark.parametrize("d", [2, 4])
+def test_the_trees_staged_query_finds_every_near_tie(d):
+    """The k-d tree asks first for about K 1.25^d neighbours, then again for all reach
+    where the last is still a near tie: the same neighbourhoods as one query for reach."""
+    from scipy.spatial import cKDTree
+
+    rng = np.random.default_rng(d)
+    P = rng.standard_normal((150, d))
+    X = np.concatenate([2.0 * rng.standard_normal((3000, d)),  # spread: many near ties
+                        P[rng.integers(150, size=1000)] + 1e-3 * rng.standard_normal((1000, d))])
+    reps = R.Representatives(P, 5, reach=20)
+    index, d2 = reps._search(X, 5, 20)
+    dist, ref = cKDTree(P - P.mean(axis=0)).query(X - P.mean(axis=0), k=20)
+    near = np.ones_like(dist, dtype=bool)
+    near[:, 5:] = dist[:, 5:] <= 1.25 * dist[:, 4:5]
+    assert 0 < near[:, 5:].sum(axis=1).max() and near[:, -1].any() and not near[:, -1].all()
+    np.testing.assert_array_equal(np.isfinite(d2), near)
+    np.testing.assert_array_equal(index[near], ref[near])
+    np.testing.assert_allclose(d2[near], dist[near] ** 2, rtol=1e-12)

@@ -29,7 +29,7 @@ import numpy as np
 from .support import ACCEL_MIN_ENTRIES, accel_allowed, accel_for, config_flag, contiguous_float64, once
 
 __all__ = ["numba_loops", "loops_backend", "loops_for", "LOOPS_MIN_ELEMENTS", "centre_rows", "centre_rows_weighted", "clip_unit_col_sums", "clip_unit_dot",
-           "CENTRE_PIECE_ELEMENTS", "DOT_MAX_COLUMNS"]
+           "CENTRE_PIECE_ELEMENTS", "DOT_MAX_COLUMNS", "nearest_reach"]
 
 #: Entries of a C-ordered block that the NumPy form of :func:`centre_rows` takes at a
 #: time (a piece of 1 MiB, read once into the core's cache for its three uses; as the
@@ -248,3 +248,26 @@ def clip_unit_dot(S: np.ndarray, G: np.ndarray, out: np.ndarray) -> np.ndarray:
         return out
     np.minimum(S, 1.0, out=S)
     return np.matmul(S, G, out=out)
+
+
+def nearest_reach(D: np.ndarray, x2: np.ndarray, K: int, reach: int, ratio: float):
+    """Compiled, one pass over each row of ``D``: the ``reach`` smallest entries of each
+    row (by value, then column), those past the ``K``-th that exceed the ``K``-th's
+    ``near`` bound (``ratio^2 max(v_K + x2, 0) - x2``) dropped (value ``inf``, column 0),
+    the rest ``max(v + x2, 0)``, each row sorted by that value then column: what
+    :meth:`~ooc_spectral.core.representatives.Representatives.nearest` and
+    ``neighbourhood`` compute with NumPy's calls (a partial sort over a threshold), bit
+    for bit.
+
+    Returns ``(columns, values)``, both ``(c, reach)``, or None where the compiled loops
+    are not at hand (NumPy's calls then).
+    """
+    loops = numba_loops()
+    c, m = D.shape
+    if (loops is None or not 1 <= K <= reach <= m or not c
+            or not contiguous_float64(D, x2) or x2.shape != (c,)):
+        return None
+    J = np.empty((c, reach), dtype=np.int64)
+    V = np.empty((c, reach))
+    loops.nearest_reach(D, x2, int(K), float(ratio) ** 2, J, V)
+    return J, V

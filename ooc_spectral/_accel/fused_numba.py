@@ -11,6 +11,7 @@ another order than NumPy's: the same to rounding) and fused multiply-adds.
 from __future__ import annotations
 
 import numba
+import numpy as np
 
 _FLAGS = {"fastmath": {"reassoc", "contract"}, "cache": True, "nogil": True,
           "boundscheck": False, "error_model": "numpy"}
@@ -132,3 +133,57 @@ def clip_unit_dot(S, G, out):  # pragma: no cover - compiled
             for j in range(m):
                 a0 += min(S[t, j], 1.0) * G[j, q]
             out[t, q] = a0
+
+
+# exact comparisons and sums only: no fastmath, so that the selection and the distances
+# are NumPy's bit for bit
+@numba.njit("void(float64[:, ::1], float64[::1], int64, float64, int64[:, ::1], float64[:, ::1])",
+            cache=True, nogil=True, boundscheck=False)
+def nearest_reach(D, x2, K, ratio2, J, V):  # pragma: no cover - compiled
+    c, m = D.shape
+    reach = J.shape[1]
+    q = m // reach
+    for t in range(c):
+        # the largest of the minima of `reach` disjoint blocks of columns bounds the
+        # reach-th smallest entry: only the entries up to it are placed
+        tau = -np.inf
+        for b in range(reach):
+            low = D[t, b * q]
+            for j in range(b * q + 1, (b + 1) * q):
+                low = min(low, D[t, j])
+            tau = max(tau, low)
+        filled = 0
+        for j in range(m):  # columns ascending: a tie keeps the lower column first
+            v = D[t, j]
+            if v > tau:
+                continue
+            if filled == reach:
+                if not v < V[t, reach - 1]:
+                    continue
+                p = reach - 1
+            else:
+                p = filled
+                filled += 1
+            while p > 0 and V[t, p - 1] > v:
+                V[t, p] = V[t, p - 1]
+                J[t, p] = J[t, p - 1]
+                p -= 1
+            V[t, p] = v
+            J[t, p] = j
+        near = ratio2 * max(V[t, K - 1] + x2[t], 0.0) - x2[t]
+        for p in range(reach):
+            if p >= K and V[t, p] > near:
+                V[t, p] = np.inf
+                J[t, p] = 0
+            else:
+                V[t, p] = max(V[t, p] + x2[t], 0.0)
+        for p in range(1, reach):  # by distance, then by number
+            v = V[t, p]
+            j = J[t, p]
+            i = p
+            while i > 0 and (V[t, i - 1] > v or (V[t, i - 1] == v and J[t, i - 1] > j)):
+                V[t, i] = V[t, i - 1]
+                J[t, i] = J[t, i - 1]
+                i -= 1
+            V[t, i] = v
+            J[t, i] = j

@@ -202,15 +202,14 @@ def workflow_permissions(args) -> frozenset:
     return frozenset(given)
 
 
-def _n_clusters(text: str):
-    """``--n-clusters``: a whole number, or ``auto``."""
+def _int_or_auto(text: str):
+    """``--n-clusters``, ``--n-representatives``: a whole number, or ``auto``."""
     if text.strip().lower() == "auto":
         return "auto"
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is neither a whole number of clusters nor 'auto'") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number nor 'auto'") from None
 
 
 # --------------------------------------------------------------------------- #
@@ -270,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="OUTDIR", help="output directory (a zarr group)")
     _add_estimator_options(p)
     g = p.add_argument_group("clustering (see GreedySpectralClustering; its defaults)")
-    g.add_argument("--n-clusters", type=_n_clusters, default=None, metavar="K",
+    g.add_argument("--n-clusters", type=_int_or_auto, default=None, metavar="K",
                    help="cluster the rows: K clusters, or 'auto' (K from the eigengap); labels "
                    "are written beside the embedding (n x K unit rows) and report.json holds "
                    "the cluster sizes")
@@ -278,8 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the graph: representatives (the default with --n-clusters): each "
                    "row's nearest representatives, out of core; kernel (the default without "
                    "it): the greedy kernel embedding, no clustering")
-    g.add_argument("--n-representatives", type=int, default=1000, metavar="M",
-                   help="representatives (default: 1000, at most half the rows)")
+    g.add_argument("--n-representatives", type=_int_or_auto, default="auto", metavar="M",
+                   help="representatives (default: auto, 100 per cluster up to 1000; at "
+                   "most half the rows)")
     g.add_argument("--n-neighbors", type=int, default=5, metavar="NN",
                    help="representatives joined to each row (default: 5)")
     _add_cluster(p)

@@ -112,7 +112,7 @@ def _fit_representatives(args, job) -> dict:
                            "or --n-clusters auto")
     for flag, value in (("--n-representatives", args.n_representatives),
                         ("--n-neighbors", args.n_neighbors)):
-        if value < 1:
+        if value != "auto" and value < 1:
             raise CommandError(f"{flag} {value} must be at least 1")
     fields = FitConfig.__dataclass_fields__
     ignored = [f"--{k.replace('_', '-')}" for k, v in job.params.items()

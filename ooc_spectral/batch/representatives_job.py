@@ -38,7 +38,8 @@ from ..io.safety import output_apart_from_model, output_outside_input
 from ..io.source import open_source
 from ..pipeline.cluster_output import ClusterOutput
 from ..core.degenerate import partition_message
-from ..pipeline.representatives import fit_representatives, task_rows, warn_if_degenerate
+from ..pipeline.representatives import (fit_representatives, resolve_n_representatives,
+                                         task_rows, warn_if_degenerate)
 from ..runtime.cluster import compute_engine
 from ..runtime.monitor import MemorySampler, ProgressLog
 from .jobs import FitJob, _check_workers_see_input, input_identity
@@ -75,7 +76,7 @@ def _cluster_sizes(url: str, k: int) -> np.ndarray:
     return counts
 
 
-def run_representatives_job(job: FitJob, *, n_clusters, n_representatives: int = 1000,
+def run_representatives_job(job: FitJob, *, n_clusters, n_representatives="auto",
                             n_neighbors: int = 5, n_components: int | None = None,
                             n_init: int = 10) -> dict:
     """Run or resume the clustering into ``job.outdir``; returns the report.
@@ -95,7 +96,7 @@ def run_representatives_job(job: FitJob, *, n_clusters, n_representatives: int =
     fingerprint = watch.fingerprint
     estimator = {"affinity": "representatives", "graph": "local scales s_t s_j, reach 4K",
                  "n_clusters": k, "n_components": p,
-                 "n_representatives": int(n_representatives),
+                 "n_representatives": resolve_n_representatives(n_representatives, k),
                  "n_neighbors": int(n_neighbors), "n_init": int(n_init), "random_state": seed,
                  "chunk_rows": job.params.get("chunk_rows")}
     resolved = {"estimator": estimator, "input": input_identity(source)}

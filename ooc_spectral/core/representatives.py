@@ -97,7 +97,10 @@ import numpy as np
 import scipy.linalg
 from scipy.spatial import cKDTree
 
+from .._accel.fused import nearest_reach
+from .._accel.support import accel_for
 from .._validation import check_finite
+from .nearest import smallest_k, smallest_under
 from .statistics import Statistic
 
 __all__ = [
@@ -175,56 +178,24 @@ def _scaled_with_norms(R: np.ndarray) -> np.ndarray:
 def in_threads(func, items) -> list:
     """``[func(x) for x in items]`` in order, on one thread per core (NumPy's products,
     reductions and sorts release the GIL; with BLAS on one thread each, the cores
-    split the blocks). The result does not depend on the number of threads."""
+    split the blocks). The result does not depend on the number of threads. Each call
+    runs in a copy of the caller's context (its
+    :func:`~ooc_spectral._accel.support.accel_for` setting included)."""
     items = list(items)
     threads = min(len(items), os.cpu_count() or 1)
     if threads <= 1:
         return [func(x) for x in items]
+    import contextvars
     from concurrent.futures import ThreadPoolExecutor
 
+    caller = contextvars.copy_context()
     with ThreadPoolExecutor(threads) as pool:
-        return list(pool.map(func, items))
+        return list(pool.map(lambda x: caller.copy().run(func, x), items))
 
 
 # --------------------------------------------------------------------------- #
 # the nearest representatives of a block of rows, and the weights
 # --------------------------------------------------------------------------- #
-def smallest_under(D: np.ndarray, tau: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(columns, values)``, both ``(c, k)``: the ``k`` smallest entries of each row of
-    ``D`` (``(c, m)``) among those at most ``tau`` (``(c,)``), by value then column; where
-    a row has fewer, the rest are column 0 with value ``inf``. Each row's few entries are
-    sorted in a padded row of their own."""
-    c, m = D.shape
-    flat = np.flatnonzero(D <= tau[:, None])
-    r, j = np.divmod(flat, m)
-    counts = np.bincount(r, minlength=c)
-    start = np.zeros(c, dtype=np.int64)
-    np.cumsum(counts[:-1], out=start[1:])
-    pos = np.arange(flat.size) - start[r]
-    width = max(int(counts.max(initial=0)), k)
-    V = np.full((c, width), np.inf)
-    V[r, pos] = D.ravel()[flat]
-    J = np.zeros((c, width), dtype=np.int64)
-    J[r, pos] = j  # ascending within a row: a stable sort by value breaks ties by column
-    order = np.argsort(V, axis=1, kind="stable")[:, :k]
-    return np.take_along_axis(J, order, axis=1), np.take_along_axis(V, order, axis=1)
-
-
-def smallest_k(D: np.ndarray, K: int) -> np.ndarray:
-    """The columns of the ``K`` smallest entries of each row of ``D`` (``(c, m)``,
-    ``K < m``), ties to the lower column: ``(c, K)``, each row by value then column.
-
-    The ``K``-th smallest entry of a row is at most ``tau``, the largest of the minima of
-    ``K`` disjoint blocks of its columns (they are ``K`` entries of the row), so only
-    the entries up to ``tau`` (about ``2 K`` a row) are sorted
-    (:func:`smallest_under`): two contiguous passes over ``D`` instead of a selection in
-    every row (``np.argpartition``, twice as slow at ``m = 1000``, ``K = 5``)."""
-    c, m = D.shape
-    q = m // K
-    tau = D[:, :q * K].reshape(c, K, q).min(axis=2).max(axis=1)
-    return smallest_under(D, tau, K)[0]
-
-
 @dataclass(frozen=True, eq=False)
 class Representatives:
     """The ``m x d`` representatives, the number ``K`` of them each row is joined to, and
@@ -273,7 +244,8 @@ class Representatives:
             raise ValueError(f"reach={reach} below n_neighbors={self.n_neighbors}")
         object.__setattr__(self, "reach", min(reach, P.shape[0]))
         object.__setattr__(self, "_center", center)
-        object.__setattr__(self, "_augmented", _scaled_with_norms(moved))
+        # [-2 r, |r|^2]' as a C-ordered (d + 1) x m block: the product's right operand
+        object.__setattr__(self, "_augmented", np.ascontiguousarray(_scaled_with_norms(moved).T))
         object.__setattr__(self, "_tree", cKDTree(moved) if P.shape[1] <= KDTREE_MAX_FEATURES
                            else None)
 
@@ -312,19 +284,21 @@ class Representatives:
         X = np.asarray(X, dtype=np.float64)
         c, m = X.shape[0], self.size
         if self._tree is not None:
-            d, index = self._tree.query(X - self._center, k=reach)
-            index = np.asarray(index, dtype=np.int64).reshape(c, reach)
-            d = np.asarray(d, dtype=np.float64).reshape(c, reach)
-            if reach > K:
-                d[:, K:][d[:, K:] > REACH_RATIO * d[:, K - 1:K]] = np.inf
-            return np.minimum(index, m - 1), np.square(d)
+            return self._tree_search(X - self._center, K, reach)
         index = np.empty((c, reach), dtype=np.int64)
         d2 = np.empty((c, reach))
         step = self.block_rows()
+        block = np.empty((min(step, c), m))  # one distance block, reused (no page faults)
         for a in range(0, c, step):
             Xm = X[a:a + step] - self._center
-            D = _with_ones(Xm) @ self._augmented.T  # |r|^2 - 2 x.r: the order of |x - r|^2
+            # |r|^2 - 2 x.r: the order of |x - r|^2
+            D = np.matmul(_with_ones(Xm), self._augmented, out=block[:len(Xm)])
             x2 = _sq_norms(Xm)
+            if K < m:
+                found = nearest_reach(D, x2, K, reach, REACH_RATIO)
+                if found is not None:  # compiled: in order, near ties kept, as below
+                    index[a:a + step], d2[a:a + step] = found
+                    continue
             if K >= m:
                 j = np.broadcast_to(np.arange(m), D.shape)
                 dj = np.take_along_axis(D, j, axis=1)
@@ -332,19 +306,48 @@ class Representatives:
                 j = smallest_k(D, K)
                 dj = np.take_along_axis(D, j, axis=1)
             else:  # the K nearest and their near ties: every entry within the ratio of the K-th
-                # minima of `reach` blocks of columns: the K-th smallest of them bounds the
-                # K-th entry, the largest the reach-th (as in smallest_k)
-                q = m // reach
-                mins = D[:, :q * reach].reshape(len(D), reach, q).min(axis=2)
-                kth = smallest_under(D, np.partition(mins, K - 1, axis=1)[:, K - 1], K)[1][:, -1]
-                near = REACH_RATIO ** 2 * np.maximum(kth + x2, 0.0) - x2
-                j, dj = smallest_under(D, np.minimum(near, mins.max(axis=1)), reach)
+                j, dj = smallest_k(D, reach, values=True)  # the reach nearest, in order
+                near = REACH_RATIO ** 2 * np.maximum(dj[:, K - 1] + x2, 0.0) - x2
+                far = dj[:, K:] > near[:, None]  # past the K-th and not a near tie
+                dj[:, K:][far] = np.inf
+                j[:, K:][far] = 0
             dj = dj + x2[:, None]
             np.maximum(dj, 0.0, out=dj)
             order = np.lexsort((j, dj), axis=1)  # by distance, then by number
             index[a:a + step] = np.take_along_axis(j, order, axis=1)
             d2[a:a + step] = np.take_along_axis(dj, order, axis=1)
         return index, d2
+
+    def _tree_search(self, Y: np.ndarray, K: int, reach: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_search` by the k-d tree (``Y``: rows moved by the representatives'
+        mean). The tree's cost grows with the neighbours asked for, and in ``d``
+        dimensions the ball of the near ties (:data:`REACH_RATIO` times the ``K``-th
+        distance) holds about ``K REACH_RATIO^d`` representatives where they are spread
+        evenly: so that many (plus one) are asked for first, and only the rows whose
+        last one is still a near tie are asked again for all ``reach``. Past the near
+        ties the places hold distance ``inf`` (weight 0) and representative 0."""
+        c, m = Y.shape[0], self.size
+
+        def query(rows, k):
+            d, index = self._tree.query(rows, k=k)
+            return (np.minimum(np.asarray(index, dtype=np.int64).reshape(len(rows), k), m - 1),
+                    np.asarray(d, dtype=np.float64).reshape(len(rows), k))
+
+        first = reach if reach == K else min(
+            reach, int(np.ceil(K * REACH_RATIO ** self.n_features)) + 1)
+        got, d = query(Y, first)
+        index = np.zeros((c, reach), dtype=np.int64)
+        dist = np.full((c, reach), np.inf)
+        index[:, :first], dist[:, :first] = got, d
+        if first < reach:
+            again = np.flatnonzero(d[:, -1] <= REACH_RATIO * d[:, K - 1])
+            if again.size:
+                index[again], dist[again] = query(Y[again], reach)
+        if reach > K:
+            far = dist[:, K:] > REACH_RATIO * dist[:, K - 1:K]
+            dist[:, K:][far] = np.inf
+            index[:, K:][far] = 0
+        return index, np.square(dist)
 
     def neighbourhood(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(index, b)``, both ``(len(X), reach)``: each row's :attr:`reach` nearest
@@ -439,11 +442,12 @@ def chunk_bipartite(block, reps: Representatives, offset: int = 0, chunk_starts=
     n = len(block)
     step = max(1, int(block_rows) if block_rows else BIPARTITE_BLOCK_ROWS)
     out = None
-    for a in range(0, max(n, 1), step):
-        X = np.ascontiguousarray(block[a:a + step], dtype=np.float64)
-        check_finite(X, int(offset) + a, chunk_starts=chunk_starts)
-        part = bipartite_sums(*reps.weights(X), reps.size)
-        out = part if out is None else out.combine(part)
+    with accel_for(n * reps.size):  # the compiled search on large blocks only
+        for a in range(0, max(n, 1), step):
+            X = np.ascontiguousarray(block[a:a + step], dtype=np.float64)
+            check_finite(X, int(offset) + a, chunk_starts=chunk_starts)
+            part = bipartite_sums(*reps.weights(X), reps.size)
+            out = part if out is None else out.combine(part)
     return out
 
 

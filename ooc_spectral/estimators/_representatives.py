@@ -4,8 +4,9 @@ The graph, the eigenproblem and why it is the spectral embedding of the bipartit
 graph are in :mod:`ooc_spectral.core.representatives`; the passes over a source in
 :mod:`ooc_spectral.pipeline.representatives`. In short:
 
-* ``m = n_representatives`` representatives ``r_j`` (k-means on a seeded uniform sample
-  of ``10 m`` rows; ``m`` at most half the rows) and the ``n`` rows form a bipartite
+* ``m = n_representatives`` representatives ``r_j`` (``"auto"``: 100 per cluster, at
+  most 1000; k-means on a seeded uniform sample of ``10 m`` rows; ``m`` at most half
+  the rows) and the ``n`` rows form a bipartite
   graph; row ``t`` is joined to its ``K = n_neighbors`` nearest representatives with
   weights ``b_tj = exp(-|x_t - r_j|^2 / (2 s_t s_j))``, ``s_t`` its mean distance to them
   and ``s_j`` the representative's scale (the mean ``s_t`` of the sample rows nearest to
@@ -45,7 +46,8 @@ __all__ = ["fit", "predict", "check_params"]
 
 def check_params(est) -> None:
     name = type(est).__name__
-    check_int(name, "n_representatives", est.n_representatives, low=2)
+    if not (isinstance(est.n_representatives, str) and est.n_representatives == "auto"):
+        check_int(name, "n_representatives", est.n_representatives, low=2)
     check_int(name, "n_neighbors", est.n_neighbors, low=1)
 
 

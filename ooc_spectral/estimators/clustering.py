@@ -195,8 +195,11 @@ class GreedySpectralClustering(SparseInputMixin, FeatureNamesInMixin, ClusterMix
         The graph: the rows' nearest representatives (``n_representatives``,
         ``n_neighbors``), or the kernel of the greedy dictionary's embedding (the
         parameters ``kernel`` to ``sample_size`` below).
-    n_representatives : int, default=1000
+    n_representatives : int or "auto", default="auto"
         ``m`` for ``affinity="representatives"`` (at most half the rows are used).
+        ``"auto"``: 100 per cluster, at most 1000 (1000 for ``n_clusters="auto"``): the
+        graph needs representatives enough to trace each cluster, and each one more
+        costs every pass over the rows.
     n_neighbors : int, default=5
         ``K``, the representatives each row is joined to (``affinity="representatives"``).
         A graph that falls into more separate pieces than ``n_clusters`` (always with
@@ -305,7 +308,7 @@ affine, degree_estimate, degree_subset_size, sample_size
     4
     """
 
-    def __init__(self, n_clusters=2, *, affinity="representatives", n_representatives=1000,
+    def __init__(self, n_clusters=2, *, affinity="representatives", n_representatives="auto",
                  n_neighbors=5, n_components=None, kernel="rbf", gamma=None, degree=3,
                  coef0=1.0, tol=1e-3, dictionary_size=None, selection="greedy",
                  max_dictionary_size=5000, affine=True, degree_estimate="exact",
