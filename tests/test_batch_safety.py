@@ -32,26 +32,34 @@ ARGS = ["--gamma", "0.05", "--tol", "1e-3", "--n-components", "3", "--chunk-rows
 LOCAL = ["--workers", "2", "--threads-per-worker", "1", "--engine", "cluster"]
 
 
+def _main(*args) -> int:
+    """A command in this process, for the module's data and references (what the tests
+    compare with, not what they test: the console script runs the commands under test)."""
+    from ooc_spectral.batch.cli import main
+
+    return main([str(a) for a in args])
+
+
 @pytest.fixture(scope="module")
-def roll(tmp_path_factory):
+def roll(tmp_path_factory, restore_logging_module):
     d = tmp_path_factory.mktemp("safety")
-    cli("make-data", "swiss-roll", "--n", N, "--out", d / "roll.zarr", "--chunk-rows", 1000,
-        check=0)
+    assert _main("make-data", "swiss-roll", "--n", N, "--out", d / "roll.zarr", "--chunk-rows",
+                 1000, "-q") == 0
     return d / "roll.zarr"
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory):
+def small(tmp_path_factory, restore_logging_module):
     d = tmp_path_factory.mktemp("small")
-    cli("make-data", "swiss-roll", "--n", 3000, "--out", d / "roll.zarr", "--chunk-rows", 1000,
-        check=0)
+    assert _main("make-data", "swiss-roll", "--n", 3000, "--out", d / "roll.zarr",
+                 "--chunk-rows", 1000, "-q") == 0
     return d / "roll.zarr"
 
 
 @pytest.fixture(scope="module")
-def reference(roll, tmp_path_factory):
+def reference(roll, tmp_path_factory, restore_logging_module):
     out = tmp_path_factory.mktemp("ref") / "out"
-    cli("fit", roll, "--out", out, *ARGS, *LOCAL, check=0)
+    assert _main("fit", roll, "--out", out, *ARGS, *LOCAL) == 0
     return zarr.open_array(str(out / "embedding"), mode="r")[...]
 
 
@@ -61,16 +69,17 @@ MID = ["--chunk-rows", "400"]
 
 
 @pytest.fixture(scope="module")
-def mid(tmp_path_factory):
+def mid(tmp_path_factory, restore_logging_module):
     d = tmp_path_factory.mktemp("mid")
-    cli("make-data", "swiss-roll", "--n", 24_000, "--out", d / "roll.zarr", *MID, check=0)
+    assert _main("make-data", "swiss-roll", "--n", 24_000, "--out", d / "roll.zarr", *MID,
+                 "-q") == 0
     return d / "roll.zarr"
 
 
 @pytest.fixture(scope="module")
-def mid_reference(mid, tmp_path_factory):
+def mid_reference(mid, tmp_path_factory, restore_logging_module):
     out = tmp_path_factory.mktemp("midref") / "out"
-    cli("fit", mid, "--out", out, *ARGS, *LOCAL, *MID, check=0)
+    assert _main("fit", mid, "--out", out, *ARGS, *LOCAL, *MID) == 0
     return zarr.open_array(str(out / "embedding"), mode="r")[...]
 
 
