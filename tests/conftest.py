@@ -144,9 +144,9 @@ def client(cluster):
 #: ``--no-loadscope-reorder`` (pyproject.toml); files not named here follow, in
 #: collection order. A new file that takes more than about 20 s belongs in this list.
 LONGEST_FIRST = ("test_batch_safety.py", "test_cli.py", "test_resume.py", "test_object_storage.py",
-                 "test_integrity.py", "test_append.py", "test_bad_input_cli.py",
-                 "test_rpcholesky.py", "test_reliability.py", "test_reproductions.py",
-                 "test_scan.py", "test_prefix_scan.py")
+                 "test_integrity.py", "test_append.py", "test_rpcholesky.py",
+                 "test_reliability.py", "test_reproductions.py", "test_scan.py",
+                 "test_prefix_scan.py")
 
 
 @contextlib.contextmanager
