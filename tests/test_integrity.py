@@ -38,17 +38,18 @@ from test_resume import in_pass2, kill_when
 
 
 def cli(*args, **kw):
-    """The console script (``test_cli.cli``), except ``verify``, run by ``main`` in this
-    process: it starts no cluster and imports no dask (``test_cli.py::test_commands_that_
-    start_no_cluster_import_no_dask_to_set_up_logging``), so a process would add only its
-    start and shutdown (about 2 s, 10 s under load) to each of the checks below."""
+    """The console script (``test_cli.cli``), except ``verify`` and ``transform`` (without
+    keywords), run by ``main`` in this process: verify starts no cluster and imports no dask
+    (``test_cli.py::test_commands_that_start_no_cluster_import_no_dask_to_set_up_logging``),
+    and the one transform below is refused on loading the model; a process would add only
+    its start and shutdown (about 2 s, 10 s under load) to each of these checks."""
     import contextlib
     import io
     import subprocess
 
     from ooc_spectral.batch.cli import main
 
-    if args[0] != "verify" or kw:
+    if args[0] not in ("verify", "transform") or kw:
         return console(*args, **kw)
     logs = [logging.getLogger(n) for n in ("ooc_spectral", "distributed", "distributed.client",
                                             "distributed.gc", "tornado", "tornado.application",
