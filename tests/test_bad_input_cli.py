@@ -1,9 +1,11 @@
 """The bad-input matrix, through the command line: exit code, message, nothing complete.
 
-Each row writes a small zarr input, runs ``ooc-spectral fit`` in a subprocess,
-and checks the exit code, the words of the one-line message, and that the
-output directory is not marked complete when the run failed. The same inputs
-through the Python API are in ``test_bad_input.py``.
+Each row writes a small zarr input, runs the command line's ``main(["fit", ...])``
+in this process (the console script's process adds an import and nothing these rows
+check; a real process's exit status on bad input: ``test_cli.py``), and checks the exit
+code, the words of the one-line message, and that the output directory is not marked
+complete when the run failed. The same inputs through the Python API are in
+``test_bad_input.py``.
 """
 
 from __future__ import annotations
@@ -13,8 +15,6 @@ import json
 import numpy as np
 import pytest
 import zarr
-
-from test_cli import cli
 
 FAST = ["--workers", "1", "--threads-per-worker", "1", "-q", "--json"]
 
@@ -68,10 +68,11 @@ FAILING = [
 
 
 @pytest.mark.parametrize("name, X, extra, words", FAILING, ids=[f[0] for f in FAILING])
-def test_bad_input_exits_2_with_message_and_nothing_complete(tmp_path, name, X, extra, words):
+def test_bad_input_exits_2_with_message_and_nothing_complete(main_, tmp_path, name, X, extra,
+                                                            words):
     data = write(tmp_path / "x.zarr", X)
     out = tmp_path / "out"
-    proc = cli("fit", data, "--out", out, *extra, *FAST)
+    proc = main_("fit", data, "--out", out, *extra, *FAST)
     assert proc.returncode == 2, proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
     assert line.startswith("ooc-spectral: error: ") and words in line, line
@@ -80,30 +81,30 @@ def test_bad_input_exits_2_with_message_and_nothing_complete(tmp_path, name, X, 
     assert not (out / "report.json").exists()
 
 
-def test_unreadable_chunk_is_named(tmp_path):
+def test_unreadable_chunk_is_named(main_, tmp_path):
     data = write(tmp_path / "x.zarr", GOOD)
     (tmp_path / "x.zarr" / "c" / "4" / "0").write_bytes(b"not a zstd frame")
-    proc = cli("fit", data, "--out", tmp_path / "out", *FAST)
+    proc = main_("fit", data, "--out", tmp_path / "out", *FAST)
     assert proc.returncode == 2
     assert "could not read rows" in proc.stderr and "(chunk 4 of" in proc.stderr
     assert "restore or regenerate that chunk" in proc.stderr
     assert status(tmp_path / "out") != "complete"
 
 
-def test_unwritable_output_fails_before_any_work(tmp_path):
+def test_unwritable_output_fails_before_any_work(main_, tmp_path):
     data = write(tmp_path / "x.zarr", GOOD)
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    proc = cli("fit", data, "--out", blocker / "out", *FAST)
+    proc = main_("fit", data, "--out", blocker / "out", *FAST)
     assert proc.returncode == 2
     assert "cannot create the output directory" in proc.stderr
 
 
 @pytest.mark.parametrize("dtype", ["int32", "float16", "uint8"])
-def test_integer_and_float16_are_accepted_and_computed_in_float64(tmp_path, dtype):
+def test_integer_and_float16_are_accepted_and_computed_in_float64(main_, tmp_path, dtype):
     X = (GOOD * 10).astype(dtype) if dtype != "uint8" else (np.abs(GOOD) * 40).astype(dtype)
     data = write(tmp_path / "x.zarr", X)
-    proc = cli("fit", data, "--out", tmp_path / "out", "--tol", "1e-2", *FAST)
+    proc = main_("fit", data, "--out", tmp_path / "out", "--tol", "1e-2", *FAST)
     assert proc.returncode == 0, proc.stderr
     from ooc_spectral import GreedySpectralEmbedding
 
@@ -112,10 +113,10 @@ def test_integer_and_float16_are_accepted_and_computed_in_float64(tmp_path, dtyp
     np.testing.assert_allclose(got, ref.embedding_, atol=1e-10)
 
 
-def test_duplicate_rows_never_make_the_factor_singular(tmp_path):
+def test_duplicate_rows_never_make_the_factor_singular(main_, tmp_path):
     X = np.repeat(GOOD[:150], 4, axis=0)  # every row four times
     data = write(tmp_path / "x.zarr", X)
-    proc = cli("fit", data, "--out", tmp_path / "out", "--tol", "0", *FAST)
+    proc = main_("fit", data, "--out", tmp_path / "out", "--tol", "0", *FAST)
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["dictionary_size"] <= 150  # a duplicate never enters
@@ -127,9 +128,9 @@ def test_duplicate_rows_never_make_the_factor_singular(tmp_path):
     assert np.all(np.isfinite(L)) and np.all(np.diag(L) > 0)
 
 
-def test_gamma_so_large_every_row_enters_is_explained(tmp_path):
+def test_gamma_so_large_every_row_enters_is_explained(main_, tmp_path):
     data = write(tmp_path / "x.zarr", GOOD[:200])
-    proc = cli("fit", data, "--out", tmp_path / "out", "--gamma", "1e6", "--workers", "1")
+    proc = main_("fit", data, "--out", tmp_path / "out", "--gamma", "1e6", "--workers", "1")
     assert proc.returncode == 0
     # more than half the rows entered: solved exactly on the full Gram matrix, and said so
     assert "half of the 200 rows entered the dictionary (gamma=1e+06)" in proc.stderr

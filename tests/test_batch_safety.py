@@ -32,26 +32,34 @@ ARGS = ["--gamma", "0.05", "--tol", "1e-3", "--n-components", "3", "--chunk-rows
 LOCAL = ["--workers", "2", "--threads-per-worker", "1", "--engine", "cluster"]
 
 
+def _main(*args) -> int:
+    """A command in this process, for the module's data and references (what the tests
+    compare with, not what they test: the console script runs the commands under test)."""
+    from ooc_spectral.batch.cli import main
+
+    return main([str(a) for a in args])
+
+
 @pytest.fixture(scope="module")
-def roll(tmp_path_factory):
+def roll(tmp_path_factory, restore_logging_module):
     d = tmp_path_factory.mktemp("safety")
-    cli("make-data", "swiss-roll", "--n", N, "--out", d / "roll.zarr", "--chunk-rows", 1000,
-        check=0)
+    assert _main("make-data", "swiss-roll", "--n", N, "--out", d / "roll.zarr", "--chunk-rows",
+                 1000, "-q") == 0
     return d / "roll.zarr"
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory):
+def small(tmp_path_factory, restore_logging_module):
     d = tmp_path_factory.mktemp("small")
-    cli("make-data", "swiss-roll", "--n", 3000, "--out", d / "roll.zarr", "--chunk-rows", 1000,
-        check=0)
+    assert _main("make-data", "swiss-roll", "--n", 3000, "--out", d / "roll.zarr",
+                 "--chunk-rows", 1000, "-q") == 0
     return d / "roll.zarr"
 
 
 @pytest.fixture(scope="module")
-def reference(roll, tmp_path_factory):
+def reference(roll, tmp_path_factory, restore_logging_module):
     out = tmp_path_factory.mktemp("ref") / "out"
-    cli("fit", roll, "--out", out, *ARGS, *LOCAL, check=0)
+    assert _main("fit", roll, "--out", out, *ARGS, *LOCAL) == 0
     return zarr.open_array(str(out / "embedding"), mode="r")[...]
 
 
@@ -61,16 +69,17 @@ MID = ["--chunk-rows", "400"]
 
 
 @pytest.fixture(scope="module")
-def mid(tmp_path_factory):
+def mid(tmp_path_factory, restore_logging_module):
     d = tmp_path_factory.mktemp("mid")
-    cli("make-data", "swiss-roll", "--n", 24_000, "--out", d / "roll.zarr", *MID, check=0)
+    assert _main("make-data", "swiss-roll", "--n", 24_000, "--out", d / "roll.zarr", *MID,
+                 "-q") == 0
     return d / "roll.zarr"
 
 
 @pytest.fixture(scope="module")
-def mid_reference(mid, tmp_path_factory):
+def mid_reference(mid, tmp_path_factory, restore_logging_module):
     out = tmp_path_factory.mktemp("midref") / "out"
-    cli("fit", mid, "--out", out, *ARGS, *LOCAL, *MID, check=0)
+    assert _main("fit", mid, "--out", out, *ARGS, *LOCAL, *MID) == 0
     return zarr.open_array(str(out / "embedding"), mode="r")[...]
 
 
@@ -253,9 +262,9 @@ def test_all_workers_killed_in_pass2_exit_1_within_the_bound_and_the_lock_is_rel
             p.wait()
 
 
-def test_memory_limit_too_small_for_a_worker_is_exit_2_before_any_work(small, tmp_path):
+def test_memory_limit_too_small_for_a_worker_is_exit_2_before_any_work(main_, small, tmp_path):
     out = tmp_path / "out"
-    proc = cli("fit", small, "--out", out, "--memory-limit", "100MiB", *FAST)
+    proc = main_("fit", small, "--out", out, "--memory-limit", "100MiB", *FAST)
     assert proc.returncode == 2, proc.stderr  # "before any work": nothing is created (below)
     assert "--memory-limit 100MiB is too small" in proc.stderr
     assert "pass --memory-limit 512MiB or more" in proc.stderr
@@ -410,10 +419,10 @@ def test_what_a_killed_beginning_leaves_is_started_over(tmp_path, files):
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint", "zarr.json"]
 
 
-def test_a_real_sigkill_after_an_empty_lock_resumes_with_the_same_command(small, tmp_path):
+def test_a_real_sigkill_after_an_empty_lock_resumes_with_the_same_command(main_, small, tmp_path):
     out = tmp_path / "out"
     _write(out / ".lock", "")  # what a process killed between creating and writing it left
-    cli("fit", small, "--out", out, *FAST, check=0)
+    assert main_("fit", small, "--out", out, *FAST).returncode == 0
     assert run_attrs(out)["status"] == "complete" and not (out / ".lock").exists()
 
 
@@ -485,26 +494,29 @@ def _unchanged(d: Path) -> bool:
             and (d / "sub" / "data.csv").read_text() == "1,2,3")
 
 
-def test_fit_overwrite_on_a_directory_that_is_no_output_refuses_and_deletes_nothing(small, tmp_path):
+def test_fit_overwrite_on_a_directory_that_is_no_output_refuses_and_deletes_nothing(
+        main_, small, tmp_path):
     d = _foreign(tmp_path)
-    proc = cli("fit", small, "--out", d, "--overwrite", *FAST)
+    proc = main_("fit", small, "--out", d, "--overwrite", *FAST)
     assert proc.returncode == 2
     assert "not an ooc-spectral output directory" in proc.stderr and "nothing was deleted" in proc.stderr
     assert _unchanged(d) and not (d / ".lock").exists()
     # a zarr group that is not a run is no output either
     g = tmp_path / "group.zarr"
     zarr.open_group(str(g), mode="w").attrs["mine"] = 1
-    proc = cli("fit", small, "--out", g, "--overwrite", *FAST)
+    proc = main_("fit", small, "--out", g, "--overwrite", *FAST)
     assert proc.returncode == 2 and zarr.open_group(str(g), mode="r").attrs["mine"] == 1
 
 
-def test_workflow_overwrite_refuses_a_foreign_directory_even_when_allowed(small, tmp_path):
+def test_workflow_overwrite_refuses_a_foreign_directory_even_when_allowed(main_, small, tmp_path,
+                                                                          monkeypatch):
     d = _foreign(tmp_path)
     wf = tmp_path / "w.toml"
     wf.write_text(f'[[step]]\nrun = "fit"\ninput = "{small}"\nout = "{d}"\noverwrite = true\n'
                   'workers = 1\n')
+    monkeypatch.chdir(tmp_path)
     for allow in ([], ["--allow", "overwrite"]):
-        proc = cli("run", wf, *allow, "-q", cwd=tmp_path)
+        proc = main_("run", wf, *allow, "-q")
         assert proc.returncode == 2, proc.stderr
         assert "not an ooc-spectral output directory" in proc.stderr
         assert _unchanged(d)
@@ -525,17 +537,18 @@ def test_workflow_overwrite_takes_effect_only_when_the_command_line_allows_it(sm
     assert proc.stderr == ""  # run -q: the step's cluster is quiet too
 
 
-def test_workflow_root_above_the_working_directory_is_refused(tmp_path):
+def test_workflow_root_above_the_working_directory_is_refused(main_, tmp_path, monkeypatch):
     work = tmp_path / "a" / "b"
     wf = work / "flows" / "w.toml"
     wf.parent.mkdir(parents=True)
     wf.write_text('[workflow]\nroot = "../../.."\n[[step]]\nrun = "make-data"\n'
                   'name = "spiral"\nn = 10\nout = "x.zarr"\n')
-    proc = cli("run", wf, cwd=work)
+    monkeypatch.chdir(work)
+    proc = main_("run", wf)
     assert proc.returncode == 2 and "above the directory the command runs in" in proc.stderr
     assert "--allow outside-cwd" in proc.stderr
     assert not (tmp_path / "x.zarr").exists()
-    cli("run", wf, "--allow", "outside-cwd", "-q", cwd=work, check=0)
+    assert main_("run", wf, "--allow", "outside-cwd", "-q").returncode == 0
     assert (tmp_path / "x.zarr" / "zarr.json").exists()
 
 
@@ -545,17 +558,20 @@ def test_workflow_root_above_the_working_directory_is_refused(tmp_path):
     ('workflow = 3\n[[step]]\nrun = "fit"\n', "workflow = 3 must be a table"),
     ('[workflow]\nroot = 5\n[[step]]\nrun = "fit"\n', "root = 5 must be a string"),
 ], ids=["step ints", "step strings", "workflow int", "root int"])
-def test_a_workflow_of_the_wrong_shape_is_exit_2_naming_the_key(tmp_path, text, named):
+def test_a_workflow_of_the_wrong_shape_is_exit_2_naming_the_key(main_, tmp_path, monkeypatch,
+                                                                text, named):
     """Found by an audit: each of these ended in a bare AttributeError or TypeError, exit 1
     (which says 'transient, run again')."""
     wf = tmp_path / "w.toml"
     wf.write_text(text)
-    proc = cli("run", wf, cwd=tmp_path)
+    monkeypatch.chdir(tmp_path)
+    proc = main_("run", wf)
     assert proc.returncode == 2 and named in proc.stderr, (proc.returncode, proc.stderr)
     assert "Traceback" not in proc.stderr
 
 
-def test_an_evaluate_step_whose_out_is_the_root_writes_nothing_above_it(tmp_path):
+def test_an_evaluate_step_whose_out_is_the_root_writes_nothing_above_it(main_, tmp_path,
+                                                                        monkeypatch):
     """The ob2005 experiments' reference cache was written beside ``out`` (OUT/..), above the
     workflow's root when out = "." (found by an audit); it lives under ``out`` now."""
     root = tmp_path / "parent" / "root"
@@ -564,22 +580,23 @@ def test_an_evaluate_step_whose_out_is_the_root_writes_nothing_above_it(tmp_path
     wf.write_text('[workflow]\nroot = "."\n[[step]]\nrun = "evaluate"\n'
                   'experiment = "ob2005-table1"\nout = "."\nparam = { datasets = "spiral", '
                   'normalizations = "additive", scale = 0.02, repeats = 1, tols = "1e-2" }\n')
-    cli("run", wf, "-q", cwd=root, check=0)
+    monkeypatch.chdir(root)
+    assert main_("run", wf, "-q").returncode == 0
     written = [p for p in (tmp_path / "parent").rglob("*") if p.is_file()]
     assert any(".reference-cache" in p.parts for p in written)  # the cache was used
     assert all(p.is_relative_to(root) for p in written), [str(p) for p in written]
     # a shared cache is a path like out: resolved under the root, refused above it
     text = wf.read_text()
     wf.write_text(text.replace('out = "."', 'out = "."\ncache_dir = "shared/cache"'))
-    cli("run", wf, "-q", cwd=root, check=0)
+    assert main_("run", wf, "-q").returncode == 0
     assert list((root / "shared" / "cache").glob("reference-*.npz"))
     wf.write_text(text.replace('out = "."', 'out = "."\ncache_dir = "../cache"'))
-    proc = cli("run", wf, "-q", cwd=root)
+    proc = main_("run", wf, "-q")
     assert proc.returncode == 2 and "cache_dir" in proc.stderr, proc.stderr
     assert not (tmp_path / "parent" / "cache").exists()
     # nor as an experiment parameter, which no path check sees (a second audit)
     wf.write_text(text.replace('tols = "1e-2"', f'tols = "1e-2", cache_dir = "{tmp_path / "c"}"'))
-    proc = cli("run", wf, "-q", cwd=root)
+    proc = main_("run", wf, "-q")
     assert proc.returncode == 2 and "--cache-dir" in proc.stderr, proc.stderr
     assert not (tmp_path / "c").exists()
 
@@ -593,22 +610,25 @@ def test_the_quickstart_root_from_the_repository_root_stays_valid(monkeypatch):
     assert wf["root"] == repo
 
 
-def test_workflow_naming_a_scheduler_needs_the_command_line_permission(small, tmp_path):
+def test_workflow_naming_a_scheduler_needs_the_command_line_permission(main_, small, tmp_path,
+                                                                       monkeypatch):
     wf = tmp_path / "w.toml"
     wf.write_text(f'[[step]]\nrun = "fit"\ninput = "{small}"\nout = "o"\n'
                   'scheduler = "tcp://127.0.0.1:1"\n')
-    proc = cli("run", wf, "-q", cwd=tmp_path)
+    monkeypatch.chdir(tmp_path)
+    proc = main_("run", wf, "-q")
     assert proc.returncode == 2 and "--allow scheduler" in proc.stderr
     assert "runs code in this process" in proc.stderr and not (tmp_path / "o").exists()
     # allowed (flag or environment): it is used, here an address where nothing listens (exit 1)
-    proc = cli("run", wf, "-q", cwd=tmp_path, env=dict(os.environ, OOC_SPECTRAL_ALLOW="scheduler"))
+    monkeypatch.setenv("OOC_SPECTRAL_ALLOW", "scheduler")
+    proc = main_("run", wf, "-q")
     assert proc.returncode == 1 and "cannot connect to the dask scheduler" in proc.stderr
 
 
 # --------------------------------------------------------------------------- make-data, URLs
-def test_make_data_larger_than_the_free_space_is_exit_2_and_writes_nothing(tmp_path):
+def test_make_data_larger_than_the_free_space_is_exit_2_and_writes_nothing(main_, tmp_path):
     for extra in (["--n", str(2**63 - 1)], ["--n", "10", "--dim", str(10**11)]):
-        proc = cli("make-data", "spiral", *extra, "--out", tmp_path / "big.zarr", "-q")
+        proc = main_("make-data", "spiral", *extra, "--out", tmp_path / "big.zarr", "-q")
         assert proc.returncode == 2 and "free" in proc.stderr and "GiB" in proc.stderr
         assert not (tmp_path / "big.zarr").exists()
 
@@ -643,12 +663,12 @@ def test_exit_code_table(small, tmp_path, code, why):
 
 
 @pytest.mark.parametrize("scale", [1e155, 1e200])
-def test_finite_values_whose_squared_norms_overflow_are_named(tmp_path, scale):
+def test_finite_values_whose_squared_norms_overflow_are_named(main_, tmp_path, scale):
     X = np.random.default_rng(0).standard_normal((3000, 3)) * scale
     arr = zarr.create_array(str(tmp_path / "big.zarr"), shape=X.shape, chunks=(1000, 3),
                             dtype="f8")
     arr[...] = X
-    proc = cli("fit", tmp_path / "big.zarr", "--out", tmp_path / "o", *FAST)
+    proc = main_("fit", tmp_path / "big.zarr", "--out", tmp_path / "o", *FAST)
     assert proc.returncode == 2, proc.stderr
     assert "squared norm overflows float64" in proc.stderr and "scale the data" in proc.stderr
 

@@ -1,4 +1,9 @@
-"""The real console script, in subprocesses: exit codes, messages, outputs."""
+"""The command line: exit codes, messages, outputs.
+
+The real console script in subprocesses where the process is the subject (the fit whose
+outputs the module reads, a real exit status and ``--json`` line, quiet stderr, an
+external cluster, what a fresh interpreter imports); the other commands run ``main``
+in this process (the ``main_`` fixture, tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -80,8 +85,8 @@ def test_make_data_writes_group_with_labels(data):
     assert g.attrs["ooc_spectral_dataset"]["complete"] is True
 
 
-def test_make_data_bad_name_is_usage_error(tmp_path):
-    proc = cli("make-data", "moons", "--n", 10, "--out", tmp_path / "x.zarr")
+def test_make_data_bad_name_is_usage_error(main_, tmp_path):
+    proc = main_("make-data", "moons", "--n", 10, "--out", tmp_path / "x.zarr")
     assert proc.returncode == 2
     assert "invalid choice: 'moons'" in proc.stderr
 
@@ -118,11 +123,12 @@ def test_fit_writes_embedding_model_and_report(data, fitted):
     assert zarr.open_group(str(out), mode="r").attrs["ooc_spectral_run"]["status"] == "complete"
 
 
-def test_rerun_of_a_complete_run_is_a_no_op(data, fitted):
+def test_rerun_of_a_complete_run_is_a_no_op(main_, data, fitted):
     out, summary = fitted
     before = (out / "report.json").read_text()
-    proc = cli("fit", data, "--out", out, "--n-components", 2, "--gamma", 0.05, "--tol", 1e-3,
-               "--json", *FAST, check=0)
+    proc = main_("fit", data, "--out", out, "--n-components", 2, "--gamma", 0.05, "--tol", 1e-3,
+                 "--json", *FAST)
+    assert proc.returncode == 0, proc.stderr
     assert last_json(proc)["config_hash"] == summary["config_hash"]
     assert (out / "report.json").read_text() == before
 
@@ -135,12 +141,12 @@ def test_fit_missing_store(tmp_path):
                                "error": proc.stderr.strip().split("error: ", 1)[1]}
 
 
-def test_fit_nan_in_data(tmp_path):
+def test_fit_nan_in_data(main_, tmp_path):
     X = np.random.default_rng(0).normal(size=(3000, 3))
     X[2345, 2] = np.nan
     arr = zarr.create_array(str(tmp_path / "x.zarr"), shape=X.shape, chunks=(500, 3), dtype="f8")
     arr[...] = X
-    proc = cli("fit", tmp_path / "x.zarr", "--out", tmp_path / "o", *FAST)
+    proc = main_("fit", tmp_path / "x.zarr", "--out", tmp_path / "o", *FAST)
     assert proc.returncode == 2
     assert "X contains NaN at row 2345, column 2 (chunk 4 of 6, rows 2000-2499)" in proc.stderr
     # the output is not marked complete
@@ -149,32 +155,34 @@ def test_fit_nan_in_data(tmp_path):
     assert not (tmp_path / "o" / "report.json").exists()
 
 
-def test_fit_out_of_range_parameter(data, tmp_path):
-    proc = cli("fit", data, "--out", tmp_path / "o", "--tol", -1, "-q")
+def test_fit_out_of_range_parameter(main_, data, tmp_path):
+    proc = main_("fit", data, "--out", tmp_path / "o", "--tol", -1, "-q")
     assert proc.returncode == 2
     assert "tol=-1.0 is out of range: expected a number >= 0.0" in proc.stderr
-    proc = cli("fit", data, "--out", tmp_path / "o", "--kernel", "sigmoid", "-q")
+    proc = main_("fit", data, "--out", tmp_path / "o", "--kernel", "sigmoid", "-q")
     assert proc.returncode == 2 and "invalid choice: 'sigmoid'" in proc.stderr
 
 
-def test_fit_different_configuration_on_existing_outdir(data, fitted):
+def test_fit_different_configuration_on_existing_outdir(main_, data, fitted):
     out, _ = fitted
-    proc = cli("fit", data, "--out", out, "--n-components", 3, "--gamma", 0.05, "--tol", 1e-3, *FAST)
+    proc = main_("fit", data, "--out", out, "--n-components", 3, "--gamma", 0.05, "--tol", 1e-3,
+                 *FAST)
     assert proc.returncode == 2
     assert "holds a run with a different configuration" in proc.stderr
     assert "estimator.n_components: 2 -> 3" in proc.stderr and "--overwrite" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1  # one line says what went wrong
 
 
-def test_overwrite_replaces_a_different_configuration(data, tmp_path):
+def test_overwrite_replaces_a_different_configuration(main_, data, tmp_path):
     out = tmp_path / "o"
-    cli("fit", data, "--out", out, "--gamma", 0.05, "--tol", 1e-2, *FAST, check=0)
-    cli("fit", data, "--out", out, "--gamma", 0.05, "--tol", 1e-3, "--overwrite", *FAST, check=0)
+    assert main_("fit", data, "--out", out, "--gamma", 0.05, "--tol", 1e-2, *FAST).returncode == 0
+    assert main_("fit", data, "--out", out, "--gamma", 0.05, "--tol", 1e-3, "--overwrite",
+                 *FAST).returncode == 0
     report = json.loads((out / "report.json").read_text())
     assert report["tol"] == 1e-3
 
 
-def test_second_run_on_a_locked_outdir_refuses(data, tmp_path):
+def test_second_run_on_a_locked_outdir_refuses(main_, data, tmp_path):
     out = tmp_path / "o"
     out.mkdir()
     # a live holder: a process holding the lock's flock (what a running fit does)
@@ -185,7 +193,7 @@ def test_second_run_on_a_locked_outdir_refuses(data, tmp_path):
         "time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        proc = cli("fit", data, "--out", out, *FAST)
+        proc = main_("fit", data, "--out", out, *FAST)
         assert proc.returncode == 2
         assert f"is locked by another run (pid {holder.pid} on {os.uname().nodename}" in proc.stderr
     finally:
@@ -193,15 +201,17 @@ def test_second_run_on_a_locked_outdir_refuses(data, tmp_path):
         holder.wait()
     # the holder is dead now: the kernel released its lock, and the file left is taken over
     assert (out / ".lock").exists()
-    cli("fit", data, "--out", out, "--gamma", 0.05, *FAST, check=0)
+    assert main_("fit", data, "--out", out, "--gamma", 0.05, *FAST).returncode == 0
     assert not (out / ".lock").exists()
 
 
-def test_transform_command(data, fitted, tmp_path):
+def test_transform_command(main_, data, fitted, tmp_path):
     out, _ = fitted
     new = tmp_path / "new.zarr"
-    cli("make-data", "swiss-roll", "--n", 1500, "--out", new, "--seed", 9, "--chunk-rows", 500, check=0)
-    proc = cli("transform", out / "model", new, "--out", tmp_path / "t", "--json", *FAST, check=0)
+    assert main_("make-data", "swiss-roll", "--n", 1500, "--out", new, "--seed", 9,
+                 "--chunk-rows", 500).returncode == 0
+    proc = main_("transform", out / "model", new, "--out", tmp_path / "t", "--json", *FAST)
+    assert proc.returncode == 0, proc.stderr
     assert last_json(proc)["n_samples"] == 1500
     got = zarr.open_array(str(tmp_path / "t" / "embedding"), mode="r")
     X = zarr.open_group(str(new), mode="r")["data"][...]
@@ -209,38 +219,41 @@ def test_transform_command(data, fitted, tmp_path):
     np.testing.assert_allclose(got[...], want, atol=1e-12)
     assert got.chunks == (500, 2)
     # the OUTDIR itself is accepted as MODEL
-    cli("transform", out, new, "--out", tmp_path / "t2", *FAST, check=0)
+    assert main_("transform", out, new, "--out", tmp_path / "t2", *FAST).returncode == 0
 
 
-def test_transform_wrong_features(fitted, tmp_path):
+def test_transform_wrong_features(main_, fitted, tmp_path):
     out, _ = fitted
-    cli("make-data", "spiral", "--n", 100, "--out", tmp_path / "s.zarr", check=0)
-    proc = cli("transform", out, tmp_path / "s.zarr", "--out", tmp_path / "t", *FAST)
+    assert main_("make-data", "spiral", "--n", 100, "--out", tmp_path / "s.zarr").returncode == 0
+    proc = main_("transform", out, tmp_path / "s.zarr", "--out", tmp_path / "t", *FAST)
     assert proc.returncode == 2 and "has 2 features, but the model was fitted with 3" in proc.stderr
 
 
-def test_plot_scatter_and_density(fitted, tmp_path):
+def test_plot_scatter_and_density(main_, fitted, tmp_path):
     out, _ = fitted
     import matplotlib.image as mpimg
 
     for mode in ("never", "always"):
         png = tmp_path / f"{mode}.png"
-        proc = cli("plot", out, "--out", png, "--density", mode, "--json", "-q", check=0)
+        proc = main_("plot", out, "--out", png, "--density", mode, "--json", "-q")
+        assert proc.returncode == 0, proc.stderr
         info = last_json(proc)
         assert info["color_by"] == "t" and info["density"] == (mode == "always")
         img = mpimg.imread(png)
         assert img.shape[0] > 300 and img.shape[1] > 300
         assert img[..., :3].std() > 0.05  # not a blank picture
-    proc = cli("plot", out, "--out", tmp_path / "x.png", "--dims", "0,5", "-q")
+    proc = main_("plot", out, "--out", tmp_path / "x.png", "--dims", "0,5", "-q")
     assert proc.returncode == 2 and "the embedding has 2 coordinates" in proc.stderr
 
 
-def test_inspect(fitted):
+def test_inspect(main_, fitted):
     out, summary = fitted
-    proc = cli("inspect", out, check=0)
+    proc = main_("inspect", out)
+    assert proc.returncode == 0, proc.stderr
     assert "status           complete" in proc.stdout
     assert "dictionary" in proc.stdout and "certificate" in proc.stdout
-    proc = cli("inspect", out / "model", check=0)
+    proc = main_("inspect", out / "model")
+    assert proc.returncode == 0, proc.stderr
     assert "ooc-spectral model" in proc.stdout and "eigenvalues" in proc.stdout
 
 
@@ -271,12 +284,13 @@ out = "fig.png"
 """
 
 
-def test_run_workflow_with_override(tmp_path):
+def test_run_workflow_with_override(main_, tmp_path):
     wf = tmp_path / "wf" / "small.toml"
     wf.parent.mkdir()
     wf.write_text(WORKFLOW)
-    proc = cli("run", wf, "--set", "embed.n_components=3", "--set", "make-data.n=2500", "--json",
-               "-q", check=0)
+    proc = main_("run", wf, "--set", "embed.n_components=3", "--set", "make-data.n=2500",
+                 "--json", "-q")
+    assert proc.returncode == 0, proc.stderr
     summary = last_json(proc)
     assert [s["step"] for s in summary["steps"]] == ["make-data", "embed", "plot"]
     # paths resolve relative to the workflow file
@@ -301,10 +315,10 @@ def test_run_workflow_with_override(tmp_path):
     (WORKFLOW.replace("workers = 1", 'workers = 1\noverwrite = "false"'),
      "step 1 (embed): key 'overwrite' = 'false' must be true or false"),
 ])
-def test_workflow_errors_name_file_step_and_key(tmp_path, text, words):
+def test_workflow_errors_name_file_step_and_key(main_, tmp_path, text, words):
     wf = tmp_path / "bad.toml"
     wf.write_text(text)
-    proc = cli("run", wf, "-q")
+    proc = main_("run", wf, "-q")
     assert proc.returncode == 2
     assert str(wf) in proc.stderr and words in proc.stderr
     assert not (tmp_path / "data.zarr").exists()  # validated before any step ran
@@ -356,14 +370,16 @@ def test_performance_report_and_quiet(data, tmp_path):
     assert "<html" in text.lower() and "chunk_moments" in text
 
 
-def test_evaluate_lists_and_rejects_unknown(tmp_path):
-    proc = cli("evaluate", "--list", check=0)
+def test_evaluate_lists_and_rejects_unknown(main_, tmp_path):
+    proc = main_("evaluate", "--list")
+    assert proc.returncode == 0, proc.stderr
     for name in ("ob2005-table1", "ob2005-figure4", "hm2011-halo-ball"):
         assert f"{name}:" in proc.stdout
-    proc = cli("evaluate", "no-such-experiment", "--out", tmp_path / "e", "-q")
+    proc = main_("evaluate", "no-such-experiment", "--out", tmp_path / "e", "-q")
     assert proc.returncode == 2
     assert "unknown experiment 'no-such-experiment'; expected one of:" in proc.stderr
-    proc = cli("evaluate", "ob2005-figure3", "--out", tmp_path / "e", "--param", "bogus=1", "-q")
+    proc = main_("evaluate", "ob2005-figure3", "--out", tmp_path / "e", "--param", "bogus=1",
+                 "-q")
     assert proc.returncode == 2 and "has no parameter 'bogus'" in proc.stderr
 
 
@@ -378,8 +394,8 @@ def test_evaluate_lists_and_rejects_unknown(tmp_path):
     (["fit", "x.zarr", "--out", "o", "--gama", "1", "--n-componets", "3"],
      "did you mean --gamma (for --gama), --n-components (for --n-componets)?"),
 ])
-def test_argument_errors_one_prefix_and_a_suggestion(args, said):
-    proc = cli(*args)
+def test_argument_errors_one_prefix_and_a_suggestion(main_, args, said):
+    proc = main_(*args)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -390,23 +406,23 @@ def test_argument_errors_one_prefix_and_a_suggestion(args, said):
         assert "did you mean 'fit'?" in lines[0]
 
 
-def test_nothing_close_suggests_nothing():
-    proc = cli("fit", "x.zarr", "--out", "o", "--zzzzzz", "1")
+def test_nothing_close_suggests_nothing(main_):
+    proc = main_("fit", "x.zarr", "--out", "o", "--zzzzzz", "1")
     assert proc.returncode == 2 and "did you mean" not in proc.stderr
 
 
-def test_advice_of_the_issue_is_computed(data, tmp_path):
+def test_advice_of_the_issue_is_computed(main_, data, tmp_path):
     # issue 38, item 5: the command line's two cases
-    proc = cli("fit", data, "--out", tmp_path / "a", "--n-components", 500, "-q")
+    proc = main_("fit", data, "--out", tmp_path / "a", "--n-components", 500, "-q")
     assert proc.returncode == 2, proc.stderr
     # issue 53, item 4: one advice, naming the parameter set, and following it works
     assert "gamma=None picks" not in proc.stderr and "--dictionary-size" not in proc.stderr
     advised = re.search(r"lower n_components to at most (\d+)", proc.stderr)
     assert advised is not None, proc.stderr
-    proc = cli("fit", data, "--out", tmp_path / "a2", "--n-components", advised.group(1), "-q")
+    proc = main_("fit", data, "--out", tmp_path / "a2", "--n-components", advised.group(1), "-q")
     assert proc.returncode == 0, proc.stderr
-    proc = cli("fit", data, "--out", tmp_path / "b", "--gamma", 1e6, "--max-dictionary-size",
-               300, "-q")
+    proc = main_("fit", data, "--out", tmp_path / "b", "--gamma", 1e6, "--max-dictionary-size",
+                 300, "-q")
     assert proc.returncode == 2, proc.stderr
     assert "after scanning 0 of" not in proc.stderr and "gamma=5e+05" not in proc.stderr
     assert "after scanning at least 301 of 6000 rows" in proc.stderr

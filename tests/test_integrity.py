@@ -33,8 +33,37 @@ from ooc_spectral.exceptions import (
 from ooc_spectral.batch.jobs import FitJob, run_fit_job
 from ooc_spectral.io.persistence import attrs_digest
 
-from test_cli import EXE, cli  # noqa: F401
+from test_cli import EXE, cli as console  # noqa: F401
 from test_resume import in_pass2, kill_when
+
+
+def cli(*args, **kw):
+    """The console script (``test_cli.cli``), except ``verify`` and ``transform`` (without
+    keywords), run by ``main`` in this process: verify starts no cluster and imports no dask
+    (``test_cli.py::test_commands_that_start_no_cluster_import_no_dask_to_set_up_logging``),
+    and the one transform below is refused on loading the model; a process would add only
+    its start and shutdown (about 2 s, 10 s under load) to each of these checks."""
+    import contextlib
+    import io
+    import subprocess
+
+    from ooc_spectral.batch.cli import main
+
+    if args[0] not in ("verify", "transform") or kw:
+        return console(*args, **kw)
+    logs = [logging.getLogger(n) for n in ("ooc_spectral", "distributed", "distributed.client",
+                                            "distributed.gc", "tornado", "tornado.application",
+                                            "asyncio", "bokeh")]
+    saved = [(list(g.handlers), g.level, g.propagate) for g in logs]  # main configures them
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main([str(a) for a in args])
+    finally:
+        for g, (handlers, level, propagate) in zip(logs, saved):
+            g.handlers[:], g.level, g.propagate = handlers, level, propagate
+    return subprocess.CompletedProcess([str(a) for a in args], code, out.getvalue(),
+                                       err.getvalue())
 
 PARAMS = {"n_components": 2, "gamma": 0.01, "tol": 1e-2, "random_state": 0, "chunk_rows": 4000,
           "output_dtype": "float64"}  # what the command line writes

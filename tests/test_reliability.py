@@ -7,6 +7,7 @@ property-based tests of the scan are in ``test_scan_properties.py``.
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import signal
 import threading
@@ -33,11 +34,19 @@ def roll(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def reference(roll, tmp_path_factory):
+def two_workers():
+    """A cluster of 2 workers x 1 thread that no test kills: the reference's, and one of
+    the configurations the determinism test compares (a cluster each was one more start)."""
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cl:
+        yield cl
+
+
+@pytest.fixture(scope="module")
+def reference(roll, tmp_path_factory, two_workers):
     """A fault-free run on a 2-worker cluster."""
     out = tmp_path_factory.mktemp("ref") / "out.zarr"
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cl, \
-            Client(cl):
+    with Client(two_workers):
         est = GreedySpectralEmbedding(**PARAMS).fit(str(roll), output=str(out))
     return est, zarr.open_array(str(out / "embedding"))[...]
 
@@ -82,12 +91,14 @@ def test_worker_killed_mid_pass_gives_identical_result(roll, reference, tmp_path
     assert zarr.open_array(str(out / "embedding")).attrs["complete"] is True
 
 
-def test_same_seed_same_result_whatever_workers_threads_and_chunks(roll, reference):
+def test_same_seed_same_result_whatever_workers_threads_and_chunks(roll, reference, two_workers):
     ref_est, ref_emb = reference
     configs = [(1, 1, 2000), (2, 2, 2000), (1, 2, 10_000), (2, 1, 6000)]
     for workers, threads, chunk_rows in configs:
-        with LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True,
-                          dashboard_address=":0") as cl, Client(cl):
+        shared = contextlib.nullcontext(two_workers) if (workers, threads) == (2, 1) else \
+            LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True,
+                         dashboard_address=":0")
+        with shared as cl, Client(cl):
             est = GreedySpectralEmbedding(**{**PARAMS, "chunk_rows": chunk_rows}).fit(str(roll))
             emb = est.embedding_.compute()
         # the dictionary bit for bit, the embedding to 1e-12

@@ -108,9 +108,8 @@ def test_every_workflow_runs_an_experiment_that_exists():
         assert f'out = "results/paper/{f.stem}"' in f.read_text()
 
 
-def test_unknown_experiment_parameter_is_a_usage_error(tmp_path):
-    proc = subprocess.run([EXE, "evaluate", "hm2011-fishbowl", "--out", str(tmp_path),
-                           "--param", "colour=red"], capture_output=True, text=True, timeout=120)
+def test_unknown_experiment_parameter_is_a_usage_error(main_, tmp_path):
+    proc = main_("evaluate", "hm2011-fishbowl", "--out", tmp_path, "--param", "colour=red")
     assert proc.returncode == 2
     assert "has no parameter 'colour'" in proc.stderr
 

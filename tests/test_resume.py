@@ -28,18 +28,26 @@ ARGS = ["--gamma", "0.05", "--tol", "1e-3", "--n-components", "3", "--chunk-rows
         "--engine", "cluster"]  # SIGKILL of the client and its worker processes
 
 
+def main(*args) -> int:
+    """The command in this process: the data and the uninterrupted reference are not what
+    this module tests (the killed runs and their reruns are, by the console script)."""
+    from ooc_spectral.batch.cli import main
+
+    return main([str(a) for a in args])
+
+
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
+def data(tmp_path_factory, restore_logging_module):
     d = tmp_path_factory.mktemp("resume")
-    cli("make-data", "swiss-roll", "--n", N, "--out", d / "roll.zarr", "--chunk-rows", CHUNK,
-        check=0)
+    assert main("make-data", "swiss-roll", "--n", N, "--out", d / "roll.zarr", "--chunk-rows",
+                CHUNK, "-q") == 0
     return d / "roll.zarr"
 
 
 @pytest.fixture(scope="module")
-def reference(data, tmp_path_factory):
+def reference(data, tmp_path_factory, restore_logging_module):
     out = tmp_path_factory.mktemp("ref") / "out"
-    cli("fit", data, "--out", out, *ARGS, check=0)
+    assert main("fit", data, "--out", out, *ARGS) == 0
     return zarr.open_array(str(out / "embedding"), mode="r")[...]
 
 

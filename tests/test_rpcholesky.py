@@ -344,27 +344,27 @@ def test_beats_the_uniform_random_dictionary_on_digits_at_m_507_over_8_seeds():
 # --------------------------------------------------------------------------- #
 # the command line and workflows
 # --------------------------------------------------------------------------- #
-def test_workflow_and_cli_select_rpcholesky(tmp_path):
+def test_workflow_and_cli_select_rpcholesky(main_, tmp_path):
     from test_cli import WORKFLOW, last_json
 
     wf = tmp_path / "wf" / "small.toml"
     wf.parent.mkdir()
     wf.write_text(WORKFLOW.replace("gamma = 0.05", 'gamma = 0.05\nselection = "rpcholesky"\ntol = 1e-2'))
-    cli("run", wf, "--json", "-q", check=0)
+    assert main_("run", wf, "--json", "-q").returncode == 0
     run = zarr.open_group(str(wf.parent / "fit"), mode="r").attrs["ooc_spectral_run"]
     assert run["config"]["estimator"]["selection"] == "rpcholesky"
     report = json.loads((wf.parent / "fit" / "report.json").read_text())
     assert 0 < report["max_residual"] <= 1e-2
     # the same fit from the command line gives the same dictionary
     out = tmp_path / "cli"
-    proc = cli("fit", wf.parent / "data.zarr", "--out", out, "--gamma", 0.05, "--tol", 1e-2,
-               "--selection", "rpcholesky", "--n-components", 2, "--workers", 1, "--json", "-q",
-               check=0)
+    proc = main_("fit", wf.parent / "data.zarr", "--out", out, "--gamma", 0.05, "--tol", 1e-2,
+                 "--selection", "rpcholesky", "--n-components", 2, "--workers", 1, "--json", "-q")
+    assert proc.returncode == 0, proc.stderr
     assert last_json(proc)["dictionary_size"] == report["dictionary_size"]
     a = GreedySpectralEmbedding.load(wf.parent / "fit" / "model")
     b = GreedySpectralEmbedding.load(out / "model")
     np.testing.assert_array_equal(a.dictionary_indices_, b.dictionary_indices_)
-    bad = cli("fit", wf.parent / "data.zarr", "--out", tmp_path / "bad", "--selection", "rpchol")
+    bad = main_("fit", wf.parent / "data.zarr", "--out", tmp_path / "bad", "--selection", "rpchol")
     assert bad.returncode == 2 and "rpcholesky" in bad.stderr
 
 
