@@ -35,6 +35,7 @@ from ooc_spectral.io.persistence import attrs_digest
 
 from test_cli import EXE, cli  # noqa: F401
 from test_resume import in_pass2, kill_when
+from producers import producers_group
 
 PARAMS = {"n_components": 2, "gamma": 0.01, "tol": 1e-2, "random_state": 0, "chunk_rows": 4000,
           "output_dtype": "float64"}  # what the command line writes
@@ -153,7 +154,7 @@ def test_input_changed_while_the_fit_ran_is_never_marked_complete(roll, cluster,
     from ooc_spectral.pipeline.fit import FitRun
 
     inp, out = tmp_path / "in.zarr", tmp_path / "out"
-    shutil.copytree(roll / "in.zarr", inp)
+    producers_group(inp, copy_of=roll / "in.zarr")  # rows its producer rewrites
     original = FitRun.run
 
     def run_then_a_late_write(self, *a, **kw):
