@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from adversary_commands import matrix_trials
+from adversary_commands import matrix_trials, producers_group
 from adversary_places import place_trials
 
 FIT = ["--gamma", "0.05", "--tol", "1e-2", "--n-components", "2", "--engine", "threads",
@@ -117,6 +117,7 @@ class Trials:
         self.data = work / "data.zarr"
         assert cli("make-data", "swiss-roll", "--n", 2000, "--out", self.data,
                    "--chunk-rows", 400, "-q")[0] == 0
+        producers_group(self.data)  # the trials rewrite copies of it (a producer's group)
         self.fresh = work / "fresh"
         assert cli("fit", self.data, "--out", self.fresh, *FIT)[0] == 0
         self.ref = embedding(self.fresh)
@@ -803,7 +804,15 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     ap.add_argument("--only", default="", help="run only the trials whose name holds this "
                     "(or one of these, comma-separated)")
+    ap.add_argument("--shard", default="0/1", help="K/N: run only every N-th trial from the "
+                    "K-th (N processes share the trials; --merge joins their tables)")
+    ap.add_argument("--merge", nargs="*", default=None, metavar="TABLE",
+                    help="join the tables of shards into --out's adversarial.md, in the "
+                    "trials' order, and run nothing")
     args = ap.parse_args(argv)
+    shard, shards = (int(v) for v in args.shard.split("/"))
+    if args.merge is not None:
+        return merge_tables([Path(f) for f in args.merge], Path(args.out))
     work = Path(tempfile.mkdtemp(prefix="adversarial-"))
     t = Trials(work)
     trials = [
@@ -911,9 +920,11 @@ def main(argv=None) -> int:
     global UNSHARE
     UNSHARE = kit.unshare = private_mount_namespace()
     t0_all = time.time()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     try:
-        for name, trial in trials:
-            if any(part in name for part in args.only.split(",")):
+        for i, (name, trial) in enumerate(trials):
+            if i % shards == shard and any(part in name for part in args.only.split(",")):
                 t0 = time.time()
                 try:
                     trial()
@@ -923,21 +934,48 @@ def main(argv=None) -> int:
                     t.record(name, "trial set-up failed", -1, f"{type(exc).__name__}: {exc}",
                              "UNSAFE: not run")
                 print(f"{name}: {t.rows[-1][3]} ({time.time() - t0:.0f} s)", file=sys.stderr)
+                write_table(t.rows, time.time() - t0_all, out, final=False)
     finally:
         for server in servers:
             server.close()
-    lines = ["| trial | what was done | answer | outcome |", "|---|---|---|---|"]
-    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in t.rows]
-    safe = sum(r[3].startswith("safe") for r in t.rows)
-    unsafe = sum(r[3].startswith("UNSAFE") for r in t.rows)
-    lines += ["", (f"{len(t.rows)} trials: {safe} safe, {unsafe} UNSAFE, "
-                   f"{len(t.rows) - safe - unsafe} not run ({time.time() - t0_all:.0f} s).")]
-    table = "\n".join(lines)
+    table, unsafe = write_table(t.rows, time.time() - t0_all, out, final=True)
     print(table)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "adversarial.md").write_text(table + "\n")
     shutil.rmtree(work, ignore_errors=True)
+    return 1 if unsafe else 0
+
+
+def write_table(rows, seconds: float, out: Path, final: bool) -> tuple[str, int]:
+    """Write ``adversarial.md`` (after every trial, so that an interrupted run keeps the
+    rows it made: its last line then says so); ``(table, number of UNSAFE rows)``."""
+    lines = ["| trial | what was done | answer | outcome |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+    safe = sum(r[3].startswith("safe") for r in rows)
+    unsafe = sum(r[3].startswith("UNSAFE") for r in rows)
+    lines += ["", (f"{len(rows)} trials: {safe} safe, {unsafe} UNSAFE, "
+                   f"{len(rows) - safe - unsafe} not run ({seconds:.0f} s)"
+                   + ("." if final else "; the run had not finished.")), ""]
+    table = "\n".join(lines)
+    (out / "adversarial.md").write_text(table)
+    return table, unsafe
+
+
+def merge_tables(tables: list[Path], out: Path) -> int:
+    """Join the tables of ``--shard K/N`` runs (given in the order K = 0, 1, ...) in the
+    trials' order (shard K ran trials K, K + N, ...; each trial makes one row), with the
+    summed seconds; exit 1 when a row is UNSAFE."""
+    shards, seconds, unfinished = [], 0.0, False
+    for table in tables:
+        text = table.read_text()
+        shards.append([tuple(c.strip() for c in line.strip().strip("|").split(" | ", 3))
+                       for line in text.splitlines()[2:] if line.startswith("| ")])
+        m = re.search(r"\((\d+) s\)", text)
+        seconds += float(m.group(1)) if m else 0.0
+        unfinished |= "had not finished" in text
+    rows = [shard[j] for j in range(max(map(len, shards), default=0))
+            for shard in shards if j < len(shard)]
+    out.mkdir(parents=True, exist_ok=True)
+    table, unsafe = write_table(rows, seconds, out, final=not unfinished)
+    print(table)
     return 1 if unsafe else 0
 
 
