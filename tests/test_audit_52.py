@@ -69,6 +69,11 @@ def test_fit_refuses_a_data_set_whose_chunks_do_not_match_their_recorded_digests
         assert main(["fit", str(path), "--out", str(tmp_path / "out"), "-q"]) == 2
         err = capsys.readouterr().err
         assert "chunk 0 (rows 0-499)" in err and "ooc-spectral make-data" in err, err
+    from ooc_spectral.exceptions import DamagedDataError
+    from ooc_spectral.io.source import open_source
+
+    with pytest.raises(DamagedDataError, match="chunk 0"):  # the array opened by the caller
+        open_source(zarr.open_array(ds / "data", mode="r")).read_rows(0, 10)
     assert main(make) == 0  # the same command: it checks the digests and writes it again
     np.testing.assert_array_equal(zarr.open_array(ds / "data", mode="r")[...], rows)
     assert main(["verify", str(ds), "-q"]) == 0
@@ -91,15 +96,19 @@ def test_an_imported_chunk_that_fails_its_digest_is_refused_and_the_import_repai
     assert main(["verify", str(ds), "-q"]) == 0
 
 
-@pytest.mark.parametrize("writer", ["make-data", "import"])
+@pytest.mark.parametrize("writer", ["make-data", "make-data-manifest-removed", "import"])
 def test_verify_sees_an_edited_data_set_description(tmp_path, capsys, writer):
-    """An edited field of the description (make-data's seed, import's source): verify exit
-    1, the fit refuses it naming the writer, the same writer's command repairs it."""
+    """An edited field of the description (make-data's seed, its manifest of digests
+    removed, import's source): verify exit 1, the fit refuses it naming the writer, the
+    same writer's command repairs it."""
     ds = tmp_path / "ds"
-    if writer == "make-data":
+    if writer.startswith("make-data"):
         cmd = ["make-data", "blobs", "--n", "1000", "--chunk-rows", "500", "--seed", "1",
                "--out", str(ds), "-q"]
         key, field, value = "ooc_spectral_dataset", "seed", 99
+        if writer != "make-data":
+            field, value = "members", None
+        writer = "make-data"
     else:
         src = tmp_path / "t.npy"
         np.save(src, np.random.default_rng(3).normal(size=(300, 3)))
@@ -117,7 +126,7 @@ def test_verify_sees_an_edited_data_set_description(tmp_path, capsys, writer):
     assert "edited since" in err and f"ooc-spectral {writer}" in err, err
     assert main(cmd) == 0
     assert main(["verify", str(ds), "-q"]) == 0
-    assert zarr.open_group(ds, mode="r").attrs[key][field] != value
+    assert zarr.open_group(ds, mode="r").attrs[key].get(field) != value
 
 
 def test_import_of_a_table_rewritten_in_place_while_read_is_exit_1(tmp_path):

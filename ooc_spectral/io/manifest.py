@@ -491,10 +491,10 @@ def seal_description(fields: dict) -> dict:
 
 
 def description_damaged(meta) -> bool:
-    """Whether a data set's description recorded a manifest but no longer matches the
-    digest written with it (edited since; a description without a manifest, of a writer
-    that recorded none, is not checked)."""
-    return isinstance(meta, dict) and isinstance(meta.get(MEMBERS_KEY), dict) and \
+    """Whether a data set's description carries a manifest or a digest of itself but does
+    not match that digest (edited since: a field changed, the manifest or the digest
+    removed). A description with neither, of a writer that recorded none, is not checked."""
+    return isinstance(meta, dict) and (MEMBERS_KEY in meta or ATTRS_DIGEST in meta) and \
         not seal_holds(meta, key=ATTRS_DIGEST)
 
 
@@ -503,11 +503,11 @@ def recorded_digests(meta, name: str) -> dict | None:
     the writer of a complete data set recorded for its array ``name``, or None (no
     manifest). Raises ``ValueError`` saying what is wrong when the description was edited
     since (:func:`description_damaged`) or records no entry for ``name``."""
-    if not isinstance(meta, dict) or not isinstance(meta.get(MEMBERS_KEY), dict):
-        return None
     if description_damaged(meta):
         raise ValueError("its description (the writer's attribute in zarr.json) does not "
                          "match the digest written with it: edited since")
+    if not isinstance(meta, dict) or not isinstance(meta.get(MEMBERS_KEY), dict):
+        return None
     entry = meta[MEMBERS_KEY].get(name)
     if not isinstance(entry, dict) or entry.get("kind") != "digested":
         raise ValueError(f"its manifest records no digests of the array {name!r}")
@@ -522,11 +522,9 @@ def audit_dataset(path, key: str) -> list[Finding]:
 
     group = zarr.open_group(os.fspath(path), mode="r")
     meta = group.attrs.get(key) or {}
-    members = meta.get(MEMBERS_KEY)
-    if not isinstance(members, dict):
-        return []
     found = []
     if description_damaged(meta):
         found.append(Finding(f"zarr.json ({key})", DAMAGED, "the data set's description "
                              "does not match the digest written with it: edited since"))
-    return found + check_members(group, members)
+    members = meta.get(MEMBERS_KEY) if isinstance(meta, dict) else None
+    return found + (check_members(group, members) if isinstance(members, dict) else [])

@@ -391,7 +391,9 @@ def open_source(X) -> DataSource:
         arr, attrs = _open_zarr(X)
         return _from_zarr(arr, _writer_digests(arr, attrs, os.fspath(X)))
     if _is_zarr_array(X):
-        return _from_zarr(X)
+        url = array_url(X)  # a data set's array opened by the caller: its digests too
+        attrs = _parent_attrs(url, {}) if "://" not in url else None
+        return _from_zarr(X, _writer_digests(X, attrs, url))
     if _is_xarray(X):
         # an xarray DataArray: its numpy or dask array (a dask-backed one stays lazy;
         # np.asarray would load it)
