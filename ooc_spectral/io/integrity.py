@@ -204,7 +204,7 @@ def chunk_digest(run_id: str | None, index: int, values: np.ndarray) -> int:
     marker (top bit set, so never 0, "not written", nor :data:`UNDIGESTED`). A chunk
     copied from another run's output, or changed since, does not match it, though it
     decodes and passes its checksum."""
-    h = hashlib.blake2b(np.ascontiguousarray(values).tobytes(), digest_size=8,
+    h = hashlib.blake2b(np.ascontiguousarray(values), digest_size=8,  # its buffer: no copy
                         key=f"{run_id}:{int(index)}".encode()[:64])
     return int.from_bytes(h.digest(), "little") | (1 << 63)
 
