@@ -327,8 +327,10 @@ def _writer_digests(arr, attrs: dict | None, loc: str) -> ChunkDigests | None:
 
     if not attrs:
         return None
-    repair = rewrite_input(attrs) or "write the data set again"
     for key in (DATASET_KEY, IMPORT_KEY):
+        repair = (f"{rewrite_input({key: {}})}; or, if its rows were changed or appended to on "
+                  f"purpose, make it your own zarr group: delete the attribute {key!r} from "
+                  "its zarr.json (it is then read without its writer's digests)")
         try:
             entry = recorded_digests(attrs.get(key), DATA_ARRAY_NAME)
         except ValueError as exc:
