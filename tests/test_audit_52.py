@@ -153,3 +153,33 @@ def test_import_of_a_table_rewritten_in_place_while_read_is_exit_1(tmp_path):
     os.kill(proc.pid, signal.SIGCONT)
     proc.communicate(timeout=300)
     assert proc.returncode == 1
+
+
+def test_a_chunk_torn_by_a_writer_while_transform_reads_is_input_changed_exit_1(
+        tmp_path, monkeypatch, capsys):
+    """A producer rewrites the input under a transform and the reader meets a chunk caught
+    mid-write (it does not decode): that is the input changing (exit 1, rerun), not damage
+    to fix (exit 2): the fingerprint is taken again when a command fails while reading."""
+    from ooc_spectral.io.zarr_rows import ZarrRows
+
+    inp, fit, out = tmp_path / "in.zarr", tmp_path / "fit", tmp_path / "t"
+    arr = zarr.create_array(inp, shape=(2000, 3), chunks=(400, 3), dtype="f8")
+    arr[:] = np.random.default_rng(4).normal(size=(2000, 3))
+    threads = ["--engine", "threads", "--threads-per-worker", "1", "-q"]
+    assert main(["fit", str(inp), "--out", str(fit), "--gamma", "0.5", "--n-components", "2",
+                 *threads]) == 0
+    original, calls = ZarrRows.read_stored, []
+
+    def read_then_tear(self, start, stop):  # the threads engine: the reads run in this process
+        calls.append(start)
+        if len(calls) == 1:  # the writer is half-way through the last chunk
+            (inp / "c" / "4" / "0").write_bytes(b"half a chunk")
+        return original(self, start, stop)
+
+    monkeypatch.setattr(ZarrRows, "read_stored", read_then_tear)
+    capsys.readouterr()
+    code = main(["transform", str(fit), str(inp), "--out", str(out), "--chunk-rows", "400",
+                 *threads])
+    err = capsys.readouterr().err
+    assert code == 1 and "InputChangedError" in err and "changed while this run" in err, err
+    assert not (out / "report.json").exists()
