@@ -808,13 +808,15 @@ def main(argv=None) -> int:
                     "K-th (N processes share the trials; --merge joins their tables)")
     ap.add_argument("--merge", nargs="*", default=None, metavar="TABLE",
                     help="join the tables of shards into --out's adversarial.md, in the "
-                    "trials' order, and run nothing")
+                    "trials' order (a trial in several: the last table's row), and run nothing")
+    ap.add_argument("--first", default="", help="run the trials whose name holds one of "
+                    "these (comma-separated) before the others")
+    ap.add_argument("--skip-done", nargs="*", default=[], metavar="TABLE",
+                    help="skip the trials that have a row in these tables")
     args = ap.parse_args(argv)
     shard, shards = (int(v) for v in args.shard.split("/"))
-    if args.merge is not None:
-        return merge_tables([Path(f) for f in args.merge], Path(args.out))
     work = Path(tempfile.mkdtemp(prefix="adversarial-"))
-    t = Trials(work)
+    t = Trials(work) if args.merge is None else None
     trials = [
         ("kill-begun", lambda: kill_at(t, "kill-begun", "begun")),
         ("kill-pass2", lambda: kill_at(t, "kill-pass2", "pass2")),
@@ -905,6 +907,15 @@ def main(argv=None) -> int:
         (work / sub).mkdir()
     kit = types.SimpleNamespace(s3=lambda: s3(), Cluster=Cluster, unshare=None, NotRun=NotRun)
     trials += matrix_trials(t, work / "matrix") + place_trials(t, work / "places", kit)
+    if args.merge is not None:
+        shutil.rmtree(work, ignore_errors=True)
+        return merge_tables([Path(f) for f in args.merge], Path(args.out),
+                            [name for name, _ in trials])
+    done = {row[0] for table in args.skip_done for row in table_rows(Path(table))}
+    first = [part for part in args.first.split(",") if part]
+    trials = sorted((tr for tr in trials if tr[0] not in done and
+                     any(part in tr[0] for part in args.only.split(","))),
+                    key=lambda tr: not any(part in tr[0] for part in first))[shard::shards]
     servers: list[S3] = []
 
     def s3() -> S3:
@@ -923,18 +934,17 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     try:
-        for i, (name, trial) in enumerate(trials):
-            if i % shards == shard and any(part in name for part in args.only.split(",")):
-                t0 = time.time()
-                try:
-                    trial()
-                except NotRun as exc:
-                    t.record(name, "-", 0, "", f"not run: {exc}", "-")
-                except Exception as exc:  # the trial's own set-up failed
-                    t.record(name, "trial set-up failed", -1, f"{type(exc).__name__}: {exc}",
-                             "UNSAFE: not run")
-                print(f"{name}: {t.rows[-1][3]} ({time.time() - t0:.0f} s)", file=sys.stderr)
-                write_table(t.rows, time.time() - t0_all, out, final=False)
+        for name, trial in trials:
+            t0 = time.time()
+            try:
+                trial()
+            except NotRun as exc:
+                t.record(name, "-", 0, "", f"not run: {exc}", "-")
+            except Exception as exc:  # the trial's own set-up failed
+                t.record(name, "trial set-up failed", -1, f"{type(exc).__name__}: {exc}",
+                         "UNSAFE: not run")
+            print(f"{name}: {t.rows[-1][3]} ({time.time() - t0:.0f} s)", file=sys.stderr)
+            write_table(t.rows, time.time() - t0_all, out, final=False)
     finally:
         for server in servers:
             server.close()
@@ -959,22 +969,26 @@ def write_table(rows, seconds: float, out: Path, final: bool) -> tuple[str, int]
     return table, unsafe
 
 
-def merge_tables(tables: list[Path], out: Path) -> int:
-    """Join the tables of ``--shard K/N`` runs (given in the order K = 0, 1, ...) in the
-    trials' order (shard K ran trials K, K + N, ...; each trial makes one row), with the
-    summed seconds; exit 1 when a row is UNSAFE."""
-    shards, seconds, unfinished = [], 0.0, False
+def table_rows(table: Path) -> list[tuple[str, ...]]:
+    """The rows ``(trial, what, answer, outcome)`` of an ``adversarial.md``."""
+    return [tuple(c.strip() for c in line.strip().strip("|").split(" | ", 3))
+            for line in table.read_text().splitlines()[2:] if line.startswith("| ")]
+
+
+def merge_tables(tables: list[Path], out: Path, names: list[str]) -> int:
+    """Join the tables of several runs (``--shard``, ``--skip-done``) in the trials' order
+    ``names``, a trial run twice taking its last table's row, a trial in none listed as not
+    run; the seconds are the runs' sum. Exit 1 when a row is UNSAFE."""
+    rows, seconds, unfinished = {}, 0.0, False
     for table in tables:
-        text = table.read_text()
-        shards.append([tuple(c.strip() for c in line.strip().strip("|").split(" | ", 3))
-                       for line in text.splitlines()[2:] if line.startswith("| ")])
-        m = re.search(r"\((\d+) s\)", text)
+        rows.update((row[0], row) for row in table_rows(table))
+        m = re.search(r"\((\d+) s\)", table.read_text().strip().splitlines()[-1])
         seconds += float(m.group(1)) if m else 0.0
-        unfinished |= "had not finished" in text
-    rows = [shard[j] for j in range(max(map(len, shards), default=0))
-            for shard in shards if j < len(shard)]
+    missing = [n for n in names if n not in rows]
+    ordered = [rows.get(n, (n, "-", "-", "not run: not reached in the time the run had"))
+               for n in names] + [r for n, r in rows.items() if n not in set(names)]
     out.mkdir(parents=True, exist_ok=True)
-    table, unsafe = write_table(rows, seconds, out, final=not unfinished)
+    table, unsafe = write_table(ordered, seconds, out, final=not missing)
     print(table)
     return 1 if unsafe else 0
 
