@@ -23,8 +23,11 @@ keys), a full disk is a small tmpfs mounted in a private mount namespace (``unsh
 where the machine allows none those rows say "not run"), the watchdog trials start a
 ``dask scheduler`` and ``dask worker`` processes and pass ``--scheduler``.
 
-    python workflows/bench/adversarial.py              # every trial (17 minutes on 2 cores)
+    python workflows/bench/adversarial.py              # every trial (254; hours on a loaded 2 cores)
     python workflows/bench/adversarial.py --only s3-   # the trials whose name holds "s3-"
+    # three processes sharing the trials, then their tables joined:
+    python workflows/bench/adversarial.py --shard K/3 --out /tmp/shardK   # K = 0, 1, 2
+    python workflows/bench/adversarial.py --merge /tmp/shard{0,1,2}/adversarial.md
 
 Writes ``adversarial.md`` to ``--out`` (default ``workflows/bench/results``).
 """
