@@ -946,6 +946,7 @@ def main(argv=None) -> int:
             except Exception as exc:  # the trial's own set-up failed
                 t.record(name, "trial set-up failed", -1, f"{type(exc).__name__}: {exc}",
                          "UNSAFE: not run")
+            t.rows[-1] = (name, *t.rows[-1][1:])  # the row under the trial's name (--only's)
             print(f"{name}: {t.rows[-1][3]} ({time.time() - t0:.0f} s)", file=sys.stderr)
             write_table(t.rows, time.time() - t0_all, out, final=False)
     finally:
