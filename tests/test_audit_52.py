@@ -1,8 +1,7 @@
 """Defects an outside audit of issue 52 found, through the command line (``main(argv)``).
 
-Each test is marked ``xfail(strict=True)``: it documents a defect and starts to pass (and so
-to fail as XPASS) once the defect is fixed; then remove the mark. Reproductions as shell
-scripts are in ``workflows/audit/``.
+Each test was marked ``xfail(strict=True)`` while its defect stood; the marks are removed as
+the defects are fixed. Reproductions as shell scripts are in ``workflows/audit/``.
 """
 
 from __future__ import annotations
@@ -54,32 +53,82 @@ def test_a_workflow_cannot_leave_the_allowed_read_prefix_with_dot_dot(tmp_path, 
     assert code == 2 and outside == []
 
 
-@pytest.mark.xfail(strict=True, reason="audit 52: fit reads a make-data data set whose chunk "
-                   "no longer matches the digest make-data recorded (verify says damaged)")
-def test_fit_refuses_a_data_set_whose_chunks_do_not_match_their_recorded_digests(tmp_path):
+def test_fit_refuses_a_data_set_whose_chunks_do_not_match_their_recorded_digests(tmp_path,
+                                                                                capsys):
+    """A chunk copied over another (it decodes, its checksum holds): the fit names the chunk
+    and make-data; the same make-data command repairs the data set, and the fit then runs on
+    the rows make-data wrote."""
     ds = tmp_path / "ds"
-    assert main(["make-data", "blobs", "--n", "1000", "--chunk-rows", "500", "--out", str(ds),
-                 "-q"]) == 0
+    make = ["make-data", "blobs", "--n", "1000", "--chunk-rows", "500", "--out", str(ds), "-q"]
+    assert main(make) == 0
+    rows = np.asarray(zarr.open_array(ds / "data", mode="r")[...])
     (ds / "data" / "c" / "0" / "0").write_bytes((ds / "data" / "c" / "1" / "0").read_bytes())
     assert main(["verify", str(ds), "-q"]) == 1  # the data set knows it is damaged
+    capsys.readouterr()
+    for path in (ds, ds / "data"):  # the group, and its array by its own path
+        assert main(["fit", str(path), "--out", str(tmp_path / "out"), "-q"]) == 2
+        err = capsys.readouterr().err
+        assert "chunk 0 (rows 0-499)" in err and "ooc-spectral make-data" in err, err
+    from ooc_spectral.exceptions import DamagedDataError
+    from ooc_spectral.io.source import open_source
+
+    with pytest.raises(DamagedDataError, match="chunk 0"):  # the array opened by the caller
+        open_source(zarr.open_array(ds / "data", mode="r")).read_rows(0, 10)
+    assert main(make) == 0  # the same command: it checks the digests and writes it again
+    np.testing.assert_array_equal(zarr.open_array(ds / "data", mode="r")[...], rows)
+    assert main(["verify", str(ds), "-q"]) == 0
+    assert main(["fit", str(ds), "--out", str(tmp_path / "out"), "-q"]) == 0
+
+
+def test_an_imported_chunk_that_fails_its_digest_is_refused_and_the_import_repairs_it(tmp_path,
+                                                                                      capsys):
+    src, ds = tmp_path / "t.npy", tmp_path / "imp"
+    np.save(src, np.random.default_rng(2).normal(size=(300, 3)))
+    imp = ["import", str(src), "--out", str(ds), "--chunk-rows", "100", "-q"]
+    assert main(imp) == 0
+    (ds / "data" / "c" / "2" / "0").write_bytes((ds / "data" / "c" / "1" / "0").read_bytes())
+    capsys.readouterr()
     assert main(["fit", str(ds), "--out", str(tmp_path / "out"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "chunk 2 (rows 200-299)" in err and "ooc-spectral import" in err, err
+    assert main(imp) == 0
+    np.testing.assert_array_equal(zarr.open_array(ds / "data", mode="r")[...], np.load(src))
+    assert main(["verify", str(ds), "-q"]) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="audit 52: a data set's recorded description (seed, "
-                   "centres) carries no digest: edited, verify says intact")
-def test_verify_sees_an_edited_data_set_description(tmp_path):
+@pytest.mark.parametrize("writer", ["make-data", "make-data-manifest-removed", "import"])
+def test_verify_sees_an_edited_data_set_description(tmp_path, capsys, writer):
+    """An edited field of the description (make-data's seed, its manifest of digests
+    removed, import's source): verify exit 1, the fit refuses it naming the writer, the
+    same writer's command repairs it."""
     ds = tmp_path / "ds"
-    assert main(["make-data", "blobs", "--n", "1000", "--chunk-rows", "500", "--seed", "1",
-                 "--out", str(ds), "-q"]) == 0
+    if writer.startswith("make-data"):
+        cmd = ["make-data", "blobs", "--n", "1000", "--chunk-rows", "500", "--seed", "1",
+               "--out", str(ds), "-q"]
+        key, field, value = "ooc_spectral_dataset", "seed", 99
+        if writer != "make-data":
+            field, value = "members", None
+        writer = "make-data"
+    else:
+        src = tmp_path / "t.npy"
+        np.save(src, np.random.default_rng(3).normal(size=(300, 3)))
+        cmd = ["import", str(src), "--out", str(ds), "--chunk-rows", "100", "-q"]
+        key, field, value = "ooc_spectral_import", "source", "/elsewhere.npy"
+    assert main(cmd) == 0
     meta = ds / "zarr.json"
     z = json.loads(meta.read_text())
-    z["attributes"]["ooc_spectral_dataset"]["seed"] = 99
+    z["attributes"][key][field] = value
     meta.write_text(json.dumps(z))
     assert main(["verify", str(ds), "-q"]) == 1
+    capsys.readouterr()
+    assert main(["fit", str(ds), "--out", str(tmp_path / "out"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "edited since" in err and f"ooc-spectral {writer}" in err, err
+    assert main(cmd) == 0
+    assert main(["verify", str(ds), "-q"]) == 0
+    assert zarr.open_group(ds, mode="r").attrs[key].get(field) != value
 
 
-@pytest.mark.xfail(strict=True, reason="audit 52: a table rewritten in place while import "
-                   "reads it is exit 2 blaming the data, not InputChangedError exit 1")
 def test_import_of_a_table_rewritten_in_place_while_read_is_exit_1(tmp_path):
     import glob
     import os
@@ -104,3 +153,33 @@ def test_import_of_a_table_rewritten_in_place_while_read_is_exit_1(tmp_path):
     os.kill(proc.pid, signal.SIGCONT)
     proc.communicate(timeout=300)
     assert proc.returncode == 1
+
+
+def test_a_chunk_torn_by_a_writer_while_transform_reads_is_input_changed_exit_1(
+        tmp_path, monkeypatch, capsys):
+    """A producer rewrites the input under a transform and the reader meets a chunk caught
+    mid-write (it does not decode): that is the input changing (exit 1, rerun), not damage
+    to fix (exit 2): the fingerprint is taken again when a command fails while reading."""
+    from ooc_spectral.io.zarr_rows import ZarrRows
+
+    inp, fit, out = tmp_path / "in.zarr", tmp_path / "fit", tmp_path / "t"
+    arr = zarr.create_array(inp, shape=(2000, 3), chunks=(400, 3), dtype="f8")
+    arr[:] = np.random.default_rng(4).normal(size=(2000, 3))
+    threads = ["--engine", "threads", "--threads-per-worker", "1", "-q"]
+    assert main(["fit", str(inp), "--out", str(fit), "--gamma", "0.5", "--n-components", "2",
+                 *threads]) == 0
+    original, calls = ZarrRows.read_stored, []
+
+    def read_then_tear(self, start, stop):  # the threads engine: the reads run in this process
+        calls.append(start)
+        if len(calls) == 1:  # the writer is half-way through the last chunk
+            (inp / "c" / "4" / "0").write_bytes(b"half a chunk")
+        return original(self, start, stop)
+
+    monkeypatch.setattr(ZarrRows, "read_stored", read_then_tear)
+    capsys.readouterr()
+    code = main(["transform", str(fit), str(inp), "--out", str(out), "--chunk-rows", "400",
+                 *threads])
+    err = capsys.readouterr().err
+    assert code == 1 and "InputChangedError" in err and "changed while this run" in err, err
+    assert not (out / "report.json").exists()

@@ -28,6 +28,7 @@ import zarr
 
 from ooc_spectral.batch.cli import main
 from test_outdir_safety import run
+from producers import producers_group
 
 FIT = ["--gamma", "0.05", "--tol", "1e-2", "--n-components", "2", "--engine", "threads",
        "--threads-per-worker", "1", "--chunk-rows", "500", "-q"]
@@ -165,7 +166,7 @@ def test_an_input_rewritten_while_transform_runs_is_exit_1_never_complete(
     from ooc_spectral.pipeline import writeback
 
     inp, out = tmp_path / "in.zarr", tmp_path / "t"
-    shutil.copytree(data / "x.zarr", inp)
+    producers_group(inp, copy_of=data / "x.zarr")  # rows its producer rewrites
     original, calls = writeback._write_block, []
 
     def write_then_rewrite(*a, **kw):  # the threads engine: the tasks run in this process
@@ -197,7 +198,7 @@ def test_an_input_rewritten_during_an_update_is_exit_1_never_recorded(data, tmp_
     from ooc_spectral.batch import append
 
     inp, out = tmp_path / "in.zarr", tmp_path / "fit"
-    shutil.copytree(data / "x.zarr", inp)
+    producers_group(inp, copy_of=data / "x.zarr")  # rows its producer rewrites
     assert run("fit", inp, "--out", out, *FIT) == (0, "")
     arr = zarr.open_array(str(inp / "data"), mode="r+")
     more = zarr.open_array(str(data / "y.zarr" / "data"), mode="r")[:1000]

@@ -35,6 +35,7 @@ from ooc_spectral.io.persistence import attrs_digest
 
 from test_cli import EXE, cli as console  # noqa: F401
 from test_resume import in_pass2, kill_when
+from producers import producers_group
 
 
 def cli(*args, **kw):
@@ -182,7 +183,7 @@ def test_input_changed_while_the_fit_ran_is_never_marked_complete(roll, cluster,
     from ooc_spectral.pipeline.fit import FitRun
 
     inp, out = tmp_path / "in.zarr", tmp_path / "out"
-    shutil.copytree(roll / "in.zarr", inp)
+    producers_group(inp, copy_of=roll / "in.zarr")  # rows its producer rewrites
     original = FitRun.run
 
     def run_then_a_late_write(self, *a, **kw):

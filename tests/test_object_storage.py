@@ -26,6 +26,7 @@ import zarr
 
 import ooc_spectral
 from test_cli import EXE
+from producers import producers_group
 
 s3fs = pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.server")
@@ -291,6 +292,7 @@ def test_an_s3_input_rewritten_while_transform_reads_it_is_exit_1(data, local_fi
 
     url = f"s3://{BUCKET}/rewritten.zarr"
     s3["fs"].copy(f"{BUCKET}/roll.zarr", f"{BUCKET}/rewritten.zarr", recursive=True)
+    producers_group(url)  # rows its producer rewrites (a data set's are digested)
     original, calls = writeback._write_block, []
 
     def write_then_rewrite(*a, **kw):

@@ -146,7 +146,7 @@ def run_fit_job(job: FitJob) -> dict:
             log.info("resuming the run in %s", job.outdir)
         t0 = time.perf_counter()
         progress = ProgressLog()
-        with marked_if_stopped(rundir):
+        with marked_if_stopped(rundir, watch):
             with MemorySampler() as sampler, \
                     compute_engine(job.cluster, source.n_rows * source.n_features * source.itemsize,
                                    needs_cluster=bool(job.performance_report)) as engine, \
@@ -253,7 +253,7 @@ def _run_update_job(job: FitJob, rundir: RunDirectory, plan, source: DataSource,
             timings[name] = round(timings.get(name, 0.0) + time.perf_counter() - t, 4)
 
     fingerprint = watch.fingerprint
-    with marked_if_stopped(rundir):
+    with marked_if_stopped(rundir, watch):
         with MemorySampler() as sampler, \
                 compute_engine(job.cluster, source.n_rows * source.n_features * source.itemsize,
                                needs_cluster=bool(job.performance_report)) as engine, \
@@ -351,7 +351,7 @@ def run_transform_job(job: TransformJob) -> dict:
             if report is not None:
                 return report
         t0 = time.perf_counter()
-        with marked_if_stopped(rundir):
+        with marked_if_stopped(rundir, watch):
             progress = ProgressLog()
             with compute_engine(job.cluster, source.n_rows * source.n_features * source.itemsize
                                 ) as engine:

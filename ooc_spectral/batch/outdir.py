@@ -73,13 +73,21 @@ def _mark_stopped(rundir: RunDirectory, exc: BaseException) -> None:
 
 
 @contextlib.contextmanager
-def marked_if_stopped(rundir: RunDirectory):
-    """Mark OUTDIR ``interrupted`` or ``failed`` when the block raises (and re-raise)."""
+def marked_if_stopped(rundir: RunDirectory, watch=None):
+    """Mark OUTDIR ``interrupted`` or ``failed`` when the block raises (and re-raise).
+
+    ``watch``: the input's :class:`~ooc_spectral.io.integrity.InputWatch`; an error met
+    while the input moved (a chunk caught mid-rewrite) is reported as the input's change
+    (:meth:`~ooc_spectral.io.integrity.InputWatch.explain`: exit 1, rerun), not as damage.
+    """
     try:
         yield
     except BaseException as exc:
-        _mark_stopped(rundir, exc)
-        raise
+        error = exc if watch is None else watch.explain(exc)
+        _mark_stopped(rundir, error)
+        if error is exc:
+            raise
+        raise error from exc
 
 
 # --------------------------------------------------------------------------- #

@@ -113,7 +113,7 @@ def run_representatives_job(job: FitJob, *, n_clusters, n_representatives="auto"
         if resuming:
             log.info("resuming the run in %s", job.outdir)
         t0 = time.perf_counter()
-        with marked_if_stopped(rundir):
+        with marked_if_stopped(rundir, watch):
             with MemorySampler() as sampler, \
                     compute_engine(job.cluster, source.n_rows * source.n_features * source.itemsize) \
                     as engine:
@@ -216,7 +216,7 @@ def run_representatives_transform(model: str, cmap, digest: str, input, out: str
             if report is not None:
                 return report
         t0 = time.perf_counter()
-        with marked_if_stopped(rundir):
+        with marked_if_stopped(rundir, watch):
             with compute_engine(cluster, source.n_rows * source.n_features * source.itemsize) \
                     as engine:
                 executor = engine.executor(ProgressLog().parts)

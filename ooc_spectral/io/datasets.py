@@ -128,7 +128,8 @@ from .dataset_store import (FORMAT_VERSION, check_free_space, create_arrays, cre
                             dataset_meta, existing_meta, intact_dataset, open_dataset,
                             stored_bytes)
 from .layout import DATASET_KEY
-from .manifest import DigestingArrays
+from .manifest import (ATTRS_DIGEST, MEMBERS_KEY, DigestingArrays, description_damaged,
+                       seal_description)
 from ..exceptions import InvalidParameterError
 from .layout import DATA_ARRAY_NAME
 
@@ -478,11 +479,12 @@ def make_data(name: str, n: int, out: str | os.PathLike, *, dim: int | None = No
     if reuse and not overwrite:
         found = existing_meta(loc)
         if found is not None:
-            same = {k: v for k, v in found.items() if k not in ("complete", "members")} == \
-                dataset_meta(plan, chunk_rows, dt)
+            edited = description_damaged(found)  # its recorded parameters cannot be trusted
+            same = not edited and {k: v for k, v in found.items() if k not in (
+                "complete", MEMBERS_KEY, ATTRS_DIGEST)} == dataset_meta(plan, chunk_rows, dt)
             if same and found.get("complete") and intact_dataset(loc, DATASET_KEY):
                 return loc  # an identical, complete data set is already there, intact
-            if same:
+            if same or edited:
                 overwrite = True  # interrupted, or damaged since: write it again
 
     check_free_space(loc, plan, dt)
@@ -515,5 +517,6 @@ def make_data(name: str, n: int, out: str | os.PathLike, *, dim: int | None = No
         finally:
             blocks.close()
 
-    group.attrs[DATASET_KEY] = dict(meta, complete=True, members=arrays.entries())
+    group.attrs[DATASET_KEY] = seal_description(dict(meta, complete=True,
+                                                     members=arrays.entries()))
     return loc

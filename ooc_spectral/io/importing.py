@@ -321,7 +321,7 @@ def import_table(source: str | os.PathLike, out: str | os.PathLike, *,
         ``{"out", "n", "columns", "format"}``.
     """
     from .integrity import InputWatch, checksummed, file_fingerprint
-    from .manifest import DigestingArrays
+    from .manifest import DigestingArrays, seal_description
 
     src = os.fspath(source)
     if not os.path.isfile(src):
@@ -340,14 +340,15 @@ def import_table(source: str | os.PathLike, out: str | os.PathLike, *,
         raise InvalidParameterError(f"chunk_rows={rows} must be at least 1")
     if columns is not None and len(columns) == 0:
         raise InvalidParameterError("columns is empty; name at least one column")
-    if fmt == "parquet":
-        names, n, batches = _parquet(src, columns, rows)
-    elif fmt == "csv":
-        names, n, batches = _csv(src, columns, rows, header)
-    elif fmt == "npy":
-        names, n, batches = _npy(src, columns, rows)
-    else:
-        names, n, batches = _hdf5(src, columns, rows, dataset)
+    with watch.guard():
+        if fmt == "parquet":
+            names, n, batches = _parquet(src, columns, rows)
+        elif fmt == "csv":
+            names, n, batches = _csv(src, columns, rows, header)
+        elif fmt == "npy":
+            names, n, batches = _npy(src, columns, rows)
+        else:
+            names, n, batches = _hdf5(src, columns, rows, dataset)
     d = len(names)
     loc = os.fspath(out)
     meta = {"source": os.path.abspath(src), "format": fmt,
@@ -363,8 +364,18 @@ def import_table(source: str | os.PathLike, out: str | os.PathLike, *,
         DATA_ARRAY_NAME, shape=(n or 0, d), chunks=(rows, d), dtype=dt,
         dimension_names=("sample", "feature"),
         **checksummed())}, uuid.uuid4().hex)  # every chunk stored: an absent one is damage
-    arr = arrays[DATA_ARRAY_NAME]
-    written = 0
+    with watch.guard():  # a table rewritten under the reader: exit 1, not its torn rows
+        written = _store_rows(arrays[DATA_ARRAY_NAME], batches, names, dt, n, src, loc)
+    watch.check()  # every row stored is of the file as it was when the import began
+    group.attrs[IMPORT_KEY] = seal_description({**meta, "n": written, "complete": True,
+                                                "members": arrays.entries()})
+    return {"out": loc, "n": written, "columns": meta["columns"], "format": fmt}
+
+
+def _store_rows(arr, batches, names, dt, n: int | None, src: str, loc: str) -> int:
+    """Write ``batches`` into ``arr`` row after row; the number of rows written. A row that
+    is not finite, or a count other than the announced ``n``, is an :class:`InvalidInputError`."""
+    written, d = 0, arr.shape[1]
     for block in batches:
         block = _numeric(block, names, dt)
         if not np.isfinite(block).all():
@@ -384,10 +395,7 @@ def import_table(source: str | os.PathLike, out: str | os.PathLike, *,
         arr.resize((written, d))
     if written == 0:
         raise InvalidInputError(f"{src} has no rows")
-    watch.check()  # every row stored is of the file as it was when the import began
-    group.attrs[IMPORT_KEY] = {**meta, "n": written, "complete": True,
-                               "members": arrays.entries()}
-    return {"out": loc, "n": written, "columns": meta["columns"], "format": fmt}
+    return written
 
 
 def _take_up(loc: str, meta: dict) -> tuple[dict | None, bool]:
@@ -399,11 +407,16 @@ def _take_up(loc: str, meta: dict) -> tuple[dict | None, bool]:
     import zarr
 
     from .dataset_store import intact_dataset
+    from .manifest import description_damaged
 
     try:
         found = dict(zarr.open_group(loc, mode="r").attrs.get(IMPORT_KEY) or {})
     except Exception:
         return None, False
+    if description_damaged(found):
+        log.warning("the description of the import in %s was edited since it was written: "
+                    "importing again", loc)
+        return None, True
     if {k: found.get(k) for k in meta if k != "source_fingerprint"} != \
             {k: v for k, v in meta.items() if k != "source_fingerprint"}:
         return None, False

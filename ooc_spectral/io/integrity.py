@@ -26,6 +26,7 @@ Outputs
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -203,7 +204,7 @@ def chunk_digest(run_id: str | None, index: int, values: np.ndarray) -> int:
     marker (top bit set, so never 0, "not written", nor :data:`UNDIGESTED`). A chunk
     copied from another run's output, or changed since, does not match it, though it
     decodes and passes its checksum."""
-    h = hashlib.blake2b(np.ascontiguousarray(values).tobytes(), digest_size=8,
+    h = hashlib.blake2b(np.ascontiguousarray(values), digest_size=8,  # its buffer: no copy
                         key=f"{run_id}:{int(index)}".encode()[:64])
     return int.from_bytes(h.digest(), "little") | (1 << 63)
 
@@ -303,17 +304,56 @@ class InputWatch:
         self.fingerprint = take()
 
     def check(self) -> None:
+        error = self.changed()
+        if error is not None:
+            raise error
+
+    def changed(self):
+        """The :class:`~ooc_spectral.exceptions.InputChangedError` to raise when the input
+        moved since the start, else None."""
         from ..exceptions import InputChangedError
 
         if self.fingerprint is None:
-            return
+            return None
         changes = fingerprint_changes(self.fingerprint, self.take())
-        if changes:
-            raise InputChangedError(
-                f"the input {self.where} changed while this run read it ({'; '.join(changes)}), "
-                "so its result would mix two inputs and is not marked complete; let the writer "
-                "finish, then run the same command again: it starts clean on the input as it "
-                "is then")
+        if not changes:
+            return None
+        return InputChangedError(
+            f"the input {self.where} changed while this run read it ({'; '.join(changes)}), "
+            "so its result would mix two inputs and is not marked complete; let the writer "
+            "finish, then run the same command again: it starts clean on the input as it "
+            "is then")
+
+    def explain(self, exc: BaseException) -> BaseException:
+        """The error to report for ``exc``, raised while the input was read: an input
+        rewritten under a reader shows as whatever the reader met (a row cut in two, a
+        chunk that does not decode or match its digest, a non-finite value), which would
+        blame the data (exit 2) for what a rerun cures; when the input moved, the answer
+        is :class:`~ooc_spectral.exceptions.InputChangedError` (exit 1). Interruptions
+        and an input that cannot be fingerprinted again are left as they are."""
+        from ..exceptions import InputChangedError
+
+        if not isinstance(exc, Exception) or isinstance(exc, InputChangedError):
+            return exc
+        try:
+            changed = self.changed()
+        except Exception:  # the input gone or unreadable now: the original error says it
+            return exc
+        if changed is None:
+            return exc
+        changed.__cause__ = exc
+        return changed
+
+    @contextlib.contextmanager
+    def guard(self):
+        """Run the block that reads the input; an error in it is :meth:`explain` ed."""
+        try:
+            yield self
+        except BaseException as exc:
+            error = self.explain(exc)
+            if error is exc:
+                raise
+            raise error from exc
 
 
 def file_fingerprint(path) -> dict:

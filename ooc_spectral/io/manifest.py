@@ -48,7 +48,7 @@ from .integrity import (_chunk_region, _listing, arrays_digest, checksummed, chu
 __all__ = ["Finding", "MISSING", "DAMAGED", "FOREIGN", "MEMBERS_KEY", "REPORT_DIGEST",
            "chunked_entry", "sealed_entry", "DigestingArrays", "write_sealed_group",
            "read_sealed_group", "audit", "audit_dataset", "check_members", "REPRESENTATIVES_KEY",
-           "has_manifest"]
+           "has_manifest", "seal_description", "description_damaged", "recorded_digests"]
 
 MISSING, DAMAGED, FOREIGN = "missing", "damaged", "not this run's"
 #: Where a manifest is recorded (report.json, the run's attributes, a data set's marker).
@@ -483,14 +483,48 @@ def has_manifest(path, keys) -> bool:
     return any(isinstance((attrs.get(k) or {}).get(MEMBERS_KEY), dict) for k in keys)
 
 
+def seal_description(fields: dict) -> dict:
+    """A data set's complete description (its writer's attribute: parameters, seed,
+    centres, source, ``complete``, the manifest) with its own digest (:data:`ATTRS_DIGEST`):
+    an edited field is damage, as a changed chunk is."""
+    return sealed(fields, key=ATTRS_DIGEST)
+
+
+def description_damaged(meta) -> bool:
+    """Whether a data set's description carries a manifest or a digest of itself but does
+    not match that digest (edited since: a field changed, the manifest or the digest
+    removed). A description with neither, of a writer that recorded none, is not checked."""
+    return isinstance(meta, dict) and (MEMBERS_KEY in meta or ATTRS_DIGEST in meta) and \
+        not seal_holds(meta, key=ATTRS_DIGEST)
+
+
+def recorded_digests(meta, name: str) -> dict | None:
+    """The manifest entry (``kind`` ``digested``: run id, shape, chunks, per-chunk digests)
+    the writer of a complete data set recorded for its array ``name``, or None (no
+    manifest). Raises ``ValueError`` saying what is wrong when the description was edited
+    since (:func:`description_damaged`) or records no entry for ``name``."""
+    if description_damaged(meta):
+        raise ValueError("its description (the writer's attribute in zarr.json) does not "
+                         "match the digest written with it: edited since")
+    if not isinstance(meta, dict) or not isinstance(meta.get(MEMBERS_KEY), dict):
+        return None
+    entry = meta[MEMBERS_KEY].get(name)
+    if not isinstance(entry, dict) or entry.get("kind") != "digested":
+        raise ValueError(f"its manifest records no digests of the array {name!r}")
+    return entry
+
+
 def audit_dataset(path, key: str) -> list[Finding]:
     """Check a data set (``make-data``, ``import``) against the digests its writer recorded
-    under ``key`` (none for a data set written before digests were)."""
+    under ``key``, its description included (none for a data set written before digests
+    were)."""
     import zarr
 
     group = zarr.open_group(os.fspath(path), mode="r")
     meta = group.attrs.get(key) or {}
-    members = meta.get(MEMBERS_KEY)
-    if not isinstance(members, dict):
-        return []
-    return check_members(group, members)
+    found = []
+    if description_damaged(meta):
+        found.append(Finding(f"zarr.json ({key})", DAMAGED, "the data set's description "
+                             "does not match the digest written with it: edited since"))
+    members = meta.get(MEMBERS_KEY) if isinstance(meta, dict) else None
+    return found + (check_members(group, members) if isinstance(members, dict) else [])

@@ -31,9 +31,9 @@ from ..exceptions import (
     IncompleteInputError,
     StoreNotFoundError,
 )
-from .layout import DATA_ARRAY_NAME, table_format, unfinished_input
+from .layout import DATA_ARRAY_NAME, DATASET_KEY, IMPORT_KEY, table_format, unfinished_input
 from .row_blocks import RowBlocks
-from .zarr_rows import ReadRetry, ZarrRows, read_zarr_block, is_transient
+from .zarr_rows import ChunkDigests, ReadRetry, ZarrRows, read_zarr_block, is_transient
 
 if TYPE_CHECKING:
     import dask.array as da
@@ -72,6 +72,7 @@ class DataSource:
     chunk_starts: np.ndarray
     storage_chunk_rows: int
     url: str | None = None
+    digests: ChunkDigests | None = field(default=None, repr=False)
     _numpy: np.ndarray | None = field(default=None, repr=False)
     _dask: da.Array | None = field(default=None, repr=False)
     _zarr: Any = field(default=None, repr=False)
@@ -172,7 +173,8 @@ class DataSource:
         return self.to_dask(task_rows)
 
     def _reader(self) -> "ZarrRows":
-        return ZarrRows(self._zarr, self.url, self.storage_chunk_rows, ReadRetry.from_env())
+        return ZarrRows(self._zarr, self.url, self.storage_chunk_rows, ReadRetry.from_env(),
+                        self.digests)
 
     def _sizes(self, task_rows) -> tuple[int, ...]:
         n = self.n_rows
@@ -259,6 +261,12 @@ def open_zarr_array(location: str | os.PathLike, *, mode: str = "r",
     (``make-data``'s ``complete: false``) is refused with
     :class:`IncompleteInputError`.
     """
+    return _open_zarr(location, mode, storage_options)[0]
+
+
+def _open_zarr(location, mode: str = "r", storage_options: dict | None = None):
+    """:func:`open_zarr_array`, and the attributes of the group it was found in (None when
+    ``location`` names the array itself)."""
     import zarr
     import zarr.errors
 
@@ -281,16 +289,63 @@ def open_zarr_array(location: str | os.PathLike, *, mode: str = "r",
                                        f"(complete: false): {what}")
         names = sorted(node.array_keys())
         if DATA_ARRAY_NAME in names:
-            return _open_member(loc, DATA_ARRAY_NAME, mode, extra)
+            return _open_member(loc, DATA_ARRAY_NAME, mode, extra), dict(node.attrs)
         two_d = [k for k in names if node[k].ndim == 2]
         if len(two_d) == 1:
-            return _open_member(loc, two_d[0], mode, extra)
+            return _open_member(loc, two_d[0], mode, extra), None
         raise InvalidInputError(
             f"the zarr group at {loc!r} holds {len(two_d)} 2-D arrays ({', '.join(two_d) or 'none'}); "
             f"expected one, or one named {DATA_ARRAY_NAME!r}; pass the array's own path "
             f"(e.g. {loc.rstrip('/')}/NAME)"
         )
-    return node
+    return node, _parent_attrs(loc, extra)
+
+
+def _parent_attrs(loc: str, extra: dict) -> dict | None:
+    """The attributes of the group holding the array ``.../data`` named by its own path (a
+    data set's array opened directly is checked against its writer's digests too)."""
+    import zarr
+
+    head, _, name = loc.rstrip("/").rpartition("/")
+    if name != DATA_ARRAY_NAME or not head:
+        return None
+    try:
+        return dict(zarr.open_group(head, mode="r", **extra).attrs)
+    except Exception:  # no group there (a bare array): nothing recorded
+        return None
+
+
+def _writer_digests(arr, attrs: dict | None, loc: str) -> ChunkDigests | None:
+    """The per-chunk digests the writer of the data set (``make-data``, ``import``) whose
+    group attributes are ``attrs`` recorded for ``arr``, its data array; None for a data
+    set without them (written by others, or before digests were recorded).
+    :class:`~ooc_spectral.exceptions.DamagedDataError` (exit 2) naming the writer's
+    command when the description was edited, or the array resized or rechunked since."""
+    from ..exceptions import DamagedDataError
+    from .layout import rewrite_input
+    from .manifest import recorded_digests
+
+    if not attrs:
+        return None
+    for key in (DATASET_KEY, IMPORT_KEY):
+        repair = (f"{rewrite_input({key: {}})}; or, if its rows were changed or appended to on "
+                  f"purpose, make it your own zarr group: delete the attribute {key!r} from "
+                  "its zarr.json (it is then read without its writer's digests)")
+        try:
+            entry = recorded_digests(attrs.get(key), DATA_ARRAY_NAME)
+        except ValueError as exc:
+            raise DamagedDataError(f"the data set at {loc} is damaged: {exc}; {repair}") from None
+        if entry is None:
+            continue
+        if [list(arr.shape), list(arr.chunks)] != [entry.get("shape"), entry.get("chunks")]:
+            raise DamagedDataError(
+                f"the data set at {loc} is damaged: its array {DATA_ARRAY_NAME!r} has shape "
+                f"{list(arr.shape)} and chunks {list(arr.chunks)}, its writer recorded "
+                f"{entry.get('shape')} and {entry.get('chunks')} (resized or replaced since); "
+                f"{repair}")
+        return ChunkDigests(str(entry.get("run_id")), int(arr.chunks[0]),
+                            tuple(int(d) for d in entry["digests"]), repair)
+    return None
 
 
 def _open_member(loc: str, name: str, mode: str, extra: dict):
@@ -335,9 +390,12 @@ def open_source(X) -> DataSource:
     if isinstance(X, DataSource):
         return X
     if isinstance(X, (str, os.PathLike)):
-        return _from_zarr(open_zarr_array(X))
+        arr, attrs = _open_zarr(X)
+        return _from_zarr(arr, _writer_digests(arr, attrs, os.fspath(X)))
     if _is_zarr_array(X):
-        return _from_zarr(X)
+        url = array_url(X)  # a data set's array opened by the caller: its digests too
+        attrs = _parent_attrs(url, {}) if "://" not in url else None
+        return _from_zarr(X, _writer_digests(X, attrs, url))
     if _is_xarray(X):
         # an xarray DataArray: its numpy or dask array (a dask-backed one stays lazy;
         # np.asarray would load it)
@@ -492,7 +550,7 @@ def array_url(arr) -> str:
     return url[len("file://"):] if url.startswith("file://") else url
 
 
-def _from_zarr(arr) -> DataSource:
+def _from_zarr(arr, digests: ChunkDigests | None = None) -> DataSource:
     url = array_url(arr)
     _validate_meta(arr.shape, arr.dtype, f"the zarr array at {url}")
     n = int(arr.shape[0])
@@ -507,5 +565,6 @@ def _from_zarr(arr) -> DataSource:
         chunk_starts=_regular_chunk_starts(n, rows),
         storage_chunk_rows=rows,
         url=url,
+        digests=digests,
         _zarr=arr,
     )

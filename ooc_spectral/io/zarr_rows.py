@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,7 @@ from ..exceptions import StoreReadError, TransientReadError
 
 log = logging.getLogger("ooc_spectral")
 
-__all__ = ["ReadRetry", "is_transient", "ZarrRows", "read_zarr_block"]
+__all__ = ["ReadRetry", "is_transient", "ZarrRows", "read_zarr_block", "ChunkDigests"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,43 @@ def is_transient(exc: BaseException) -> bool:
 
 
 @dataclass(frozen=True, eq=False)
+class ChunkDigests:
+    """The per-chunk digests the writer of a data set recorded (``make-data``, ``import``:
+    :func:`~ooc_spectral.io.integrity.chunk_digest`, keyed by its run id and the chunk's
+    index), checked on every read of the input: a chunk changed since, or copied over
+    another, is refused where it is read, naming it and the command that writes the data
+    set again, instead of being fitted.
+
+    ``verified``: the chunks already found intact by this process (each is digested once
+    per process and run, not once per read of part of it).
+    """
+
+    run_id: str
+    chunk_rows: int
+    digests: tuple[int, ...]
+    repair: str
+    verified: set = field(default_factory=set, repr=False)
+
+    def check(self, rows: "ZarrRows", start: int, stop: int, values: np.ndarray) -> None:
+        from ..exceptions import DamagedDataError
+        from .integrity import chunk_digest
+
+        step, n = self.chunk_rows, rows.array.shape[0]
+        for c in range(start // step, (stop - 1) // step + 1):
+            if c in self.verified:
+                continue
+            a, b = c * step, min((c + 1) * step, n)
+            whole = values[a - start:b - start] if a >= start and b <= stop else \
+                rows.read_stored(a, b)
+            if c >= len(self.digests) or chunk_digest(self.run_id, c, whole) != self.digests[c]:
+                raise DamagedDataError(
+                    f"chunk {c} (rows {a}-{b - 1}) of the input {rows.url} does not match the "
+                    "digest its writer recorded (changed since, or copied from another chunk), "
+                    f"so it is not read; {self.repair}")
+            self.verified.add(c)
+
+
+@dataclass(frozen=True, eq=False)
 class ZarrRows:
     """A zarr array as a task argument: it reads rows, naming the chunks on failure.
 
@@ -77,6 +114,7 @@ class ZarrRows:
     url: str
     chunk_rows: int
     retry: ReadRetry | None = None
+    digests: ChunkDigests | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -91,6 +129,22 @@ class ZarrRows:
         return self.read(int(rows.start), int(rows.stop))
 
     def read(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)`` as stored, checked against the writer's digests (if any:
+        the read then takes in whole the chunks it cuts that are not yet found intact,
+        which zarr decodes whole anyway)."""
+        digests = self.digests
+        if digests is None or stop <= start:
+            return self.read_stored(start, stop)
+        step, n = digests.chunk_rows, self.array.shape[0]
+        first, last = start // step, (stop - 1) // step
+        a = start if first in digests.verified else first * step
+        b = stop if last in digests.verified else min((last + 1) * step, n)
+        values = self.read_stored(a, b)
+        digests.check(self, a, b, values)
+        return values[start - a:stop - a]
+
+    def read_stored(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)`` as the store gives them, retried on I/O errors."""
         retry = self.retry or ReadRetry.from_env()
         delay = retry.backoff
         for attempt in range(1, retry.attempts + 1):

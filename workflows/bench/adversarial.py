@@ -23,8 +23,11 @@ keys), a full disk is a small tmpfs mounted in a private mount namespace (``unsh
 where the machine allows none those rows say "not run"), the watchdog trials start a
 ``dask scheduler`` and ``dask worker`` processes and pass ``--scheduler``.
 
-    python workflows/bench/adversarial.py              # every trial (17 minutes on 2 cores)
+    python workflows/bench/adversarial.py              # every trial (254; hours on a loaded 2 cores)
     python workflows/bench/adversarial.py --only s3-   # the trials whose name holds "s3-"
+    # three processes sharing the trials, then their tables joined:
+    python workflows/bench/adversarial.py --shard K/3 --out /tmp/shardK   # K = 0, 1, 2
+    python workflows/bench/adversarial.py --merge /tmp/shard{0,1,2}/adversarial.md
 
 Writes ``adversarial.md`` to ``--out`` (default ``workflows/bench/results``).
 """
@@ -50,7 +53,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from adversary_commands import matrix_trials
+from adversary_commands import matrix_trials, producers_group
 from adversary_places import place_trials
 
 FIT = ["--gamma", "0.05", "--tol", "1e-2", "--n-components", "2", "--engine", "threads",
@@ -117,6 +120,7 @@ class Trials:
         self.data = work / "data.zarr"
         assert cli("make-data", "swiss-roll", "--n", 2000, "--out", self.data,
                    "--chunk-rows", 400, "-q")[0] == 0
+        producers_group(self.data)  # the trials rewrite copies of it (a producer's group)
         self.fresh = work / "fresh"
         assert cli("fit", self.data, "--out", self.fresh, *FIT)[0] == 0
         self.ref = embedding(self.fresh)
@@ -803,9 +807,19 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     ap.add_argument("--only", default="", help="run only the trials whose name holds this "
                     "(or one of these, comma-separated)")
+    ap.add_argument("--shard", default="0/1", help="K/N: run only every N-th trial from the "
+                    "K-th (N processes share the trials; --merge joins their tables)")
+    ap.add_argument("--merge", nargs="*", default=None, metavar="TABLE",
+                    help="join the tables of shards into --out's adversarial.md, in the "
+                    "trials' order (a trial in several: the last table's row), and run nothing")
+    ap.add_argument("--first", default="", help="run the trials whose name holds one of "
+                    "these (comma-separated) before the others")
+    ap.add_argument("--skip-done", nargs="*", default=[], metavar="TABLE",
+                    help="skip the trials that have a row in these tables")
     args = ap.parse_args(argv)
+    shard, shards = (int(v) for v in args.shard.split("/"))
     work = Path(tempfile.mkdtemp(prefix="adversarial-"))
-    t = Trials(work)
+    t = Trials(work) if args.merge is None else None
     trials = [
         ("kill-begun", lambda: kill_at(t, "kill-begun", "begun")),
         ("kill-pass2", lambda: kill_at(t, "kill-pass2", "pass2")),
@@ -896,6 +910,15 @@ def main(argv=None) -> int:
         (work / sub).mkdir()
     kit = types.SimpleNamespace(s3=lambda: s3(), Cluster=Cluster, unshare=None, NotRun=NotRun)
     trials += matrix_trials(t, work / "matrix") + place_trials(t, work / "places", kit)
+    if args.merge is not None:
+        shutil.rmtree(work, ignore_errors=True)
+        return merge_tables([Path(f) for f in args.merge], Path(args.out),
+                            [name for name, _ in trials])
+    done = {row[0] for table in args.skip_done for row in table_rows(Path(table))}
+    first = [part for part in args.first.split(",") if part]
+    trials = sorted((tr for tr in trials if tr[0] not in done and
+                     any(part in tr[0] for part in args.only.split(","))),
+                    key=lambda tr: not any(part in tr[0] for part in first))[shard::shards]
     servers: list[S3] = []
 
     def s3() -> S3:
@@ -911,33 +934,66 @@ def main(argv=None) -> int:
     global UNSHARE
     UNSHARE = kit.unshare = private_mount_namespace()
     t0_all = time.time()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     try:
         for name, trial in trials:
-            if any(part in name for part in args.only.split(",")):
-                t0 = time.time()
-                try:
-                    trial()
-                except NotRun as exc:
-                    t.record(name, "-", 0, "", f"not run: {exc}", "-")
-                except Exception as exc:  # the trial's own set-up failed
-                    t.record(name, "trial set-up failed", -1, f"{type(exc).__name__}: {exc}",
-                             "UNSAFE: not run")
-                print(f"{name}: {t.rows[-1][3]} ({time.time() - t0:.0f} s)", file=sys.stderr)
+            t0 = time.time()
+            try:
+                trial()
+            except NotRun as exc:
+                t.record(name, "-", 0, "", f"not run: {exc}", "-")
+            except Exception as exc:  # the trial's own set-up failed
+                t.record(name, "trial set-up failed", -1, f"{type(exc).__name__}: {exc}",
+                         "UNSAFE: not run")
+            t.rows[-1] = (name, *t.rows[-1][1:])  # the row under the trial's name (--only's)
+            print(f"{name}: {t.rows[-1][3]} ({time.time() - t0:.0f} s)", file=sys.stderr)
+            write_table(t.rows, time.time() - t0_all, out, final=False)
     finally:
         for server in servers:
             server.close()
-    lines = ["| trial | what was done | answer | outcome |", "|---|---|---|---|"]
-    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in t.rows]
-    safe = sum(r[3].startswith("safe") for r in t.rows)
-    unsafe = sum(r[3].startswith("UNSAFE") for r in t.rows)
-    lines += ["", (f"{len(t.rows)} trials: {safe} safe, {unsafe} UNSAFE, "
-                   f"{len(t.rows) - safe - unsafe} not run ({time.time() - t0_all:.0f} s).")]
-    table = "\n".join(lines)
+    table, unsafe = write_table(t.rows, time.time() - t0_all, out, final=True)
     print(table)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "adversarial.md").write_text(table + "\n")
     shutil.rmtree(work, ignore_errors=True)
+    return 1 if unsafe else 0
+
+
+def write_table(rows, seconds: float, out: Path, final: bool) -> tuple[str, int]:
+    """Write ``adversarial.md`` (after every trial, so that an interrupted run keeps the
+    rows it made: its last line then says so); ``(table, number of UNSAFE rows)``."""
+    lines = ["| trial | what was done | answer | outcome |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+    safe = sum(r[3].startswith("safe") for r in rows)
+    unsafe = sum(r[3].startswith("UNSAFE") for r in rows)
+    lines += ["", (f"{len(rows)} trials: {safe} safe, {unsafe} UNSAFE, "
+                   f"{len(rows) - safe - unsafe} not run ({seconds:.0f} s)"
+                   + ("." if final else "; the run had not finished.")), ""]
+    table = "\n".join(lines)
+    (out / "adversarial.md").write_text(table)
+    return table, unsafe
+
+
+def table_rows(table: Path) -> list[tuple[str, ...]]:
+    """The rows ``(trial, what, answer, outcome)`` of an ``adversarial.md``."""
+    return [tuple(c.strip() for c in line.strip().strip("|").split(" | ", 3))
+            for line in table.read_text().splitlines()[2:] if line.startswith("| ")]
+
+
+def merge_tables(tables: list[Path], out: Path, names: list[str]) -> int:
+    """Join the tables of several runs (``--shard``, ``--skip-done``) in the trials' order
+    ``names``, a trial run twice taking its last table's row, a trial in none listed as not
+    run; the seconds are the runs' sum. Exit 1 when a row is UNSAFE."""
+    rows, seconds, unfinished = {}, 0.0, False
+    for table in tables:
+        rows.update((row[0], row) for row in table_rows(table))
+        m = re.search(r"\((\d+) s\)", table.read_text().strip().splitlines()[-1])
+        seconds += float(m.group(1)) if m else 0.0
+    missing = [n for n in names if n not in rows]
+    ordered = [rows.get(n, (n, "-", "-", "not run: not reached in the time the run had"))
+               for n in names] + [r for n, r in rows.items() if n not in set(names)]
+    out.mkdir(parents=True, exist_ok=True)
+    table, unsafe = write_table(ordered, seconds, out, final=not missing)
+    print(table)
     return 1 if unsafe else 0
 
 

@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from adversary_commands import (BOUND, CHUNK, FIT, REPS, ROWS, chunks, finish, flip, has_chunk,
-                                read, run, run_attrs, same, start)
+from adversary_commands import (BOUND, CHUNK, FIT, REPS, ROWS, chunks, edit_json, finish, flip,
+                                has_chunk, producers_group, read, run, run_attrs, same, start)
 
 TRANSFORM = ["--chunk-rows", str(CHUNK), "--engine", "threads", "--threads-per-worker", "1",
              "-q"]
@@ -48,6 +48,9 @@ class Places:
         self.data = work / "data.zarr"
         assert run(["make-data", "swiss-roll", "--n", ROWS, "--out", self.data, "--chunk-rows",
                     CHUNK, "-q"])[0] == 0
+        producers_group(self.data)  # the trials rewrite copies of it
+        self.npy = work / "data.npy"
+        np.save(self.npy, zarr.open_array(str(self.data / "data"), mode="r")[...])
         self.fit_ref = work / "fit-ref"
         assert run(["fit", self.data, "--out", self.fit_ref, *FIT])[0] == 0
         self.ref = read(self.fit_ref, ["embedding"])
@@ -170,6 +173,33 @@ cp -r mnt/out out
                                  "named, or the output looks complete", answer)
         self.verdict(name, what, [(code1, txt("err1.txt")), (code2, txt("err2.txt"))], d / "out",
                      names, read(ref_out, names), answer)
+
+    # ------------------------------------------------------------------ a damaged data set
+    def damaged_data_set(self, name: str, how: str) -> None:
+        """A make-data data set with a chunk copied over another (it decodes, its checksum
+        holds) or its description edited (the seed): the fit refuses it, exit 2, naming
+        make-data; the same make-data command writes it again; the fit then gives the
+        reference (the same rows)."""
+        d = self.case(name)
+        data, out = d / "data.zarr", d / "out"
+        make = ["make-data", "swiss-roll", "--n", ROWS, "--out", data, "--chunk-rows", CHUNK,
+                "-q"]
+        assert run(make)[0] == 0
+        if how == "chunk":
+            shutil.copyfile(chunks(data / "data")[0], chunks(data / "data")[2])
+            what = "a make-data chunk copied over another"
+        else:
+            edit_json(data / "zarr.json", lambda m: m["attributes"]["ooc_spectral_dataset"]
+                      .update(seed=99))
+            what = "make-data's description edited (seed)"
+        first = run(["fit", data, "--out", out, *FIT])
+        repair = run(make)
+        rerun = run(["fit", data, "--out", out, *FIT])
+        what += f": the fit, the same make-data command (exit {repair[0]}), the fit again"
+        if first[0] != 2 or "make-data" not in first[1]:
+            return self.t.record(name, what, first[0], first[1], "UNSAFE: not refused naming "
+                                 "make-data", f"exit {first[0]}")
+        self.verdict(name, what, [first, rerun], out, ["embedding"], self.ref)
 
     # ------------------------------------------------------------------ an external worker stopped
     def worker_stopped(self, name: str, command: str) -> None:
@@ -485,6 +515,13 @@ def place_trials(t, work: Path, kit) -> list:
         ("full-disk-make-data", lambda: p().full_disk(
             "full-disk-make-data", lambda o: ["make-data", "swiss-roll", "--n", ROWS, "--out", o,
                                               "--chunk-rows", CHUNK, "-q"], ["data", "t"])),
+        ("full-disk-import", lambda: p().full_disk(
+            "full-disk-import", lambda o: ["import", p().npy, "--out", o, "--chunk-rows", CHUNK,
+                                           "-q"], ["data"])),
+        ("data-set-damaged-under-fit", lambda: p().damaged_data_set(
+            "data-set-damaged-under-fit", "chunk")),
+        ("data-set-description-edited", lambda: p().damaged_data_set(
+            "data-set-description-edited", "description")),
         ("wd-worker-stopped-transform", lambda: p().worker_stopped(
             "wd-worker-stopped-transform", "transform")),
         ("wd-worker-stopped-representatives", lambda: p().worker_stopped(
