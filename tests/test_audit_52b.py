@@ -70,3 +70,27 @@ def test_make_data_overwrite_killed_while_deleting_is_repaired_by_the_same_comma
     # the same command, run again, repairs or starts clean
     assert main(again) == 0
     assert main(["verify", str(out), "-q"]) == 0
+
+
+@pytest.mark.xfail(strict=True, reason="verify on a zarr array (an intact embedding, a data "
+                   "set's 'data', a user's array) exits 1, 'damage found', with a bare "
+                   "ContainsArrayError: a nightly check would rerun a fit that is intact")
+@pytest.mark.parametrize("which", ["embedding", "dataset-array", "user-array"])
+def test_verify_of_an_intact_array_is_not_damage(tmp_path, capsys, which):
+    if which == "user-array":
+        target = tmp_path / "u.zarr"
+        _user_array(target)
+    else:
+        data = tmp_path / "d.zarr"
+        assert main(["make-data", "blobs", "--n", "600", "--chunk-rows", "200", "--out",
+                     str(data), "-q"]) == 0
+        target = data / "data"
+        if which == "embedding":
+            assert main(["fit", str(data), "--out", str(tmp_path / "f"), "-q"]) == 0
+            target = tmp_path / "f" / "embedding"
+    capsys.readouterr()
+    code = main(["verify", str(target), "-q"])
+    err = capsys.readouterr().err
+    # intact: 0 (checked) or 2 (nothing this command checks there, named), never 1
+    assert code in (0, 2), err
+    assert "ContainsArrayError" not in err
