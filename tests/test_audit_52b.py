@@ -94,3 +94,24 @@ def test_verify_of_an_intact_array_is_not_damage(tmp_path, capsys, which):
     # intact: 0 (checked) or 2 (nothing this command checks there, named), never 1
     assert code in (0, 2), err
     assert "ContainsArrayError" not in err
+
+
+@pytest.mark.xfail(strict=True, reason="a garbled ~/.aws/config or credentials file is exit 1 "
+                   "('run again', bare ConfigParseError): a configuration problem that no "
+                   "rerun fixes, so a nightly retry loop never ends; the table says exit 2")
+@pytest.mark.parametrize("which", ["AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"])
+def test_a_garbled_aws_configuration_file_is_exit_2_naming_it(tmp_path, monkeypatch, capsys,
+                                                              which):
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    garbled = tmp_path / "aws-file"
+    garbled.write_text("[default\nbroken")
+    monkeypatch.setenv(which, str(garbled))
+    # no request is needed to see it: the endpoint is a closed port
+    code = main(["fit", "s3://bucket/x.zarr", "--out", str(tmp_path / "out"), "-q",
+                 "--storage-options", '{"endpoint_url": "http://127.0.0.1:9"}'])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert str(garbled) in err
