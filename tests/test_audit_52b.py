@@ -43,11 +43,11 @@ def test_a_rewritten_input_whose_chunk_directory_is_a_symlink_is_not_the_old_res
     np.testing.assert_allclose(old, new, atol=1e-10)
 
 
-@pytest.mark.xfail(strict=True, reason="make-data/import/transform --overwrite delete the "
+@pytest.mark.xfail(strict=True, reason="make-data/import/transform/fit --overwrite delete the "
                    "output's marker (zarr.json) before its chunks: killed between the two, they leave a "
                    "directory that the same command refuses forever (exit 2, 'delete it "
                    "yourself')")
-@pytest.mark.parametrize("writer", ["make-data", "import", "transform"])
+@pytest.mark.parametrize("writer", ["make-data", "import", "transform", "fit"])
 def test_overwrite_killed_while_deleting_is_repaired_by_the_same_command(tmp_path, writer):
     import signal
     import subprocess
@@ -60,6 +60,14 @@ def test_overwrite_killed_while_deleting_is_repaired_by_the_same_command(tmp_pat
                  str(out), "-q"]
         assert main(first + ["--seed", "1"]) == 0
         again = first + ["--seed", "2", "--overwrite"]
+    elif writer == "fit":
+        data = tmp_path / "in.zarr"
+        assert main(["make-data", "blobs", "--n", "30000", "--chunk-rows", "4096", "--out",
+                     str(data), "-q"]) == 0
+        first = ["fit", str(data), "--out", str(out), "--chunk-rows", "256", "--tol", "1e-2",
+                 "-q"]
+        assert main(first + ["--gamma", "0.5"]) == 0
+        again = first + ["--gamma", "1.0", "--overwrite"]
     elif writer == "transform":
         data = tmp_path / "in.zarr"
         assert main(["make-data", "blobs", "--n", "30000", "--chunk-rows", "4096", "--out",
