@@ -117,6 +117,25 @@ def chunk_keys(arr) -> list[tuple[tuple[int, ...], str]]:
             for coords in itertools.product(*(range(g) for g in grid))]
 
 
+def _walk_following_links(base: Path):
+    """``(dirpath, files)`` of every directory under ``base``, symbolic links to
+    directories followed, as zarr follows them when it reads (a chunk directory moved to
+    another volume and linked back is read through the link, so it is listed and
+    fingerprinted through it too); each directory once, so a link cycle ends."""
+    seen: set[tuple[int, int]] = set()
+    for dirpath, dirs, files in os.walk(base, followlinks=True):
+        try:
+            st = os.stat(dirpath)
+        except OSError:
+            dirs[:] = []
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            dirs[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        yield dirpath, files
+
+
 def _listing(arr) -> dict[str, tuple]:
     """Key -> (size, mtime or ETag) of every object under the array's prefix."""
     prefix = _array_prefix(arr)
@@ -124,7 +143,7 @@ def _listing(arr) -> dict[str, tuple]:
     out: dict[str, tuple] = {}
     if root is not None:
         base = root / prefix if prefix else root
-        for dirpath, _, files in os.walk(base):
+        for dirpath, files in _walk_following_links(base):
             for f in files:
                 p = Path(dirpath) / f
                 try:
