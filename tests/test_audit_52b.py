@@ -122,9 +122,6 @@ def test_verify_of_an_intact_array_is_not_damage(tmp_path, capsys, which):
     assert "ContainsArrayError" not in err
 
 
-@pytest.mark.xfail(strict=True, reason="a garbled ~/.aws/config or credentials file is exit 1 "
-                   "('run again', bare ConfigParseError): a configuration problem that no "
-                   "rerun fixes, so a nightly retry loop never ends; the table says exit 2")
 @pytest.mark.parametrize("which", ["AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"])
 def test_a_garbled_aws_configuration_file_is_exit_2_naming_it(tmp_path, monkeypatch, capsys,
                                                               which):

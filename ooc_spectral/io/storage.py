@@ -312,15 +312,16 @@ def is_unreachable(exc: BaseException, *, store_only: bool = False) -> bool:
 
 #: The exceptions (module, names) by which a backend says it found no credentials at all.
 _NO_CREDENTIALS = (("botocore.exceptions", ("NoCredentialsError", "PartialCredentialsError",
-                                            "ProfileNotFound")),
+                                            "ProfileNotFound", "ConfigParseError")),
                    ("google.auth.exceptions", ("DefaultCredentialsError",)))
 
 
 def missing_credentials(exc: BaseException, locations=()) -> str | None:
     """The fix when ``exc`` (or what it was raised from) says the store's client found no
     credentials (botocore's ``NoCredentialsError``, a partial set, a profile that does not
-    exist; Google's default credentials): configuration, which a rerun meets again (exit 2).
-    None otherwise. By types, never by names: a worker's exception keeps its type."""
+    exist, a configuration or credentials file it cannot parse; Google's default
+    credentials): configuration, which a rerun meets again (exit 2). None otherwise. By
+    types, never by names: a worker's exception keeps its type."""
     kinds = tuple(getattr(sys.modules[m], n) for m, names in _NO_CREDENTIALS
                   if m in sys.modules for n in names if hasattr(sys.modules[m], n))
     e, seen = exc, 0
@@ -335,6 +336,11 @@ def missing_credentials(exc: BaseException, locations=()) -> str | None:
         return ("no Google Cloud credentials were found" + where + "set "
                 "GOOGLE_APPLICATION_CREDENTIALS to a key file (or gcloud auth application-default "
                 "login), or pass --storage-options '{\"token\": ...}'" + tail)
+    if type(e).__name__ == "ConfigParseError":  # botocore's: names the file it read
+        path = getattr(e, "kwargs", {}).get("path", "")
+        return (f"the AWS configuration file {path!r} cannot be parsed" + where + "mend its "
+                "[section] lines and key = value pairs, or point AWS_CONFIG_FILE and "
+                "AWS_SHARED_CREDENTIALS_FILE at well-formed files" + tail)
     return ("no AWS credentials were found" + where + "set AWS_ACCESS_KEY_ID and "
             "AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary keys), or AWS_PROFILE "
             "naming a profile of ~/.aws/credentials, or pass --storage-options '{\"key\": ..., "
