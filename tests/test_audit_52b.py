@@ -98,9 +98,6 @@ def test_overwrite_killed_while_deleting_is_repaired_by_the_same_command(tmp_pat
     assert main(["verify", str(out), "-q"]) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="verify on a zarr array (an intact embedding, a data "
-                   "set's 'data', a user's array) exits 1, 'damage found', with a bare "
-                   "ContainsArrayError: a nightly check would rerun a fit that is intact")
 @pytest.mark.parametrize("which", ["embedding", "dataset-array", "user-array"])
 def test_verify_of_an_intact_array_is_not_damage(tmp_path, capsys, which):
     if which == "user-array":
@@ -180,9 +177,6 @@ def test_verify_sees_an_edited_run_configuration(tmp_path, capsys):
     assert main(["verify", str(out), "-q"]) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="a regular file where verify's OUTDIR or transform's "
-                   "model is expected is exit 1 (NotADirectoryError: 'damage found' / 'run "
-                   "again'), a usage error that no rerun fixes; the table says exit 2")
 @pytest.mark.parametrize("command", ["verify", "transform"])
 def test_a_file_given_as_outdir_or_model_is_exit_2(tmp_path, capsys, command):
     table = tmp_path / "t.csv"

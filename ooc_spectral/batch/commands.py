@@ -209,8 +209,9 @@ def cmd_verify(args) -> dict:
     from ..exceptions import DamagedFileError, OutputDamagedError, StoreNotFoundError
     from ..io.manifest import MISSING, audit, audit_dataset, has_manifest
     from ..io.verify import (garbled_metadata, incomplete_message, input_repair,
-                             rerun_command, verify_group)
+                             require_group, rerun_command, verify_group)
 
+    require_group(args.outdir, "what verify checks (an OUTDIR, a data set or a saved model)")
     out = sys.stderr if args.json else sys.stdout
     garbled = garbled_metadata(args.outdir)
     try:

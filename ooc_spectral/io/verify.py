@@ -11,7 +11,9 @@ checksums, digests and listings of :mod:`ooc_spectral.io.integrity`.
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -178,6 +180,32 @@ def incomplete_message(path, lines: list[str], attrs: dict | None) -> str:
 APPLIED_MEMBERS = frozenset({"report.json", "model", "representatives_model"})
 
 
+def require_group(path, role: str) -> None:
+    """Refuse a local ``path`` that is a regular file or a zarr array where ``role`` (an
+    OUTDIR, a data set or a model) is expected: a usage error, which no rerun mends
+    (:class:`~ooc_spectral.exceptions.StoreNotFoundError`, exit 2), not the damage or the
+    failed run (exit 1) that reading it as a group would report. URLs pass: their reader
+    names what it finds."""
+    from ..exceptions import StoreNotFoundError
+    from .storage import is_url
+
+    text = os.fspath(path)
+    if is_url(text) and not text.startswith("file://"):
+        return
+    local = Path(text.removeprefix("file://"))
+    if local.is_file():
+        raise StoreNotFoundError(f"{text!r} is a file, not a directory: {role} is a zarr "
+                                 "group (a directory); check the path")
+    try:
+        node = json.loads((local / "zarr.json").read_text()).get("node_type")
+    except (OSError, ValueError, AttributeError):
+        return  # no zarr.json, or a garbled one: the group's reader names it
+    if node == "array":
+        raise StoreNotFoundError(
+            f"{text!r} is a zarr array, not a group: {role} is the group that holds its "
+            f"arrays; give {os.fspath(local.parent)!r} (or the OUTDIR it belongs to)")
+
+
 def check_fit_output(path) -> None:
     """Refuse the fit OUTDIR at ``path`` as a model to apply unless its run finished and
     the members a transform reads (``model`` or ``representatives_model``, and the run's
@@ -188,6 +216,7 @@ def check_fit_output(path) -> None:
     from ..exceptions import DamagedFileError, OutputIncompleteError
     from .manifest import audit
 
+    require_group(path, "a model (a fit OUTDIR or a saved model)")
     try:
         findings, attrs = audit(path, deep=False, only=APPLIED_MEMBERS)
     except DamagedFileError:  # a garbled zarr.json: the model's reader names it, and the fix
