@@ -178,18 +178,19 @@ def incomplete_message(path, lines: list[str], attrs: dict | None) -> str:
 APPLIED_MEMBERS = frozenset({"report.json", "model", "representatives_model"})
 
 
-def check_fit_output(path) -> None:
+def check_fit_output(path, only=APPLIED_MEMBERS) -> None:
     """Refuse the fit OUTDIR at ``path`` as a model to apply unless its run finished and
     the members a transform reads (``model`` or ``representatives_model``, and the run's
     report) are intact and this run's: ``verify``'s check of them
-    (:func:`~ooc_spectral.io.manifest.audit`), every chunk re-read. Raises
+    (:func:`~ooc_spectral.io.manifest.audit`), every chunk re-read. ``only``: the members
+    to check instead (``plot``: ``embedding`` and the report). Raises
     :class:`~ooc_spectral.exceptions.OutputIncompleteError` naming the fit command that
     completes or repairs it; a saved model (no run's OUTDIR) passes."""
     from ..exceptions import DamagedFileError, OutputIncompleteError
     from .manifest import audit
 
     try:
-        findings, attrs = audit(path, deep=False, only=APPLIED_MEMBERS)
+        findings, attrs = audit(path, deep=False, only=only)
     except DamagedFileError:  # a garbled zarr.json: the model's reader names it, and the fix
         return
     if attrs is None:
