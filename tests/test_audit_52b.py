@@ -137,9 +137,6 @@ def test_a_garbled_aws_configuration_file_is_exit_2_naming_it(tmp_path, monkeypa
     assert str(garbled) in err
 
 
-@pytest.mark.xfail(strict=True, reason="plot checks only the OUTDIR's status: a deleted "
-                   "embedding chunk is drawn as rows at the origin (zarr's fill value) and a "
-                   "changed chunk as it is, exit 0, though verify sees both")
 @pytest.mark.parametrize("damage", ["deleted", "changed"])
 def test_plot_of_a_damaged_outdir_is_not_exit_0(tmp_path, capsys, damage):
     pytest.importorskip("matplotlib")
@@ -157,7 +154,15 @@ def test_plot_of_a_damaged_outdir_is_not_exit_0(tmp_path, capsys, damage):
     assert main(["verify", str(out), "-q"]) == 1
     capsys.readouterr()
     code = main(["plot", str(out), "--out", str(tmp_path / "p.png"), "-q"])
+    err = capsys.readouterr().err
     assert code != 0, "a damaged embedding was drawn with exit 0"
+    # refused as transform refuses a damaged model (exit 2), naming the chunk and the repair
+    assert code == 2, err
+    assert "embedding/c/1/0" in err and "ooc-spectral fit" in err, err
+    assert not (tmp_path / "p.png").exists()
+    # the fit the message names repairs it, and the plot is then drawn
+    assert main(["fit", str(data), "--out", str(out), "--chunk-rows", "300", "-q"]) == 0
+    assert main(["plot", str(out), "--out", str(tmp_path / "p.png"), "-q"]) == 0
 
 
 @pytest.mark.xfail(strict=True, reason="OUTDIR/zarr.json's recorded configuration carries no "
@@ -194,10 +199,7 @@ def test_a_file_given_as_outdir_or_model_is_exit_2(tmp_path, capsys, command):
     assert "NotADirectoryError" not in err
 
 
-@pytest.mark.xfail(strict=True, reason="plot --color-by label reads the input data set's "
-                   "label array without its writer's digests: a label chunk copied over "
-                   "another is drawn, exit 0, though verify of the data set sees it")
-def test_plot_colored_by_damaged_labels_of_the_input_is_not_exit_0(tmp_path):
+def test_plot_colored_by_damaged_labels_of_the_input_is_not_exit_0(tmp_path, capsys):
     import shutil
 
     pytest.importorskip("matplotlib")
@@ -209,4 +211,12 @@ def test_plot_colored_by_damaged_labels_of_the_input_is_not_exit_0(tmp_path):
     assert main(["verify", str(data), "-q"]) == 1
     code = main(["plot", str(out), "--out", str(tmp_path / "p.png"), "--color-by", "label",
                  "-q"])
+    err = capsys.readouterr().err
     assert code != 0, "labels that are not make-data's were drawn with exit 0"
+    # refused as a fit refuses the damaged data set (exit 2), naming the chunk and make-data
+    assert code == 2, err
+    assert "label/c/1" in err and "make-data" in err, err
+    assert not (tmp_path / "p.png").exists()
+    # the embedding itself is intact: drawn without the labels
+    assert main(["plot", str(out), "--out", str(tmp_path / "p.png"), "--color-by", "none",
+                 "-q"]) == 0

@@ -6,6 +6,12 @@ parameter (the 1-D arrays ``make-data`` writes beside ``data``), or from another
 embedding coordinate. For ``n >= 10^6`` rows (or ``density="always"``) the
 picture is a 2-D histogram accumulated over the zarr chunks in two passes
 (range, then counts and colour sums), so memory stays flat whatever n.
+
+What is drawn is checked first as ``verify`` checks it: the embedding's chunks and the
+run's report against the OUTDIR's manifest (a damaged one is refused, exit 2, naming the
+fit that repairs it, as ``transform`` refuses a damaged model), and a stored label against
+the digests its writer recorded (exit 2 naming ``make-data`` or ``import``, as a fit of the
+damaged data set).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import zarr
 from ..io.checkpoint import RunDirectory
 from ..exceptions import InvalidInputError, StoreNotFoundError
 from ..io.source import open_zarr_array
+from ..io.verify import check_fit_output
 from ..pipeline.writeback import EMBEDDING
 
 __all__ = ["plot_embedding", "DENSITY_THRESHOLD"]
@@ -39,8 +46,34 @@ def _find_labels(report: dict | None):
         return None, None
     for name in LABEL_NAMES:
         if name in group.array_keys() and group[name].ndim == 1:
+            _check_writer_digests(group, name, str(parent))
             return group[name], name
     return None, None
+
+
+def _check_writer_digests(group, name: str, loc: str) -> None:
+    """Refuse the data set's array ``name`` unless it matches the digests its writer
+    (``make-data``, ``import``) recorded: ``verify``'s check of that member, every chunk
+    re-read. :class:`~ooc_spectral.exceptions.DamagedDataError` (exit 2, as a fit of the
+    data set) naming the damage and the writer's command; an array no writer of ours
+    recorded (added by the user) is not checked."""
+    from ..exceptions import DamagedDataError
+    from ..io.layout import DATASET_KEY, IMPORT_KEY, rewrite_input
+    from ..io.manifest import MEMBERS_KEY, check_members, description_damaged
+
+    attrs = dict(group.attrs)
+    for key in (DATASET_KEY, IMPORT_KEY):
+        meta = attrs.get(key)
+        found = []
+        if description_damaged(meta):
+            found = ["its description (the writer's attribute in zarr.json) does not match "
+                     "the digest written with it: edited since"]
+        elif isinstance(meta, dict) and isinstance(meta.get(MEMBERS_KEY), dict):
+            found = [str(f) for f in check_members(group, meta[MEMBERS_KEY], only={name})]
+        if found:
+            raise DamagedDataError(
+                f"the data set at {loc} is damaged, so its {name!r} is not drawn: "
+                f"{'; '.join(found[:3])}; {rewrite_input(attrs)}")
 
 
 def _blocks(arr, rows: int):
@@ -63,6 +96,8 @@ def plot_embedding(outdir, out_png, *, color_by: str = "label", dims=(0, 1),
     if rundir.status() != "complete":
         raise InvalidInputError(f"{outdir} does not hold a complete run (status: "
                                 f"{rundir.status()!r}); finish the run first")
+    # verify's check of what is drawn: every embedding chunk against its digest, the report
+    check_fit_output(outdir, only={EMBEDDING, "report.json"})
     emb = open_zarr_array(Path(outdir) / EMBEDDING)
     n, p = emb.shape
     i, j = dims

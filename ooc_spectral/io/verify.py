@@ -206,11 +206,12 @@ def require_group(path, role: str) -> None:
             f"arrays; give {os.fspath(local.parent)!r} (or the OUTDIR it belongs to)")
 
 
-def check_fit_output(path) -> None:
+def check_fit_output(path, only=APPLIED_MEMBERS) -> None:
     """Refuse the fit OUTDIR at ``path`` as a model to apply unless its run finished and
     the members a transform reads (``model`` or ``representatives_model``, and the run's
     report) are intact and this run's: ``verify``'s check of them
-    (:func:`~ooc_spectral.io.manifest.audit`), every chunk re-read. Raises
+    (:func:`~ooc_spectral.io.manifest.audit`), every chunk re-read. ``only``: the members
+    to check instead (``plot``: ``embedding`` and the report). Raises
     :class:`~ooc_spectral.exceptions.OutputIncompleteError` naming the fit command that
     completes or repairs it; a saved model (no run's OUTDIR) passes."""
     from ..exceptions import DamagedFileError, OutputIncompleteError
@@ -218,7 +219,7 @@ def check_fit_output(path) -> None:
 
     require_group(path, "a model (a fit OUTDIR or a saved model)")
     try:
-        findings, attrs = audit(path, deep=False, only=APPLIED_MEMBERS)
+        findings, attrs = audit(path, deep=False, only=only)
     except DamagedFileError:  # a garbled zarr.json: the model's reader names it, and the fix
         return
     if attrs is None:
