@@ -43,10 +43,6 @@ def test_a_rewritten_input_whose_chunk_directory_is_a_symlink_is_not_the_old_res
     np.testing.assert_allclose(old, new, atol=1e-10)
 
 
-@pytest.mark.xfail(strict=True, reason="make-data/import/transform/fit --overwrite delete "
-                   "the output's marker (zarr.json) before its chunks: killed between the two, "
-                   "they leave a directory that the same command refuses forever (exit 2, "
-                   "'delete it yourself')")
 @pytest.mark.parametrize("writer", ["make-data", "import", "transform", "fit"])
 def test_overwrite_killed_while_deleting_is_repaired_by_the_same_command(tmp_path, writer):
     import signal

@@ -48,7 +48,7 @@ from ..exceptions import ConfigurationMismatchError, LockedError, OutputNotWrita
 from . import strict_json
 from .integrity import checksummed, seal_holds, sealed
 from .safety import bare_group_meta as _bare_group_meta
-from .safety import classify_outdir, open_nofollow, write_file_atomic
+from .safety import classify_outdir, open_nofollow, remove_members_marker_last, write_file_atomic
 from .safety import unfinished_beginning as _unfinished_beginning
 from ..core.scan.state import DictionaryState
 
@@ -519,20 +519,14 @@ class RunDirectory:
         return True
 
     def _clear(self) -> None:
-        import shutil
-
+        """Delete the old run, its ``zarr.json`` (the run's marker) last: a kill midway
+        leaves a run that the same ``--overwrite`` command replaces again."""
         if self.remote:
-            for name in self._entries():
+            for name in sorted(self._entries(), key=lambda n: n == "zarr.json"):
                 self.fs.rm(self._key(name), recursive=True)
             self.fs.invalidate_cache(self._fspath)
             return
-        for p in self.path.iterdir():
-            if p.name == LOCK_NAME:
-                continue
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p)
-            else:
-                p.unlink()
+        remove_members_marker_last(self.path, keep={LOCK_NAME})
 
     def remove_member(self, name: str) -> None:
         """Delete OUTDIR's member ``name`` (this run's own, under its lock), if present."""

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import shutil
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -76,7 +77,7 @@ def create_group(loc: str, overwrite: bool, attributes: dict | None = None):
     never deleted (:func:`~ooc_spectral.io.safety.check_replaceable`).
     """
     from .layout import IMPORT_KEY
-    from .safety import check_replaceable
+    from .safety import check_replaceable, remove_members_marker_last
 
     if is_local(loc):
         path = loc.removeprefix("file://")
@@ -91,6 +92,9 @@ def create_group(loc: str, overwrite: bool, attributes: dict | None = None):
                 "or choose another output path")
     if overwrite:
         check_replaceable(loc, (DATASET_KEY, IMPORT_KEY), "an input data set")
+        if is_local(loc) and os.path.isdir(loc.removeprefix("file://")):
+            # the marker-holding zarr.json last: a kill midway leaves a marked data set
+            remove_members_marker_last(Path(loc.removeprefix("file://")))
     try:
         return zarr.create_group(loc, overwrite=overwrite, zarr_format=3,
                                  attributes=attributes or {})

@@ -34,7 +34,7 @@ from ..exceptions import DamagedFileError, OutputNotWritableError
 
 __all__ = ["classify_outdir", "check_replaceable", "open_nofollow", "write_file_atomic",
            "read_json_file", "bare_group_meta", "unfinished_beginning", "OUTDIR_MEMBERS",
-           "output_outside_input", "output_apart_from_model"]
+           "output_outside_input", "output_apart_from_model", "remove_members_marker_last"]
 
 #: What an OUTDIR of ooc-spectral may hold (besides zarr's ``*.partial`` temporaries).
 OUTDIR_MEMBERS = frozenset({"zarr.json", ".lock", "embedding", "embedding_written",
@@ -205,6 +205,26 @@ def check_replaceable(loc: str, markers, what: str, bare_members=None) -> None:
         f"{loc!r} holds data that is not {what} written by ooc-spectral (its attributes carry "
         f"none of {', '.join(sorted(markers))}); --overwrite only replaces {what} this tool "
         "wrote, and nothing was deleted; choose another output path (or delete it yourself)")
+
+
+def remove_members_marker_last(path: Path, keep=frozenset()) -> None:
+    """Delete what the local directory ``path`` holds (but the names in ``keep``), its root
+    ``zarr.json`` (which carries this tool's marker) last.
+
+    ``--overwrite`` deletes an old output this way so that a kill at any moment leaves the
+    marker in place until nothing else is left: the same command, run again, still sees an
+    output it may replace and finishes the deletion, instead of refusing a directory with
+    no marker as foreign, forever (an outside audit).
+    """
+    import shutil
+
+    members = sorted((p for p in path.iterdir() if p.name not in keep),
+                     key=lambda p: p.name == "zarr.json")
+    for p in members:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink(missing_ok=True)
 
 
 def _resolved(location) -> str:
