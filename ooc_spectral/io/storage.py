@@ -319,9 +319,8 @@ _NO_CREDENTIALS = (("botocore.exceptions", ("NoCredentialsError", "PartialCreden
 def missing_credentials(exc: BaseException, locations=()) -> str | None:
     """The fix when ``exc`` (or what it was raised from) says the store's client found no
     credentials (botocore's ``NoCredentialsError``, a partial set, a profile that does not
-    exist, a configuration or credentials file it cannot parse; Google's default
-    credentials): configuration, which a rerun meets again (exit 2). None otherwise. By
-    types, never by names: a worker's exception keeps its type."""
+    exist, an unparsable config file; Google's default credentials): configuration, which a
+    rerun meets again (exit 2). None otherwise. By types: a worker's exception keeps its type."""
     kinds = tuple(getattr(sys.modules[m], n) for m, names in _NO_CREDENTIALS
                   if m in sys.modules for n in names if hasattr(sys.modules[m], n))
     e, seen = exc, 0
