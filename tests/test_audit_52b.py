@@ -43,6 +43,13 @@ def test_a_rewritten_input_whose_chunk_directory_is_a_symlink_is_not_the_old_res
     np.testing.assert_allclose(old, new, atol=1e-10)
 
 
+def _blobs(path):
+    """A make-data input of 30,000 rows for the fit and transform writers."""
+    assert main(["make-data", "blobs", "--n", "30000", "--chunk-rows", "4096", "--out",
+                 str(path), "-q"]) == 0
+    return path
+
+
 @pytest.mark.parametrize("writer", ["make-data", "import", "transform", "fit"])
 def test_overwrite_killed_while_deleting_is_repaired_by_the_same_command(tmp_path, writer):
     import signal
@@ -57,17 +64,13 @@ def test_overwrite_killed_while_deleting_is_repaired_by_the_same_command(tmp_pat
         assert main(first + ["--seed", "1"]) == 0
         again = first + ["--seed", "2", "--overwrite"]
     elif writer == "fit":
-        data = tmp_path / "in.zarr"
-        assert main(["make-data", "blobs", "--n", "30000", "--chunk-rows", "4096", "--out",
-                     str(data), "-q"]) == 0
+        data = _blobs(tmp_path / "in.zarr")
         first = ["fit", str(data), "--out", str(out), "--chunk-rows", "256", "--tol", "1e-2",
                  "-q"]
         assert main(first + ["--gamma", "0.5"]) == 0
         again = first + ["--gamma", "1.0", "--overwrite"]
     elif writer == "transform":
-        data = tmp_path / "in.zarr"
-        assert main(["make-data", "blobs", "--n", "30000", "--chunk-rows", "4096", "--out",
-                     str(data), "-q"]) == 0
+        data = _blobs(tmp_path / "in.zarr")
         for fit, gamma in (("f1", "0.5"), ("f2", "1.0")):
             assert main(["fit", str(data), "--out", str(tmp_path / fit), "--gamma", gamma,
                          "--tol", "1e-2", "-q"]) == 0

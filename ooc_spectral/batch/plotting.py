@@ -59,21 +59,14 @@ def _check_writer_digests(group, name: str, loc: str) -> None:
     recorded (added by the user) is not checked."""
     from ..exceptions import DamagedDataError
     from ..io.layout import DATASET_KEY, IMPORT_KEY, rewrite_input
-    from ..io.manifest import MEMBERS_KEY, check_members, description_damaged
+    from ..io.manifest import audit_dataset
 
-    attrs = dict(group.attrs)
     for key in (DATASET_KEY, IMPORT_KEY):
-        meta = attrs.get(key)
-        found = []
-        if description_damaged(meta):
-            found = ["its description (the writer's attribute in zarr.json) does not match "
-                     "the digest written with it: edited since"]
-        elif isinstance(meta, dict) and isinstance(meta.get(MEMBERS_KEY), dict):
-            found = [str(f) for f in check_members(group, meta[MEMBERS_KEY], only={name})]
+        found = [str(f) for f in audit_dataset(group, key, only={name})]
         if found:
             raise DamagedDataError(
                 f"the data set at {loc} is damaged, so its {name!r} is not drawn: "
-                f"{'; '.join(found[:3])}; {rewrite_input(attrs)}")
+                f"{'; '.join(found[:3])}; {rewrite_input(dict(group.attrs))}")
 
 
 def _blocks(arr, rows: int):

@@ -514,17 +514,17 @@ def recorded_digests(meta, name: str) -> dict | None:
     return entry
 
 
-def audit_dataset(path, key: str) -> list[Finding]:
+def audit_dataset(path, key: str, only=None) -> list[Finding]:
     """Check a data set (``make-data``, ``import``) against the digests its writer recorded
     under ``key``, its description included (none for a data set written before digests
-    were)."""
+    were). ``path``: its location or its open group; ``only``: the arrays to check."""
     import zarr
 
-    group = zarr.open_group(os.fspath(path), mode="r")
+    group = path if isinstance(path, zarr.Group) else zarr.open_group(os.fspath(path), mode="r")
     meta = group.attrs.get(key) or {}
     found = []
     if description_damaged(meta):
         found.append(Finding(f"zarr.json ({key})", DAMAGED, "the data set's description "
                              "does not match the digest written with it: edited since"))
     members = meta.get(MEMBERS_KEY) if isinstance(meta, dict) else None
-    return found + (check_members(group, members) if isinstance(members, dict) else [])
+    return found + (check_members(group, members, only) if isinstance(members, dict) else [])
