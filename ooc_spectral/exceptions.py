@@ -193,8 +193,21 @@ class SchedulerError(UsageError, ConnectionError):
     """
 
 
+def interrupt_signals() -> tuple:
+    """The signals that interrupt a command (marked ``interrupted``, exit 1, resumable)
+    rather than end the process by their default action: SIGTERM (systemd, SLURM,
+    Kubernetes), SIGINT (Ctrl-C), SIGHUP (the terminal or SSH session closed) and SIGUSR1,
+    SIGUSR2 (whose default action is also to terminate; batch systems send them as a
+    warning before the end of a job's time)."""
+    import signal
+
+    names = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2")
+    return tuple(getattr(signal, n) for n in names if hasattr(signal, n))
+
+
 class InterruptedRun(KeyboardInterrupt):
-    """The run received SIGTERM or SIGINT; it is marked ``interrupted`` and resumable."""
+    """The run received one of :func:`interrupt_signals` (SIGTERM, SIGINT, ...); it is
+    marked ``interrupted`` and resumable."""
 
     def __init__(self, signum: int = 2):
         super().__init__(signum)
@@ -231,13 +244,13 @@ def raise_if_interrupted() -> None:
 
 
 def note_signals_while_starting() -> None:
-    """Note SIGTERM and SIGINT (instead of dying by them) while the command line's modules
+    """Note the interrupt signals (instead of dying by them) while the command line's modules
     are imported; its ``main`` then exits 1, "nothing was done". Called first by the console
     script and ``python -m ooc_spectral`` (never by an import of the library)."""
     import signal
 
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in interrupt_signals():
             signal.signal(sig, lambda signum, frame: note_interrupt(signum))
 
 

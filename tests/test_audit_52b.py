@@ -1,7 +1,7 @@
 """Defects a second outside audit of issue 52 found, through the command line (``main(argv)``).
 
-Each test is ``xfail(strict=True)`` while its defect stands: the fix flips it (and then the
-mark must go).
+Each test was ``xfail(strict=True)`` while its defect stood; every one is fixed now (the
+marks are gone).
 """
 
 from __future__ import annotations
@@ -164,9 +164,6 @@ def test_plot_of_a_damaged_outdir_is_not_exit_0(tmp_path, capsys, damage):
     assert main(["plot", str(out), "--out", str(tmp_path / "p.png"), "-q"]) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="OUTDIR/zarr.json's recorded configuration carries no "
-                   "digest: an edited parameter (tol) no longer matches config_hash, yet "
-                   "verify says intact and inspect shows the edited value as the run's")
 def test_verify_sees_an_edited_run_configuration(tmp_path, capsys):
     import json
 
@@ -179,6 +176,19 @@ def test_verify_sees_an_edited_run_configuration(tmp_path, capsys):
     (out / "zarr.json").write_text(json.dumps(meta))
     capsys.readouterr()
     assert main(["verify", str(out), "-q"]) == 1
+    assert "zarr.json" in capsys.readouterr().err
+    # a model whose run record was edited is not applied
+    code = main(["transform", str(out), str(data), "--out", str(tmp_path / "t"), "-q"])
+    assert code == 2, capsys.readouterr().err
+    # the fit's own command restores the record (the results are the run's: kept), and
+    # the command with the edited value is refused as another configuration
+    assert main(["fit", str(data), "--out", str(out), "--tol", "1e-3", "-q"]) == 2
+    before = (out / "report.json").read_bytes()
+    assert main(["fit", str(data), "--out", str(out), "--tol", "1e-2", "-q"]) == 0
+    meta = json.loads((out / "zarr.json").read_text())
+    assert meta["attributes"]["ooc_spectral_run"]["config"]["estimator"]["tol"] == 1e-2
+    assert (out / "report.json").read_bytes() == before
+    assert main(["verify", str(out), "-q"]) == 0
 
 
 @pytest.mark.parametrize("command", ["verify", "transform"])

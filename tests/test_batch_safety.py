@@ -106,9 +106,11 @@ def wait_until(proc, predicate, timeout=300):
 
 
 # --------------------------------------------------------------------------- signals
+# SIGHUP (the SSH session closed) and SIGUSR1 (a batch system's warning) interrupt the run
+# as SIGTERM does, not end the process by their default action (exit 129/138, left running)
 @pytest.mark.parametrize("sig, engine", [(signal.SIGTERM, "cluster"), (signal.SIGINT, "cluster"),
-                                         (signal.SIGTERM, "threads")],
-                         ids=["SIGTERM", "SIGINT", "SIGTERM-threads"])
+                                         (signal.SIGHUP, "threads"), (signal.SIGUSR1, "threads")],
+                         ids=["SIGTERM", "SIGINT", "SIGHUP-threads", "SIGUSR1-threads"])
 def test_sigterm_in_pass2_marks_interrupted_releases_the_lock_and_the_rerun_resumes(
         mid, mid_reference, tmp_path, sig, engine):
     out = tmp_path / "out"

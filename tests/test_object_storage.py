@@ -135,6 +135,55 @@ def test_make_data_to_s3_writes_the_same_values_as_locally(data, s3):
     assert not any(p.name.startswith("s3") for p in local.parent.iterdir())
 
 
+def test_a_data_set_on_s3_is_checked_as_an_array_too_and_a_killed_overwrite_is_finished(
+        s3, monkeypatch):
+    """The writer's per-chunk digests are checked for a data set's array opened by the caller
+    on S3 (through its group, or at its own URL) as for a local one; ``make-data
+    --overwrite`` killed while deleting (the chunks gone, the marker not yet) is finished by
+    the same command, not refused as a foreign store."""
+    from ooc_spectral.exceptions import DamagedDataError
+    from ooc_spectral.io.source import open_source
+
+    url, fs = f"s3://{BUCKET}/checked.zarr", s3["fs"]
+    make = ["make-data", "blobs", "--n", 600, "--chunk-rows", 200, "--out", url, "-q"]
+    assert run(*make) == 0
+    rows = zarr.open_array(f"{url}/data", mode="r")[...]
+    key = f"{BUCKET}/checked.zarr/data/c"
+    fs.pipe_file(f"{key}/0/0", fs.cat_file(f"{key}/1/0"))  # chunk 1 copied over chunk 0
+    fs.invalidate_cache()
+    for arr in (zarr.open_group(url, mode="r")["data"], zarr.open_array(f"{url}/data", mode="r")):
+        with pytest.raises(DamagedDataError, match="chunk 0"):
+            open_source(arr).read_rows(0, 10)
+    marker, deleted = f"{BUCKET}/checked.zarr/zarr.json", []
+    from ooc_spectral.io import storage
+
+    real_filesystem = storage.filesystem
+
+    class Spy:  # the file system, its deletions recorded
+        def __init__(self, fs):
+            self.fs = fs
+
+        def __getattr__(self, name):
+            return getattr(self.fs, name)
+
+        def rm(self, path, *args, **kwargs):
+            deleted.append(str(path).rstrip("/"))
+            return self.fs.rm(path, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(storage, "filesystem", lambda *a, **k: (lambda f, p: (Spy(f), p))(
+            *real_filesystem(*a, **k)))
+        assert run(*make, "--overwrite") == 0
+    # the members one by one, the marker alone and last: a kill at any moment leaves it
+    assert deleted and deleted[-1] == marker, deleted
+    assert not any(marker.startswith(d + "/") or d == marker for d in deleted[:-1]), deleted
+    fs.rm(f"{BUCKET}/checked.zarr/data", recursive=True)  # what a kill midway leaves
+    fs.invalidate_cache()
+    assert run(*make, "--overwrite") == 0
+    assert run("verify", url, "-q") == 0
+    np.testing.assert_array_equal(zarr.open_array(f"{url}/data", mode="r")[...], rows)
+
+
 # --------------------------------------------------------------------------- fit
 def test_fit_from_and_to_s3_equals_the_local_fit_and_the_rerun_is_a_no_op(
         data, local_fit, s3, tmp_path, monkeypatch):

@@ -197,6 +197,8 @@ def plan_append(attrs: dict | None, resolved: dict, source: DataSource, config: 
     """
     if not attrs or attrs.get("config") is None or not _same_but_rows(attrs["config"], resolved):
         return None, ""
+    if config_hash(attrs["config"]) != attrs.get("config_hash"):
+        return None, ""  # an edited record: no update of it (the ordinary path compares digests)
     update = attrs.get("update")
     in_progress = update is not None and attrs.get("status") != "complete"
     same_rows = attrs.get("config_hash") == config_hash(resolved)

@@ -28,8 +28,8 @@ from .commands import (LOCATION_ARGS, CommandError, _storage_options, cmd_evalua
                        cmd_import, cmd_inspect, cmd_make_data, cmd_plot, cmd_transform,
                        cmd_verify, run_command)
 from ..core.config import parameter_fields
-from ..exceptions import (InterruptedRun, UsageError, clear_interrupt, note_interrupt,
-                          take_interrupt)
+from ..exceptions import (InterruptedRun, UsageError, clear_interrupt, interrupt_signals,
+                          note_interrupt, take_interrupt)
 
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
 
@@ -433,11 +433,11 @@ def _runtime_failure(exc: BaseException, args=None) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code.
 
-    Signals: SIGTERM and SIGINT raise :class:`InterruptedRun` while the command runs (it
-    marks its OUTDIR ``interrupted``: exit 1, resumable). Called as the console script
-    (``argv`` None), once the outcome is known a signal ends the process at once *with that
-    outcome's code* (never by the signal's default action, exit 143): while the message is
-    printed, and while the interpreter shuts down (an embedded cluster closing), to the end.
+    Signals: SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2 raise :class:`InterruptedRun` while
+    the command runs (it marks its OUTDIR ``interrupted``: exit 1, resumable). As the
+    console script (``argv`` None), once the outcome is known a signal ends the process at
+    once *with that outcome's code* (never by the signal's default action, exit 143): while
+    the message is printed, and while the interpreter shuts down, to the end.
     A signal that came while the command started (noted by ``ooc_spectral.cli``) is exit 1,
     nothing done.
     """
@@ -537,7 +537,8 @@ def _note_a_late_signal() -> None:
 
 
 def _interrupt_on_signals() -> dict:
-    """SIGTERM and SIGINT raise :class:`InterruptedRun` in the main thread (once).
+    """The interrupt signals (:func:`~ooc_spectral.exceptions.interrupt_signals`) raise
+    :class:`InterruptedRun` in the main thread (once).
 
     The job then marks its OUTDIR ``interrupted``, releases the lock and the
     command exits 1 ("rerun"). A second signal during that cleanup ends the
@@ -556,11 +557,11 @@ def _interrupt_on_signals() -> dict:
         note_interrupt(signum)  # raised again where the run moves on, if this one is dropped
         raise InterruptedRun(signum)
 
-    return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    return {sig: signal.signal(sig, handler) for sig in interrupt_signals()}
 
 
 def _exit_on_signals(code: list) -> None:
-    """From now on (the console script's outcome is known) SIGTERM and SIGINT end the
+    """From now on (the console script's outcome is known) the interrupt signals end the
     process at once with ``code[0]``: the run already marked its OUTDIR (complete,
     interrupted or failed), so nothing is left to do but to say so by the exit code."""
     if threading.current_thread() is not threading.main_thread():
@@ -574,7 +575,7 @@ def _exit_on_signals(code: list) -> None:
                 pass
         os._exit(code[0])
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in interrupt_signals():
         signal.signal(sig, handler)
 
 
@@ -584,7 +585,7 @@ def _ignore_signals_at_the_end() -> None:
     SIGTERM then would end the process as exit 143, its outcome lost); an ignored signal
     is left ignored, and the process ends with its code a moment later."""
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in interrupt_signals():
             signal.signal(sig, signal.SIG_IGN)
 
 

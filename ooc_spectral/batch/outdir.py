@@ -195,6 +195,8 @@ def recheck(rundir: RunDirectory) -> dict | None:
         parts = f.member.split("/")
         if parts[0] == "checkpoint":  # a part: discarded, computed again when needed
             rundir.remove_member("/".join(parts[:3] if parts[1:2] == ["partials"] else parts[:2]))
+        elif parts[0] == "zarr.json":  # the run's record: RunDirectory.begin restored it
+            continue
         elif parts[0] not in names:  # a sealed member (a model), the report: written again
             rundir.remove_member(parts[0])
     rundir.mark("running", repaired=lines[:100])

@@ -488,15 +488,22 @@ class RunDirectory:
             self._clear()
             existing = None
         if existing is not None:
+            edited = config_hash(existing.get("config") or {}) != existing.get("config_hash")
             if existing.get("config_hash") != digest:
                 new, old = _flatten(config), _flatten(existing.get("config", {}))
                 changed = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}"
                            for k in sorted(set(new) | set(old)) if new.get(k) != old.get(k)]
                 raise ConfigurationMismatchError(
-                    f"{self.path} holds a run with a different configuration (differs in: "
-                    f"{', '.join(changed) or 'unknown'}); use another --out, or pass --overwrite "
-                    "to discard it"
-                )
+                    f"{self.path} holds a run with a different configuration ("
+                    + ("its recorded configuration was edited after the run, so what differs "
+                       "cannot be told" if edited else
+                       f"differs in: {', '.join(changed) or 'unknown'}")
+                    + "); use another --out, or pass --overwrite to discard it")
+            if edited:  # only the record was changed: the command's configuration restores it
+                log.warning("%s: the run's recorded configuration no longer matched its digest "
+                            "(zarr.json edited); restored from this command's", self.path)
+                group = self.group()
+                group.attrs[RUN_KEY] = {**group.attrs[RUN_KEY], "config": config}
             return True
         zarr.create_group(self.url, zarr_format=3, attributes={
             RUN_KEY: {"config": config, "config_hash": digest, "status": "running",
@@ -521,11 +528,6 @@ class RunDirectory:
     def _clear(self) -> None:
         """Delete the old run, its ``zarr.json`` (the run's marker) last: a kill midway
         leaves a run that the same ``--overwrite`` command replaces again."""
-        if self.remote:
-            for name in sorted(self._entries(), key=lambda n: n == "zarr.json"):
-                self.fs.rm(self._key(name), recursive=True)
-            self.fs.invalidate_cache(self._fspath)
-            return
         remove_members_marker_last(self.path, keep={LOCK_NAME})
 
     def remove_member(self, name: str) -> None:

@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import shutil
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -92,9 +91,8 @@ def create_group(loc: str, overwrite: bool, attributes: dict | None = None):
                 "or choose another output path")
     if overwrite:
         check_replaceable(loc, (DATASET_KEY, IMPORT_KEY), "an input data set")
-        if is_local(loc) and os.path.isdir(loc.removeprefix("file://")):
-            # the marker-holding zarr.json last: a kill midway leaves a marked data set
-            remove_members_marker_last(Path(loc.removeprefix("file://")))
+        # the marker-holding zarr.json last: a kill midway leaves a marked data set
+        remove_members_marker_last(loc)
     try:
         return zarr.create_group(loc, overwrite=overwrite, zarr_format=3,
                                  attributes=attributes or {})

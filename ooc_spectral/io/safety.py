@@ -207,9 +207,10 @@ def check_replaceable(loc: str, markers, what: str, bare_members=None) -> None:
         "wrote, and nothing was deleted; choose another output path (or delete it yourself)")
 
 
-def remove_members_marker_last(path: Path, keep=frozenset()) -> None:
-    """Delete what the local directory ``path`` holds (but the names in ``keep``), its root
-    ``zarr.json`` (which carries this tool's marker) last.
+def remove_members_marker_last(location, keep=frozenset()) -> None:
+    """Delete what the local directory or object-store prefix ``location`` holds (but the
+    names in ``keep``), its root ``zarr.json`` (which carries this tool's marker) last;
+    nothing there is nothing to do.
 
     ``--overwrite`` deletes an old output this way so that a kill at any moment leaves the
     marker in place until nothing else is left: the same command, run again, still sees an
@@ -218,6 +219,23 @@ def remove_members_marker_last(path: Path, keep=frozenset()) -> None:
     """
     import shutil
 
+    from .storage import filesystem, is_url
+
+    if is_url(location):  # an object store: one prefix per member, deleted in that order
+        fs, root = filesystem(location)
+        fs.invalidate_cache(root)
+        try:
+            found = [p for p in fs.ls(root, detail=False)
+                     if p.rstrip("/").rsplit("/", 1)[-1] not in keep]
+        except FileNotFoundError:
+            return
+        for p in sorted(found, key=lambda p: p.rstrip("/").endswith("/zarr.json")):
+            fs.rm(p, recursive=True)
+        fs.invalidate_cache(root)
+        return
+    path = Path(os.fspath(location).removeprefix("file://"))
+    if not path.is_dir():
+        return
     members = sorted((p for p in path.iterdir() if p.name not in keep),
                      key=lambda p: p.name == "zarr.json")
     for p in members:

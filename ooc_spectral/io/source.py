@@ -315,6 +315,28 @@ def _parent_attrs(loc: str, extra: dict) -> dict | None:
         return None
 
 
+def _array_parent_attrs(arr) -> dict | None:
+    """:func:`_parent_attrs` of an open zarr array, local or remote: the group above it is
+    read through the array's own store (its credentials and endpoint), or, for an array
+    opened at its own path, through a store one level up on the same file system."""
+    import zarr
+
+    inner, fs = str(arr.path).rstrip("/"), getattr(arr.store, "fs", None)
+    if not inner and fs is None:  # a local store rooted at the array
+        return _parent_attrs(array_url(arr), {})
+    head, _, name = (inner or str(getattr(arr.store, "path", "")).rstrip("/")).rpartition("/")
+    if name != DATA_ARRAY_NAME:
+        return None
+    try:
+        if inner:
+            return dict(zarr.open_group(store=arr.store, path=head, mode="r").attrs)
+        from zarr.storage import FsspecStore
+
+        return dict(zarr.open_group(FsspecStore(fs, path=head, read_only=True), mode="r").attrs)
+    except Exception:  # no group there (a bare array): nothing recorded
+        return None
+
+
 def _writer_digests(arr, attrs: dict | None, loc: str) -> ChunkDigests | None:
     """The per-chunk digests the writer of the data set (``make-data``, ``import``) whose
     group attributes are ``attrs`` recorded for ``arr``, its data array; None for a data
@@ -392,10 +414,8 @@ def open_source(X) -> DataSource:
     if isinstance(X, (str, os.PathLike)):
         arr, attrs = _open_zarr(X)
         return _from_zarr(arr, _writer_digests(arr, attrs, os.fspath(X)))
-    if _is_zarr_array(X):
-        url = array_url(X)  # a data set's array opened by the caller: its digests too
-        attrs = _parent_attrs(url, {}) if "://" not in url else None
-        return _from_zarr(X, _writer_digests(X, attrs, url))
+    if _is_zarr_array(X):  # a data set's array opened by the caller: its digests too
+        return _from_zarr(X, _writer_digests(X, _array_parent_attrs(X), array_url(X)))
     if _is_xarray(X):
         # an xarray DataArray: its numpy or dask array (a dask-backed one stays lazy;
         # np.asarray would load it)

@@ -198,16 +198,20 @@ def kill_at(t: Trials, name: str, predicate_name: str):
     t.identical(name, f"SIGKILL when {predicate_name}, then the same command", code, msg, out)
 
 
-def sigterm_then_rerun(t: Trials):
-    d = t.case("sigterm")
+def sigterm_then_rerun(t: Trials, sig=signal.SIGTERM):
+    name = sig.name.lower()
+    d = t.case(name)
     out = d / "out"
     proc = cli("fit", t.data, "--out", out, *FIT, wait=False)
     while proc.poll() is None and not (out / "checkpoint").exists():
         time.sleep(0.002)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     first = proc.wait()
+    if first not in (0, 1):
+        return t.record(name, f"{sig.name} in the run", first, "", f"UNSAFE: {sig.name} gave "
+                        f"{first}, not an exit code 0 or 1", f"exit {first}")
     code, msg = cli("fit", t.data, "--out", out, *FIT)
-    t.identical("sigterm", f"SIGTERM in the run (exit {first}), then the same command", code,
+    t.identical(name, f"{sig.name} in the run (exit {first}), then the same command", code,
                 msg, out)
 
 
@@ -825,6 +829,8 @@ def main(argv=None) -> int:
         ("kill-pass2", lambda: kill_at(t, "kill-pass2", "pass2")),
         ("kill-pass3", lambda: kill_at(t, "kill-pass3", "pass3")),
         ("sigterm", lambda: sigterm_then_rerun(t)),
+        ("sigusr1", lambda: sigterm_then_rerun(t, signal.SIGUSR1)),
+        ("sigusr2", lambda: sigterm_then_rerun(t, signal.SIGUSR2)),
         ("foreign-outdir", lambda: foreign_outdir(t, False)),
         ("foreign-outdir-overwrite", lambda: foreign_outdir(t, True)),
         ("make-data-overwrite", lambda: make_data_overwrite(t)),

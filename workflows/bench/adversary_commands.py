@@ -4,8 +4,8 @@ For each command (``fit``, ``transform``, the update with appended rows, ``--aff
 representatives`` fit and transform, ``import``, ``make-data``, a workflow of a fit step
 and a transform step):
 
-- a kill at each of its stages (SIGKILL of the process group, SIGTERM and SIGINT of the
-  process), then the same command;
+- a kill at each of its stages (SIGKILL of the process group, SIGTERM, SIGINT and SIGHUP
+  of the process), then the same command;
 - damage of each member of its complete output (a chunk flipped, deleted, copied over
   another chunk of the same array; a member deleted; a description edited), then
   ``verify`` and the same command;
@@ -170,7 +170,24 @@ def embedding_damage(arr="embedding", markers="embedding_written") -> dict:
     }
 
 
+def edit_run_config(o: Path) -> None:
+    """A number of the run's recorded configuration (OUTDIR/zarr.json) changed."""
+    def change(meta):
+        def first_number(d):
+            for k, v in d.items():
+                if isinstance(v, dict):
+                    if first_number(v):
+                        return True
+                elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                    d[k] = v * 2 + 1
+                    return True
+            return False
+        first_number(meta["attributes"]["ooc_spectral_run"]["config"])
+    edit_json(o / "zarr.json", change)
+
+
 REPORT_DAMAGE = {
+    "zarr.json run configuration edited": edit_run_config,
     "report.json deleted": lambda o: rm(o / "report.json"),
     "report.json edited (n_samples)": lambda o: edit_json(
         o / "report.json", lambda r: r.update(n_samples=r.get("n_samples", 0) + 1)),
@@ -568,7 +585,7 @@ def matrix_trials(t, work: Path) -> list[tuple[str, Callable[[], None]]]:
 
     for cname, cmd in commands(work).items():
         for stage in cmd.stages:
-            for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
+            for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 add(f"{cname}-{signal.Signals(sig).name.lower()}-{stage}", "kill", cname,
                     stage, sig)
         for label, act in cmd.damage.items():
