@@ -434,8 +434,10 @@ class Matrix:
 
     # -- the verdict
     def judge(self, name: str, what: str, runs: list[tuple[int, str]], out: Path,
-              cmd: Command, reference: dict | None, answer: str | None = None) -> None:
+              cmd: Command, reference, answer: str | None = None) -> None:
+        """``reference``: the fresh result, or a list of the results that are right."""
         code, msg = runs[-1]
+        refs = reference if isinstance(reference, list) else [reference]
         answer = answer or "exit " + ", then ".join(str(c) for c, _ in runs)
         if any(c == 124 for c, _ in runs):
             return self.t.record(name, what, 124, "hang", "UNSAFE: a hang", answer)
@@ -445,12 +447,13 @@ class Matrix:
         if code == 0:
             result = read(out, cmd.results)
             vcode, vmsg = run(["verify", out])
-            if same(result, reference) and vcode == 0:
+            right = any(same(result, r) for r in refs)
+            if right and vcode == 0:
                 return self.t.record(name, what, 0, "", "safe: identical", answer)
             return self.t.record(name, what, 0, vmsg, "UNSAFE: exit 0 with " + (
-                "another result" if not same(result, reference) else "verify exit 1"), answer)
+                "another result" if not right else "verify exit 1"), answer)
         status = run_attrs(out).get("status")
-        if status == "complete" and not (same(read(out, cmd.results), reference)
+        if status == "complete" and not (any(same(read(out, cmd.results), r) for r in refs)
                                          and run(["verify", out])[0] == 0):
             return self.t.record(name, what, code, msg, "UNSAFE: exit != 0 but OUTDIR says "
                                  "complete and is not the fresh result", answer)
@@ -514,6 +517,9 @@ class Matrix:
         code, msg = run(cmd.argv(inp, out))
         ref = self.reference(cmd) if cmd.after_damage == "fresh" else \
             self.fresh(cmd, inp, d / "refit", refit=True)
+        if cmd.after_damage != "fresh" and "configuration edited" in what:
+            # only the record was edited: the results, checked by their digests, may be kept
+            ref = [ref, self.reference(cmd)]
         if vcode != 1:
             return self.t.record(name, what, vcode, vmsg, "UNSAFE: verify called it intact"
                                  if vcode == 0 else "UNSAFE: verify's answer", f"verify {vcode}")
