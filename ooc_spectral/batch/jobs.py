@@ -123,7 +123,8 @@ def run_fit_job(job: FitJob) -> dict:
             plan, why = plan_append(attrs, resolved, source, config,
                                     rundir.checkpoint(job.checkpoint_every) if attrs else None,
                                     fingerprint)
-            if plan is not None:
+            if plan is not None:  # the checkpoint as verify sees it, then the update
+                prune_damaged_checkpoint(rundir, full=True)
                 return _run_update_job(job, rundir, plan, source, config, resolved, watch)
             if why:
                 log.warning("the run in %s cannot be updated with the rows of %s (%s): fitting "

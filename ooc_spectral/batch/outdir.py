@@ -95,8 +95,23 @@ def marked_if_stopped(rundir: RunDirectory, watch=None):
 # --------------------------------------------------------------------------- #
 def begin(rundir: RunDirectory, resolved: dict, extra: dict, *, overwrite: bool) -> bool:
     """Begin the run in OUTDIR or take up the one there; True to resume (the same
-    configuration, and the same input and model as when it began)."""
-    resuming = rundir.begin(resolved, overwrite=overwrite, extra=extra)
+    configuration, and the same input and model as when it began). The input at the same
+    path with other rows or chunks (tonight's file, rewritten) is a changed input too: the
+    run starts over (an update with appended rows is planned before, by the fit)."""
+    from ..exceptions import ConfigurationMismatchError
+
+    try:
+        resuming = rundir.begin(resolved, overwrite=overwrite, extra=extra)
+    except ConfigurationMismatchError:
+        old = rundir.run_attrs() or {}
+        config = old.get("config") or {}
+        if config_hash(config) != old.get("config_hash") or \
+                {**config, "input": config.get("input", {}).get("url")} != \
+                {**resolved, "input": resolved["input"]["url"]}:
+            raise  # another configuration (or an edited record), not only another input
+        log.warning("the input %s has other rows or chunks than when the run in %s began: "
+                    "starting over", resolved["input"]["url"], rundir.path)
+        return rundir.begin(resolved, overwrite=True, extra=extra)
     resuming = resuming and _same_input_or_restart(rundir, resolved, extra)
     if resuming:
         _drop_mixed_outputs(rundir)

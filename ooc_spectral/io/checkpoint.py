@@ -97,10 +97,13 @@ class RunCheckpoint:
         The checkpoint group.
     every : int
         Windows of the scan between two saves of its state.
+    run : str, optional
+        The run's id: each part is sealed with it, and a part of another run (copied in
+        from another OUTDIR of the same configuration) is discarded as damaged.
     """
 
-    def __init__(self, group, every: int = 4):
-        self.group = group
+    def __init__(self, group, every: int = 4, run: str | None = None):
+        self.group, self.run = group, run
         self.every = max(1, int(every))
         self.loaded_partials = 0
         self.discarded_partials = 0
@@ -121,6 +124,7 @@ class RunCheckpoint:
             out = {k: np.asarray(slot[k][...]) for k in ("points", "indices", "L", "w")}
             if not seal_holds(meta, out):
                 raise ValueError("the arrays and fields do not match the digest saved with them")
+            self._check_run(meta)
         except Exception as exc:  # a deleted, truncated or garbled part
             log.warning("the checkpoint's scan state (%s) is damaged (%s: %s); discarding it "
                         "and scanning again", meta.get("slot"), type(exc).__name__,
@@ -145,8 +149,13 @@ class RunCheckpoint:
             arr[...] = value
         # the pointer is written last, atomically
         fields = {"slot": slot_name, "windows_done": int(windows_done), "tol": float(tol),
-                  "size": int(state.size), "prefix_done": bool(prefix_done), "time": _now()}
+                  "size": int(state.size), "prefix_done": bool(prefix_done), "time": _now(),
+                  "run": self.run}
         self.group.attrs["scan"] = sealed(fields, values)
+
+    def _check_run(self, meta: dict) -> None:
+        if self.run is not None and meta.get("run") != self.run:
+            raise ValueError(f"it is of another run ({meta.get('run')!r}, not {self.run!r})")
 
     # -- pass-2 partials --------------------------------------------------- #
     def _partial_name(self, stage: str, segment: int) -> str:
@@ -175,6 +184,7 @@ class RunCheckpoint:
                 raise ValueError("the arrays and scalars do not match the digest saved with them")
             if meta.get("part", name) != name:  # another segment's part moved here
                 raise ValueError(f"it holds the part {meta.get('part')!r}")
+            self._check_run(meta)
         except Exception as exc:  # a deleted, truncated or garbled part
             log.warning("checkpoint part %s is damaged (%s: %s); discarding it and computing "
                         "that segment again", name, type(exc).__name__,
@@ -201,7 +211,7 @@ class RunCheckpoint:
                 arr[...] = value
             else:
                 scalars[key] = value.item() if isinstance(value, np.generic) else value
-        fields = {"scalars": scalars, "arrays": sorted(arrays), "part": name}
+        fields = {"scalars": scalars, "arrays": sorted(arrays), "part": name, "run": self.run}
         g.attrs["partial"] = sealed(fields, arrays)
 
 
@@ -507,7 +517,7 @@ class RunDirectory:
             return True
         zarr.create_group(self.url, zarr_format=3, attributes={
             RUN_KEY: {"config": config, "config_hash": digest, "status": "running",
-                      "started": _now(), **(extra or {})}})
+                      "run_id": os.urandom(16).hex(), "started": _now(), **(extra or {})}})
         return False
 
     def _unfinished_remote(self, names: list[str]) -> bool:
@@ -545,7 +555,8 @@ class RunDirectory:
             shutil.rmtree(p)
 
     def checkpoint(self, every: int) -> RunCheckpoint:
-        return RunCheckpoint(self.group().require_group("checkpoint"), every=every)
+        return RunCheckpoint(self.group().require_group("checkpoint"), every=every,
+                             run=(self.run_attrs() or {}).get("run_id"))
 
     def write_report(self, report: dict) -> bytes:
         """Write ``report.json`` whole (one PUT, or a temporary renamed); returns its bytes."""

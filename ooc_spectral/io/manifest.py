@@ -437,8 +437,25 @@ def audit(path, *, deep: bool = True, only=None) -> tuple[list[Finding], dict | 
     group = zarr.open_group(text, mode="r")
     findings += check_members(group, members, only)
     if deep:
-        findings += _other_arrays(group, set(members))
+        findings += _other_arrays(group, set(members)) + _foreign_parts(group, attrs)
     return findings, attrs
+
+
+def _foreign_parts(group, attrs: dict) -> list[Finding]:
+    """The checkpoint parts sealed by another run than OUTDIR's (``run_id``): copied in from
+    another OUTDIR of the same configuration, they would be discarded by the resumed run."""
+    run, found = attrs.get("run_id"), []
+    try:
+        ck = group["checkpoint"] if run is not None and "checkpoint" in group else None
+        scan = ck.attrs.get("scan") if ck is not None else None
+        if scan and scan.get("run") != run:
+            found.append(Finding(f"checkpoint/{scan.get('slot')}", FOREIGN, "another run's"))
+        for name, part in (ck["partials"].groups() if ck and "partials" in ck else ()):
+            if (part.attrs.get("partial") or {}).get("run", run) != run:
+                found.append(Finding(f"checkpoint/partials/{name}", FOREIGN, "another run's"))
+    except Exception:  # a garbled part: the walk over the checkpoint names it
+        pass
+    return found
 
 
 def _other_arrays(group, covered: set) -> list[Finding]:

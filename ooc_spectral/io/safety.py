@@ -254,14 +254,16 @@ def _resolved(location) -> str:
 
 
 def output_outside_input(out, inp) -> None:
-    """Refuse an OUTDIR equal to or inside the input store (exit 2): its own files would
-    change the input under the run, and an overwrite could delete the input."""
+    """Refuse an OUTDIR equal to, inside or holding the input store (exit 2): its own files
+    would change the input under the run, and an overwrite could delete the input."""
     o, i = _resolved(out), _resolved(inp)
-    if o == i or o.startswith(i + "/"):
+    if o == i or o.startswith(i + "/") or i.startswith(o + "/"):
+        where = ("the input" if o == i else "inside the input" if o.startswith(i + "/") else
+                 "a directory that holds the input")
         raise OutputNotWritableError(
-            f"the output {out} is {'the input' if o == i else 'inside the input'} {inp}: its "
-            "files would change the input while the run reads it; choose an --out outside "
-            "the input store")
+            f"the output {out} is {where} {inp}: its files would change the input while the "
+            "run reads it (and --overwrite would delete it); nothing was written or deleted; "
+            "choose an --out outside the input store")
 
 
 def output_apart_from_model(out, model) -> None:

@@ -249,10 +249,15 @@ def input_repair(path) -> tuple[str | None, str | None]:
 
 
 def rerun_command(path, attrs: dict | None) -> str:
-    """The command that repairs the OUTDIR at ``path`` (from its run attributes)."""
+    """The command that repairs the OUTDIR at ``path`` (from its run attributes), its paths
+    quoted for a POSIX shell."""
+    from shlex import quote
+
     config = (attrs or {}).get("config") or {}
     url = (config.get("input") or {}).get("url") or "INPUT"
     if "model" in config:
-        return (f"ooc-spectral transform {config['model']} {url} --out {os.fspath(path)} "
+        return (f"ooc-spectral transform {quote(str(config['model']))} {quote(url)} --out "
+                f"{quote(os.fspath(path))} "
                 "(the same command as before)")
-    return f"ooc-spectral fit {url} --out {os.fspath(path)} with the same options as before"
+    return (f"ooc-spectral fit {quote(url)} --out {quote(os.fspath(path))} with the same "
+            "options as before")
