@@ -93,3 +93,35 @@ def test_a_factor_grown_from_kept_rows_is_the_factor_from_scratch():
     up0, low0 = fresh.bounds(fresh.factor(60), X, R, None)
     slack = 1e-3 * (up0 - low0) + 2 * np.spacing(np.abs(up0))
     assert np.all(np.abs(up - up0) <= slack) and np.all(np.abs(low - low0) <= slack)
+
+
+def test_a_point_added_alone_carries_its_measured_backward_error():
+    """A point added alone to the double-double factor takes its row's backward error from
+    its coordinates' measured residual and its diagonal (no product of the whole factor):
+    ``theta`` still bounds ``max |L L' - K|`` against the exact kernel (40 digits), and is
+    that of the factor grown two points at a time (measured by exact products) to 10x:
+    a factor of 30 points (smallest pivot 1e-2; theta is then about the kernel values' eta)."""
+    from ooc_spectral.core.extended import ExtendedGram
+    from ooc_spectral.core.kernels import RBFKernel
+
+    X = make_s_curve(40, random_state=0)[0]
+    one, two = ExtendedGram(RBFKernel(gamma=0.5)), ExtendedGram(RBFKernel(gamma=0.5))
+    one.grow(X[:4])
+    two.grow(X[:4])
+    for m in range(4, 30):
+        one.bounds(one.factor(m), X, X[m:m + 2], None, remember=True)  # kept, as the scan does
+        one.grow(X[:m + 1])
+        if m % 2 == 0:
+            two.grow(X[:m + 2])
+    assert two.theta / 10 <= one.theta <= 10 * two.theta
+    mpmath.mp.dps = 40
+    Lh, Ll = one._L[0][:30, :30], one._L[1][:30, :30]
+    L = [[mpmath.mpf(float(Lh[i, j])) + mpmath.mpf(float(Ll[i, j])) for j in range(i + 1)]
+         for i in range(30)]
+    worst = mpmath.mpf(0)
+    for i in range(30):
+        for j in range(i + 1):
+            d2 = sum((mpmath.mpf(float(a)) - mpmath.mpf(float(b))) ** 2 for a, b in zip(X[i], X[j]))
+            gram = sum(L[i][k] * L[j][k] for k in range(j + 1))
+            worst = max(worst, abs(gram - mpmath.exp(-mpmath.mpf(0.5) * d2)))
+    assert worst <= one.theta

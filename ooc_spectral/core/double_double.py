@@ -268,18 +268,33 @@ def exact_products(A: np.ndarray, B: np.ndarray, split_a=None,
     beta, slices = _plan(m)
     SA, RA = split_a if split_a is not None else _slices(A, slices, beta)
     SB, RB = split_b if split_b is not None else _slices(np.ascontiguousarray(B.T), slices, beta)
-    hi = np.zeros((A.shape[0], B.shape[1]))
-    lo = np.zeros_like(hi)
-    for p in range(slices):
-        for q in range(slices - p):
-            hi, e = two_sum(hi, SA[p] @ SB[q].T)
-            lo += e
-    # the products of order `slices` and the remainders, in float64 (their own rounding
-    # far below u^2 |A||B|); higher orders are left out (within PRODUCT_REL_ERROR)
-    for p in range(1, slices):
-        lo += SA[p] @ SB[slices - p].T if slices - p < slices else 0.0
+    if B.shape[1] <= A.shape[0]:
+        hi, lo = _slice_products(SA, SB, slices)
+    else:  # (A B)' = B' A': the narrow side's slices stacked
+        hi, lo = (x.T for x in _slice_products(SB, SA, slices))
     lo += RA @ B + (A - RA) @ RB.T
     return fast_two_sum(hi, lo)
+
+
+def _slice_products(SA, SB, slices: int):
+    """``sum SA[p] SB[q]'`` over the orders ``p + q < slices`` added by two-sums into
+    ``hi``, the order ``slices`` in float64 into ``lo`` (its own rounding far below
+    ``u^2 |A||B|``); higher orders are left out (within PRODUCT_REL_ERROR). SB, the narrow
+    side (n rows), stacked: one ``gemm`` per slice of SA, each entry of each product exact
+    in float64 whatever order BLAS sums it in."""
+    n = SB[0].shape[0]
+    stacked = np.ascontiguousarray(np.concatenate(SB).T)  # m x (slices n), C-ordered for gemm
+    hi = np.zeros((SA[0].shape[0], n))
+    lo = np.zeros_like(hi)
+    for p in range(slices):
+        top = slices - p + (1 if p else 0)  # the orders below `slices`, and `slices` itself
+        P = SA[p] @ stacked[:, :top * n]
+        for q in range(slices - p):
+            hi, e = two_sum(hi, P[:, q * n:(q + 1) * n])
+            lo += e
+        if p:
+            lo += P[:, (slices - p) * n:(slices - p + 1) * n]
+    return hi, lo
 
 
 def dd_row_dots(ah, al, bh, bl) -> tuple[np.ndarray, np.ndarray]:

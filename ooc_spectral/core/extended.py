@@ -223,8 +223,8 @@ class ExtendedGram:
         (Mh, Ml), (Lh, Ll) = self._M, self._L
         # their coordinates against the points before them: the scan bounded an entering
         # row against them just before (kept: its kernel row too), else solved here
-        Zh, Zl, _, eta, kh, kl = self._row_coordinates(points, points[m0:m], m0,
-                                                       self._rows is not None, kernel=True)
+        Zh, Zl, rho, eta, kh, kl = self._row_coordinates(points, points[m0:m], m0,
+                                                         self._rows is not None, kernel=True)
         if m - m0 == 1:  # k(x, x) = 1 exactly (rbf, laplacian)
             nh, nl, eta_n = np.ones((1, 1)), np.zeros((1, 1)), 0.0
         else:
@@ -249,16 +249,37 @@ class ExtendedGram:
                 oh, ol = dd_mul(ch[:, None], cl[:, None], ch[None, :], cl[None, :])
                 Sh[j + 1:, j + 1:], Sl[j + 1:, j + 1:] = dd_add(Sh[j + 1:, j + 1:], Sl[j + 1:, j + 1:],
                                                                 -oh, -ol)
-        # backward error of the new rows: L L' by exact products, against M
-        Gh, Gl = _dd_gram(Lh[m0:m, :m], Ll[m0:m, :m], Lh[:m, :m], Ll[:m, :m],
-                          split_b=self._split(m, False))  # the parts bounds() takes next
-        D = (Gh - Mh[m0:m, :m]) + (Gl - Ml[m0:m, :m])
-        mag = np.abs(Lh[m0:m, :m]) @ np.abs(Lh[:m, :m]).T
-        bound = np.abs(D) * (1 + 4 * U) + self.eta + (PRODUCT_REL_ERROR + 4 * _U2) * mag + 1e-300
-        self.theta = max(self.theta, float(np.max(bound)))
-        self.ell = max(self.ell, float(np.sqrt(np.max(np.einsum("ij,ij->i", Lh[:m, :m], Lh[:m, :m])))))
+        if m - m0 == 1 and m0:  # one point: its row's backward error is measured already
+            bound = self._point_error(float(rho[0]), Zh, Zl, m0)
+        else:  # backward error of the new rows: L L' by exact products, against M
+            Gh, Gl = _dd_gram(Lh[m0:m, :m], Ll[m0:m, :m], Lh[:m, :m], Ll[:m, :m],
+                              split_b=self._split(m, False))
+            D = (Gh - Mh[m0:m, :m]) + (Gl - Ml[m0:m, :m])
+            mag = np.abs(Lh[m0:m, :m]) @ np.abs(Lh[:m, :m]).T
+            bound = float(np.max(np.abs(D) * (1 + 4 * U) + (PRODUCT_REL_ERROR + 4 * _U2) * mag))
+        self.theta = max(self.theta, bound + self.eta + 1e-300)
+        self.ell = max(self.ell, float(np.sqrt(np.max(np.einsum("ij,ij->i", Lh[m0:m, :m],
+                                                                Lh[m0:m, :m])))))
         self.size = m
         return self
+
+    def _point_error(self, rho: float, Zh, Zl, n: int) -> float:
+        """``max_j |(L L' - M)_nj|`` for the factor's row n (one point added to n points)
+        whose coordinates ``z = L[n, :n]`` were solved with ``rho`` bounding ``max |k~ - L z|``
+        against the same leading factor: off the diagonal, ``(L L')_nj = (L z)_j`` and
+        ``M_nj = k~_j``, so that bound; on it, ``|z|^2 + l_nn^2 - M_nn`` in double-double
+        (:func:`~ooc_spectral.core.double_double.dd_row_dots`, within ``(1 + log2 n)`` of
+        :data:`~ooc_spectral.core.double_double.OP_REL_ERROR`, a product and two additions:
+        ``(log2 n + 8) OP_REL_ERROR`` of the magnitudes, with room)."""
+        (Mh, Ml), (Lh, Ll) = self._M, self._L
+        zh, zl = dd_row_dots(Zh, Zl, Zh, Zl)
+        ph, pl = dd_mul(Lh[n, n:n + 1], Ll[n, n:n + 1], Lh[n, n:n + 1], Ll[n, n:n + 1])
+        sh, sl = dd_add(zh, zl, ph, pl)
+        dh, dl = dd_add(sh, sl, -Mh[n, n:n + 1], -Ml[n, n:n + 1])
+        scale = abs(float(zh[0])) + float(ph[0]) + abs(float(Mh[n, n]))
+        diag = (abs(float(dh[0] + dl[0])) * (1 + 4 * U)
+                + (math.log2(max(n, 2)) + 8) * OP_REL_ERROR * scale * (1 + 4 * U))
+        return max(rho * (1 + 4 * U), diag)
 
     def factor(self, m: int | None = None) -> np.ndarray:
         """The factor of the first m points rounded to float64 (within ``u`` of each entry of
