@@ -35,7 +35,7 @@ import numpy as np
 from .error_free import _slices, _two_sum
 
 __all__ = ["two_sum", "two_prod", "dd_add", "dd_mul", "dd_mul_d", "dd_div", "dd_sqrt", "dd_exp",
-           "EXP_REL_ERROR", "exact_products", "split_rows", "PRODUCT_REL_ERROR", "dd_row_dots", "OP_REL_ERROR"]
+           "EXP_REL_ERROR", "exact_products", "split_rows", "GrowingSplit", "PRODUCT_REL_ERROR", "dd_row_dots", "OP_REL_ERROR"]
 
 #: A bound on the relative error of one double-double multiplication, division or square
 #: root, and of an addition relative to its operands' magnitudes (Hida, Li and Bailey's
@@ -192,6 +192,64 @@ def split_rows(A: np.ndarray, inner: int):
     return _slices(np.ascontiguousarray(A, dtype=np.float64), slices, beta)
 
 
+def _grid(mu: np.ndarray) -> np.ndarray:
+    """:func:`~ooc_spectral.core.error_free.row_grid` from the rows' largest magnitudes."""
+    return np.frexp(np.where(mu > 0, mu, 1.0))[1].astype(np.float64)
+
+
+class GrowingSplit:
+    """:func:`split_rows` of a square matrix that grows by trailing rows and columns, its
+    leading block unchanged (the double-double factor, or its transpose): rows whose grid
+    the new columns leave unchanged keep their slices and slice only the new entries (the
+    slicing is entrywise once a row's grid is fixed); the other rows and the new ones are
+    sliced whole. The same slices as :func:`split_rows` of the whole matrix, for the cost
+    of the new entries. ``lower``: the matrix is lower triangular, so that its leading
+    rows' slices are also those of a leading block (views of a smaller size)."""
+
+    def __init__(self, lower: bool):
+        self.lower = lower
+        self.n, self.plan = 0, None
+        self.S: list[np.ndarray] = []
+        self.R = np.zeros((0, 0))
+        self.mu = np.zeros(0)
+
+    def of(self, A: np.ndarray):
+        """The slices of A (n x n, its leading block the matrix of the previous call)."""
+        n = A.shape[0]
+        plan = _plan(n)
+        if plan == self.plan and (n == self.n or (n < self.n and self.lower)):
+            return [S[:n, :n] for S in self.S], self.R[:n, :n]
+        beta, count = plan
+        k = self.n if plan == self.plan and n > self.n else 0
+        if k == 0 or n > self.R.shape[0]:  # new storage, by doubling
+            cap = max(n, 2 * self.R.shape[0], 16)
+            S, R, mu = [np.zeros((cap, cap)) for _ in range(count)], np.zeros((cap, cap)), np.zeros(cap)
+            for new, old in zip(S + [R], self.S + [self.R]):
+                new[:k, :k] = old[:k, :k]
+            mu[:k] = self.mu[:k]
+            self.S, self.R, self.mu = S, R, mu
+        redo = np.arange(k, n)
+        if k:  # the old rows' new columns, on their grid where it stays
+            block = A[:k, k:n]
+            mu_new = np.maximum(self.mu[:k], np.max(np.abs(block), axis=1))
+            tau_old, tau_new = _grid(self.mu[:k]), _grid(mu_new)
+            keep = np.flatnonzero(tau_old == tau_new)
+            parts, rest = _slices(block[keep], count, beta, tau_old[keep])
+            for S, part in zip(self.S, parts):
+                S[keep, k:n] = part
+            self.R[keep, k:n] = rest
+            self.mu[:k] = mu_new
+            redo = np.r_[np.flatnonzero(tau_old != tau_new), redo]
+        rows = A[redo, :n]
+        parts, rest = _slices(rows, count, beta)
+        for S, part in zip(self.S, parts):
+            S[redo, :n] = part
+        self.R[redo, :n] = rest
+        self.mu[k:n] = np.max(np.abs(A[k:n, :n]), axis=1) if n > k else 0.0
+        self.n, self.plan = n, plan
+        return [S[:n, :n] for S in self.S], self.R[:n, :n]
+
+
 def exact_products(A: np.ndarray, B: np.ndarray, split_a=None,
                    split_b=None) -> tuple[np.ndarray, np.ndarray]:
     """``A B`` as a double-double ``hi + lo`` with ``|hi + lo - A B| <= PRODUCT_REL_ERROR
@@ -210,18 +268,33 @@ def exact_products(A: np.ndarray, B: np.ndarray, split_a=None,
     beta, slices = _plan(m)
     SA, RA = split_a if split_a is not None else _slices(A, slices, beta)
     SB, RB = split_b if split_b is not None else _slices(np.ascontiguousarray(B.T), slices, beta)
-    hi = np.zeros((A.shape[0], B.shape[1]))
-    lo = np.zeros_like(hi)
-    for p in range(slices):
-        for q in range(slices - p):
-            hi, e = two_sum(hi, SA[p] @ SB[q].T)
-            lo += e
-    # the products of order `slices` and the remainders, in float64 (their own rounding
-    # far below u^2 |A||B|); higher orders are left out (within PRODUCT_REL_ERROR)
-    for p in range(1, slices):
-        lo += SA[p] @ SB[slices - p].T if slices - p < slices else 0.0
+    if B.shape[1] <= A.shape[0]:
+        hi, lo = _slice_products(SA, SB, slices)
+    else:  # (A B)' = B' A': the narrow side's slices stacked
+        hi, lo = (x.T for x in _slice_products(SB, SA, slices))
     lo += RA @ B + (A - RA) @ RB.T
     return fast_two_sum(hi, lo)
+
+
+def _slice_products(SA, SB, slices: int):
+    """``sum SA[p] SB[q]'`` over the orders ``p + q < slices`` added by two-sums into
+    ``hi``, the order ``slices`` in float64 into ``lo`` (its own rounding far below
+    ``u^2 |A||B|``); higher orders are left out (within PRODUCT_REL_ERROR). SB, the narrow
+    side (n rows), stacked: one ``gemm`` per slice of SA, each entry of each product exact
+    in float64 whatever order BLAS sums it in."""
+    n = SB[0].shape[0]
+    stacked = np.ascontiguousarray(np.concatenate(SB).T)  # m x (slices n), C-ordered for gemm
+    hi = np.zeros((SA[0].shape[0], n))
+    lo = np.zeros_like(hi)
+    for p in range(slices):
+        top = slices - p + (1 if p else 0)  # the orders below `slices`, and `slices` itself
+        P = SA[p] @ stacked[:, :top * n]
+        for q in range(slices - p):
+            hi, e = two_sum(hi, P[:, q * n:(q + 1) * n])
+            lo += e
+        if p:
+            lo += P[:, (slices - p) * n:(slices - p + 1) * n]
+    return hi, lo
 
 
 def dd_row_dots(ah, al, bh, bl) -> tuple[np.ndarray, np.ndarray]:

@@ -50,17 +50,24 @@ def _slice_bits(m: int) -> int:
     return (51 - max(1, math.ceil(math.log2(max(m, 2))))) // 2
 
 
-def _slices(A: np.ndarray, count: int, beta: int) -> tuple[list[np.ndarray], np.ndarray]:
+def row_grid(A: np.ndarray) -> np.ndarray:
+    """The exponents ``tau_i`` of :func:`_slices`: ``max_j |A_ij| < 2^tau_i`` (1 for a zero row)."""
+    mu = np.max(np.abs(A), axis=1) if A.shape[1] else np.zeros(A.shape[0])
+    _, tau = np.frexp(np.where(mu > 0, mu, 1.0))
+    return tau.astype(np.float64)
+
+
+def _slices(A: np.ndarray, count: int, beta: int,
+            tau: np.ndarray | None = None) -> tuple[list[np.ndarray], np.ndarray]:
     """``A = S_1 + ... + S_count + R`` row by row, without rounding.
 
     Row i of ``S_p`` holds multiples of ``2^(tau_i - p beta)`` with ``|A_ij| <= 2^tau_i``;
     ``|R_ij| <= 2^(tau_i - count beta - 1)``. Each slice is extracted with one addition and
     one subtraction of ``sigma = 0.75 * 2^(tau_i - p beta + 53)``, which round the
-    remainder to that grid exactly (the two operands stay in sigma's binade).
+    remainder to that grid exactly (the two operands stay in sigma's binade). ``tau``: the
+    rows' exponents (:func:`row_grid`) where already known (columns of a wider matrix).
     """
-    mu = np.max(np.abs(A), axis=1)
-    _, tau = np.frexp(np.where(mu > 0, mu, 1.0))  # mu <= 2^tau
-    tau = tau.astype(np.float64)
+    tau = row_grid(A) if tau is None else tau
     R = np.array(A, dtype=np.float64, copy=True)
     out = []
     for p in range(1, count + 1):

@@ -42,19 +42,17 @@ from collections import OrderedDict
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from .double_double import (EXP_REL_ERROR, OP_REL_ERROR, PRODUCT_REL_ERROR, dd_add, dd_div,
-                            dd_exp, dd_mul, dd_mul_d, dd_row_dots, dd_sqrt, exact_products,
-                            split_rows, two_prod, two_sum)
+from .double_double import (EXP_REL_ERROR, OP_REL_ERROR, PRODUCT_REL_ERROR, GrowingSplit, dd_add,
+                            dd_div, dd_exp, dd_mul, dd_mul_d, dd_row_dots, dd_sqrt,
+                            exact_products, split_rows, two_prod, two_sum)
 from .error_free import U
 
 __all__ = ["extended_kernel", "kernel_dd", "solve_dd", "ExtendedGram", "SOLVE_STEPS"]
 
 _U2 = U * U
 #: Refinements of a double-double triangular solve (from float64's 16 digits, each gains
-#: about 8 at the condition numbers of a small tol's factor, 1e8 to 1e9) ...
+#: about 8 at the condition numbers of a small tol's factor, 1e8 to 1e9).
 SOLVE_STEPS = 2
-#: ... and of a row's float64 coefficients ``L' a = z``.
-COEF_STEPS = 1
 #: Rows whose coordinates :meth:`ExtendedGram.bounds` keeps, where asked to
 #: (:meth:`ExtendedGram.keep_rows`): the scan bounds again at most a few hundred rows.
 KEPT_ROWS = 1024
@@ -128,6 +126,12 @@ def solve_dd(Lh, Ll, Kh, Kl, steps: int = SOLVE_STEPS, split=None):
     m, c = Lh.shape[0], Kh.shape[0]
     if m == 0:
         return np.zeros((c, 0)), np.zeros((c, 0)), np.zeros(c)
+    if m == 1:  # one point: a double-double division, its residual measured as below
+        Zh, Zl = dd_div(Kh, Kl, np.full_like(Kh, Lh[0, 0]), np.full_like(Kh, Ll[0, 0]))
+        ph, pl = dd_mul(np.full_like(Zh, Lh[0, 0]), np.full_like(Zh, Ll[0, 0]), Zh, Zl)
+        rh, rl = dd_add(Kh, Kl, -ph, -pl)
+        mag = abs(Lh[0, 0]) * np.abs(Zh[:, 0]) + np.abs(Kh[:, 0])
+        return Zh, Zl, np.abs(rh + rl)[:, 0] * (1 + 2 * U) + (PRODUCT_REL_ERROR + 8 * _U2) * mag
     Zh = solve_triangular(Lh, np.ascontiguousarray(Kh.T), lower=True, check_finite=False).T
     Zl = np.zeros_like(Zh)
     split = split_rows(Lh, m) if split is None else split
@@ -172,10 +176,10 @@ class ExtendedGram:
         self.eta = 0.0
         self.theta = 0.0
         self.ell = 0.0
-        self._splits: dict = {}  # the factor's parts for exact products, per size
+        self._splits: dict | None = None  # the factor's parts for exact products
         self._solved: dict = {}  # the last rows solved, per size: their coordinates
         #: rows whose coordinates :meth:`bounds` keeps between calls (``remember``): row
-        #: bytes -> (size, zh, zl, rho), at most KEPT_ROWS of them
+        #: bytes -> (size, zh, zl, rho, kernel row hi, lo), at most KEPT_ROWS of them
         self._rows: OrderedDict | None = None
 
     def copy(self) -> "ExtendedGram":
@@ -186,15 +190,12 @@ class ExtendedGram:
         return new
 
     def _split(self, m: int, transposed: bool):
-        """The parts of the factor (or its transpose) of the first m points, kept for two
-        sizes (the scan grows the factor at one size and bounds rows at the next)."""
-        key = (m, transposed)
-        if key not in self._splits:
-            keep = sorted({k[0] for k in self._splits})[-1:] + [m]
-            self._splits = {k: v for k, v in self._splits.items() if k[0] in keep}
-            Lh = self._L[0][:m, :m]
-            self._splits[key] = split_rows(np.ascontiguousarray(Lh.T if transposed else Lh), m)
-        return self._splits[key]
+        """The parts of the factor (or its transpose) of the first m points, grown with the
+        factor (:class:`~ooc_spectral.core.double_double.GrowingSplit`)."""
+        if self._splits is None:
+            self._splits = {False: GrowingSplit(lower=True), True: GrowingSplit(lower=False)}
+        Lh = self._L[0][:m, :m]
+        return self._splits[transposed].of(Lh.T if transposed else Lh)
 
     def _reserve(self, m: int) -> None:
         cap = self._M[0].shape[0]
@@ -220,12 +221,18 @@ class ExtendedGram:
             return self
         self._reserve(m)
         (Mh, Ml), (Lh, Ll) = self._M, self._L
-        kh, kl, eta = kernel_dd(self.kernel, points[m0:m], points[:m])
+        # their coordinates against the points before them: the scan bounded an entering
+        # row against them just before (kept: its kernel row too), else solved here
+        Zh, Zl, rho, eta, kh, kl = self._row_coordinates(points, points[m0:m], m0,
+                                                         self._rows is not None, kernel=True)
+        if m - m0 == 1:  # k(x, x) = 1 exactly (rbf, laplacian)
+            nh, nl, eta_n = np.ones((1, 1)), np.zeros((1, 1)), 0.0
+        else:
+            nh, nl, eta_n = kernel_dd(self.kernel, points[m0:m], points[m0:m])
+        kh, kl = np.concatenate([kh, nh], axis=1), np.concatenate([kl, nl], axis=1)
         Mh[m0:m, :m], Ml[m0:m, :m] = kh, kl
         Mh[:m0, m0:m], Ml[:m0, m0:m] = kh[:, :m0].T, kl[:, :m0].T
-        self.eta = max(self.eta, eta)
-        Zh, Zl, _ = solve_dd(Lh[:m0, :m0], Ll[:m0, :m0], kh[:, :m0], kl[:, :m0],
-                             split=self._split(m0, False) if m0 else None)
+        self.eta = max(self.eta, eta, eta_n)
         Lh[m0:m, :m0], Ll[m0:m, :m0] = Zh, Zl
         Sh, Sl = _dd_gram(Zh, Zl)
         Sh, Sl = dd_add(kh[:, m0:m], kl[:, m0:m], -Sh, -Sl)  # the Schur complement
@@ -242,16 +249,37 @@ class ExtendedGram:
                 oh, ol = dd_mul(ch[:, None], cl[:, None], ch[None, :], cl[None, :])
                 Sh[j + 1:, j + 1:], Sl[j + 1:, j + 1:] = dd_add(Sh[j + 1:, j + 1:], Sl[j + 1:, j + 1:],
                                                                 -oh, -ol)
-        # backward error of the new rows: L L' by exact products, against M
-        Gh, Gl = _dd_gram(Lh[m0:m, :m], Ll[m0:m, :m], Lh[:m, :m], Ll[:m, :m],
-                          split_b=self._split(m, False))  # the parts bounds() takes next
-        D = (Gh - Mh[m0:m, :m]) + (Gl - Ml[m0:m, :m])
-        mag = np.abs(Lh[m0:m, :m]) @ np.abs(Lh[:m, :m]).T
-        bound = np.abs(D) * (1 + 4 * U) + self.eta + (PRODUCT_REL_ERROR + 4 * _U2) * mag + 1e-300
-        self.theta = max(self.theta, float(np.max(bound)))
-        self.ell = max(self.ell, float(np.sqrt(np.max(np.einsum("ij,ij->i", Lh[:m, :m], Lh[:m, :m])))))
+        if m - m0 == 1 and m0:  # one point: its row's backward error is measured already
+            bound = self._point_error(float(rho[0]), Zh, Zl, m0)
+        else:  # backward error of the new rows: L L' by exact products, against M
+            Gh, Gl = _dd_gram(Lh[m0:m, :m], Ll[m0:m, :m], Lh[:m, :m], Ll[:m, :m],
+                              split_b=self._split(m, False))
+            D = (Gh - Mh[m0:m, :m]) + (Gl - Ml[m0:m, :m])
+            mag = np.abs(Lh[m0:m, :m]) @ np.abs(Lh[:m, :m]).T
+            bound = float(np.max(np.abs(D) * (1 + 4 * U) + (PRODUCT_REL_ERROR + 4 * _U2) * mag))
+        self.theta = max(self.theta, bound + self.eta + 1e-300)
+        self.ell = max(self.ell, float(np.sqrt(np.max(np.einsum("ij,ij->i", Lh[m0:m, :m],
+                                                                Lh[m0:m, :m])))))
         self.size = m
         return self
+
+    def _point_error(self, rho: float, Zh, Zl, n: int) -> float:
+        """``max_j |(L L' - M)_nj|`` for the factor's row n (one point added to n points)
+        whose coordinates ``z = L[n, :n]`` were solved with ``rho`` bounding ``max |k~ - L z|``
+        against the same leading factor: off the diagonal, ``(L L')_nj = (L z)_j`` and
+        ``M_nj = k~_j``, so that bound; on it, ``|z|^2 + l_nn^2 - M_nn`` in double-double
+        (:func:`~ooc_spectral.core.double_double.dd_row_dots`, within ``(1 + log2 n)`` of
+        :data:`~ooc_spectral.core.double_double.OP_REL_ERROR`, a product and two additions:
+        ``(log2 n + 8) OP_REL_ERROR`` of the magnitudes, with room)."""
+        (Mh, Ml), (Lh, Ll) = self._M, self._L
+        zh, zl = dd_row_dots(Zh, Zl, Zh, Zl)
+        ph, pl = dd_mul(Lh[n, n:n + 1], Ll[n, n:n + 1], Lh[n, n:n + 1], Ll[n, n:n + 1])
+        sh, sl = dd_add(zh, zl, ph, pl)
+        dh, dl = dd_add(sh, sl, -Mh[n, n:n + 1], -Ml[n, n:n + 1])
+        scale = abs(float(zh[0])) + float(ph[0]) + abs(float(Mh[n, n]))
+        diag = (abs(float(dh[0] + dl[0])) * (1 + 4 * U)
+                + (math.log2(max(n, 2)) + 8) * OP_REL_ERROR * scale * (1 + 4 * U))
+        return max(rho * (1 + 4 * U), diag)
 
     def factor(self, m: int | None = None) -> np.ndarray:
         """The factor of the first m points rounded to float64 (within ``u`` of each entry of
@@ -280,10 +308,12 @@ class ExtendedGram:
         from before a checkpoint."""
         self._rows = None
 
-    def _row_coordinates(self, points: np.ndarray, X: np.ndarray, m: int, remember: bool):
+    def _row_coordinates(self, points: np.ndarray, X: np.ndarray, m: int, remember: bool,
+                         kernel: bool = False):
         """``(zh, zl, rho, eta)``: the rows' double-double coordinates against the first m
         points (:func:`solve_dd`), ``rho`` per row bounding ``max |k~ - L z|``, ``eta`` the
-        kernel values' error. With ``remember``, rows kept against a smaller dictionary of
+        kernel values' error (and, with ``kernel``, the rows' kernel values ``kh + kl``
+        against the m points). With ``remember``, rows kept against a smaller dictionary of
         m0 points keep their m0 coordinates (the factor only gains rows) and solve for the
         new ones by block substitution: ``r = k_new - L_21 z_old`` in double-double (within
         ``(PRODUCT_REL_ERROR + 8 u^2)(|L_21| |z_old| + |k_new|)``), then ``L_22 z_new = r``
@@ -293,19 +323,21 @@ class ExtendedGram:
         (Lh, Ll) = (a[:m, :m] for a in self._L)
         if not remember:
             kh, kl, eta = kernel_dd(self.kernel, X, points[:m])
-            zh, zl, rho = solve_dd(Lh, Ll, kh, kl, split=self._split(m, False))
-            return zh, zl, rho, eta
+            zh, zl, rho = solve_dd(Lh, Ll, kh, kl, split=self._split(m, False) if m else None)
+            return (zh, zl, rho, eta) + ((kh, kl) if kernel else ())
         if self._rows is None:
             self._rows = OrderedDict()
         kept = self._rows
         keys = [X[i].tobytes() for i in range(c)]
         zh, zl, rho = np.zeros((c, m)), np.zeros((c, m)), np.zeros(c)
+        Kh, Kl = np.zeros((c, m)), np.zeros((c, m))
         start = np.zeros(c, dtype=np.int64)
         for i, key in enumerate(keys):
             got = kept.get(key)
             if got is not None and got[0] <= m:
                 m0 = got[0]
                 zh[i, :m0], zl[i, :m0], rho[i], start[i] = got[1], got[2], got[3], m0
+                Kh[i, :m0], Kl[i, :m0] = got[4], got[5]
         eta = 0.0
         for m0 in np.unique(start):
             rows = np.flatnonzero(start == m0)
@@ -313,6 +345,7 @@ class ExtendedGram:
             if m0 == m:
                 continue
             kh, kl, eta = kernel_dd(self.kernel, X[rows], points[m0:m])
+            Kh[rows, m0:m], Kl[rows, m0:m] = kh, kl
             if m0:  # r = k_new - L_21 z_old
                 ph, pl = _times(Lh[m0:m, :m0], Ll[m0:m, :m0], np.ascontiguousarray(zh[rows, :m0].T),
                                 np.ascontiguousarray(zl[rows, :m0].T))
@@ -327,15 +360,16 @@ class ExtendedGram:
                 nh, nl, nrho = solve_dd(Lh[m0:m, m0:m], Ll[m0:m, m0:m], kh, kl)
                 rho[rows] = np.maximum(rho[rows], (nrho + extra) * (1 + 2 * U))
             else:  # as without remember
-                nh, nl, rho[rows] = solve_dd(Lh, Ll, kh, kl, split=self._split(m, False))
+                nh, nl, rho[rows] = solve_dd(Lh, Ll, kh, kl,
+                                             split=self._split(m, False) if m else None)
             zh[rows, m0:m], zl[rows, m0:m] = nh, nl
         eta = max(eta, _kernel_eta(self.kernel, X.shape[1]))
         for i, key in enumerate(keys):
-            kept[key] = (m, zh[i].copy(), zl[i].copy(), float(rho[i]))
+            kept[key] = (m, zh[i].copy(), zl[i].copy(), float(rho[i]), Kh[i].copy(), Kl[i].copy())
             kept.move_to_end(key)
         while len(kept) > KEPT_ROWS:
             kept.popitem(last=False)
-        return zh, zl, rho, eta
+        return (zh, zl, rho, eta) + ((Kh, Kl) if kernel else ())
 
     def bounds(self, L: np.ndarray, points: np.ndarray, X: np.ndarray, Z: np.ndarray,
                remember: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -358,27 +392,41 @@ class ExtendedGram:
                              check_finite=False)
         LhT, LlT = np.ascontiguousarray(Lh.T), np.ascontiguousarray(Ll.T)
         split = self._split(m, True)
-        for _ in range(COEF_STEPS):  # any coefficients serve: float64 ones, refined once
-            yh, yl = _times(LhT, LlT, a, split=split)
-            sh, _ = dd_add(zh.T, zl.T, -yh, -yl)
-            a = a + solve_triangular(Lh, sh, lower=True, trans="T", check_finite=False)
-        yh, yl = _times(LhT, LlT, a, split=split)
-        sh, sl = dd_add(zh.T, zl.T, -yh, -yl)
-        s_err = (PRODUCT_REL_ERROR + 8 * _U2) * (np.abs(LhT) @ np.abs(a) + np.abs(zh.T))
-        s2 = np.einsum("ij,ij->j", np.abs(sh + sl) + s_err, np.abs(sh + sl) + s_err)
         sqh, sql = dd_row_dots(zh, zl, zh, zl)
         dh, dl = dd_add(np.ones(c), np.zeros(c), -sqh, -sql)  # k(x, x) = 1
         dhat, sq = dh + dl, sqh + sql
         self._solved = {(m, np.ascontiguousarray(X[i:i + 1]).tobytes()): (zh[i:i + 1] + zl[i:i + 1],
                                                                         dhat[i:i + 1])
                         for i in range(c)}
-        A = np.abs(a).sum(axis=0) * (1 + _gamma(m))
+        # any coefficients serve: the float64 ones, refined once where |z - L'a|^2 is above
+        # the other terms (it is about (u |L| |a|)^2 against theta |a|_1^2: seldom)
+        s2, E, sh = self._terms(a, LhT, LlT, split, zh, zl, rho, sq, eta_k)
+        rows = np.flatnonzero(s2 > E)
+        if rows.size:
+            a = a[:, rows] + solve_triangular(Lh, sh[:, rows], lower=True, trans="T",
+                                              check_finite=False)
+            s2r, Er, _ = self._terms(a, LhT, LlT, split, zh[rows], zl[rows], rho[rows], sq[rows],
+                                     eta_k)
+            better = s2r + Er < s2[rows] + E[rows]
+            s2[rows[better]], E[rows[better]] = s2r[better], Er[better]
         with np.errstate(over="ignore", invalid="ignore"):
-            E = (2 * A * (rho + max(eta_k, self.eta)) + self.theta * A * A
-                 + _gamma(int(math.log2(max(m, 2))) + 4) * (np.abs(sq) + 1.0) + 1e-300)
-            E = E * (1 + 8 * U)
             upper = dhat + (s2 * (1 + 4 * U) + E)
             lower = dhat - E
         bad = ~np.isfinite(upper)
         upper[bad], lower[bad] = math.inf, -math.inf
         return upper, lower
+
+    def _terms(self, a, LhT, LlT, split, zh, zl, rho, sq, eta_k):
+        """``(|s|^2, E, s_hi)`` of :meth:`bounds` for coefficients ``a`` (m x c): ``s = z - L' a``
+        by exact products, with the rounding of its measurement; E the terms
+        ``2 A (rho + eta) + theta A^2`` and the rounding of ``dhat``."""
+        m = LhT.shape[0]
+        yh, yl = _times(LhT, LlT, a, split=split)
+        sh, sl = dd_add(zh.T, zl.T, -yh, -yl)
+        s_err = (PRODUCT_REL_ERROR + 8 * _U2) * (np.abs(LhT) @ np.abs(a) + np.abs(zh.T))
+        s2 = np.einsum("ij,ij->j", np.abs(sh + sl) + s_err, np.abs(sh + sl) + s_err)
+        A = np.abs(a).sum(axis=0) * (1 + _gamma(m))
+        with np.errstate(over="ignore", invalid="ignore"):
+            E = (2 * A * (rho + max(eta_k, self.eta)) + self.theta * A * A
+                 + _gamma(int(math.log2(max(m, 2))) + 4) * (np.abs(sq) + 1.0) + 1e-300)
+            return s2, E * (1 + 8 * U), sh

@@ -182,6 +182,8 @@ def _past_the_limit(err, c, source):
     early = getattr(err, "early", None)
     if new is None and early is not None:
         new = _capped_exact(err, c, source) or _early_way_out(err, c, source)
+    elif new is None and c.dictionary_selection == "greedy":  # the scan's own size hint,
+        new = _early_way_out(err, c, source, text=text, early=False)  # checked the same way
     if new is None:
         return type(err)(text) if text != str(err) else None
     new.early = early
@@ -231,20 +233,23 @@ def _capped_exact(err, c, source):
 WAY_OUT_STEPS = ((10.0, 1.0), (1.0, 2.0), (100.0, 1.0), (1.0, 4.0), (1000.0, 1.0), (1.0, 10.0))
 
 
-def _early_way_out(err, c, source):
+def _early_way_out(err, c, source, text: str | None = None, early: bool = True):
     """A dictionary heading for every row where the exact problem is not at hand: the first
     of a larger tol or a smaller gamma (:data:`WAY_OUT_STEPS`, gamma for the Gaussian and
     Laplacian kernels) with which a greedy scan of a seeded sample of :data:`CHECK_ROWS`
     rows, stopping as the fit does (:data:`~ooc_spectral.pipeline.exact.EARLY_STOP`, the
     cap), keeps a dictionary below both; the early stop looks at the first 640 rows of
     the visiting order, a seeded random subset of the sample as of the data. Where none
-    does, says what was tried."""
+    does, says what was tried. Without ``early``, a greedy dictionary that grew past the
+    cap without heading for every row: the same steps, the sample's scan without the early
+    stop (in place of the scan's unchecked "try tol x 10, or gamma / 2"); ``text``, the
+    error's message where it was already reworded."""
     from ..core.kernel_choice import resolve_kernel
 
     smooth = not callable(c.kernel) and c.kernel in ("rbf", "laplacian")
     gamma = resolve_kernel(c, source)[1] if smooth else None
     tol = max(float(c.tol), 1e-12)
-    head = str(err).split("; ", 1)[0]
+    head = (str(err) if text is None else text).split("; ", 1)[0]
     tried, rows = [], min(CHECK_ROWS, source.n_rows)
     for times, over in WAY_OUT_STEPS:
         if over != 1.0 and gamma is None:
@@ -252,7 +257,7 @@ def _early_way_out(err, c, source):
         t, g = tol * times, (None if gamma is None else gamma / over)
         if over == 1.0 and t >= 1.0:
             continue
-        found = _scan_size(c, source, g, tol=t, early=True)
+        found = _scan_size(c, source, g, tol=t, early=early)
         tried.append(f"tol={t:.3g}" if over == 1.0 else f"gamma={g:.3g}")
         if found is None or found[0] >= min(c.max_dictionary_size, found[1] // 2):
             continue
@@ -260,8 +265,13 @@ def _early_way_out(err, c, source):
                 f"use a smoother kernel: try gamma={g:.3g}")
         return type(err)(
             f"{head}; {what} (a greedy scan of a seeded sample of {found[1]} rows at "
-            f"{tried[-1]} keeps {found[0]} points, without the early stop), or raise "
-            "max_dictionary_size")
+            f"{tried[-1]} keeps {found[0]} points" + (", without the early stop" if early else "")
+            + "), or raise max_dictionary_size")
+    if not early:
+        return type(err)(
+            f"{head}; none of {', '.join(tried)} keeps a greedy scan of a seeded sample of "
+            f"{rows} rows below max_dictionary_size={c.max_dictionary_size} (or half the "
+            "sample): raise max_dictionary_size")
     return type(err)(
         f"{head}; none of {', '.join(tried)} keeps a greedy scan of a seeded sample "
         f"of {rows} rows from heading for every row: the kernel sees no row near "

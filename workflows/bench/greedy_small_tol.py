@@ -2,8 +2,9 @@
 
 The certificate grid's slowest case (``greedy`` section: the S-curve of 300 rows, the
 Gaussian kernel at gamma 0.5, ``max_dictionary_size`` below the rows so that the exact
-problem is not taken), timed in CPU seconds with one BLAS thread (the machine is shared:
-CPU time is what a loaded machine does not inflate), with the scan's double-double
+problem is not taken), timed in CPU seconds with one BLAS thread, the least of
+``--repeat`` runs (the machine is shared: CPU time leaves out the waits, the least run the
+caches others flushed), with the scan's double-double
 coordinates kept between bounds (the default) and computed from scratch at each bound
 (``--from-scratch``, the code before they were kept), each fit checked against the other:
 the same dictionary, ``max_residual_`` and ``eigenvalue_interval_``.
@@ -41,19 +42,25 @@ from ooc_spectral import GreedySpectralEmbedding  # noqa: E402
 from ooc_spectral.core.extended import ExtendedGram  # noqa: E402
 
 
-def fit(X, gamma, tol):
+def fit(X, gamma, tol, repeat=1):
+    """The fit, and its CPU time: the least of ``repeat`` runs (on a shared machine a run
+    only ever takes longer than the work, through the caches others share)."""
+    best = float("inf")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        t = time.process_time()
-        est = GreedySpectralEmbedding(n_components=4, kernel="rbf", gamma=gamma, tol=tol,
-                                      random_state=0, max_dictionary_size=N - 1).fit(X)
-        return est, time.process_time() - t
+        for _ in range(repeat):
+            t = time.process_time()
+            est = GreedySpectralEmbedding(n_components=4, kernel="rbf", gamma=gamma, tol=tol,
+                                          random_state=0, max_dictionary_size=N - 1).fit(X)
+            best = min(best, time.process_time() - t)
+    return est, best
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", nargs="+", default=["s-curve:0.5"])
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each fit, the least CPU time kept")
     args = ap.parse_args()
     kept_bounds = ExtendedGram.bounds
 
@@ -65,11 +72,11 @@ def main() -> None:
         name, gamma = case.split(":")
         X = dataset(name)
         fit(X, float(gamma), 1e-6)  # imports, caches
-        _, t6 = fit(X, float(gamma), 1e-6)
-        kept, t12 = fit(X, float(gamma), 1e-12)
+        _, t6 = fit(X, float(gamma), 1e-6, args.repeat)
+        kept, t12 = fit(X, float(gamma), 1e-12, args.repeat)
         ExtendedGram.bounds = from_scratch
         try:
-            old, t12_old = fit(X, float(gamma), 1e-12)
+            old, t12_old = fit(X, float(gamma), 1e-12, args.repeat)
         finally:
             ExtendedGram.bounds = kept_bounds
         same = (np.array_equal(kept.dictionary_indices_, old.dictionary_indices_),
@@ -88,7 +95,7 @@ def main() -> None:
     (out / "greedy_small_tol.json").write_text(json.dumps({"uptime": uptime, "rows": rows},
                                                           indent=1))
     lines = ["# The greedy path at tol 1e-12 against tol 1e-6", "",
-             f"CPU seconds, one BLAS thread; `uptime`: {uptime}", "",
+             f"CPU seconds, one BLAS thread, the least of {args.repeat} runs; `uptime`: {uptime}", "",
              "| case | tol 1e-6 | tol 1e-12 | ratio | from scratch | ratio | points | same "
              "dictionary | max_residual_ diff | interval diff |", "|" + "---|" * 10]
     lines += [f"| {r['case']} | {r['cpu_tol_1e6']} | {r['cpu_tol_1e12']} | {r['ratio']} | "

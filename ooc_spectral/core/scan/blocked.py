@@ -60,6 +60,9 @@ from .state import DictionaryState
 #: before them (every row of its first block) then costs a few calls per point entered
 #: rather than a Python-level bound per row.
 REBOUND_ROWS = 64
+#: ... while rows are skipped; once double-double decides them (a bound costs about a
+#: millisecond a row), the window halves with each point entered (each entry leaves the
+#: window's later rows to be bounded again) and doubles again with each row skipped.
 
 __all__ = ["scan_block", "scan_rows", "block_coordinates", "uncertified_rows", "pointwise_scan"]
 
@@ -208,6 +211,7 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
     bounded = np.full(c, m0)  # the dictionary size each row's E was computed against
     Zn = np.empty((c, min(c, 32)))
     G = None
+    reach = REBOUND_ROWS
 
     pos = 0
     while pos < c:
@@ -230,7 +234,7 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
         if not certified[i] or stale:
             if bounded[i] != m:  # bound it again against the grown dictionary, with the
                 # uncertified rows after it (one vectorized call, not one per row)
-                w = i + np.flatnonzero(~certified[i:i + REBOUND_ROWS])
+                w = i + np.flatnonzero(~certified[i:i + reach])
                 if not w.size or w[0] != i:  # row i itself: certified, but stale
                     w = np.r_[i, w]
                 Zw = np.concatenate([Z0[w], Zn[w, :j]], axis=1)
@@ -244,6 +248,7 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
             if not decide(d_i, float(dhat[i]), float(floor[i]), E_i, tol, int(rows[i]),
                           float(upper[i]), float(lower[i])):
                 pos = i + 1
+                reach = min(2 * reach, REBOUND_ROWS)
                 continue
         if limit is not None and state.size >= limit:
             return True, i
@@ -254,6 +259,8 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
         elif certify and m and dhat[i] <= floor[i] < lower[i]:
             # explicit features know its residual where float64 does not: the pivot from them
             dhat[i] = 0.5 * (float(upper[i]) + float(lower[i]))
+        if rnd.extended is not None:
+            reach = max(reach // 2, 1)
         w_new = state.append(X[i], int(rows[i]), None if x_aux is None else x_aux[i],
                              zi, float(dhat[i]), float(alpha[i]))
         if certify:  # its delta from below: its bounds against the dictionary it entered
