@@ -131,9 +131,10 @@ DISTANCE_BLOCK_BYTES = 8 * 2**20
 #: "Nearest representatives").
 KDTREE_MAX_FEATURES = 8
 #: Rows per sub-block of :func:`chunk_bipartite`: its pair numbers and products are
-#: ``K^2`` values a row (25 at K = 5, 400 bytes with both), 13 MiB at 32768 rows
-#: against 100 MiB for a whole 262144-row task, beside one ``m x m`` sum per sub-block.
-BIPARTITE_BLOCK_ROWS = 32768
+#: ``K^2`` values a row (25 at K = 5, 400 bytes with both), 6.5 MiB at 16384 rows
+#: against 100 MiB for a whole 262144-row task, beside one ``m x m`` sum per sub-block;
+#: in memory, enough sub-blocks for the cores to share evenly (7 for 10^5 rows).
+BIPARTITE_BLOCK_ROWS = 16384
 #: A row's clustering coordinates average over its ``K`` nearest representatives and the
 #: ones within this ratio of the ``K``-th distance (:meth:`Representatives.neighbourhood`),
 #: at most ``REACH_FACTOR * K`` in all.
