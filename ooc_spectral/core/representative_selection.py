@@ -98,7 +98,7 @@ def lloyd(S: np.ndarray, C: np.ndarray, max_iter: int, rtol: float = 0.0) -> np.
 
     for _ in range(max_iter):
         if A is None:
-            d, new = cKDTree(C).query(S, k=1, workers=-1)
+            d, new = cKDTree(C).query(S, k=1)  # at most 10 m rows: one thread
             now = float(np.dot(d, d))
         else:
             B = _scaled_with_norms(C).T  # argmin |c|^2 - 2 s.c, in cache-sized blocks
@@ -110,7 +110,11 @@ def lloyd(S: np.ndarray, C: np.ndarray, max_iter: int, rtol: float = 0.0) -> np.
             break
         label = new
         counts = np.bincount(label, minlength=m)
-        sums = sp.csr_matrix((ones, (label, cols)), shape=(m, n)) @ S
+        if A is None:  # a few columns: one count per column (the same sums, in row order)
+            sums = np.stack([np.bincount(label, weights=S[:, j], minlength=m)
+                             for j in range(S.shape[1])], axis=1)
+        else:
+            sums = sp.csr_matrix((ones, (label, cols)), shape=(m, n)) @ S
         filled = counts > 0
         C[filled] = sums[filled] / counts[filled, None]
         if error is not None and error - now <= rtol * max(now, 0.0):
