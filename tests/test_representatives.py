@@ -70,6 +70,27 @@ def test_select_representatives_is_seeded_and_drops_duplicates():
     np.testing.assert_array_equal(select_representatives(Y, 50, 7), select_representatives(Y, 50, 7))
 
 
+
+@pytest.mark.parametrize("d", [2, 10])  # the k-d tree's assignment, and the blocked products
+def test_lloyd_stops_at_the_first_iteration_that_gains_under_rtol(d):
+    """``lloyd(..., rtol)`` is the plain iteration stopped after the update of the first
+    assignment whose quantization error is within ``rtol`` of the previous one's."""
+    from scipy.spatial import cKDTree
+
+    from ooc_spectral.core.representative_selection import kmeans_plusplus, lloyd
+
+    rng = np.random.default_rng(0)
+    S = rng.normal(size=(1000, d))
+    C0 = kmeans_plusplus(S[:200], 40, np.random.default_rng(1))
+    plain = [C0]  # C_i: i iterations
+    for _ in range(9):
+        plain.append(lloyd(S, plain[-1], 1))
+    error = [float(np.sum(cKDTree(C).query(S)[0] ** 2)) for C in plain]
+    t = next(i for i in range(1, 9) if error[i - 1] - error[i] <= 0.01 * error[i])
+    assert t + 1 < 10  # the rule stops early here
+    np.testing.assert_array_equal(lloyd(S, C0, 10, rtol=0.01), plain[t + 1])
+    np.testing.assert_array_equal(lloyd(S, C0, 3, rtol=0.0), plain[3])
+
 # --------------------------------------------------------------------------- #
 # the estimator: GreedySpectralClustering(affinity="representatives")
 # --------------------------------------------------------------------------- #

@@ -143,47 +143,58 @@ def nearest_reach(D, x2, K, ratio2, J, V):  # pragma: no cover - compiled
     c, m = D.shape
     reach = J.shape[1]
     q = m // reach
+    vs = np.empty(reach)  # the row's places, in the core's first-level cache
+    js = np.empty(reach, dtype=np.int64)
     for t in range(c):
+        row = D[t]
         # the largest of the minima of `reach` disjoint blocks of columns bounds the
-        # reach-th smallest entry: only the entries up to it are placed
+        # reach-th smallest entry: only the entries up to it are placed, and once every
+        # place is filled, only those below the last place
         tau = -np.inf
         for b in range(reach):
-            low = D[t, b * q]
+            low = row[b * q]
             for j in range(b * q + 1, (b + 1) * q):
-                low = min(low, D[t, j])
-            tau = max(tau, low)
+                v = row[j]
+                low = v if v < low else low
+            tau = low if low > tau else tau
         filled = 0
         for j in range(m):  # columns ascending: a tie keeps the lower column first
-            v = D[t, j]
+            v = row[j]
             if v > tau:
                 continue
             if filled == reach:
-                if not v < V[t, reach - 1]:
+                if not v < vs[reach - 1]:
                     continue
                 p = reach - 1
             else:
                 p = filled
                 filled += 1
-            while p > 0 and V[t, p - 1] > v:
-                V[t, p] = V[t, p - 1]
-                J[t, p] = J[t, p - 1]
+            while p > 0 and vs[p - 1] > v:
+                vs[p] = vs[p - 1]
+                js[p] = js[p - 1]
                 p -= 1
-            V[t, p] = v
-            J[t, p] = j
-        near = ratio2 * max(V[t, K - 1] + x2[t], 0.0) - x2[t]
+            vs[p] = v
+            js[p] = j
+            if filled == reach:
+                tau = vs[reach - 1]
+        xt = x2[t]
+        near = ratio2 * max(vs[K - 1] + xt, 0.0) - xt
         for p in range(reach):
-            if p >= K and V[t, p] > near:
-                V[t, p] = np.inf
-                J[t, p] = 0
+            if p >= K and vs[p] > near:
+                vs[p] = np.inf
+                js[p] = 0
             else:
-                V[t, p] = max(V[t, p] + x2[t], 0.0)
+                vs[p] = max(vs[p] + xt, 0.0)
         for p in range(1, reach):  # by distance, then by number
-            v = V[t, p]
-            j = J[t, p]
+            v = vs[p]
+            j = js[p]
             i = p
-            while i > 0 and (V[t, i - 1] > v or (V[t, i - 1] == v and J[t, i - 1] > j)):
-                V[t, i] = V[t, i - 1]
-                J[t, i] = J[t, i - 1]
+            while i > 0 and (vs[i - 1] > v or (vs[i - 1] == v and js[i - 1] > j)):
+                vs[i] = vs[i - 1]
+                js[i] = js[i - 1]
                 i -= 1
-            V[t, i] = v
-            J[t, i] = j
+            vs[i] = v
+            js[i] = j
+        for p in range(reach):
+            V[t, p] = vs[p]
+            J[t, p] = js[p]

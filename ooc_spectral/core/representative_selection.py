@@ -8,6 +8,20 @@ outlying rows included. The sample's rows are moved by their mean first, so that
 distances by expansion do not cancel for data far from the origin; the result is a
 function of the sample, ``m`` and the seed only.
 
+Two rules keep the selection's cost well under a pass over the data:
+
+* the seeding runs on a seeded uniform part of :data:`SEEDING_FACTOR` ``* m`` rows of
+  the sample. Each of its ``m`` steps is a pass over the rows it draws from, so its cost
+  is ``m`` times their number; three rows a centre still hold every region of the
+  sample in proportion to its rows (a cluster of a fraction ``f`` of the rows: about
+  ``3 m f`` of them, 300 f per cluster at the default 100 representatives a cluster),
+  and Lloyd's iterations on the whole sample then place the centres;
+* Lloyd stops once an iteration lowers the sample's quantization error (the sum of
+  squared distances of its rows to their nearest centre) by less than
+  :data:`LLOYD_RTOL` of it. The representatives only need to follow the rows'
+  density; the error's last percent moves them by a fraction of their spacing, which
+  the graph's local scales absorb, while each iteration costs as much as the seeding.
+
 The distances are those of :mod:`ooc_spectral.core.representatives`: one product per
 cache-sized block of rows (a k-d tree up to
 :data:`~ooc_spectral.core.representatives.KDTREE_MAX_FEATURES` features), the blocks
@@ -22,7 +36,13 @@ from scipy.spatial import cKDTree
 from .representatives import (DISTANCE_BLOCK_BYTES, KDTREE_MAX_FEATURES, _scaled_with_norms,
                               _sq_norms, _with_ones, in_threads)
 
-__all__ = ["kmeans_plusplus", "lloyd", "select_representatives"]
+__all__ = ["kmeans_plusplus", "lloyd", "select_representatives", "SEEDING_FACTOR",
+           "LLOYD_RTOL"]
+
+#: k-means++ seeds ``m`` centres from this many times ``m`` rows of the sample.
+SEEDING_FACTOR = 3
+#: Lloyd stops when an iteration lowers the quantization error by less than this share.
+LLOYD_RTOL = 0.01
 
 
 def kmeans_plusplus(S: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarray:
@@ -55,40 +75,60 @@ def kmeans_plusplus(S: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarr
     return S[chosen].copy()
 
 
-def lloyd(S: np.ndarray, C: np.ndarray, max_iter: int) -> np.ndarray:
+def lloyd(S: np.ndarray, C: np.ndarray, max_iter: int, rtol: float = 0.0) -> np.ndarray:
     """At most ``max_iter`` Lloyd iterations of the centres ``C`` on the rows ``S``;
-    stops when no row changes centre. A centre left without rows keeps its place."""
+    stops when no row changes centre, or when an assignment lowers the quantization
+    error ``sum_t min_j |s_t - c_j|^2`` by at most ``rtol`` times its value (after that
+    iteration's update). A centre left without rows keeps its place."""
     import scipy.sparse as sp
 
     C = np.array(C, dtype=np.float64, copy=True)
     m, n = C.shape[0], S.shape[0]
     A = _with_ones(S) if S.shape[1] > KDTREE_MAX_FEATURES else None
+    s2 = _sq_norms(S) if A is not None else None
     label = None
+    error = None
     ones = np.ones(n)
     cols = np.arange(n)
+
+    def nearest(a, step, B):
+        D = A[a:a + step] @ B
+        j = np.argmin(D, axis=1)
+        return j, float(np.sum(np.take_along_axis(D, j[:, None], axis=1)[:, 0] + s2[a:a + step]))
+
     for _ in range(max_iter):
-        if S.shape[1] <= KDTREE_MAX_FEATURES:
-            new = cKDTree(C).query(S, k=1, workers=-1)[1]
+        if A is None:
+            d, new = cKDTree(C).query(S, k=1)  # at most 10 m rows: one thread
+            now = float(np.dot(d, d))
         else:
             B = _scaled_with_norms(C).T  # argmin |c|^2 - 2 s.c, in cache-sized blocks
             step = max(64, DISTANCE_BLOCK_BYTES // (8 * m))
-            new = np.concatenate(in_threads(lambda a: np.argmin(A[a:a + step] @ B, axis=1),
-                                            range(0, n, step)))
+            parts = in_threads(lambda a: nearest(a, step, B), range(0, n, step))
+            new = np.concatenate([p[0] for p in parts])
+            now = float(sum(p[1] for p in parts))
         if label is not None and np.array_equal(new, label):
             break
         label = new
         counts = np.bincount(label, minlength=m)
-        sums = sp.csr_matrix((ones, (label, cols)), shape=(m, n)) @ S
+        if A is None:  # a few columns: one count per column (the same sums, in row order)
+            sums = np.stack([np.bincount(label, weights=S[:, j], minlength=m)
+                             for j in range(S.shape[1])], axis=1)
+        else:
+            sums = sp.csr_matrix((ones, (label, cols)), shape=(m, n)) @ S
         filled = counts > 0
         C[filled] = sums[filled] / counts[filled, None]
+        if error is not None and error - now <= rtol * max(now, 0.0):
+            break
+        error = now
     return C
 
 
 def select_representatives(sample: np.ndarray, m: int, seed: int, *,
                            max_iter: int = 10) -> np.ndarray:
-    """``m`` representatives of the rows ``sample``: k-means++ seeding, then at most
-    ``max_iter`` Lloyd iterations (U-SPEC's hybrid selection: k-means on a random
-    sample of about ten times ``m`` rows). Duplicate centres are dropped, so fewer
+    """``m`` representatives of the rows ``sample``: k-means++ seeding on
+    :data:`SEEDING_FACTOR` ``* m`` of its rows (a seeded uniform part), then at most
+    ``max_iter`` Lloyd iterations on all of them, stopped by :data:`LLOYD_RTOL` (U-SPEC's
+    hybrid selection: k-means on a random sample of about ten times ``m`` rows). Duplicate centres are dropped, so fewer
     than ``m`` come back when the sample has fewer than ``m`` distinct rows.
 
     The arithmetic runs on the sample moved by its mean (distances by their
@@ -100,7 +140,11 @@ def select_representatives(sample: np.ndarray, m: int, seed: int, *,
     S = np.ascontiguousarray(S - mean)
     m = min(int(m), S.shape[0])
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x52455053]))
-    C = lloyd(S, kmeans_plusplus(S, m, rng), max_iter)
+    seeding = S
+    if S.shape[0] > SEEDING_FACTOR * m:
+        part = rng.choice(S.shape[0], size=SEEDING_FACTOR * m, replace=False)
+        seeding = S[np.sort(part)]
+    C = lloyd(S, kmeans_plusplus(seeding, m, rng), max_iter, LLOYD_RTOL)
     _, first = np.unique(C, axis=0, return_index=True)
     C = C[np.sort(first)]
     return C + mean

@@ -95,6 +95,7 @@ from typing import ClassVar
 
 import numpy as np
 import scipy.linalg
+import scipy.sparse
 from scipy.spatial import cKDTree
 
 from .._accel.fused import nearest_reach
@@ -131,9 +132,10 @@ DISTANCE_BLOCK_BYTES = 8 * 2**20
 #: "Nearest representatives").
 KDTREE_MAX_FEATURES = 8
 #: Rows per sub-block of :func:`chunk_bipartite`: its pair numbers and products are
-#: ``K^2`` values a row (25 at K = 5, 400 bytes with both), 13 MiB at 32768 rows
-#: against 100 MiB for a whole 262144-row task, beside one ``m x m`` sum per sub-block.
-BIPARTITE_BLOCK_ROWS = 32768
+#: ``K^2`` values a row (25 at K = 5, 400 bytes with both), 6.5 MiB at 16384 rows
+#: against 100 MiB for a whole 262144-row task, beside one ``m x m`` sum per sub-block;
+#: in memory, enough sub-blocks for the cores to share evenly (7 for 10^5 rows).
+BIPARTITE_BLOCK_ROWS = 16384
 #: A row's clustering coordinates average over its ``K`` nearest representatives and the
 #: ones within this ratio of the ``K``-th distance (:meth:`Representatives.neighbourhood`),
 #: at most ``REACH_FACTOR * K`` in all.
@@ -366,12 +368,14 @@ class Representatives:
         index, d2 = self._search(X, K, self.reach)  # past the K-th: near ties, else inf
         s = np.sqrt(d2[:, :K]).mean(axis=1)
         if self.scales is None:
-            denom = (2.0 * s * s)[:, None]
+            ratio = np.broadcast_to((2.0 * s * s)[:, None], d2.shape).copy()
         else:
-            denom = 2.0 * s[:, None] * self.scales[index]
-        ratio = np.divide(d2, denom, out=np.zeros_like(d2), where=denom > 0)
-        ratio[np.isinf(d2)] = np.inf  # no near tie in that place: weight 0
-        return index, np.exp(-ratio)
+            ratio = np.multiply(self.scales[index], 2.0 * s[:, None])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            np.divide(d2, ratio, out=ratio)  # no near tie (inf): weight 0
+        np.fmax(ratio, 0.0, out=ratio)  # 0 / 0 (a row on all K): weight 1
+        np.negative(ratio, out=ratio)
+        return index, np.exp(ratio, out=ratio)
 
     def weights(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(index, b)``, both ``(len(X), K)``: the graph's edges of each row, its ``K``
@@ -483,8 +487,13 @@ class TransferCutMap:
     def coordinates(self, index: np.ndarray, b: np.ndarray) -> np.ndarray:
         """The coordinates ``(c, p)`` of rows given their representatives and weights
         (``(c, K)`` each, :meth:`Representatives.weights`)."""
+        c, r = b.shape
         b = b / b.sum(axis=1, keepdims=True)
-        return np.einsum("ck,ckp->cp", b, self.coefficients[index])
+        # each row's weighted sum of its representatives' coefficients, place by place:
+        # one sparse product
+        A = scipy.sparse.csr_matrix((b.ravel(), np.asarray(index).ravel(),
+                                     np.arange(0, c * r + 1, r)), shape=(c, self.coefficients.shape[0]))
+        return np.asarray(A @ self.coefficients)
 
     def leading(self, p: int) -> "TransferCutMap":
         """The map to the ``p`` leading coordinates only."""

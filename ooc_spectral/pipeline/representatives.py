@@ -36,6 +36,8 @@ distance block within :data:`~ooc_spectral.core.representatives.DISTANCE_BLOCK_B
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -89,6 +91,8 @@ MAX_REPRESENTATIVES = 1000
 #: In-memory rows keep each row's neighbourhood (12 bytes per row and representative of
 #: its reach) for the labels up to this size; above it the labels find them again.
 GRAPH_CACHE_BYTES = 256 * 2**20
+#: The in-memory pass hands its blocks to the threads this many per core at a time.
+PASS_WINDOW = 4
 
 
 @dataclass
@@ -251,7 +255,10 @@ def in_memory_pass(source, reps: Representatives, step: int) -> tuple[BipartiteS
     """The bipartite sums of in-memory rows, block by block (on every core, folded in row
     order), and each block's neighbourhood ``(index, b)``
     (:meth:`~ooc_spectral.core.representatives.Representatives.neighbourhood`) while they
-    fit in :data:`GRAPH_CACHE_BYTES`."""
+    fit in :data:`GRAPH_CACHE_BYTES`. The blocks go to the threads
+    :data:`PASS_WINDOW` per core at a time, and their sums are folded before the next
+    ones start: the threads share the work evenly, and the memory held is a few
+    ``m x m`` sums whatever ``n``."""
     keep = source.n_rows * reps.reach * 12 <= GRAPH_CACHE_BYTES
     K = reps.n_neighbors
 
@@ -260,8 +267,15 @@ def in_memory_pass(source, reps: Representatives, step: int) -> tuple[BipartiteS
         part = bipartite_sums(index[:, :K], b[:, :K], reps.size)
         return part, ((index.astype(np.int32), b) if keep else None)
 
-    parts = in_threads(one, in_memory_blocks(source, step))
-    return combine_in_order([p for p, _ in parts]), ([g for _, g in parts] if keep else None)
+    blocks = in_memory_blocks(source, step)
+    window = PASS_WINDOW * (os.cpu_count() or 1)
+    total, graph = None, ([] if keep else None)
+    while batch := list(itertools.islice(blocks, window)):
+        for part, g in in_threads(one, batch):
+            total = part if total is None else total.combine(part)
+            if keep:
+                graph.append(g)
+    return total, graph
 
 
 def _label_located(block, cmap, chunk_starts=None, block_info=None):
@@ -421,7 +435,7 @@ def embed_and_label(source, cmap: ClusterMap, chunk_rows: int | None = None, gra
             with accel_for(source.n_rows * reps.size):
                 graph = in_threads(lambda block: reps.neighbourhood(block[1]),
                                    in_memory_blocks(source, task_rows(source, chunk_rows)))
-        parts = [cmap.embed_weights(index, b) for index, b in graph]
+        parts = in_threads(lambda g: cmap.embed_weights(*g), graph)
         E = np.concatenate(parts) if parts else np.empty((0, cmap.n_components))
         return E, nearest_center(E, cmap.centers)
     X = source.to_dask(task_rows(source, chunk_rows))

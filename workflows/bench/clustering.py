@@ -330,10 +330,15 @@ def cell(m: dict | None) -> str:
 
 
 def markdown(res: dict) -> str:
+    others = [f"- {r['data']}: measured {r['run']['date']} by `{r['run']['command']}`"
+              for r in res["sets"]
+              if r.get("run") and r["run"]["command"] != res["meta"]["command"]]
     lines = [f"# Spectral clustering at the defaults ({res['meta']['date']}, "
              f"{res['meta']['machine']})", "",
              f"`{res['meta']['command']}`", ""] + (
-                 [res["meta"]["note"], ""] if res["meta"].get("note") else []) + [
+                 [res["meta"]["note"], ""] if res["meta"].get("note") else []) + (
+                 ["Sets measured by another run (merged):", ""] + others + [""]
+                 if others else []) + [
              "Median ARI over the seeds (least-largest), median seconds; ratio: our median "
              "time over KMeans's, fitted alternately (sets of 10^5 rows and more).", "",
              "| data | n x d | k | ours | KMeans | MiniBatchKMeans | SpectralClustering(nn) "
@@ -381,6 +386,9 @@ def main() -> None:
     ap.add_argument("--memory-engine", choices=("cluster", "threads"), default="cluster",
                     help="the engine of every memory run (default: the embedded LocalCluster, "
                     "which the command takes at its defaults above 128 MiB of input)")
+    ap.add_argument("--note", default=None,
+                    help="a sentence kept with the results (for instance which sets a later "
+                    "--merge run measured again, and why)")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     ap.add_argument("--merge", action="store_true",
@@ -395,6 +403,8 @@ def main() -> None:
     def log(msg):
         print(msg, file=sys.stderr, flush=True)
 
+    command = "python workflows/bench/clustering.py " + " ".join(sys.argv[1:])
+
     sets = []
     for name in args.sets:
         log(f"{name} (load {load_average():.1f})")
@@ -404,6 +414,7 @@ def main() -> None:
             X_rows = load(name)[0].shape[0]
             kernel = X_rows <= args.kernel_max_rows
         sets.append(measure_set(name, args.seeds, args.budget, kernel, log, args.kernel_budget))
+        sets[-1]["run"] = {"date": time.strftime("%Y-%m-%d %H:%M"), "command": command}
     if old.get("sets"):
         done = {s["data"] for s in sets}
         sets = [s for s in old["sets"] if s["data"] not in done] + sets
@@ -424,7 +435,7 @@ def main() -> None:
         "meta": {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": platform.node(),
                  "cores": os.cpu_count(), "python": platform.python_version(),
                  "ooc_spectral": __version__, "scikit_learn": sklearn.__version__,
-                 "command": "python workflows/bench/clustering.py " + " ".join(sys.argv[1:])},
+                 "command": command},
         "summary": {
             "sets": len(sets),
             "ari_within_0.02_of_best_peer": sum(s["ari_within_0.02"] for s in sets),
@@ -432,6 +443,8 @@ def main() -> None:
             "large_sets": sum("time_over_kmeans" in s for s in sets)},
         "sets": sets,
     }
+    if args.note:
+        res["meta"]["note"] = args.note
     if memory:
         res["memory"] = memory
     path.write_text(json.dumps(res, indent=1) + "\n")
