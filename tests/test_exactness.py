@@ -5,7 +5,8 @@
   refuses with :class:`NumericalBreakdownError` whose advised tol gives a certified fit;
   a certified fit has every exact eigenvalue in ``eigenvalue_interval_`` (against
   scikit-learn's ``KernelPCA(eigen_solver="dense")``, within the reference's own rounding),
-  its top components equal KernelPCA's, and ``max_residual_ <= tol``;
+  its top components equal KernelPCA's, and ``max_residual_ <= tol`` (the S-curve's tols
+  between 1e-6, 1e-9 and 1e-12, and its fits on MKL, under ``-m slow``: :func:`grid`);
 - a statistic corrupted on its way to the eigensolve raises
   :class:`NumericalBreakdownError`; so does a tol float64 cannot certify (a swiss roll at
   tol=1e-12), where the computed residuals all look within tol;
