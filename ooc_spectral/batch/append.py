@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..io.checkpoint import RunCheckpoint, _now, config_hash
+from ..io.checkpoint import RunCheckpoint, _now, config_hash, record_edited
 from ..core.config import FitConfig
 from ..io.integrity import _listing, chunk_keys
 from ..io.source import DataSource, open_source
@@ -197,7 +197,7 @@ def plan_append(attrs: dict | None, resolved: dict, source: DataSource, config: 
     """
     if not attrs or attrs.get("config") is None or not _same_but_rows(attrs["config"], resolved):
         return None, ""
-    if config_hash(attrs["config"]) != attrs.get("config_hash"):
+    if record_edited(attrs):
         return None, ""  # an edited record: no update of it (the ordinary path compares digests)
     update = attrs.get("update")
     in_progress = update is not None and attrs.get("status") != "complete"

@@ -28,7 +28,7 @@ import contextlib
 import hashlib
 import logging
 
-from ..io.checkpoint import RunDirectory, _now, config_hash
+from ..io.checkpoint import RunDirectory, _now, config_hash, record_edited
 from ..io.manifest import (MEMBERS_KEY, REPORT_DIGEST, REPRESENTATIVES_KEY, audit,
                            chunked_entry, sealed_entry)
 from ..io.persistence import MODEL_KEY, package_versions
@@ -105,7 +105,7 @@ def begin(rundir: RunDirectory, resolved: dict, extra: dict, *, overwrite: bool)
     except ConfigurationMismatchError:
         old = rundir.run_attrs() or {}
         config = old.get("config") or {}
-        if config_hash(config) != old.get("config_hash") or \
+        if record_edited(old) or \
                 {**config, "input": config.get("input", {}).get("url")} != \
                 {**resolved, "input": resolved["input"]["url"]}:
             raise  # another configuration (or an edited record), not only another input

@@ -52,7 +52,7 @@ from .safety import classify_outdir, open_nofollow, remove_members_marker_last, 
 from .safety import unfinished_beginning as _unfinished_beginning
 from ..core.scan.state import DictionaryState
 
-__all__ = ["RunDirectory", "RunCheckpoint", "config_hash", "RUN_KEY"]
+__all__ = ["RunDirectory", "RunCheckpoint", "config_hash", "record_edited", "RUN_KEY"]
 
 log = logging.getLogger("ooc_spectral")
 
@@ -65,6 +65,11 @@ def config_hash(config: dict) -> str:
     """SHA-256 of the canonical JSON of a resolved configuration."""
     blob = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def record_edited(attrs: dict) -> bool:
+    """True when a run's recorded configuration no longer matches its own digest."""
+    return config_hash(attrs.get("config") or {}) != attrs.get("config_hash")
 
 
 def _now() -> str:
@@ -98,8 +103,7 @@ class RunCheckpoint:
     every : int
         Windows of the scan between two saves of its state.
     run : str, optional
-        The run's id: each part is sealed with it, and a part of another run (copied in
-        from another OUTDIR of the same configuration) is discarded as damaged.
+        The run's id, sealed into each part: another run's part is discarded as damaged.
     """
 
     def __init__(self, group, every: int = 4, run: str | None = None):
@@ -155,7 +159,7 @@ class RunCheckpoint:
 
     def _check_run(self, meta: dict) -> None:
         if self.run is not None and meta.get("run") != self.run:
-            raise ValueError(f"it is of another run ({meta.get('run')!r}, not {self.run!r})")
+            raise ValueError(f"it is another run's ({meta.get('run')!r}, not {self.run!r})")
 
     # -- pass-2 partials --------------------------------------------------- #
     def _partial_name(self, stage: str, segment: int) -> str:
@@ -498,7 +502,6 @@ class RunDirectory:
             self._clear()
             existing = None
         if existing is not None:
-            edited = config_hash(existing.get("config") or {}) != existing.get("config_hash")
             if existing.get("config_hash") != digest:
                 new, old = _flatten(config), _flatten(existing.get("config", {}))
                 changed = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}"
@@ -506,14 +509,12 @@ class RunDirectory:
                 raise ConfigurationMismatchError(
                     f"{self.path} holds a run with a different configuration ("
                     + ("its recorded configuration was edited after the run, so what differs "
-                       "cannot be told" if edited else
+                       "cannot be told" if record_edited(existing) else
                        f"differs in: {', '.join(changed) or 'unknown'}")
                     + "); use another --out, or pass --overwrite to discard it")
-            if edited:  # only the record was changed: the command's configuration restores it
-                log.warning("%s: the run's recorded configuration no longer matched its digest "
-                            "(zarr.json edited); restored from this command's", self.path)
-                group = self.group()
-                group.attrs[RUN_KEY] = {**group.attrs[RUN_KEY], "config": config}
+            if record_edited(existing):  # only the record changed: this command's restores it
+                log.warning("%s: the run's record was edited; restored", self.path)
+                self.group().attrs[RUN_KEY] = {**existing, "config": config}
             return True
         zarr.create_group(self.url, zarr_format=3, attributes={
             RUN_KEY: {"config": config, "config_hash": digest, "status": "running",

@@ -394,7 +394,7 @@ def audit(path, *, deep: bool = True, only=None) -> tuple[list[Finding], dict | 
     """
     import zarr
 
-    from .checkpoint import RUN_KEY, config_hash
+    from .checkpoint import RUN_KEY, record_edited
     from .safety import read_json_file
     from .storage import filesystem, join
 
@@ -412,7 +412,7 @@ def audit(path, *, deep: bool = True, only=None) -> tuple[list[Finding], dict | 
     if not isinstance(attrs, dict) or attrs.get("status") != "complete":
         return [], attrs
     findings, report = [], None
-    if config_hash(attrs.get("config") or {}) != attrs.get("config_hash"):
+    if record_edited(attrs):
         findings.append(Finding("zarr.json", DAMAGED, "the run's recorded configuration was "
                                 "edited: it no longer matches its digest (config_hash)"))
     try:
