@@ -736,3 +736,45 @@ def test_sigterm_while_the_command_starts_is_exit_1(monkeypatch, capsys):
     monkeypatch.setattr(batch_cli, "build_parser", slow_start)
     code, err = run("inspect", "/nonexistent", capsys=capsys)
     assert code == 1 and "interrupted by SIGTERM while starting" in err, err
+
+
+def test_an_outdir_a_workflow_wrote_names_the_workflow_as_its_repair(small, tmp_path, capsys):
+    """verify's repair for the OUTDIR of a workflow's step is the workflow (the steps' options
+    are in the file, not on a command line), and rerunning it repairs the OUTDIR."""
+    opts = 'gamma = 0.05\ntol = 0.01\nn_components = 2\nengine = "threads"\n'
+    wf = _workflow(tmp_path, f'[[step]]\nrun = "fit"\ninput = "{small}"\nout = "fit"\n{opts}'
+                             f'[[step]]\nrun = "transform"\nmodel = "fit"\ninput = "{small}"\n'
+                             'out = "emb"\n')
+    assert run("run", wf, "-q", capsys=capsys)[0] == 0
+    good = np.asarray(zarr.open_array(str(wf.parent / "emb" / "embedding"), mode="r")[...])
+    for name in ("fit", "emb"):
+        chunk = next(p for p in (wf.parent / name / "embedding" / "c").rglob("*") if p.is_file())
+        chunk.unlink()
+        code, err = run("verify", wf.parent / name, capsys=capsys)
+        assert code == 1 and f"ooc-spectral run {wf}" in err and "ooc-spectral transform" not in err, err
+    assert run("run", wf, "-q", capsys=capsys)[0] == 0
+    for name in ("fit", "emb"):
+        assert run("verify", wf.parent / name, capsys=capsys)[0] == 0
+    again = np.asarray(zarr.open_array(str(wf.parent / "emb" / "embedding"), mode="r")[...])
+    np.testing.assert_array_equal(again, good)
+
+
+def test_verify_says_when_a_model_is_of_a_format_this_version_cannot_read(tmp_path, capsys):
+    """A model written by a newer version (its description resealed with format 4) is intact
+    byte for byte, but transform refuses it: verify says so beside "intact"."""
+    from ooc_spectral import GreedySpectralEmbedding
+    from ooc_spectral.io.integrity import sealed
+    from ooc_spectral.io.persistence import ATTRS_KEY, MODEL_KEY
+
+    X = np.random.default_rng(0).normal(size=(200, 3))
+    path = tmp_path / "model.zarr"
+    GreedySpectralEmbedding(n_components=2, gamma=0.05, tol=1e-2, random_state=0).fit(X).save(path)
+    assert run("verify", path, capsys=capsys)[0] == 0
+    group = zarr.open_group(str(path), mode="r+")
+    meta = {k: v for k, v in dict(group.attrs[MODEL_KEY]).items() if k != ATTRS_KEY}
+    group.attrs[MODEL_KEY] = sealed({**meta, "format": 4}, key=ATTRS_KEY)
+    code, out = run("verify", path, capsys=capsys)
+    assert code == 0 and "intact" in out and "the model has format 4" in out, out
+    assert "transform and load refuse it" in out, out
+    code, err = run("transform", path, tmp_path / "x.zarr", "--out", tmp_path / "o", capsys=capsys)
+    assert code == 2 and "has format 4" in err, err

@@ -316,6 +316,7 @@ class TransformJob:
     cluster: ClusterOptions = field(default_factory=ClusterOptions)
     overwrite: bool = False
     chunk_rows: int | None = None
+    attrs: dict = field(default_factory=dict)  # recorded with the run (the workflow step)
 
 
 def run_transform_job(job: TransformJob) -> dict:
@@ -345,7 +346,7 @@ def run_transform_job(job: TransformJob) -> dict:
     rundir.check_before_writing(job.overwrite)  # a foreign directory: nothing is created
     with rundir:
         rundir.acquire(description=f"transform {job.input}")
-        extra = {"input_fingerprint": fingerprint, "model_sha256": model_digest}
+        extra = {"input_fingerprint": fingerprint, "model_sha256": model_digest, **job.attrs}
         resuming = begin(rundir, resolved, extra, overwrite=job.overwrite)
         if resuming and rundir.status() == "complete":
             report = recheck(rundir)  # verify's check; the repair prepared when damaged

@@ -465,7 +465,7 @@ def run_workflow(path, *, overrides=(), parser: argparse.ArgumentParser,
             from ..io.storage import redact
 
             resolved = {**resolved, "storage_options": redact(resolved["storage_options"])}
-        if step["run"] == "fit":
+        if step["run"] in ("fit", "transform"):  # named in the run's record: its repair
             args.workflow_attrs = {"workflow": {"file": wf["file"], "name": wf["name"],
                                                 "step": wf["ids"][i], "resolved": resolved}}
         planned.append((i, args))

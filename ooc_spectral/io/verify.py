@@ -22,9 +22,9 @@ import zarr
 from ..exceptions import MissingChunkError
 from .integrity import (_chunk_region, arrays_digest, chunk_keys, damaged_chunks, digest_check,
                         missing_chunks, seal_holds)
-from .persistence import ATTRS_KEY, MODEL_KEY
+from .persistence import ATTRS_KEY, MODEL_KEY, READABLE_FORMATS
 
-__all__ = ["verify_group", "check_readable_here"]
+__all__ = ["verify_group", "check_readable_here", "unreadable_models"]
 
 
 def _arrays(group, prefix: str = ""):
@@ -99,6 +99,25 @@ def verify_group(path, *, count_only: bool = False) -> dict[str, Any]:
             report["missing"] = [m for m in report["missing"]
                                  if not any(m.startswith(n) for n in names)]
     return report
+
+
+def unreadable_models(path) -> list[str]:
+    """The models under the zarr group at ``path`` (itself, or its ``model`` member) in a
+    format this version cannot read: intact perhaps, but ``transform`` and ``load`` refuse
+    them. One line for each, naming the format and what to do."""
+    group = zarr.open_group(os.fspath(path), mode="r")
+    out = []
+    for gname in ("", "model"):
+        try:
+            g = group[gname] if gname else group
+        except KeyError:
+            continue
+        meta = g.attrs.get(MODEL_KEY) if isinstance(g, zarr.Group) else None
+        if isinstance(meta, dict) and meta.get("format") not in READABLE_FORMATS:
+            out.append(f"{gname or '.'}: the model has format {meta.get('format')!r}; this "
+                       f"version reads formats {', '.join(map(str, READABLE_FORMATS))}, so "
+                       "transform and load refuse it: use the version that wrote it, or refit")
+    return out
 
 
 # --------------------------------------------------------------------------- #
@@ -253,6 +272,10 @@ def rerun_command(path, attrs: dict | None) -> str:
     quoted for a POSIX shell."""
     from shlex import quote
 
+    workflow = (attrs or {}).get("workflow") or {}
+    if workflow.get("file"):  # written by a workflow's step: the workflow repairs it
+        return (f"ooc-spectral run {quote(str(workflow['file']))} (the workflow that wrote it, "
+                f"with the same options; its step {workflow.get('step')!r} resumes)")
     config = (attrs or {}).get("config") or {}
     url = (config.get("input") or {}).get("url") or "INPUT"
     if "model" in config:
