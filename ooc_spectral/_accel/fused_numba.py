@@ -136,6 +136,18 @@ def clip_unit_dot(S, G, out):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
+def _place(vs, js, p, v, j):  # pragma: no cover - compiled
+    """``(v, j)`` into place ``p`` or before it, the places ``< p`` sorted by value then
+    number (an insertion sort's step; the places it passes move up one)."""
+    while p > 0 and (vs[p - 1] > v or (vs[p - 1] == v and js[p - 1] > j)):
+        vs[p] = vs[p - 1]
+        js[p] = js[p - 1]
+        p -= 1
+    vs[p] = v
+    js[p] = j
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
 def _finish_row(vs, js, K, ratio2, xt, J, V):  # pragma: no cover - compiled
     """A row's ``reach`` smallest values ``v`` (sorted by value, then column): those past
     the ``K``-th above the ``near`` bound of the ``K``-th dropped (``inf``, column 0), the
@@ -149,15 +161,7 @@ def _finish_row(vs, js, K, ratio2, xt, J, V):  # pragma: no cover - compiled
         else:
             vs[p] = max(vs[p] + xt, 0.0)
     for p in range(1, reach):  # by distance, then by number
-        v = vs[p]
-        j = js[p]
-        i = p
-        while i > 0 and (vs[i - 1] > v or (vs[i - 1] == v and js[i - 1] > j)):
-            vs[i] = vs[i - 1]
-            js[i] = js[i - 1]
-            i -= 1
-        vs[i] = v
-        js[i] = j
+        _place(vs, js, p, vs[p], js[p])
     for p in range(reach):
         V[p] = vs[p]
         J[p] = js[p]
@@ -293,12 +297,7 @@ def grouped_reach(Y, x2, A, r2, perm, starts, centres, radii, K, ratio2, rmax, p
                 else:
                     p = filled
                     filled += 1
-                while p > 0 and (vs[p - 1] > v or (vs[p - 1] == v and js[p - 1] > o)):
-                    vs[p] = vs[p - 1]
-                    js[p] = js[p - 1]
-                    p -= 1
-                vs[p] = v
-                js[p] = o
+                _place(vs, js, p, v, o)
         for p in range(filled, reach):  # never kept: beyond the bound, dropped below
             vs[p] = np.inf
             js[p] = 0
