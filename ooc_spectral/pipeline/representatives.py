@@ -50,7 +50,7 @@ from ..core.eigengap import AUTO_MAX_CLUSTERS, choose_n_clusters, laplacian_from
 from ..core.pass2 import _InOrder
 from ..core.planning import MAX_SEGMENTS, segments, whole_chunks
 from ..core.representatives import (BIPARTITE_BLOCK_ROWS, BipartiteSums, ClusterMap,
-                                    REACH_FACTOR, Representatives, TransferCutMap,
+                                    NEAR_TIES_MIN_FEATURES, REACH_FACTOR, Representatives, TransferCutMap,
                                     bipartite_sums,
                                     chunk_bipartite, combine_in_order,
                                     graph_pieces, in_threads, nearest_center,
@@ -197,8 +197,9 @@ def choose_representatives(source, n_representatives: int, n_neighbors: int, see
     sample = read_sample(source, sample_rows(n, sample_factor * m, seed, REPRESENTATIVES_PURPOSE))
     points = select_representatives(sample, m, seed)
     K = min(int(n_neighbors), points.shape[0])
+    near_ties = points.shape[1] >= NEAR_TIES_MIN_FEATURES
     return Representatives(points, K, representative_scales(points, K, sample),
-                           reach=REACH_FACTOR * K)
+                           reach=REACH_FACTOR * K if near_ties else K)
 
 
 def _from_flat(flat: dict) -> BipartiteSums:
