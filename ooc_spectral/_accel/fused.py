@@ -26,10 +26,12 @@ import os
 
 import numpy as np
 
-from .support import ACCEL_MIN_ENTRIES, accel_allowed, accel_for, config_flag, contiguous_float64, once
+from .support import (ACCEL_MIN_ENTRIES, accel_allowed, accel_for, config_flag,
+                      contiguous_float64, once)
 
 __all__ = ["numba_loops", "loops_backend", "loops_for", "LOOPS_MIN_ELEMENTS", "centre_rows", "centre_rows_weighted", "clip_unit_col_sums", "clip_unit_dot",
-           "CENTRE_PIECE_ELEMENTS", "DOT_MAX_COLUMNS", "nearest_reach"]
+           "CENTRE_PIECE_ELEMENTS", "DOT_MAX_COLUMNS", "nearest_reach",
+           "grouped_reach"]
 
 #: Entries of a C-ordered block that the NumPy form of :func:`centre_rows` takes at a
 #: time (a piece of 1 MiB, read once into the core's cache for its three uses; as the
@@ -271,3 +273,36 @@ def nearest_reach(D: np.ndarray, x2: np.ndarray, K: int, reach: int, ratio: floa
     V = np.empty((c, reach))
     loops.nearest_reach(D, x2, int(K), float(ratio) ** 2, J, V)
     return J, V
+
+
+def grouped_reach(Y: np.ndarray, x2: np.ndarray, groups, K: int, reach: int, ratio: float,
+                  prune: bool = True):
+    """Compiled: what :func:`nearest_reach` gives for the distance block of the rows ``Y``
+    (moved by the representatives' mean) and the representatives of ``groups`` (a
+    :class:`~ooc_spectral.core.nearest.RepresentativeGroups`), from the representatives
+    near enough only: a row visits the groups in the order of a lower bound of their
+    members' distances (the triangle inequality over each group's centre and radius) and
+    stops at the first group beyond the bound of what it keeps. Each entry is computed by
+    one fixed sequence of operations, so the result equals the unpruned search
+    (``prune=False``) bit for bit; it equals :func:`nearest_reach` over NumPy's product to
+    rounding (the same representatives wherever no two are within rounding of each other).
+
+    Not gated by the block's size (:func:`accel_for`): a model's search takes one form
+    for every block, so that a row gets the same values in the fit and in ``predict``.
+
+    Returns ``(columns, values, visited)``: both ``(c, reach)``, and how many distances
+    were computed; or None without numba's loops.
+    """
+    if not config_flag("ooc-spectral.numba", True) or _jit_disabled():
+        return None
+    loops = _loops()
+    c = Y.shape[0]
+    if loops is None or not 1 <= K <= reach <= groups.permutation.size:
+        return None
+    J = np.empty((c, reach), dtype=np.int64)
+    V = np.empty((c, reach))
+    visited = loops.grouped_reach(np.ascontiguousarray(Y, dtype=np.float64),
+                        np.ascontiguousarray(x2, dtype=np.float64), groups.scaled, groups.norms,
+                        groups.permutation, groups.starts, groups.centres, groups.radii, int(K),
+                        float(ratio) ** 2, groups.max_norm, bool(prune), J, V)
+    return J, V, int(visited)

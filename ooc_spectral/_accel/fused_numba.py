@@ -135,6 +135,38 @@ def clip_unit_dot(S, G, out):  # pragma: no cover - compiled
             out[t, q] = a0
 
 
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _place(vs, js, p, v, j):  # pragma: no cover - compiled
+    """``(v, j)`` into place ``p`` or before it, the places ``< p`` sorted by value then
+    number (an insertion sort's step; the places it passes move up one)."""
+    while p > 0 and (vs[p - 1] > v or (vs[p - 1] == v and js[p - 1] > j)):
+        vs[p] = vs[p - 1]
+        js[p] = js[p - 1]
+        p -= 1
+    vs[p] = v
+    js[p] = j
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _finish_row(vs, js, K, ratio2, xt, J, V):  # pragma: no cover - compiled
+    """A row's ``reach`` smallest values ``v`` (sorted by value, then column): those past
+    the ``K``-th above the ``near`` bound of the ``K``-th dropped (``inf``, column 0), the
+    rest ``max(v + xt, 0)``, sorted by that value then column, into ``J`` and ``V``."""
+    reach = vs.shape[0]
+    near = ratio2 * max(vs[K - 1] + xt, 0.0) - xt
+    for p in range(reach):
+        if p >= K and vs[p] > near:
+            vs[p] = np.inf
+            js[p] = 0
+        else:
+            vs[p] = max(vs[p] + xt, 0.0)
+    for p in range(1, reach):  # by distance, then by number
+        _place(vs, js, p, vs[p], js[p])
+    for p in range(reach):
+        V[p] = vs[p]
+        J[p] = js[p]
+
+
 # exact comparisons and sums only: no fastmath, so that the selection and the distances
 # are NumPy's bit for bit
 @numba.njit("void(float64[:, ::1], float64[::1], int64, float64, int64[:, ::1], float64[:, ::1])",
@@ -177,24 +209,97 @@ def nearest_reach(D, x2, K, ratio2, J, V):  # pragma: no cover - compiled
             js[p] = j
             if filled == reach:
                 tau = vs[reach - 1]
+        _finish_row(vs, js, K, ratio2, x2[t], J[t], V[t])
+
+
+
+
+# the distances by one fixed sequence of products and sums per entry (no fastmath: no
+# reassociation, no fused multiply-adds), so that they do not depend on which groups a
+# row visits: pruned = unpruned, bit for bit
+@numba.njit("int64(float64[:, ::1], float64[::1], float64[:, ::1], float64[::1], int64[::1], "
+            "int64[::1], float64[:, ::1], float64[::1], int64, float64, float64, boolean, "
+            "int64[:, ::1], float64[:, ::1])",
+            cache=True, nogil=True, boundscheck=False, error_model="numpy")
+def grouped_reach(Y, x2, A, r2, perm, starts, centres, radii, K, ratio2, rmax, prune,
+                  J, V):  # pragma: no cover - compiled
+    c, d = Y.shape
+    G = centres.shape[0]
+    reach = J.shape[1]
+    acc = np.empty(A.shape[0])
+    lb = np.empty(G)
+    order = np.empty(G, dtype=np.int64)
+    vs = np.empty(reach)
+    js = np.empty(reach, dtype=np.int64)
+    visited = 0
+    for t in range(c):
+        y = Y[t]
         xt = x2[t]
-        near = ratio2 * max(vs[K - 1] + xt, 0.0) - xt
-        for p in range(reach):
-            if p >= K and vs[p] > near:
-                vs[p] = np.inf
-                js[p] = 0
-            else:
-                vs[p] = max(vs[p] + xt, 0.0)
-        for p in range(1, reach):  # by distance, then by number
-            v = vs[p]
-            j = js[p]
-            i = p
-            while i > 0 and (vs[i - 1] > v or (vs[i - 1] == v and js[i - 1] > j)):
-                vs[i] = vs[i - 1]
-                js[i] = js[i - 1]
+        for g in range(G):  # a lower bound of |y - r|^2 over the group's members
+            s = 0.0
+            for k in range(d):
+                z = y[k] - centres[g, k]
+                s += z * z
+            low = np.sqrt(s) - radii[g]
+            low = low * low if low > 0.0 else 0.0
+            i = g  # the groups by their bound, nearest first
+            while i > 0 and lb[order[i - 1]] > low:
+                order[i] = order[i - 1]
                 i -= 1
-            vs[i] = v
-            js[i] = j
-        for p in range(reach):
-            V[t, p] = vs[p]
-            J[t, p] = js[p]
+            order[i] = g
+            lb[g] = low
+        scale = np.sqrt(xt) + rmax
+        margin = 1e-9 * scale * scale  # far above the rounding of v and of the bounds
+        filled = 0
+        for gi in range(G):
+            g = order[gi]
+            if prune and filled >= K:
+                # a row's kept representatives are within the near bound of its K-th (which
+                # only falls as more are seen), and among its `reach` nearest
+                bound = ratio2 * max(vs[K - 1] + xt, 0.0) - xt
+                if filled == reach and vs[reach - 1] < bound:
+                    bound = vs[reach - 1]
+                if lb[g] - xt > bound + margin:
+                    break  # this group and every later one: all members beyond the bound
+            a = starts[g]
+            b = starts[g + 1]
+            visited += b - a
+            j = a
+            while j + 3 < b:  # v = |r|^2 - 2 y.r, four entries at a time, each in k order
+                s0 = r2[j]
+                s1 = r2[j + 1]
+                s2 = r2[j + 2]
+                s3 = r2[j + 3]
+                for k in range(d):
+                    yk = y[k]
+                    s0 += yk * A[j, k]
+                    s1 += yk * A[j + 1, k]
+                    s2 += yk * A[j + 2, k]
+                    s3 += yk * A[j + 3, k]
+                acc[j] = s0
+                acc[j + 1] = s1
+                acc[j + 2] = s2
+                acc[j + 3] = s3
+                j += 4
+            while j < b:
+                s0 = r2[j]
+                for k in range(d):
+                    s0 += y[k] * A[j, k]
+                acc[j] = s0
+                j += 1
+            for j in range(a, b):
+                v = acc[j]
+                o = perm[j]
+                if filled == reach:
+                    if v > vs[reach - 1] or (v == vs[reach - 1] and o > js[reach - 1]):
+                        continue
+                    p = reach - 1
+                else:
+                    p = filled
+                    filled += 1
+                _place(vs, js, p, v, o)
+        for p in range(filled, reach):  # never kept: beyond the bound, dropped below
+            vs[p] = np.inf
+            js[p] = 0
+        _finish_row(vs, js, K, ratio2, xt, J[t], V[t])
+    return visited

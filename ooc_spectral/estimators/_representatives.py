@@ -22,7 +22,8 @@ graph are in :mod:`ooc_spectral.core.representatives`; the passes over a source 
   (k-means++, ``n_init`` restarts) on the representatives' unit coordinates weighted by
   their degrees gives the centres, and every row goes to its nearest centre, its
   coordinates averaged over its neighbourhood (its ``K`` nearest representatives and
-  their near ties, within 1.25 times the ``K``-th distance, up to ``4 K``).
+  with 9 features or more their near ties, within 1.25 times the ``K``-th distance, up
+  to ``4 K``: in many dimensions the distances concentrate, in a few they do not).
 * ``n_clusters="auto"``: ``k`` in ``2 .. 30`` after which the gap between consecutive
   Laplacian eigenvalues ``1 - sqrt(mu)`` is largest (:mod:`ooc_spectral.core.eigengap`).
 * ``predict(X_new)``: a new row's neighbourhood, its weights, the same map, unit length,

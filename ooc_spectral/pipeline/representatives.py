@@ -50,13 +50,14 @@ from ..core.eigengap import AUTO_MAX_CLUSTERS, choose_n_clusters, laplacian_from
 from ..core.pass2 import _InOrder
 from ..core.planning import MAX_SEGMENTS, segments, whole_chunks
 from ..core.representatives import (BIPARTITE_BLOCK_ROWS, BipartiteSums, ClusterMap,
-                                    REACH_FACTOR, Representatives, TransferCutMap,
+                                    NEAR_TIES_MIN_FEATURES, REACH_FACTOR, Representatives, TransferCutMap,
                                     bipartite_sums,
                                     chunk_bipartite, combine_in_order,
                                     graph_pieces, in_threads, nearest_center,
                                     representative_scales, solve_transfer_cut, unit_rows)
 from ..core.representative_selection import select_representatives
 from .._accel.support import accel_for
+from .._accel.threads import one_thread
 from .._validation import check_finite
 from ..exceptions import InvalidInputError
 from ..runtime.execution import Executor, shared
@@ -73,9 +74,10 @@ TASK_ROWS = 1 << 16
 #: Seed tag of the representatives' sample (each use of a seed draws its own rows).
 REPRESENTATIVES_PURPOSE = 0x52
 #: The stages in the client (selection, an in-memory pass, the solve, k-means) run on
-#: one BLAS/OpenMP thread: small products, and on a shared machine more threads spin.
-#: The dense solve ran several times slower on two threads than on one, 2 cores under
-#: load (docs/representatives.md).
+#: one BLAS/OpenMP thread (:func:`~ooc_spectral._accel.threads.one_thread`, from the
+#: process's one inspection of its libraries): small products, and on a shared machine
+#: more threads spin. The dense solve ran several times slower on two threads than on
+#: one, 2 cores under load (docs/representatives.md).
 CLIENT_THREADS = 1
 #: Stage name of the bipartite pass's partials in a checkpoint (``r2``: the graph with
 #: the representatives' scales).
@@ -195,8 +197,9 @@ def choose_representatives(source, n_representatives: int, n_neighbors: int, see
     sample = read_sample(source, sample_rows(n, sample_factor * m, seed, REPRESENTATIVES_PURPOSE))
     points = select_representatives(sample, m, seed)
     K = min(int(n_neighbors), points.shape[0])
+    near_ties = points.shape[1] >= NEAR_TIES_MIN_FEATURES
     return Representatives(points, K, representative_scales(points, K, sample),
-                           reach=REACH_FACTOR * K)
+                           reach=REACH_FACTOR * K if near_ties else K)
 
 
 def _from_flat(flat: dict) -> BipartiteSums:
@@ -393,18 +396,16 @@ def fit_representatives(source, *, n_clusters, n_components: int | None,
 
 def _fit_representatives(source, n_clusters, n_components, n_representatives, n_neighbors,
                          seed, n_init, executor, chunk_rows, store, sample_factor):
-    from threadpoolctl import threadpool_limits
-
     times = {}
     t0 = time.perf_counter()
-    with threadpool_limits(CLIENT_THREADS):
+    with one_thread():
         reps = choose_representatives(source, n_representatives, n_neighbors, seed,
                                       sample_factor=sample_factor)
     times["representatives"] = time.perf_counter() - t0
     t = time.perf_counter()
     graph = None
     if source.kind == "numpy":  # in memory: the same sums, without a graph
-        with threadpool_limits(CLIENT_THREADS):
+        with one_thread():
             sums, graph = in_memory_pass(source, reps, task_rows(source, chunk_rows))
     else:
         X = source.to_dask(task_rows(source, chunk_rows))
@@ -413,11 +414,11 @@ def _fit_representatives(source, n_clusters, n_components, n_representatives, n_
     times["bipartite pass"] = time.perf_counter() - t
     pieces = check_connected(sums, n_clusters, n_neighbors)
     t = time.perf_counter()
-    with threadpool_limits(CLIENT_THREADS):
+    with one_thread():
         tmap, k, gaps, lam = solve_for(sums, reps, n_clusters, n_components, pieces)
     times["solve"] = time.perf_counter() - t
     t = time.perf_counter()
-    with threadpool_limits(CLIENT_THREADS):
+    with one_thread():
         km, rep_labels = cluster_representatives(tmap, sums, k, n_init, seed)
     centers = np.ascontiguousarray(km.cluster_centers_, dtype=np.float64)
     times["k-means"] = time.perf_counter() - t
