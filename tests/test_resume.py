@@ -21,8 +21,11 @@ import zarr
 
 from test_cli import EXE, cli
 
-N = 100_000  # two scan windows of 65,536 rows (the second partial): a kill lands between them
-CHUNK = 2500  # 40 tasks: enough that each kill lands inside its pass
+#: Two scan windows of 65,536 rows, the second partial (2,064 rows). The seeded visiting
+#: order (``--seed 0``, the command's default) reads the partial window first, so the
+#: kill in the scan lands while the whole window is scanned (``test_visiting_order``).
+N = 67_600
+CHUNK = 1690  # 40 tasks: enough that each kill lands inside its pass
 ARGS = ["--gamma", "0.05", "--tol", "1e-3", "--n-components", "3", "--chunk-rows", str(CHUNK),
         "--checkpoint-every", "1", "--workers", "2", "--threads-per-worker", "1", "-q",
         "--engine", "cluster"]  # SIGKILL of the client and its worker processes
@@ -90,6 +93,14 @@ def kill_when(out: Path, predicate, args) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     assert proc.returncode == -signal.SIGKILL
+
+
+def test_visiting_order():
+    """The scan of this module's data visits the partial window first (see ``N``)."""
+    from ooc_spectral.core.planning import VISIT_WINDOW_ROWS, VisitOrder
+
+    assert N // VISIT_WINDOW_ROWS == 1 and N % VISIT_WINDOW_ROWS
+    assert list(VisitOrder(N, 0).windows) == [1, 0]
 
 
 @pytest.mark.parametrize("stage, predicate, resumed", [
