@@ -63,8 +63,9 @@ def reference(roll, tmp_path_factory, restore_logging_module):
     return zarr.open_array(str(out / "embedding"), mode="r")[...]
 
 
-#: the signal tests' data: 60 tasks of 400 rows, as many as ``roll``'s, so a signal lands
-#: inside pass 2 as surely; a third of the rows (each run then costs less)
+#: the signal and worker-loss tests' data: 60 tasks of 400 rows, as many as ``roll``'s, so
+#: a signal or a kill lands inside pass 2 as surely; a third of the rows (each run then
+#: costs less)
 MID = ["--chunk-rows", "400"]
 
 
@@ -224,7 +225,9 @@ def _scheduler(tmp_path):
 
 
 def test_all_workers_killed_in_pass2_exit_1_within_the_bound_and_the_lock_is_released(
-        roll, tmp_path):
+        mid, tmp_path):
+    from distributed import Client
+
     sched, address = _scheduler(tmp_path)
     procs = [sched]
     try:
@@ -232,12 +235,15 @@ def test_all_workers_killed_in_pass2_exit_1_within_the_bound_and_the_lock_is_rel
                                    "--no-dashboard"], stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL, start_new_session=True)
         procs.append(worker)
+        # the worker connected before the run starts: the 3 s below count from its death only
+        with Client(address, timeout=60) as c:
+            c.wait_for_workers(1, timeout=240)
         out = tmp_path / "out"
         # faulthandler: if the run does not end, SIGABRT prints where each thread waits
         env = dict(os.environ, DASK_OOC_SPECTRAL__NO_WORKERS_TIMEOUT="3s", PYTHONFAULTHANDLER="1")
-        fit = subprocess.Popen([EXE, "fit", str(roll), "--out", str(out), *ARGS, "--scheduler",
-                                address], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True, env=env)
+        fit = subprocess.Popen([EXE, "fit", str(mid), "--out", str(out), *ARGS, *MID,
+                                "--scheduler", address], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, env=env)
         procs.append(fit)
         wait_until(fit, lambda: in_pass2(out))
         os.killpg(worker.pid, signal.SIGKILL)  # the only worker: none is left
