@@ -113,7 +113,7 @@ def wait_until(proc, predicate, timeout=300):
                                          (signal.SIGHUP, "threads"), (signal.SIGUSR1, "threads")],
                          ids=["SIGTERM", "SIGINT", "SIGHUP-threads", "SIGUSR1-threads"])
 def test_sigterm_in_pass2_marks_interrupted_releases_the_lock_and_the_rerun_resumes(
-        mid, mid_reference, tmp_path, sig, engine):
+        mid, mid_reference, tmp_path, sig, engine, main_):
     out = tmp_path / "out"
     args = ["fit", str(mid), "--out", str(out), *ARGS, *LOCAL[:-1], engine, *MID, "--json"]
     proc = subprocess.Popen([EXE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -133,7 +133,8 @@ def test_sigterm_in_pass2_marks_interrupted_releases_the_lock_and_the_rerun_resu
     attrs = run_attrs(out)
     assert attrs["status"] == "interrupted" and sig.name in attrs["error"]
     assert not (out / ".lock").exists() and not (out / "report.json").exists()
-    proc = cli(*args, check=0)
+    proc = main_(*args)  # the rerun: the same command, in this process
+    assert proc.returncode == 0, proc.stderr
     assert "pass2" in last_json(proc)["resumed_stages"]
     got = zarr.open_array(str(out / "embedding"), mode="r")[...]
     np.testing.assert_allclose(got, mid_reference, rtol=0, atol=1e-12)
