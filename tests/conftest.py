@@ -143,9 +143,10 @@ def client(cluster):
 #: alone at the end while the other process sits idle. xdist keeps this order only with
 #: ``--no-loadscope-reorder`` (pyproject.toml); files not named here follow, in
 #: collection order. A new file that takes more than about 20 s belongs in this list.
-LONGEST_FIRST = ("test_exactness.py", "test_batch_safety.py", "test_object_storage.py",
-                 "test_resume.py", "test_append.py", "test_readme.py", "test_rpcholesky.py",
-                 "test_cli.py", "test_docs.py", "test_scan.py", "test_reproductions.py",
+LONGEST_FIRST = ("test_object_storage.py", "test_append.py", "test_batch_safety.py",
+                 "test_resume.py", "test_exactness.py", "test_readme.py", "test_audit_52b.py",
+                 "test_command_contract.py", "test_rpcholesky.py", "test_cli.py",
+                 "test_docs.py", "test_baselines.py", "test_scan.py", "test_reproductions.py",
                  "test_integrity.py", "test_reliability.py", "test_prefix_scan.py")
 
 

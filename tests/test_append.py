@@ -177,18 +177,27 @@ def test_a_configuration_that_cannot_be_updated_refits(rows, tmp_path, cluster, 
                                    rtol=1e-6, atol=1e-8 * np.abs(rows).max())
 
 
+@pytest.fixture(scope="module")
+def updated(rows, tmp_path_factory, cluster):
+    """A directory with ``x.zarr`` (N_OLD rows fitted, then N_NEW: the rows appended) and
+    ``out``, the OUTDIR of its fit and of the update: each test damages a copy of ``out``."""
+    d = tmp_path_factory.mktemp("updated")
+    arr = write_input(d / "x.zarr", rows[:N_OLD])
+    fit(d / "x.zarr", d / "out", cluster)
+    append(arr, rows)
+    assert fit(d / "x.zarr", d / "out", cluster)["update"]["rows_added"] == N_NEW - N_OLD
+    return d
+
+
 @pytest.mark.parametrize("damage", ["report lost", "model description changed"])
 def test_a_damaged_updated_outdir_is_refitted_not_repaired_from_the_first_fits_state(
-        rows, tmp_path, cluster, caplog, damage):
+        rows, updated, tmp_path, cluster, caplog, damage):
     """The checkpoint of an updated OUTDIR holds the first fit's scan and sums (of fewer
     rows): the repair of a damaged complete OUTDIR resumed them and wrote a model whose
     factor did not match its kernel and whose max_residual_ was false, exit 0 (found by an
     outside audit). Such an OUTDIR is fitted again, every row, and certified."""
-    arr = write_input(tmp_path / "x.zarr", rows[:N_OLD])
     out = tmp_path / "out"
-    fit(tmp_path / "x.zarr", out, cluster)
-    append(arr, rows)
-    assert fit(tmp_path / "x.zarr", out, cluster)["update"]["rows_added"] == N_NEW - N_OLD
+    shutil.copytree(updated / "out", out)
     if damage == "report lost":
         (out / "report.json").unlink()
     else:
@@ -196,7 +205,7 @@ def test_a_damaged_updated_outdir_is_refitted_not_repaired_from_the_first_fits_s
         meta.write_text(meta.read_text().replace(f'"n_samples": {N_NEW}',
                                                  f'"n_samples": {N_NEW + 1}'))
     with caplog.at_level("WARNING", logger="ooc_spectral"):
-        rep = fit(tmp_path / "x.zarr", out, cluster)
+        rep = fit(updated / "x.zarr", out, cluster)
     assert "fitting every row again" in caplog.text
     assert rep["status"] == "complete" and rep["n_samples"] == N_NEW
     est = GreedySpectralEmbedding.load(out / "model")
@@ -253,7 +262,7 @@ def test_another_row_count_that_is_no_update_refits_instead_of_refusing(rows, tm
 # --------------------------------------------------------------------------- #
 # killed during an update, through the command line
 # --------------------------------------------------------------------------- #
-K_OLD, K_NEW, K_CHUNK = 15_000, 20_000, 250
+K_OLD, K_NEW, K_CHUNK = 9_000, 12_000, 150  # 80 output chunks: a kill lands among them
 ARGS = ["--gamma", "0.05", "--tol", "1e-3", "--n-components", "3", "--checkpoint-every", "1",
         "--workers", "1", "--threads-per-worker", "1", "-q"]
 

@@ -247,7 +247,7 @@ def test_transform_with_a_refitted_model_is_never_the_old_result(roll, cluster, 
                                                              random_state=0).fit(X1).transform(X1))
 
 
-def test_replaced_input_after_a_kill_is_never_mixed(roll, cluster, tmp_path):
+def test_replaced_input_after_a_kill_is_never_mixed(roll, cluster, tmp_path, main_):
     big = tmp_path / "big.zarr"
     # 40 tasks of 500 rows: the kill lands in pass 2, between two partials
     make_data("swiss-roll", 20_000, big, chunk_rows=500, seed=1)
@@ -257,14 +257,15 @@ def test_replaced_input_after_a_kill_is_never_mixed(roll, cluster, tmp_path):
     kill_when(out, in_pass2, args)
     # the input is replaced before the resume
     make_data("swiss-roll", 20_000, big, chunk_rows=500, seed=2, overwrite=True)
-    proc = cli("fit", *args, check=0)
+    # the rerun and the fresh fit: the same commands in this process (the kill was the
+    # console script's)
+    assert main_("fit", *args).returncode == 0
     report = json.loads((out / "report.json").read_text())
     assert report["resumed_stages"] == [], report["resumed_stages"]
     fresh = tmp_path / "fresh"
-    cli("fit", str(big), "--out", str(fresh), *CLI_ARGS, "--chunk-rows", "500",
-        "--scheduler", cluster.scheduler_address, check=0)
+    assert main_("fit", str(big), "--out", str(fresh), *CLI_ARGS, "--chunk-rows", "500",
+                 "--scheduler", cluster.scheduler_address).returncode == 0
     np.testing.assert_array_equal(_emb(out), _emb(fresh))
-    assert proc.returncode == 0
 
 
 # --------------------------------------------------------------------------- #

@@ -124,6 +124,16 @@ def local_fit(data, tmp_path_factory):
     return out
 
 
+def s3_fit(data, fs) -> str:
+    """The OUTDIR ``test_fit_from_and_to_s3...`` writes from S3 to S3, which later tests
+    read (or repair) rather than fit again: fitted here when such a test runs alone."""
+    out = f"s3://{BUCKET}/fit"
+    fs.invalidate_cache()
+    if not fs.exists(f"{BUCKET}/fit/report.json"):
+        assert run("fit", data[1], "--out", out, *FIT, *THREADS) == 0
+    return out
+
+
 # --------------------------------------------------------------------------- make-data
 def test_make_data_to_s3_writes_the_same_values_as_locally(data, s3):
     local, url = data
@@ -374,11 +384,11 @@ def test_a_complete_s3_outdir_missing_members_is_repaired_by_the_rerun(data, loc
     saves it again; zarr's shared file system instance still listed the removed model,
     and the save refused it ("a model or other data already exists", exit 2) before its
     listing was dropped (workflows/bench/adversarial.py, s3-deleted-*)."""
-    fs, out = s3["fs"], f"s3://{BUCKET}/repaired"
-    assert run("fit", data[1], "--out", out, *FIT, *THREADS) == 0
+    fs = s3["fs"]
+    out = s3_fit(data, fs)  # the S3 fit's OUTDIR, whole again at the end of this test
     assert run("verify", out, "-q") == 0  # its listings are now in this process's caches
-    fs.rm(f"{BUCKET}/repaired/report.json")
-    fs.rm(f"{BUCKET}/repaired/embedding/c/1/0")
+    fs.rm(f"{BUCKET}/fit/report.json")
+    fs.rm(f"{BUCKET}/fit/embedding/c/1/0")
     assert run("verify", out, "-q") == 1  # damage: exit 1, as for a local OUTDIR
     assert run("fit", data[1], "--out", out, *FIT, *THREADS) == 0
     assert run("verify", out, "-q") == 0
@@ -503,9 +513,7 @@ def test_transform_from_an_s3_model_to_an_s3_output(data, local_fit, s3, tmp_pat
     from ooc_spectral import GreedySpectralEmbedding
 
     monkeypatch.chdir(tmp_path)
-    model, out = f"s3://{BUCKET}/fit", f"s3://{BUCKET}/transformed"
-    if not s3["fs"].exists(f"{BUCKET}/fit/model"):  # this test run alone
-        assert run("fit", data[1], "--out", model, *FIT, *THREADS) == 0
+    model, out = s3_fit(data, s3["fs"]), f"s3://{BUCKET}/transformed"
     assert run("transform", model, data[1], "--out", out, *THREADS, "-q") == 0
     assert list(tmp_path.iterdir()) == []
     X = zarr.open_group(str(data[0]))["data"][...]
