@@ -42,15 +42,26 @@ OPT_KEY_ID, OPT_SECRET = "AKIAOOC17OPTKEYID000", "ooc17-option-secret-never-writ
 
 
 class _Throttle:
-    """WSGI middleware: delays writes of checkpoint partials while ``on`` (pass 2 lasts)."""
+    """WSGI middleware: delays writes of checkpoint partials while ``on`` (pass 2 lasts), and
+    makes a conditional write atomic, as S3 does.
+
+    moto (5.2, ``S3Response.put_object``) checks ``If-None-Match: *`` / ``If-Match`` and then
+    writes, without a lock, in a threaded server: under load two of eight runs creating the same
+    lock object at once both passed the check (one failure of the lock test at load 28). S3
+    decides a conditional write atomically; a lock here around every write gives the server
+    that contract, so the lock tests test :class:`~ooc_spectral.io.storage.ObjectLock`, not
+    moto's race."""
 
     def __init__(self, app):
-        self.app, self.on = app, False
+        self.app, self.on, self.writes = app, False, threading.Lock()
 
     def __call__(self, environ, start_response):
-        if self.on and environ.get("REQUEST_METHOD") == "PUT" and \
-                "/partials/" in environ.get("PATH_INFO", ""):
+        method = environ.get("REQUEST_METHOD")
+        if self.on and method == "PUT" and "/partials/" in environ.get("PATH_INFO", ""):
             time.sleep(0.05)
+        if method in ("PUT", "POST", "DELETE"):
+            with self.writes:
+                return self.app(environ, start_response)
         return self.app(environ, start_response)
 
 
