@@ -153,16 +153,23 @@ def exact_reason(c, n_rows: int, gamma, *, breakdown=None, early=None, short=Non
     if early is not None:
         took = (f"the dictionary took {early[0]} of the {early[2] - early[1]} rows "
                 f"{early[1]} to {early[2]} of the visiting order{width}")
-    elif exact_limit(n_rows) >= EXACT_FRACTION * n_rows:
+    elif exact_limit(n_rows) < EXACT_FRACTION * n_rows:  # the greedy problem costs more
+        msg = (f"{exact_limit(n_rows)} of the {n_rows} rows entered the dictionary{width} "
+               "before the scan was done, past the size at which the exact problem is the "
+               f"cheaper one (sqrt({EXACT_COST} n) points), so {exact}")
+        return msg + _way_out(c, gamma)
+    else:
         took = f"half of the {n_rows} rows entered the dictionary{width}"
-    else:  # the greedy problem would cost more than the exact one
-        took = (f"{exact_limit(n_rows)} of the {n_rows} rows entered the dictionary{width}, "
-                "past the size at which the exact problem is the cheaper one,")
     msg = f"{took} before the scan was done: no row is near the span of the others, so {exact}"
+    return msg + _way_out(c, gamma)
+
+
+def _way_out(c, gamma) -> str:
+    """The advice closing :func:`exact_reason`'s text for a dictionary that grew large."""
     if gamma is not None and c.kernel in ("rbf", "laplacian"):
-        msg += (f"; for a small dictionary use a smaller gamma (try gamma={gamma / 10:.3g}) "
+        return (f"; for a small dictionary use a smaller gamma (try gamma={gamma / 10:.3g}) "
                 "or a larger tol")
-    return msg
+    return ""
 
 
 def solve_exactly(run, kernel: Kernel, gamma, *, breakdown=None, early=None, short=None):
