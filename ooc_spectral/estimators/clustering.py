@@ -45,7 +45,6 @@ length and returns the nearest centre; on training rows it gives back ``labels_`
 
 from __future__ import annotations
 
-import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 
@@ -59,7 +58,7 @@ from ..exceptions import InvalidInputError, InvalidParameterError
 from . import _representatives
 from ..runtime.execution import Executor
 from ..core.planning import plan_sample
-from ..io.source import open_source
+from ..io.source import _is_dask_array, open_source
 
 __all__ = ["GreedySpectralClustering", "unit_rows"]
 
@@ -110,7 +109,7 @@ def _block_stats(E: np.ndarray, centers: np.ndarray) -> np.ndarray:
 def _stats(E, centers: np.ndarray) -> np.ndarray:
     """One Lloyd pass over the embedding: the reduced :func:`_block_stats`, in chunk order."""
     k, p = centers.shape
-    if isinstance(E, da.Array):
+    if _is_dask_array(E):
         nb = len(E.chunks[0])
         parts = E.map_blocks(_block_stats, centers, chunks=((k,) * nb, (p + 2,)),
                              dtype=np.float64, meta=np.empty((0, p + 2)),
@@ -124,7 +123,7 @@ def _stats(E, centers: np.ndarray) -> np.ndarray:
 
 
 def _labels(E, centers: np.ndarray):
-    if isinstance(E, da.Array):
+    if _is_dask_array(E):
         return E.map_blocks(_block_labels, centers, drop_axis=1, dtype=np.int64,
                             meta=np.empty((0,), dtype=np.int64), name="ooc-spectral-kmeans-labels")
     return np.concatenate([_block_labels(E[a:a + NUMPY_BLOCK_ROWS], centers)
@@ -381,7 +380,7 @@ affine, degree_estimate, degree_subset_size, sample_size
                 f"{type(self).__name__}: X has {n} rows, fewer than n_clusters={k}; "
                 "lower n_clusters or pass more rows")
         E = est.embedding_
-        if isinstance(E, da.Array) and len(E.chunks[1]) > 1:
+        if _is_dask_array(E) and len(E.chunks[1]) > 1:
             E = E.rechunk({1: -1})
         centers = self._initial_centers(E, k, seed)
         stats = _stats(E, centers)
@@ -399,7 +398,7 @@ affine, degree_estimate, degree_subset_size, sample_size
                 break
         self.embedding_estimator_ = est
         self.cluster_centers_ = centers
-        self.embedding_ = (E.map_blocks(unit_rows, dtype=np.float64) if isinstance(E, da.Array)
+        self.embedding_ = (E.map_blocks(unit_rows, dtype=np.float64) if _is_dask_array(E)
                            else unit_rows(E))
         self.labels_ = _labels(E, centers)
         self.inertia_ = float(stats[:, p + 1].sum())
@@ -432,7 +431,7 @@ affine, degree_estimate, degree_subset_size, sample_size
 
         rows = plan_sample(E.shape[0], self.kmeans_sample_size, seed, KMEANS_SAMPLE_PURPOSE)
         sample = E[rows]
-        if isinstance(sample, da.Array):
+        if _is_dask_array(sample):
             (sample,) = Executor().values("k-means sample", sample)
         U = unit_rows(sample)
         km = KMeans(n_clusters=k, init="k-means++", n_init=self.n_init, random_state=seed).fit(U)
@@ -464,6 +463,6 @@ affine, degree_estimate, degree_subset_size, sample_size
         source = open_source(X)
         check_n_features(type(self).__name__, source.n_features, est.n_features_in_)
         E = est.transform(source)
-        if isinstance(E, da.Array) and len(E.chunks[1]) > 1:
+        if _is_dask_array(E) and len(E.chunks[1]) > 1:
             E = E.rechunk({1: -1})
         return _labels(E, self.cluster_centers_)

@@ -7,8 +7,10 @@ make the exact problem the better answer, where its n x n Gram matrix fits in me
 - **the dictionary heads for every row** (a kernel so narrow that no row is near the span of
   the others): the scan would cost more than the full problem, and its factor would be as
   large and far worse conditioned. The scan stops once nearly every one of a stretch of
-  the first rows of the visiting order entered (:data:`EARLY_EXACT`), or half of all
-  rows; both normalizations then solve exactly;
+  the first rows of the visiting order entered (:data:`EARLY_EXACT`), or the dictionary
+  reached :func:`exact_limit` points (half of the rows on a few hundred, ``sqrt(80 n)`` on
+  more: the greedy problem then costs more than the exact one); both normalizations then
+  solve exactly;
 - **a tol below what float64 certifies** with a dictionary on these rows (a
   :class:`~ooc_spectral.exceptions.NumericalBreakdownError` of the scan, of pass 2's
   certificate or of the eigenvalue interval): the exact problem is what a tol that small
@@ -37,7 +39,7 @@ from ..core.rounding import U, entry_error, gamma, kernel_center
 from ..exceptions import DictionaryWarning, warn_once
 
 __all__ = ["EXACT_MEMORY_FRACTION", "EXACT_MATRICES", "EXACT_FRACTION", "EARLY_EXACT",
-           "EARLY_STOP", "EARLY_ROWS", "exact_max_rows", "exact_at_hand", "exact_interval",
+           "EARLY_STOP", "EARLY_ROWS", "EXACT_COST", "exact_limit", "exact_max_rows", "exact_at_hand", "exact_interval",
            "exact_reason", "solve_exactly", "divisive_volume", "capped_exact",
            "check_exact_finite"]
 
@@ -49,6 +51,13 @@ EXACT_MATRICES = 4
 #: A scan whose dictionary holds this fraction of all rows stops: the exact problem is then
 #: cheaper than the greedy one.
 EXACT_FRACTION = 0.5
+#: ... or ``sqrt(EXACT_COST n)`` points, where fewer: the exact problem costs about
+#: ``EXACT_COST`` products with its n x n Gram matrix (forming it from rows of a few
+#: columns, an iterative eigensolver's products), the greedy one at least ``n m^2``
+#: (every row's coordinates against m points) and a certified factor's measurement
+#: besides. On 2,000 rows a dictionary of 400 points stops (a swiss roll at gamma 0.1,
+#: heading for 749 points, fits in a third of the time exactly).
+EXACT_COST = 80
 #: A scan whose dictionary took ``points`` of the rows ``start:stop`` of the visiting order
 #: (95%, where a dictionary that will stop growing has slowed down: 47 to 67 of 80 on a
 #: swiss roll whose dictionary settles at a fifth of the rows, 80 of 80 on standardised
@@ -59,6 +68,13 @@ EARLY_EXACT = (76, 240, 320)
 EARLY_STOP = (76, 560, 640)
 #: Where the scan parts its first rows to recognise it (:func:`~ooc_spectral.pipeline.scan.scan_source`).
 EARLY_ROWS = tuple(sorted({*EARLY_EXACT[1:], *EARLY_STOP[1:]}))
+
+
+def exact_limit(n_rows: int) -> int:
+    """The dictionary size at which a scan whose exact problem is at hand stops for it:
+    :data:`EXACT_FRACTION` of the rows or ``sqrt(EXACT_COST n)``, the fewer."""
+    n = int(n_rows)
+    return max(1, math.ceil(min(EXACT_FRACTION * n, math.sqrt(EXACT_COST * n))))
 
 
 def exact_max_rows(memory: int | None = None) -> int:
@@ -137,13 +153,23 @@ def exact_reason(c, n_rows: int, gamma, *, breakdown=None, early=None, short=Non
     if early is not None:
         took = (f"the dictionary took {early[0]} of the {early[2] - early[1]} rows "
                 f"{early[1]} to {early[2]} of the visiting order{width}")
+    elif exact_limit(n_rows) < EXACT_FRACTION * n_rows:  # the greedy problem costs more
+        msg = (f"{exact_limit(n_rows)} of the {n_rows} rows entered the dictionary{width} "
+               "before the scan was done, past the size at which the exact problem is the "
+               f"cheaper one (sqrt({EXACT_COST} n) points), so {exact}")
+        return msg + _way_out(c, gamma)
     else:
         took = f"half of the {n_rows} rows entered the dictionary{width}"
     msg = f"{took} before the scan was done: no row is near the span of the others, so {exact}"
+    return msg + _way_out(c, gamma)
+
+
+def _way_out(c, gamma) -> str:
+    """The advice closing :func:`exact_reason`'s text for a dictionary that grew large."""
     if gamma is not None and c.kernel in ("rbf", "laplacian"):
-        msg += (f"; for a small dictionary use a smaller gamma (try gamma={gamma / 10:.3g}) "
+        return (f"; for a small dictionary use a smaller gamma (try gamma={gamma / 10:.3g}) "
                 "or a larger tol")
-    return msg
+    return ""
 
 
 def solve_exactly(run, kernel: Kernel, gamma, *, breakdown=None, early=None, short=None):

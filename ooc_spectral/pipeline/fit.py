@@ -53,7 +53,7 @@ from ..io.source import DataSource
 from ..runtime.execution import Executor
 from .accumulate import PartialStore, accumulate, extension_pass
 from .certification import advised, certified_spectrum, rounding_report
-from .exact import EARLY_EXACT, EARLY_STOP, EXACT_FRACTION, exact_at_hand, solve_exactly
+from .exact import EARLY_EXACT, EARLY_STOP, exact_at_hand, exact_limit, solve_exactly
 from .scan import GreedyScan, Rescan, Selection, capped_early_stop
 from .writeback import EmbeddingOutput, map_rows
 
@@ -519,7 +519,7 @@ class FitRun:
         exact = exact_at_hand(c, s.n_rows)
         self._extended = not exact
         if exact:
-            self._scan_limit = min(c.max_dictionary_size, math.ceil(EXACT_FRACTION * s.n_rows))
+            self._scan_limit = min(c.max_dictionary_size, exact_limit(s.n_rows))
         if exact:  # a dictionary heading for every row: the exact problem, or a stop
             self._scan_early = EARLY_EXACT
         elif s.n_rows > c.max_dictionary_size:

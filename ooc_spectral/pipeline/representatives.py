@@ -41,8 +41,9 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from typing import TYPE_CHECKING
+
 import dask
-import dask.array as da
 import numpy as np
 
 from ..core import degenerate
@@ -63,6 +64,9 @@ from ..exceptions import InvalidInputError
 from ..runtime.execution import Executor, shared
 from .accumulate import PartialStore, tree_reduce
 from .writeback import map_rows
+
+if TYPE_CHECKING:  # imported where used: an in-memory fit need not load dask.array
+    import dask.array as da
 
 __all__ = ["RepresentativesFit", "fit_representatives", "bipartite_pass", "label_rows",
            "choose_representatives", "embed_and_label", "check_connected", "read_sample",
@@ -292,6 +296,8 @@ def label_rows(X: da.Array, cmap: ClusterMap, chunk_starts=None) -> da.Array:
     """The lazy labels ``(n,)`` of every row of ``X`` (one task per row chunk)."""
     starts = None if chunk_starts is None else shared(np.asarray(chunk_starts))
     name = "ooc-spectral-rep-labels-" + dask.base.tokenize(X, cmap.centers, cmap.tmap.coefficients)
+    import dask.array as da
+
     return da.map_blocks(_label_located, X, shared(cmap), starts, drop_axis=1, dtype=np.int64,
                          meta=np.empty((0,), dtype=np.int64), chunks=(X.chunks[0],), name=name)
 

@@ -24,7 +24,9 @@ Every random choice is seeded (``random_state=0``). The processes of a case run 
 drift of the machine's speed falls on all of them; each ratio is taken run by run (ours
 over the peer of the same round) and its median quoted, with the load average beside it.
 Each process reports its own seconds: making the rows, the import, the fit, the fit's
-stages (``timings_``) and its CPU seconds. Where the fit is this library's, a sampler
+stages (``timings_``) and its CPU seconds; the whole process's CPU seconds (every thread,
+start to exit) are taken beside its wall time, and their ratio too: on a shared machine the
+wall figures carry the other jobs' load. Where the fit is this library's, a sampler
 (every 5 ms, the fit's threads) splits it into *certification* (the rounding bounds of
 ``core/rounding.py``, ``core/scan/certify.py`` and ``pipeline/certification.py``: issue
 53's part), imports made during the fit, and the rest.
@@ -187,13 +189,21 @@ def process_code(data: str, n: int | None, method: str, params: str, m: int, gam
 
 def run_process(argv: list[str], cwd: str | None = None) -> tuple[float, dict]:
     """Wall seconds of one whole process, and the JSON line it printed last (if any)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=cwd)
     wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(f"{argv[:3]} failed ({proc.returncode}): {proc.stderr[-2000:]}")
     lines = [s for s in proc.stdout.strip().splitlines() if s.startswith("{")]
-    return wall, (json.loads(lines[-1]) if lines else {})
+    out = json.loads(lines[-1]) if lines else {}
+    # the whole process's CPU seconds (start to exit, every thread): on a shared machine
+    # the wall figures carry the other jobs' load, the CPU ones much less of it
+    out["process_cpu"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, out
 
 
 def summary(values: list[float]) -> dict:
@@ -229,7 +239,11 @@ def bench_case(name: str, runs: int) -> dict:
               "fit": {k: med(k, "fit") for k in names},
               "fit_cpu": {k: med(k, "fit_cpu") for k in names},
               "ratio": {f"ours / {k}": summary([a / b for a, b in zip(walls[ours], walls[k])])
-                        for k in names[1:]}}
+                        for k in names[1:]},
+              "process_cpu": {k: med(k, "process_cpu") for k in names},
+              "cpu_ratio": {f"ours / {k}": summary([a["process_cpu"] / b["process_cpu"]
+                                                    for a, b in zip(inner[ours], inner[k])])
+                            for k in names[1:]}}
     stages = [o.get("stages") or {} for o in inner[ours]]
     result["stages"] = {s: statistics.median(st.get(s, 0.0) for st in stages)
                         for s in sorted({s for st in stages for s in st})}
@@ -347,17 +361,26 @@ def markdown(result: dict) -> str:
              f"before, {result['load_after']} after. Each figure of a case is a whole process "
              "(start, make or load the rows, import, fit, exit), median of "
              f"{result['runs']} runs taken in turn; the ratio is ours over the peer's, taken run "
-             "by run (median, min-max). The package was byte-compiled first.", "",
-             "| case | m | method | process s | import s | fit s | fit CPU s | ours / this |",
-             "|---|---:|---|---|---:|---:|---:|---|"]
+             "by run (median, min-max). The package was byte-compiled first. "
+             "*Process CPU s* is the whole process's CPU time (every "
+             "thread, start to exit), and its ratio the same taken on it: on a shared machine the "
+             "wall figures carry the other jobs' load.", "",
+             "| case | m | method | process s | import s | fit s | fit CPU s | ours / this | "
+             "process CPU s | ours / this (CPU) |",
+             "|---|---:|---|---|---:|---:|---:|---|---:|---|"]
     for r in result["cases"]:
         for k, w in r["wall"].items():
             ratio = r["ratio"].get(f"ours / {k}")
             rtxt = "" if ratio is None else (f"**{ratio['median']:.2f}** "
                                              f"({ratio['min']:.2f}-{ratio['max']:.2f})")
+            cpu = r.get("cpu_ratio", {}).get(f"ours / {k}")
+            ctxt = "" if cpu is None else (f"**{cpu['median']:.2f}** "
+                                           f"({cpu['min']:.2f}-{cpu['max']:.2f})")
+            pcpu = r.get("process_cpu", {}).get(k)
             lines.append(f"| {r['case']} | {r['m']} | {k} | {w['median']:.2f} "
                          f"({w['min']:.2f}-{w['max']:.2f}) | {r['import'][k]:.2f} | "
-                         f"{r['fit'][k]:.2f} | {r['fit_cpu'][k]:.2f} | {rtxt} |")
+                         f"{r['fit'][k]:.2f} | {r['fit_cpu'][k]:.2f} | {rtxt} | "
+                         f"{'' if pcpu is None else f'{pcpu:.2f}'} | {ctxt} |")
     lines += ["", "Our fit, split: its stages (`timings_`, seconds, median) and, by sampling its "
               "threads, the shares of its time in certification (`core/rounding.py`, "
               "`core/scan/certify.py`, `pipeline/certification.py`), in imports made during "

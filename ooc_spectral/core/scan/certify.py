@@ -341,8 +341,10 @@ class ScanRounding:
         kerr = diag_error(self.kernel, X, x_aux, kx)
         A, An = self.cheap(Z)
         E = self.bound(m, np.einsum("ij,ij->i", Z, Z), kx, eta, A, An, solved=False, kx_error=kerr)
-        undecided = dhat + E > tol
         explicit = points is not None and m and explicit_features(self.kernel) is not None
+        undecided = dhat + E > tol
+        if not explicit:  # the rows the cheap bound already has enter: no solve for them
+            undecided &= ~self.enters(dhat, E, kx, tol)
         if explicit:  # also the rows the affine delta would add (every row bounded again:
             # delta unknown): in the span (certified), they do not enter, and a row whose
             # float64 residual is noise above the floor is told apart from one beyond it
@@ -364,6 +366,23 @@ class ScanRounding:
         if points is not None and m and self.can_extend():
             self.extend(L, points, X, Z, dhat, upper, lower, tol)
         return E, upper, lower
+
+    def enters(self, dhat: np.ndarray, E: np.ndarray, kx: np.ndarray, tol: float) -> np.ndarray:
+        """The rows whose bound E already decides that they enter: certainly beyond tol and
+        above the pivot floor (``dhat - E`` past both) with E resolved (:func:`decide`),
+        and, where the fit decides in double-double, small enough for the entering row's
+        coordinates to stay in float64 (the scan's test, ``E <= RESOLVED / 100`` of its
+        residual). A sharper E decides the same for them, so the scan's choices are those
+        of the sharp bound; only its cost differs (a triangular solve per entering row,
+        O(m^2), most of a scan whose dictionary grows fast)."""
+        if tol <= 0:
+            return np.zeros(np.shape(dhat), dtype=bool)
+        lower = dhat - E
+        floor = PIVOT_FLOOR * np.maximum(np.abs(kx), np.finfo(np.float64).tiny)
+        resolved = (E <= RESOLVED * tol) | (E <= RESOLVED * dhat)
+        if self.can_extend():
+            resolved &= E <= 0.01 * RESOLVED * np.maximum(dhat, tol)
+        return (lower > tol) & (lower > floor) & resolved
 
     def can_extend(self) -> bool:
         """Whether rows float64 cannot decide are decided in double-double."""
