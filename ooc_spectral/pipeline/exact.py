@@ -13,9 +13,13 @@ make the exact problem the better answer, where its n x n Gram matrix fits in me
   :class:`~ooc_spectral.exceptions.NumericalBreakdownError` of the scan, of pass 2's
   certificate or of the eigenvalue interval): the exact problem is what a tol that small
   asks for, and its answer has no residual at all;
-- **more components than the dictionary at this tol has points**: the exact problem has
-  every direction the rows span (and where ``n_components`` exceeds those above
-  rounding, its error says how many there are).
+- **more components than the dictionary at this tol has points** (:data:`SHORT_EXACT`: a
+  tol that could add points, or a Gaussian or Laplacian kernel so wide, gamma 1e-8 on
+  data of unit scale, that it is nearly constant over the rows and every row is within tol
+  of the first point): the exact problem has every direction the rows span, its
+  eigenvalues (of size gamma times the data's variance, however small) in a certified
+  interval (:func:`exact_interval`); where the exact problem is not at hand the fit is
+  refused with advice (:mod:`ooc_spectral.pipeline.advice`).
 
 Either way a :class:`~ooc_spectral.exceptions.DictionaryWarning` says so. Where the exact
 problem is not at hand, a dictionary heading for every row stops early with a
@@ -37,7 +41,7 @@ from ..core.rounding import U, entry_error, gamma, kernel_center
 from ..exceptions import DictionaryWarning, warn_once
 
 __all__ = ["EXACT_MEMORY_FRACTION", "EXACT_MATRICES", "EXACT_FRACTION", "EARLY_EXACT",
-           "EARLY_STOP", "EARLY_ROWS", "exact_max_rows", "exact_at_hand", "exact_interval",
+           "EARLY_STOP", "EARLY_ROWS", "SHORT_EXACT", "exact_max_rows", "exact_at_hand", "exact_interval",
            "exact_reason", "solve_exactly", "divisive_volume", "capped_exact",
            "check_exact_finite"]
 
@@ -57,6 +61,13 @@ EXACT_FRACTION = 0.5
 EARLY_EXACT = (76, 240, 320)
 #: ... and, on more rows than ``max_dictionary_size`` otherwise, stops with the way out.
 EARLY_STOP = (76, 560, 640)
+#: The kinds of a dictionary too small for ``n_components``
+#: (:func:`~ooc_spectral.core.checks.check_dictionary`) that the exact problem answers where
+#: it is at hand: ``"tol"`` (a smaller tol would add points) and ``"constant"`` (a kernel
+#: nearly constant over the data: one point holds every row within tol, and the exact
+#: problem's small eigenvalues are the answer at the gamma asked). The other kinds have no
+#: more directions to give (the kernel's feature space, groups of equal rows, tol 0).
+SHORT_EXACT = ("tol", "constant")
 #: Where the scan parts its first rows to recognise it (:func:`~ooc_spectral.pipeline.scan.scan_source`).
 EARLY_ROWS = tuple(sorted({*EARLY_EXACT[1:], *EARLY_STOP[1:]}))
 

@@ -53,7 +53,8 @@ from ..io.source import DataSource
 from ..runtime.execution import Executor
 from .accumulate import PartialStore, accumulate, extension_pass
 from .certification import advised, certified_spectrum, rounding_report
-from .exact import EARLY_EXACT, EARLY_STOP, EXACT_FRACTION, exact_at_hand, solve_exactly
+from .exact import (EARLY_EXACT, EARLY_STOP, EXACT_FRACTION, SHORT_EXACT, exact_at_hand,
+                    solve_exactly)
 from .scan import GreedyScan, Rescan, Selection, capped_early_stop
 from .writeback import EmbeddingOutput, map_rows
 
@@ -73,8 +74,6 @@ class Checkpoint(PartialStore, Protocol):
 
     def save_scan(self, state: DictionaryState, windows_done: int, tol: float, *,
                   prefix_done: bool = False) -> None: ...
-
-
 
 
 @dataclass
@@ -539,7 +538,7 @@ class FitRun:
         try:
             self.check_dictionary(dictionary, kernel, gamma, tol)
         except DictionaryError as err:  # too few points for n_components at this tol
-            if exact and getattr(err, "kind", None) == "tol":
+            if exact and getattr(err, "kind", None) in SHORT_EXACT:
                 return self.run_exact(kernel, gamma, out, short=dictionary.size)
             raise
         try:
