@@ -41,6 +41,9 @@ FILES = [
 #: Tests that fail unmutated (the baseline run, --baseline): deselected for every mutant.
 DESELECT_FILE = AUDIT / "baseline_failures.txt"
 
+#: The time limit of each mutant's run, for the results' description (``--timeout``).
+TIMEOUT_NOTE = 240
+
 FAIL_RE = re.compile(r"^(FAILED|ERROR) (\S+)", re.M)
 
 
@@ -85,13 +88,14 @@ def write(results: dict, mutants: list[dict]) -> None:
     rows = ["# Mutation audit of the numerical core (issue 53)", "",
             f"{killed} of {len(done)} mutants killed"
             + (f" ({100.0 * killed / len(done):.0f}%)" if done else ""), "",
-            "Selection: `python -m pytest -q -x -p no:randomly -m 'not slow' -rfE -n 0` "
-            "(mutants 1-5: `-n 2`) on "
+            "Selection: `python -m pytest -q -x -p no:randomly -m 'not slow' -rfE -n 0` on "
             + ", ".join(f"`{f.split('/')[-1]}`" for f in FILES) + ", in that order, each mutant "
-            "stopped after 110 s (mutants 9, 13, 14 timed out there and were rerun with 240 s; a "
-            "timeout is not a kill); every survivor ran the whole selection (exit 0); "
-            "the 11 survivors of that run (6, 7, 9, 14, 17, 19, 23, 25, 26, 28, 30) were rerun "
-            "with `test_pinned_core.py`, written against them, appended (`--timeout 600`); "
+            f"stopped after {TIMEOUT_NOTE} s (a timeout is not a kill). The rerun of issue 53's "
+            "last session: every mutant from scratch on branch issue-53d (the lines moved by "
+            "later changes found again by their text; mutant 30's line gained the centring "
+            "term, the same fault applied: the factor n dropped); the first run, whose 11 "
+            "survivors were killed by `test_pinned_core.py` written against them, is in git's "
+            "history of this file; "
             "deselected, failing unmutated: "
             + (", ".join(f"`{t}`" for t in DESELECT_FILE.read_text().split())
                if DESELECT_FILE.exists() else "none") + ".", "",
@@ -120,6 +124,8 @@ def main() -> None:
     ap.add_argument("--baseline", action="store_true",
                     help="run the selection unmutated (without -x) and record its failures")
     args = ap.parse_args()
+    global TIMEOUT_NOTE
+    TIMEOUT_NOTE = int(args.timeout)
     if args.baseline:
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-m", "not slow",
                "-rfE", "-n", str(args.workers), *FILES]
