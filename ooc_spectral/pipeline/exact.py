@@ -41,7 +41,7 @@ from ..core.rounding import U, entry_error, gamma, kernel_center
 from ..exceptions import DictionaryWarning, warn_once
 
 __all__ = ["EXACT_MEMORY_FRACTION", "EXACT_MATRICES", "EXACT_FRACTION", "EARLY_EXACT",
-           "EARLY_STOP", "EARLY_ROWS", "SHORT_EXACT", "exact_max_rows", "exact_at_hand", "exact_interval",
+           "EARLY_STOP", "EARLY_ROWS", "SHORT_EXACT", "divisive_allowance", "unresolved", "exact_max_rows", "exact_at_hand", "exact_interval",
            "exact_reason", "solve_exactly", "divisive_volume", "capped_exact",
            "check_exact_finite"]
 
@@ -112,16 +112,69 @@ def exact_interval(kernel: Kernel, X: np.ndarray, smap: SpectralMap) -> np.ndarr
     repeats in every entry of a column and adds up across the rows. The eigensolver adds its
     backward error (``8 n u lambda_1``); each exact eigenvalue is within the sum (Weyl)."""
     n = X.shape[0]
+    eta, kmax = _entry_bound(kernel, X)
+    centring = (4 * gamma(n) + 16 * U) * (kmax + eta)
+    lam = np.asarray(smap.eigenvalues, dtype=np.float64)
+    a = n * (eta + centring) + 8 * n * U * float(np.max(np.abs(lam)))
+    return np.column_stack([lam - a, lam + a])
+
+
+def _entry_bound(kernel: Kernel, X: np.ndarray) -> tuple[float, float]:
+    """``(eta, max |k(x, x)|)``: every computed kernel value between two rows of ``X`` is
+    within ``eta`` of the exact one (:func:`~ooc_spectral.core.rounding.entry_error`)."""
     aux = kernel.aux(X)
     kx = kernel.diag(X, aux)
     c = kernel_center(kernel)
     P = X if c is None else X - np.asarray(c, dtype=np.float64)
     radius = float(np.sqrt(np.max(np.einsum("ij,ij->i", P, P)))) * (1 + 1e-14)
-    eta = float(np.max(entry_error(kernel, X, aux, kx, radius, float(np.max(np.abs(kx))))))
-    centring = (4 * gamma(n) + 16 * U) * (float(np.max(np.abs(kx))) + eta)
+    kmax = float(np.max(np.abs(kx)))
+    return float(np.max(entry_error(kernel, X, aux, kx, radius, kmax))), kmax
+
+
+def divisive_allowance(kernel: Kernel, X: np.ndarray) -> float:
+    """How far rounding may move an eigenvalue of the exact ``D^-1/2 K D^-1/2``
+    (:func:`~ooc_spectral.core.eigensolve.solve_exact_divisive`) for a kernel with values
+    >= 0, an estimate by first-order perturbation (no certified interval: the divisive
+    normalization reports none): every entry of K within ``eta``, each degree ``d_i``
+    within ``delta = n eta + gamma_n (d_max + n eta)``, so every entry of the normalized
+    matrix within ``eta / d_min + M_max (delta / d_min + 4u)``, ``M_max = (k_max + eta) /
+    d_min``, n times that in the 2-norm, plus the eigensolver's ``8 n u`` (its largest
+    eigenvalue is 1). inf where it cannot be told (a degree not above 0, a kernel whose
+    rounding is not bounded)."""
+    n = X.shape[0]
+    try:
+        eta, kmax = _entry_bound(kernel, X)
+        aux = kernel.aux(X)
+        deg = kernel.pairwise_dot(X, X, np.ones((n, 1)), aux, aux).ravel()
+    except Exception:  # a kernel without a rounding bound: nothing is resolved
+        return math.inf
+    dmin, dmax = float(np.min(deg)), float(np.max(deg))
+    if not dmin > 0:
+        return math.inf
+    delta = n * eta + gamma(n) * (dmax + n * eta)
+    entry = eta / dmin + (kmax + eta) / dmin * (delta / dmin + 4 * U)
+    return n * entry + 8 * n * U
+
+
+def unresolved(err, smap: SpectralMap, interval, kernel: Kernel, X: np.ndarray):
+    """``err`` (a :class:`~ooc_spectral.exceptions.DictionaryError` of kind ``"constant"``,
+    a kernel nearly constant over the data) where even the exact problem resolves fewer
+    directions than asked for: kernel PCA's ``n_components`` intervals not all above 0, the
+    divisive normalization's smallest eigenvalue kept not above
+    :func:`divisive_allowance` (the kernel so wide, gamma 1e-15 on data of unit scale, that
+    its directions are rounding); else None."""
     lam = np.asarray(smap.eigenvalues, dtype=np.float64)
-    a = n * (eta + centring) + 8 * n * U * float(np.max(np.abs(lam)))
-    return np.column_stack([lam - a, lam + a])
+    if interval is not None:
+        if np.all(interval[:, 0] > 0):
+            return None
+    elif lam.size and float(np.min(lam)) > divisive_allowance(kernel, X):
+        return None
+    diagnosis = (f"{err.diagnosis}, and even the exact problem on all {X.shape[0]} rows "
+                 f"resolves no {lam.size} directions above its rounding")
+    new = type(err)(f"{diagnosis}; lower n_components to at most {err.limit}")
+    new.__dict__.update(err.__dict__)
+    new.diagnosis = diagnosis
+    return new
 
 
 def exact_reason(c, n_rows: int, gamma, *, breakdown=None, early=None, short=None) -> str:
@@ -157,7 +210,8 @@ def exact_reason(c, n_rows: int, gamma, *, breakdown=None, early=None, short=Non
     return msg
 
 
-def solve_exactly(run, kernel: Kernel, gamma, *, breakdown=None, early=None, short=None):
+def solve_exactly(run, kernel: Kernel, gamma, *, breakdown=None, early=None, short=None,
+                  refusal=None):
     """The exact problem of the :class:`~ooc_spectral.pipeline.fit.FitRun` ``run``
     (:func:`~ooc_spectral.core.eigensolve.solve_exact` or
     :func:`~ooc_spectral.core.eigensolve.solve_exact_divisive`), with the
@@ -165,12 +219,11 @@ def solve_exactly(run, kernel: Kernel, gamma, *, breakdown=None, early=None, sho
 
     Returns ``(smap, interval, bound, preimage)``: the map, for kernel PCA the eigenvalues'
     rounding interval and its width above them (None for the divisive normalization), and
-    the pre-image map (``fit_inverse_transform``)."""
+    the pre-image map (``fit_inverse_transform``). ``refusal``: the dictionary's error,
+    raised where even the exact problem does not resolve the directions (:func:`unresolved`)."""
     from .certification import keep_certified
 
     c, s = run.config, run.source
-    warn_once(exact_reason(c, s.n_rows, gamma, breakdown=breakdown, early=early, short=short),
-              DictionaryWarning, stacklevel=5)
     additive = c.normalization == "additive"
     check_n_components(s.n_rows, c.n_components or 1, 0 if additive else int(c.drop_first))
     interval, bound = None, None
@@ -189,6 +242,10 @@ def solve_exactly(run, kernel: Kernel, gamma, *, breakdown=None, early=None, sho
                                         subset=c.degree_estimate == "subset",
                                         negative_values=c.negative_values)
     check_exact_finite(smap, interval)
+    if refusal is not None and (err := unresolved(refusal, smap, interval, kernel, Xall)):
+        raise err
+    warn_once(exact_reason(c, s.n_rows, gamma, breakdown=breakdown, early=early, short=short),
+              DictionaryWarning, stacklevel=5)
     preimage = None
     if c.fit_inverse_transform:  # scikit-learn's regression on every row
         with run.stage("preimage"):
