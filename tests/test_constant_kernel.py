@@ -116,3 +116,32 @@ def test_out_of_reach_of_the_exact_problem_it_is_refused_with_a_gamma_that_works
     assert est.spectral_map_.dictionary.L is not None  # the greedy path, certified
     assert est.max_residual_ <= 1e-3
     check_certified("rbf", X, est, 1e-3)
+
+
+def test_the_command_line_solves_it_exactly_and_says_so(main_, tmp_path):
+    import json
+
+    from test_bad_input_cli import FAST, write
+
+    X = dataset("moons")
+    data = write(tmp_path / "x.zarr", X)
+    proc = main_("fit", data, "--out", tmp_path / "out", "--gamma", "1e-8", "--tol", "1e-3",
+                 *FAST)
+    assert proc.returncode == 0, proc.stderr
+    assert "solved exactly on the 300 x 300 Gram matrix" in proc.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["pass2_tasks"] is None  # the exact path
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DictionaryWarning)
+        est = fit(X)
+    np.testing.assert_array_equal(report["eigenvalue_interval"], est.eigenvalue_interval_)
+
+
+def test_the_command_line_capped_refusal_advises_the_cap(main_, tmp_path):
+    from test_bad_input_cli import FAST, write
+
+    data = write(tmp_path / "x.zarr", dataset("moons"))
+    proc = main_("fit", data, "--out", tmp_path / "out", "--gamma", "1e-8", "--tol", "1e-3",
+                 "--max-dictionary-size", "200", *FAST)
+    assert proc.returncode == 2
+    assert "raise max_dictionary_size to 300 and it is solved exactly" in proc.stderr
