@@ -145,3 +145,25 @@ def test_the_command_line_capped_refusal_advises_the_cap(main_, tmp_path):
                  "--max-dictionary-size", "200", *FAST)
     assert proc.returncode == 2
     assert "raise max_dictionary_size to 300 and it is solved exactly" in proc.stderr
+
+
+def test_spectral_clustering_on_the_kernel_graph_takes_the_same_exact_path():
+    """``affinity="kernel"`` clusters the divisive embedding: the same fallback, against
+    Ng, Jordan & Weiss on the full normalized Gram matrix (its two leading eigenvectors,
+    rows scaled to unit length, k-means)."""
+    from sklearn.cluster import KMeans
+    from sklearn.metrics import adjusted_rand_score
+
+    from ooc_spectral import GreedySpectralClustering
+
+    X = dataset("moons")
+    with pytest.warns(DictionaryWarning, match="spectral embedding is solved exactly"):
+        est = GreedySpectralClustering(n_clusters=2, affinity="kernel", gamma=GAMMA, tol=1e-3,
+                                       random_state=0).fit(X)
+    assert est.embedding_estimator_.spectral_map_.dictionary.L is None
+    K = rbf_kernel(X, gamma=GAMMA)
+    d = K.sum(axis=1)
+    V = eigh(K / np.sqrt(np.outer(d, d)))[1][:, ::-1][:, :2]
+    V /= np.linalg.norm(V, axis=1, keepdims=True)
+    ref = KMeans(2, n_init=10, random_state=0).fit_predict(V)
+    assert adjusted_rand_score(ref, est.labels_) == 1.0
