@@ -455,7 +455,8 @@ def main(argv=None) -> int:
                   f"{r['kernel']} offset={r['offset']:g} tol={r['tol']:g}: {r['outcome']} "
                   f"({r.get('seconds', 0):.2f} s)", flush=True)
         seconds = round(time.perf_counter() - t0, 1)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    # the load of runs in other processes is not known here (only that of this one's end)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") and not args.from_rows else None
     result, md = report(rows, command, seconds, load, how)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
