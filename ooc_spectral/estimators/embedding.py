@@ -78,10 +78,13 @@ class GreedySpectralEmbedding(FeatureNamesMixin, TransformerMixin, BaseEstimator
         the scan every row is within ``tol`` (see ``max_residual_``). ``tol=0``
         asks for every direction of the data: a row is left out only where float64
         certifies it in the span (within 1e-4 of ``k(x, x)``, its bound reported in
-        ``max_residual_``); where it cannot, kernel PCA of at most 8,192 rows (and
-        ``max_dictionary_size``: 5,000 at the default) is solved exactly on the full
-        Gram matrix (with a ``DictionaryWarning``), and any other fit is refused naming
-        a tol that works.
+        ``max_residual_``); where it cannot, kernel PCA whose n x n problem fits in a
+        quarter of the memory (and n at most ``max_dictionary_size``: 5,000 at the
+        default) is solved exactly on the full Gram matrix (with a ``DictionaryWarning``),
+        and any other fit is refused naming a tol that works. A fit whose dictionary
+        holds fewer points than ``n_components`` at ``tol`` (a smaller tol would add
+        some, or a Gaussian or Laplacian kernel nearly constant over the rows) is solved
+        exactly there too.
     dictionary_size : int, default=None
         Ask for a dictionary of exactly this many points instead (by
         ``selection``: RP-Cholesky by default, or the paper's Algorithm 2, a

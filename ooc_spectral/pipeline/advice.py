@@ -86,8 +86,9 @@ def _too_few_points(err, c, source):
     that size on a seeded sample with a factor float64 resolves (checked here); else the
     most components the dictionary gives."""
     kind = getattr(err, "kind", None)
-    if kind == "constant":
-        return _wider_than_the_heuristic(err, c, source)
+    if kind == "constant":  # the exact problem at the gamma asked, else a gamma that works
+        return (_capped_exact(err, c, source, head=err.diagnosis)
+                or _wider_than_the_heuristic(err, c, source))
     if kind != "tol" or c.n_components is None:
         return None
     spent = spent_directions(c.affine, c.normalization, c.drop_first)
@@ -214,18 +215,22 @@ def _far_above_the_heuristic(err, text, c, source):
         f"try gamma={median:.3g}{checked}; or raise max_dictionary_size")
 
 
-def _capped_exact(err, c, source):
+def _capped_exact(err, c, source, head: str | None = None):
     """Only ``max_dictionary_size`` kept the exact problem from a fit whose dictionary heads
-    for every row: a cap at the rows solves it exactly (the exact path's own scan stopped
+    for every row, or whose kernel is nearly constant over the data (``head``, the error's
+    diagnosis): a cap at the rows solves it exactly (the exact path's own scan stopped
     the fit: following the advice takes that path), where a guessed larger tol or smaller
-    gamma may head for every row again (tol=0 asks for every direction)."""
+    gamma may head for every row again (tol=0 asks for every direction); a kernel so
+    nearly constant that even the exact problem resolves nothing is refused there, with
+    its own advice."""
     from .exact import capped_exact
 
     if not capped_exact(c, source.n_rows):
         return None
     n = source.n_rows
-    return type(err)(f"{str(err).split('; ', 1)[0]}; the exact problem on all {n} rows fits in "
-                     f"memory: raise max_dictionary_size to {n} and it is solved exactly")
+    head = str(err).split('; ', 1)[0] if head is None else head
+    return type(err)(f"{head}; the exact problem on all {n} rows fits in memory: raise "
+                     f"max_dictionary_size to {n} and it is solved exactly")
 
 
 #: The larger tols and smaller gammas :func:`_early_way_out` tries, in this order: each

@@ -15,9 +15,13 @@ make the exact problem the better answer, where its n x n Gram matrix fits in me
   :class:`~ooc_spectral.exceptions.NumericalBreakdownError` of the scan, of pass 2's
   certificate or of the eigenvalue interval): the exact problem is what a tol that small
   asks for, and its answer has no residual at all;
-- **more components than the dictionary at this tol has points**: the exact problem has
-  every direction the rows span (and where ``n_components`` exceeds those above
-  rounding, its error says how many there are).
+- **more components than the dictionary at this tol has points** (:data:`SHORT_EXACT`: a
+  tol that could add points, or a Gaussian or Laplacian kernel so wide, gamma 1e-8 on
+  data of unit scale, that it is nearly constant over the rows and every row is within tol
+  of the first point): the exact problem has every direction the rows span, its
+  eigenvalues (of size gamma times the data's variance, however small) in a certified
+  interval (:func:`exact_interval`); where the exact problem is not at hand the fit is
+  refused with advice (:mod:`ooc_spectral.pipeline.advice`).
 
 Either way a :class:`~ooc_spectral.exceptions.DictionaryWarning` says so. Where the exact
 problem is not at hand, a dictionary heading for every row stops early with a
@@ -39,7 +43,8 @@ from ..core.rounding import U, entry_error, gamma, kernel_center
 from ..exceptions import DictionaryWarning, warn_once
 
 __all__ = ["EXACT_MEMORY_FRACTION", "EXACT_MATRICES", "EXACT_FRACTION", "EARLY_EXACT",
-           "EARLY_STOP", "EARLY_ROWS", "EXACT_COST", "exact_limit", "exact_max_rows", "exact_at_hand", "exact_interval",
+           "EARLY_STOP", "EARLY_ROWS", "EXACT_COST", "SHORT_EXACT", "divisive_allowance",
+           "unresolved", "exact_limit", "exact_max_rows", "exact_at_hand", "exact_interval",
            "exact_reason", "solve_exactly", "divisive_volume", "capped_exact",
            "check_exact_finite"]
 
@@ -66,6 +71,13 @@ EXACT_COST = 80
 EARLY_EXACT = (76, 240, 320)
 #: ... and, on more rows than ``max_dictionary_size`` otherwise, stops with the way out.
 EARLY_STOP = (76, 560, 640)
+#: The kinds of a dictionary too small for ``n_components``
+#: (:func:`~ooc_spectral.core.checks.check_dictionary`) that the exact problem answers where
+#: it is at hand: ``"tol"`` (a smaller tol would add points) and ``"constant"`` (a kernel
+#: nearly constant over the data: one point holds every row within tol, and the exact
+#: problem's small eigenvalues are the answer at the gamma asked). The other kinds have no
+#: more directions to give (the kernel's feature space, groups of equal rows, tol 0).
+SHORT_EXACT = ("tol", "constant")
 #: Where the scan parts its first rows to recognise it (:func:`~ooc_spectral.pipeline.scan.scan_source`).
 EARLY_ROWS = tuple(sorted({*EARLY_EXACT[1:], *EARLY_STOP[1:]}))
 
@@ -117,16 +129,69 @@ def exact_interval(kernel: Kernel, X: np.ndarray, smap: SpectralMap) -> np.ndarr
     repeats in every entry of a column and adds up across the rows. The eigensolver adds its
     backward error (``8 n u lambda_1``); each exact eigenvalue is within the sum (Weyl)."""
     n = X.shape[0]
+    eta, kmax = _entry_bound(kernel, X)
+    centring = (4 * gamma(n) + 16 * U) * (kmax + eta)
+    lam = np.asarray(smap.eigenvalues, dtype=np.float64)
+    a = n * (eta + centring) + 8 * n * U * float(np.max(np.abs(lam)))
+    return np.column_stack([lam - a, lam + a])
+
+
+def _entry_bound(kernel: Kernel, X: np.ndarray) -> tuple[float, float]:
+    """``(eta, max |k(x, x)|)``: every computed kernel value between two rows of ``X`` is
+    within ``eta`` of the exact one (:func:`~ooc_spectral.core.rounding.entry_error`)."""
     aux = kernel.aux(X)
     kx = kernel.diag(X, aux)
     c = kernel_center(kernel)
     P = X if c is None else X - np.asarray(c, dtype=np.float64)
     radius = float(np.sqrt(np.max(np.einsum("ij,ij->i", P, P)))) * (1 + 1e-14)
-    eta = float(np.max(entry_error(kernel, X, aux, kx, radius, float(np.max(np.abs(kx))))))
-    centring = (4 * gamma(n) + 16 * U) * (float(np.max(np.abs(kx))) + eta)
+    kmax = float(np.max(np.abs(kx)))
+    return float(np.max(entry_error(kernel, X, aux, kx, radius, kmax))), kmax
+
+
+def divisive_allowance(kernel: Kernel, X: np.ndarray) -> float:
+    """How far rounding may move an eigenvalue of the exact ``D^-1/2 K D^-1/2``
+    (:func:`~ooc_spectral.core.eigensolve.solve_exact_divisive`) for a kernel with values
+    >= 0, an estimate by first-order perturbation (no certified interval: the divisive
+    normalization reports none): every entry of K within ``eta``, each degree ``d_i``
+    within ``delta = n eta + gamma_n (d_max + n eta)``, so every entry of the normalized
+    matrix within ``eta / d_min + M_max (delta / d_min + 4u)``, ``M_max = (k_max + eta) /
+    d_min``, n times that in the 2-norm, plus the eigensolver's ``8 n u`` (its largest
+    eigenvalue is 1). inf where it cannot be told (a degree not above 0, a kernel whose
+    rounding is not bounded)."""
+    n = X.shape[0]
+    try:
+        eta, kmax = _entry_bound(kernel, X)
+        aux = kernel.aux(X)
+        deg = kernel.pairwise_dot(X, X, np.ones((n, 1)), aux, aux).ravel()
+    except Exception:  # a kernel without a rounding bound: nothing is resolved
+        return math.inf
+    dmin, dmax = float(np.min(deg)), float(np.max(deg))
+    if not dmin > 0:
+        return math.inf
+    delta = n * eta + gamma(n) * (dmax + n * eta)
+    entry = eta / dmin + (kmax + eta) / dmin * (delta / dmin + 4 * U)
+    return n * entry + 8 * n * U
+
+
+def unresolved(err, smap: SpectralMap, interval, kernel: Kernel, X: np.ndarray):
+    """``err`` (a :class:`~ooc_spectral.exceptions.DictionaryError` of kind ``"constant"``,
+    a kernel nearly constant over the data) where even the exact problem resolves fewer
+    directions than asked for: kernel PCA's ``n_components`` intervals not all above 0, the
+    divisive normalization's smallest eigenvalue kept not above
+    :func:`divisive_allowance` (the kernel so wide, gamma 1e-15 on data of unit scale, that
+    its directions are rounding); else None."""
     lam = np.asarray(smap.eigenvalues, dtype=np.float64)
-    a = n * (eta + centring) + 8 * n * U * float(np.max(np.abs(lam)))
-    return np.column_stack([lam - a, lam + a])
+    if interval is not None:
+        if np.all(interval[:, 0] > 0):
+            return None
+    elif lam.size and float(np.min(lam)) > divisive_allowance(kernel, X):
+        return None
+    diagnosis = (f"{err.diagnosis}, and even the exact problem on all {X.shape[0]} rows "
+                 f"resolves no {lam.size} directions above its rounding")
+    new = type(err)(f"{diagnosis}; lower n_components to at most {err.limit}")
+    new.__dict__.update(err.__dict__)
+    new.diagnosis = diagnosis
+    return new
 
 
 def exact_reason(c, n_rows: int, gamma, *, breakdown=None, early=None, short=None) -> str:
@@ -172,7 +237,8 @@ def _way_out(c, gamma) -> str:
     return ""
 
 
-def solve_exactly(run, kernel: Kernel, gamma, *, breakdown=None, early=None, short=None):
+def solve_exactly(run, kernel: Kernel, gamma, *, breakdown=None, early=None, short=None,
+                  refusal=None):
     """The exact problem of the :class:`~ooc_spectral.pipeline.fit.FitRun` ``run``
     (:func:`~ooc_spectral.core.eigensolve.solve_exact` or
     :func:`~ooc_spectral.core.eigensolve.solve_exact_divisive`), with the
@@ -180,12 +246,11 @@ def solve_exactly(run, kernel: Kernel, gamma, *, breakdown=None, early=None, sho
 
     Returns ``(smap, interval, bound, preimage)``: the map, for kernel PCA the eigenvalues'
     rounding interval and its width above them (None for the divisive normalization), and
-    the pre-image map (``fit_inverse_transform``)."""
+    the pre-image map (``fit_inverse_transform``). ``refusal``: the dictionary's error,
+    raised where even the exact problem does not resolve the directions (:func:`unresolved`)."""
     from .certification import keep_certified
 
     c, s = run.config, run.source
-    warn_once(exact_reason(c, s.n_rows, gamma, breakdown=breakdown, early=early, short=short),
-              DictionaryWarning, stacklevel=5)
     additive = c.normalization == "additive"
     check_n_components(s.n_rows, c.n_components or 1, 0 if additive else int(c.drop_first))
     interval, bound = None, None
@@ -204,6 +269,10 @@ def solve_exactly(run, kernel: Kernel, gamma, *, breakdown=None, early=None, sho
                                         subset=c.degree_estimate == "subset",
                                         negative_values=c.negative_values)
     check_exact_finite(smap, interval)
+    if refusal is not None and (err := unresolved(refusal, smap, interval, kernel, Xall)):
+        raise err
+    warn_once(exact_reason(c, s.n_rows, gamma, breakdown=breakdown, early=early, short=short),
+              DictionaryWarning, stacklevel=5)
     preimage = None
     if c.fit_inverse_transform:  # scikit-learn's regression on every row
         with run.stage("preimage"):

@@ -53,7 +53,8 @@ from ..io.source import DataSource
 from ..runtime.execution import Executor
 from .accumulate import PartialStore, accumulate, extension_pass
 from .certification import advised, certified_spectrum, rounding_report
-from .exact import EARLY_EXACT, EARLY_STOP, exact_at_hand, exact_limit, solve_exactly
+from .exact import (EARLY_EXACT, EARLY_STOP, SHORT_EXACT, exact_at_hand, exact_limit,
+                    solve_exactly)
 from .scan import GreedyScan, Rescan, Selection, capped_early_stop
 from .writeback import EmbeddingOutput, map_rows
 
@@ -73,8 +74,6 @@ class Checkpoint(PartialStore, Protocol):
 
     def save_scan(self, state: DictionaryState, windows_done: int, tol: float, *,
                   prefix_done: bool = False) -> None: ...
-
-
 
 
 @dataclass
@@ -436,14 +435,15 @@ class FitRun:
         return dictionary, X, stats, total
 
     def run_exact(self, kernel: Kernel, gamma, out, *, breakdown=None, early=None,
-                  short=None) -> FitResult:
+                  short=None, refusal=None) -> FitResult:
         """The exact problem (:func:`~ooc_spectral.pipeline.exact.solve_exactly`: the
         dictionary heads for every row, ``breakdown``, a tol below what float64 certifies
         with a dictionary, or ``short``, a dictionary of that many points, too few for
-        ``n_components``), then pass 3: no row has a residual."""
+        ``n_components``; ``refusal`` raised where even the exact problem does not resolve
+        them), then pass 3: no row has a residual."""
         c, s = self.config, self.source
-        smap, interval, bound, preimage = solve_exactly(self, kernel, gamma, breakdown=breakdown,
-                                                        early=early, short=short)
+        smap, interval, bound, preimage = solve_exactly(
+            self, kernel, gamma, breakdown=breakdown, early=early, short=short, refusal=refusal)
         X = self.write_view(out)
         with self.stage("pass3"):
             embedding = self.write_embedding(X, smap, out)
@@ -497,8 +497,7 @@ class FitRun:
         c, s = self.config, self.source
         if s.n_rows < 2:
             raise InvalidInputError(
-                f"X has {s.n_rows} row; at least 2 samples are needed to fit an embedding"
-            )
+                f"X has {s.n_rows} row; at least 2 samples are needed to fit an embedding")
         rows_hold = s.n_rows - (1 if c.normalization == "additive" else int(c.drop_first))
         if c.n_components is not None and c.n_components > rows_hold:  # before any work
             raise DictionaryError(
@@ -518,9 +517,8 @@ class FitRun:
             kernel, gamma = self.resolve_kernel()
         exact = exact_at_hand(c, s.n_rows)
         self._extended = not exact
-        if exact:
-            self._scan_limit = min(c.max_dictionary_size, exact_limit(s.n_rows))
         if exact:  # a dictionary heading for every row: the exact problem, or a stop
+            self._scan_limit = min(c.max_dictionary_size, exact_limit(s.n_rows))
             self._scan_early = EARLY_EXACT
         elif s.n_rows > c.max_dictionary_size:
             self._scan_early = EARLY_STOP
@@ -538,9 +536,10 @@ class FitRun:
         log.info("dictionary: %d points", dictionary.size)
         try:
             self.check_dictionary(dictionary, kernel, gamma, tol)
-        except DictionaryError as err:  # too few points for n_components at this tol
-            if exact and getattr(err, "kind", None) == "tol":
-                return self.run_exact(kernel, gamma, out, short=dictionary.size)
+        except DictionaryError as err:  # too few points: at this tol, or a constant kernel
+            if exact and (kind := getattr(err, "kind", None)) in SHORT_EXACT:
+                return self.run_exact(kernel, gamma, out, short=dictionary.size,
+                                      refusal=err if kind == "constant" else None)
             raise
         try:
             check_conditioning(dictionary, tol)

@@ -41,6 +41,11 @@ FILES = [
 #: Tests that fail unmutated (the baseline run, --baseline): deselected for every mutant.
 DESELECT_FILE = AUDIT / "baseline_failures.txt"
 
+#: The time limit of each mutant's run, for the results' description (``--timeout``).
+TIMEOUT_NOTE = 240
+#: Whether the prior run's killing test ran alone first (``--prior``).
+PRIOR_NOTE = False
+
 FAIL_RE = re.compile(r"^(FAILED|ERROR) (\S+)", re.M)
 
 
@@ -62,9 +67,10 @@ def revert(m: dict) -> None:
     subprocess.run(["git", "checkout", "--", m["file"]], cwd=ROOT, check=True)
 
 
-def run_tests(workers: int, timeout: float) -> tuple[int, str, float]:
+def run_tests(workers: int, timeout: float, only: str | None = None) -> tuple[int, str, float]:
+    """The selection (or the one test ``only``) on the mutated tree: ``(rc, output, s)``."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:randomly", "-m", "not slow",
-           "-rfE", "-n", str(workers), *FILES]
+           "-rfE", "-n", str(workers), *([only] if only else FILES)]
     if DESELECT_FILE.exists():
         for t in DESELECT_FILE.read_text().split():
             cmd += ["--deselect", t]
@@ -85,13 +91,18 @@ def write(results: dict, mutants: list[dict]) -> None:
     rows = ["# Mutation audit of the numerical core (issue 53)", "",
             f"{killed} of {len(done)} mutants killed"
             + (f" ({100.0 * killed / len(done):.0f}%)" if done else ""), "",
-            "Selection: `python -m pytest -q -x -p no:randomly -m 'not slow' -rfE -n 0` "
-            "(mutants 1-5: `-n 2`) on "
+            "Selection: `python -m pytest -q -x -p no:randomly -m 'not slow' -rfE -n 0` on "
             + ", ".join(f"`{f.split('/')[-1]}`" for f in FILES) + ", in that order, each mutant "
-            "stopped after 110 s (mutants 9, 13, 14 timed out there and were rerun with 240 s; a "
-            "timeout is not a kill); every survivor ran the whole selection (exit 0); "
-            "the 11 survivors of that run (6, 7, 9, 14, 17, 19, 23, 25, 26, 28, 30) were rerun "
-            "with `test_pinned_core.py`, written against them, appended (`--timeout 600`); "
+            f"stopped after {TIMEOUT_NOTE} s (a timeout is not a kill)"
+            + (". With `--prior` (the machine's load left no time for the whole selection per "
+               "mutant), the test that killed each mutant in the first run ran alone first "
+               "(`-x` on that one node), the whole selection only where it did not kill"
+               if PRIOR_NOTE else "") + ". The rerun of issue 53's "
+            "last session: every mutant from scratch on branch issue-53d (the lines moved by "
+            "later changes found again by their text; mutant 30's line gained the centring "
+            "term, the same fault applied: the factor n dropped); the first run, whose 11 "
+            "survivors were killed by `test_pinned_core.py` written against them, is in git's "
+            "history of this file; "
             "deselected, failing unmutated: "
             + (", ".join(f"`{t}`" for t in DESELECT_FILE.read_text().split())
                if DESELECT_FILE.exists() else "none") + ".", "",
@@ -103,6 +114,8 @@ def write(results: dict, mutants: list[dict]) -> None:
             continue
         res = {"killed": "killed", "survived": "**SURVIVED**"}.get(
             r.get("status"), f"not killed within {r['seconds']:.0f} s (timeout)")
+        if r.get("prior_test_alone"):
+            res += " (that test alone)"
         rows.append(f"| {m['id']} | `{m['file'].replace('ooc_spectral/', '')}:{m['line']}` | "
                     f"`{m['replacement'].strip()[:90]}` | {res} | {r['first_failure'] or ''} | "
                     f"{r['seconds']:.0f} |")
@@ -119,7 +132,17 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--baseline", action="store_true",
                     help="run the selection unmutated (without -x) and record its failures")
+    ap.add_argument("--prior", default="",
+                    help="a results.json of an earlier run: the test that killed each mutant "
+                         "there runs alone first (a kill by a test of the selection is a kill; "
+                         "the whole selection runs where it does not kill)")
     args = ap.parse_args()
+    prior = ({k: r["first_failure"] for k, r in json.loads(Path(args.prior).read_text()).items()
+              if r.get("killed") and r.get("first_failure")} if args.prior else {})
+    global PRIOR_NOTE
+    PRIOR_NOTE = bool(prior)
+    global TIMEOUT_NOTE
+    TIMEOUT_NOTE = int(args.timeout)
     if args.baseline:
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-m", "not slow",
                "-rfE", "-n", str(args.workers), *FILES]
@@ -141,8 +164,14 @@ def main() -> None:
         if not only and str(m["id"]) in results:
             continue
         apply(m)
+        first_try = prior.get(str(m["id"]))
         try:
-            rc, out, secs = run_tests(args.workers, args.timeout)
+            rc = None
+            if first_try:  # the test that killed it in the prior run, alone, first
+                rc, out, secs = run_tests(args.workers, args.timeout, only=first_try)
+            if rc != 1:  # not killed by it: the whole selection decides
+                rc, out, secs = run_tests(args.workers, args.timeout)
+                first_try = None
         finally:
             revert(m)
         fails = FAIL_RE.findall(out)
@@ -151,6 +180,7 @@ def main() -> None:
         status = "killed" if killed else ("timeout" if rc == -1 else "survived")
         results[str(m["id"])] = {"killed": bool(killed), "status": status, "returncode": rc,
                                  "first_failure": first, "seconds": round(secs, 1),
+                                 "prior_test_alone": bool(first_try),
                                  "tail": out[-3000:]}
         print(f"mutant {m['id']:2d} {status} rc={rc} {secs:.0f}s {first}",
               flush=True)

@@ -289,6 +289,29 @@ def reference_seconds(rows: list[dict]) -> dict[tuple, float]:
             if r["tol"] == REFERENCE_TOL and r["outcome"] in ("certified", "exact")}
 
 
+def refusal_row(r: dict, rows: list[dict], ref: dict) -> dict:
+    """One refusal against the fit of the same case: at ``REFERENCE_TOL``, else (the
+    extreme section has no such tol) the nearest tol whose fit returned. A
+    ``NumericalBreakdownError`` with its advised tol and the advised fit's time; a
+    ``DictionaryError`` (fewer directions than asked for) with its message."""
+    against = ref.get(_key(r))
+    against_tol = REFERENCE_TOL if against is not None else None
+    if against is None:
+        same = [x for x in rows if _key(x) == _key(r) and x["outcome"] in ("certified", "exact")]
+        near = min(same, key=lambda x: abs(np.log10(max(x["tol"], 1e-300) / max(r["tol"], 1e-300))),
+                   default=None)
+        if near is not None:
+            against, against_tol = near["seconds"], near["tol"]
+    advice = r.get("refusal") or {}
+    return {"section": r["section"], "data set": r["dataset"] + (f", {r['form']}" if
+            r.get("form") else ""), "kernel": r["kernel"], "offset": r["offset"], "tol": r["tol"],
+            "error": "NumericalBreakdownError" if advice else r.get("error", "").split(":")[0],
+            "advice": advice.get("advice"), "message": advice.get("message", r.get("error", "")),
+            "refuse_seconds": advice.get("refuse_seconds", r.get("seconds")),
+            "advised_fit_seconds": advice.get("advised_fit_seconds"),
+            "fit_seconds": against, "fit_tol": against_tol}
+
+
 def done_when(rows: list[dict]) -> dict:
     """Issue 53's "Done when": no silent, no failed advice, no refusal for rbf/laplacian at
     tol >= 1e-12 nor for the linear kernel at any tol; and the slowest small-tol fit of the
@@ -340,13 +363,8 @@ def report(rows: list[dict], command: str, seconds, load, how: str = "") -> tupl
               for s in sections}
     done = done_when(rows)
     ref = reference_seconds(rows)
-    refusals = [{"section": r["section"], "data set": r["dataset"] + (f", {r['form']}" if
-                 r.get("form") else ""), "kernel": r["kernel"], "offset": r["offset"],
-                 "tol": r["tol"], "advice": r["refusal"]["advice"],
-                 "refuse_seconds": r["refusal"]["refuse_seconds"],
-                 "advised_fit_seconds": r["refusal"]["advised_fit_seconds"],
-                 "fit_tol_1e-6_seconds": ref.get(_key(r))}
-                for r in rows if r.get("refusal")]
+    refusals = [refusal_row(r, rows, ref) for r in rows
+                if r.get("refusal") or r["outcome"] == "refused"]
     by_section = tables(rows)
     result = {"command": command, "cases": len(rows), "seconds": seconds,
               "load_average": load, "done_when": done, "counts": counts,
@@ -375,12 +393,17 @@ def report(rows: list[dict], command: str, seconds, load, how: str = "") -> tupl
            f"| {t['above 10x']} |" for t in result["time_against_tol_1e-6"]]
     md += ["", "### Refusals", ""]
     if refusals:
-        md += ["| section | data set | kernel | offset | tol | advice | refused in (s) "
-               "| fit at tol 1e-6 (s) | advised fit (s) |", "|---|---|---|---|---|---|---|---|---|"]
+        md += ["| section | data set | kernel | offset | tol | refused by | advice | refused in (s) "
+               "| the fit of the case (tol: s) | advised fit (s) |",
+               "|---|---|---|---|---|---|---|---|---|---|"]
         md += [f"| {r['section']} | {r['data set']} | {r['kernel']} | {r['offset']:g} | {r['tol']:g} "
-               f"| {r['advice']:g} | {r['refuse_seconds']:.2f} | "
-               + ("" if r["fit_tol_1e-6_seconds"] is None else f"{r['fit_tol_1e-6_seconds']:.2f}")
-               + f" | {r['advised_fit_seconds']:.2f} |" for r in refusals]
+               f"| {r['error']} | " + (f"tol {r['advice']:g}" if r["advice"] is not None else
+                                      r["message"].split("; ")[-1][:200].replace("|", "/"))
+               + f" | {r['refuse_seconds']:.2f} | "
+               + ("none returned" if r["fit_seconds"] is None else
+                  f"{r['fit_tol']:g}: {r['fit_seconds']:.2f}")
+               + " | " + ("" if r["advised_fit_seconds"] is None else
+                          f"{r['advised_fit_seconds']:.2f}") + " |" for r in refusals]
     else:
         md += ["None."]
     md.append("")
@@ -390,7 +413,8 @@ def report(rows: list[dict], command: str, seconds, load, how: str = "") -> tupl
            "eigenvalue in `eigenvalue_interval_`; `exact`: the exact path, its eigenvalues "
            "checked the same way; `refused in r s, t certified in f s`: "
            "`NumericalBreakdownError` after r seconds advised tol t, and the fit at t, certified, "
-           "took f seconds; `size`: the greedy section's cap reached (the data need every row). "
+           "took f seconds; `refused` (the extreme section): `DictionaryError`, fewer directions "
+           "than asked for, each listed under Refusals with its time and its message's advice; `size`: the greedy section's cap reached (the data need every row). "
            "**SILENT** / **FAILED**: a check refuted what was returned / the advice did not "
            "work. A cell is the worst outcome over the offsets, with how many reached it. "
            "`max_time_vs_tol_1e-6`: the slowest fit of the Gaussian or Laplacian kernel at a tol "
@@ -431,7 +455,8 @@ def main(argv=None) -> int:
                   f"{r['kernel']} offset={r['offset']:g} tol={r['tol']:g}: {r['outcome']} "
                   f"({r.get('seconds', 0):.2f} s)", flush=True)
         seconds = round(time.perf_counter() - t0, 1)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    # the load of runs in other processes is not known here (only that of this one's end)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") and not args.from_rows else None
     result, md = report(rows, command, seconds, load, how)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
