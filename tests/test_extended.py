@@ -249,16 +249,12 @@ def test_a_dictionary_heading_for_every_row_where_the_exact_problem_is_not_at_ha
     keeps the exact problem here, so the exact path's float64 scan of the first 320 rows
     tells it, before any double-double work (elsewhere rows 560 to 640 do:
     tests/test_advice.py::test_a_dictionary_heading_for_every_row_gets_one_checked_way_out)."""
-    import time
-
     rng = np.random.default_rng(4)
     X = rng.normal(size=(3000, 20))
-    t = time.perf_counter()
+    # the message's count is the proof that it stopped at row 320, not after 2000 points
     with pytest.raises(DictionarySizeError, match=r"took 76 of the 80 rows 240 to 320.*stopped "
                                                   r"early.*raise max_dictionary_size to 3000"):
         GreedySpectralEmbedding(gamma=5.0, max_dictionary_size=2000, random_state=0).fit(X)
-    stopped = time.perf_counter() - t
-    assert stopped < 120  # (not a timing test: 2000 points one at a time take far longer)
 
 
 def test_a_dictionary_that_slows_down_is_not_switched():
