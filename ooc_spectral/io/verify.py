@@ -75,14 +75,7 @@ def verify_group(path, *, count_only: bool = False) -> dict[str, Any]:
         for _, key, err in damaged_chunks(arr, present, checks.get(name)):
             report["damaged"].append(f"{name}: chunk {key} ({err})")
     # the model's digests: of its description, and of its values
-    for gname in ("", "model"):
-        try:
-            g = group[gname] if gname else group
-        except KeyError:
-            continue
-        meta = g.attrs.get(MODEL_KEY) if isinstance(g, zarr.Group) else None
-        if not isinstance(meta, dict):
-            continue
+    for gname, g, meta in _models(group):
         where = gname or "."
         if meta.get("format") != 2 and not seal_holds(meta, key=ATTRS_KEY):
             report["digest_mismatch"].append(f"{where}: the model's description (zarr.json)")
@@ -101,19 +94,26 @@ def verify_group(path, *, count_only: bool = False) -> dict[str, Any]:
     return report
 
 
-def unreadable_models(path) -> list[str]:
-    """The models under the zarr group at ``path`` (itself, or its ``model`` member) in a
-    format this version cannot read: intact perhaps, but ``transform`` and ``load`` refuse
-    them. One line for each, naming the format and what to do."""
-    group = zarr.open_group(os.fspath(path), mode="r")
-    out = []
+def _models(group):
+    """``(name, group, description)`` of each model at ``group`` (itself, or its ``model``
+    member: a saved model, or a fit's OUTDIR)."""
     for gname in ("", "model"):
         try:
             g = group[gname] if gname else group
         except KeyError:
             continue
         meta = g.attrs.get(MODEL_KEY) if isinstance(g, zarr.Group) else None
-        if isinstance(meta, dict) and meta.get("format") not in READABLE_FORMATS:
+        if isinstance(meta, dict):
+            yield gname, g, meta
+
+
+def unreadable_models(path) -> list[str]:
+    """The models under the zarr group at ``path`` (itself, or its ``model`` member) in a
+    format this version cannot read: intact perhaps, but ``transform`` and ``load`` refuse
+    them. One line for each, naming the format and what to do."""
+    out = []
+    for gname, _, meta in _models(zarr.open_group(os.fspath(path), mode="r")):
+        if meta.get("format") not in READABLE_FORMATS:
             out.append(f"{gname or '.'}: the model has format {meta.get('format')!r}; this "
                        f"version reads formats {', '.join(map(str, READABLE_FORMATS))}, so "
                        "transform and load refuse it: use the version that wrote it, or refit")
