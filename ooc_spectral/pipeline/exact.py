@@ -129,23 +129,24 @@ def exact_interval(kernel: Kernel, X: np.ndarray, smap: SpectralMap) -> np.ndarr
     repeats in every entry of a column and adds up across the rows. The eigensolver adds its
     backward error (``8 n u lambda_1``); each exact eigenvalue is within the sum (Weyl)."""
     n = X.shape[0]
-    eta, kmax = _entry_bound(kernel, X)
+    eta, kmax, _ = _entry_bound(kernel, X)
     centring = (4 * gamma(n) + 16 * U) * (kmax + eta)
     lam = np.asarray(smap.eigenvalues, dtype=np.float64)
     a = n * (eta + centring) + 8 * n * U * float(np.max(np.abs(lam)))
     return np.column_stack([lam - a, lam + a])
 
 
-def _entry_bound(kernel: Kernel, X: np.ndarray) -> tuple[float, float]:
-    """``(eta, max |k(x, x)|)``: every computed kernel value between two rows of ``X`` is
-    within ``eta`` of the exact one (:func:`~ooc_spectral.core.rounding.entry_error`)."""
+def _entry_bound(kernel: Kernel, X: np.ndarray) -> tuple[float, float, object]:
+    """``(eta, max |k(x, x)|, aux)``: every computed kernel value between two rows of ``X``
+    is within ``eta`` of the exact one (:func:`~ooc_spectral.core.rounding.entry_error`);
+    ``aux``, the kernel's per-row values of ``X``, for the caller's own kernel products."""
     aux = kernel.aux(X)
     kx = kernel.diag(X, aux)
     c = kernel_center(kernel)
     P = X if c is None else X - np.asarray(c, dtype=np.float64)
     radius = float(np.sqrt(np.max(np.einsum("ij,ij->i", P, P)))) * (1 + 1e-14)
     kmax = float(np.max(np.abs(kx)))
-    return float(np.max(entry_error(kernel, X, aux, kx, radius, kmax))), kmax
+    return float(np.max(entry_error(kernel, X, aux, kx, radius, kmax))), kmax, aux
 
 
 def divisive_allowance(kernel: Kernel, X: np.ndarray) -> float:
@@ -160,8 +161,7 @@ def divisive_allowance(kernel: Kernel, X: np.ndarray) -> float:
     rounding is not bounded)."""
     n = X.shape[0]
     try:
-        eta, kmax = _entry_bound(kernel, X)
-        aux = kernel.aux(X)
+        eta, kmax, aux = _entry_bound(kernel, X)
         deg = kernel.pairwise_dot(X, X, np.ones((n, 1)), aux, aux).ravel()
     except Exception:  # a kernel without a rounding bound: nothing is resolved
         return math.inf
