@@ -467,3 +467,56 @@ def test_the_trees_staged_query_finds_every_near_tie(d):
     np.testing.assert_array_equal(np.isfinite(d2), near)
     np.testing.assert_array_equal(index[near], ref[near])
     np.testing.assert_allclose(d2[near], dist[near] ** 2, rtol=1e-12)
+
+
+def test_the_solve_by_pieces_equals_the_whole_solve():
+    """S block diagonal over three pieces (one of a single representative): the solve by
+    pieces gives the whole solve's eigenvalues and the same invariant subspace, and on
+    blobs far apart the fit's coordinates are those of the whole solve up to the basis
+    of the repeated eigenvalue 1."""
+    import scipy.linalg
+
+    from ooc_spectral.core.graph_pieces import leading_by_pieces
+
+    rng = np.random.default_rng(3)
+    blocks = []
+    for size in (7, 1, 12):
+        B = rng.random((size, size))
+        blocks.append(0.5 * (B + B.T) / size)
+    perm = rng.permutation(20)  # the pieces interleaved, as representatives are
+    S = scipy.linalg.block_diag(*blocks)[np.ix_(perm, perm)]
+    for p in (1, 4, 9):
+        mu, W = leading_by_pieces(S, p)
+        full, V = scipy.linalg.eigh(S)
+        np.testing.assert_allclose(mu, full[::-1][:p], rtol=0, atol=1e-13)
+        np.testing.assert_allclose(W.T @ W, np.eye(p), atol=1e-13)
+        np.testing.assert_allclose(S @ W, W * mu, atol=1e-13)
+        if p < 20 and full[::-1][p - 1] - full[::-1][p] > 1e-6:  # a gap: one subspace
+            Vp = V[:, ::-1][:, :p]
+            np.testing.assert_allclose(W @ W.T, Vp @ Vp.T, atol=1e-12)
+        piece = np.repeat([0, 1, 2], [7, 1, 12])[perm]
+        for j in range(p):  # each vector lives on one piece
+            assert np.unique(piece[np.flatnonzero(W[:, j])]).size == 1
+
+
+@pytest.mark.parametrize("K", [5, 12])
+def test_the_compiled_pair_sums_are_numpys_bincount_bit_for_bit(K):
+    """B' D_X^-1 B and the degrees by the compiled loop equal NumPy's bincount over the
+    flattened pairs exactly (the same sums in the same order), on a real graph whose
+    rows share representatives."""
+    import dask
+
+    pytest.importorskip("numba")
+    X = _blobs(2000, seed=4)
+    reps = R.Representatives(select_representatives(X, 60, seed=0), K)
+    index, b = reps.weights(X)
+    compiled = R.bipartite_sums(index, b, reps.size)
+    with dask.config.set({"ooc-spectral.numba": False}):
+        plain = R.bipartite_sums(index, b, reps.size)
+    assert np.count_nonzero(plain.cross) > 2 * reps.size  # rows do share representatives
+    assert np.array_equal(compiled.cross, plain.cross)
+    assert np.array_equal(compiled.degrees, plain.degrees)
+    dense = np.zeros((len(X), reps.size))
+    np.put_along_axis(dense, index, b, axis=1)
+    np.testing.assert_allclose(compiled.cross, dense.T @ (dense / dense.sum(1, keepdims=True)),
+                               rtol=1e-12, atol=1e-15)

@@ -31,7 +31,7 @@ from .support import (ACCEL_MIN_ENTRIES, accel_allowed, accel_for, config_flag,
 
 __all__ = ["numba_loops", "loops_backend", "loops_for", "LOOPS_MIN_ELEMENTS", "centre_rows", "centre_rows_weighted", "clip_unit_col_sums", "clip_unit_dot",
            "CENTRE_PIECE_ELEMENTS", "DOT_MAX_COLUMNS", "nearest_reach",
-           "grouped_reach"]
+           "grouped_reach", "pair_sums"]
 
 #: Entries of a C-ordered block that the NumPy form of :func:`centre_rows` takes at a
 #: time (a piece of 1 MiB, read once into the core's cache for its three uses; as the
@@ -280,9 +280,10 @@ def grouped_reach(Y: np.ndarray, x2: np.ndarray, groups, K: int, reach: int, rat
     """Compiled: what :func:`nearest_reach` gives for the distance block of the rows ``Y``
     (moved by the representatives' mean) and the representatives of ``groups`` (a
     :class:`~ooc_spectral.core.nearest.RepresentativeGroups`), from the representatives
-    near enough only: a row visits the groups in the order of a lower bound of their
-    members' distances (the triangle inequality over each group's centre and radius) and
-    stops at the first group beyond the bound of what it keeps. Each entry is computed by
+    near enough only: a row visits the group of the smallest lower bound of its members'
+    distances first (the triangle inequality over each group's centre and radius), then
+    each other group whose bound is within that of what it keeps so far (the bounds are
+    not sorted: after the first group the row's bound rarely moves). Each entry is computed by
     one fixed sequence of operations, so the result equals the unpruned search
     (``prune=False``) bit for bit; it equals :func:`nearest_reach` over NumPy's product to
     rounding (the same representatives wherever no two are within rounding of each other).
@@ -306,3 +307,23 @@ def grouped_reach(Y: np.ndarray, x2: np.ndarray, groups, K: int, reach: int, rat
                         groups.permutation, groups.starts, groups.centres, groups.radii, int(K),
                         float(ratio) ** 2, groups.max_norm, bool(prune), J, V)
     return J, V, int(visited)
+
+
+def pair_sums(index: np.ndarray, scaled: np.ndarray, b: np.ndarray, m: int):
+    """Compiled: ``cross[i, j] = sum_t sum_{a, c: index[t, a] = i, index[t, c] = j}
+    scaled[t, a] b[t, c]`` (``m x m``) and ``degrees[i] = sum b[t, a]`` over
+    ``index[t, a] = i``, each sum taken row by row, then ``a``, then ``c``: the order of
+    NumPy's ``bincount`` over the flattened pairs, so the same values bit for bit, in one
+    pass without the ``c K^2`` pairs' arrays.
+
+    Returns ``(cross, degrees)``, or None where the compiled loops are not at hand.
+    """
+    loops = numba_loops()
+    if loops is None or index.ndim != 2 or index.shape != scaled.shape or b.shape != index.shape:
+        return None
+    cross = np.zeros((m, m))
+    degrees = np.zeros(m)
+    loops.pair_sums(np.ascontiguousarray(index, dtype=np.int64),
+                    np.ascontiguousarray(scaled, dtype=np.float64),
+                    np.ascontiguousarray(b, dtype=np.float64), cross, degrees)
+    return cross, degrees

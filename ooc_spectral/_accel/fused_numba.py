@@ -214,6 +214,49 @@ def nearest_reach(D, x2, K, ratio2, J, V):  # pragma: no cover - compiled
 
 
 
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def _visit_group(y, a, b, A, r2, perm, acc, vs, js, filled):  # pragma: no cover - compiled
+    """The entries ``v = |r|^2 - 2 y.r`` of the representatives ``a:b`` (in the groups'
+    order) placed among the row's ``reach`` smallest; returns the places filled."""
+    d = y.shape[0]
+    reach = vs.shape[0]
+    j = a
+    while j + 3 < b:  # four entries at a time, each in k order
+        s0 = r2[j]
+        s1 = r2[j + 1]
+        s2 = r2[j + 2]
+        s3 = r2[j + 3]
+        for k in range(d):
+            yk = y[k]
+            s0 += yk * A[j, k]
+            s1 += yk * A[j + 1, k]
+            s2 += yk * A[j + 2, k]
+            s3 += yk * A[j + 3, k]
+        acc[j] = s0
+        acc[j + 1] = s1
+        acc[j + 2] = s2
+        acc[j + 3] = s3
+        j += 4
+    while j < b:
+        s0 = r2[j]
+        for k in range(d):
+            s0 += y[k] * A[j, k]
+        acc[j] = s0
+        j += 1
+    for j in range(a, b):
+        v = acc[j]
+        o = perm[j]
+        if filled == reach:
+            if v > vs[reach - 1] or (v == vs[reach - 1] and o > js[reach - 1]):
+                continue
+            p = reach - 1
+        else:
+            p = filled
+            filled += 1
+        _place(vs, js, p, v, o)
+    return filled
+
+
 # the distances by one fixed sequence of products and sums per entry (no fastmath: no
 # reassociation, no fused multiply-adds), so that they do not depend on which groups a
 # row visits: pruned = unpruned, bit for bit
@@ -228,13 +271,13 @@ def grouped_reach(Y, x2, A, r2, perm, starts, centres, radii, K, ratio2, rmax, p
     reach = J.shape[1]
     acc = np.empty(A.shape[0])
     lb = np.empty(G)
-    order = np.empty(G, dtype=np.int64)
     vs = np.empty(reach)
     js = np.empty(reach, dtype=np.int64)
     visited = 0
     for t in range(c):
         y = Y[t]
         xt = x2[t]
+        first = 0  # the group of the smallest bound, visited first
         for g in range(G):  # a lower bound of |y - r|^2 over the group's members
             s = 0.0
             for k in range(d):
@@ -242,17 +285,16 @@ def grouped_reach(Y, x2, A, r2, perm, starts, centres, radii, K, ratio2, rmax, p
                 s += z * z
             low = np.sqrt(s) - radii[g]
             low = low * low if low > 0.0 else 0.0
-            i = g  # the groups by their bound, nearest first
-            while i > 0 and lb[order[i - 1]] > low:
-                order[i] = order[i - 1]
-                i -= 1
-            order[i] = g
             lb[g] = low
+            if low < lb[first]:
+                first = g
         scale = np.sqrt(xt) + rmax
         margin = 1e-9 * scale * scale  # far above the rounding of v and of the bounds
-        filled = 0
-        for gi in range(G):
-            g = order[gi]
+        visited += starts[first + 1] - starts[first]
+        filled = _visit_group(y, starts[first], starts[first + 1], A, r2, perm, acc, vs, js, 0)
+        for g in range(G):  # then the others within the bound, in their order
+            if g == first:
+                continue
             if prune and filled >= K:
                 # a row's kept representatives are within the near bound of its K-th (which
                 # only falls as more are seen), and among its `reach` nearest
@@ -260,46 +302,27 @@ def grouped_reach(Y, x2, A, r2, perm, starts, centres, radii, K, ratio2, rmax, p
                 if filled == reach and vs[reach - 1] < bound:
                     bound = vs[reach - 1]
                 if lb[g] - xt > bound + margin:
-                    break  # this group and every later one: all members beyond the bound
-            a = starts[g]
-            b = starts[g + 1]
-            visited += b - a
-            j = a
-            while j + 3 < b:  # v = |r|^2 - 2 y.r, four entries at a time, each in k order
-                s0 = r2[j]
-                s1 = r2[j + 1]
-                s2 = r2[j + 2]
-                s3 = r2[j + 3]
-                for k in range(d):
-                    yk = y[k]
-                    s0 += yk * A[j, k]
-                    s1 += yk * A[j + 1, k]
-                    s2 += yk * A[j + 2, k]
-                    s3 += yk * A[j + 3, k]
-                acc[j] = s0
-                acc[j + 1] = s1
-                acc[j + 2] = s2
-                acc[j + 3] = s3
-                j += 4
-            while j < b:
-                s0 = r2[j]
-                for k in range(d):
-                    s0 += y[k] * A[j, k]
-                acc[j] = s0
-                j += 1
-            for j in range(a, b):
-                v = acc[j]
-                o = perm[j]
-                if filled == reach:
-                    if v > vs[reach - 1] or (v == vs[reach - 1] and o > js[reach - 1]):
-                        continue
-                    p = reach - 1
-                else:
-                    p = filled
-                    filled += 1
-                _place(vs, js, p, v, o)
+                    continue  # every member beyond the bound
+            visited += starts[g + 1] - starts[g]
+            filled = _visit_group(y, starts[g], starts[g + 1], A, r2, perm, acc, vs, js, filled)
         for p in range(filled, reach):  # never kept: beyond the bound, dropped below
             vs[p] = np.inf
             js[p] = 0
         _finish_row(vs, js, K, ratio2, xt, J[t], V[t])
     return visited
+
+
+# each sum in NumPy's bincount order (rows, then a, then c): no fastmath
+@numba.njit("void(int64[:, ::1], float64[:, ::1], float64[:, ::1], float64[:, ::1], float64[::1])",
+            cache=True, nogil=True, boundscheck=False)
+def pair_sums(index, scaled, b, cross, degrees):  # pragma: no cover - compiled
+    c, K = index.shape
+    for t in range(c):
+        for a in range(K):
+            i = index[t, a]
+            w = scaled[t, a]
+            for q in range(K):
+                cross[i, index[t, q]] += w * b[t, q]
+    for t in range(c):
+        for a in range(K):
+            degrees[index[t, a]] += b[t, a]

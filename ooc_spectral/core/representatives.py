@@ -94,16 +94,16 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
-import scipy.linalg
 import scipy.sparse
 from scipy.spatial import cKDTree
 
-from .._accel.fused import grouped_reach, nearest_reach
+from .._accel.fused import grouped_reach, nearest_reach, pair_sums
 from .._accel.support import accel_for
 from .._validation import check_finite
 from .nearest import (RepresentativeGroups, _scaled_with_norms, _sq_norms,  # noqa: F401
                       _with_ones, pruning_groups, smallest_k, smallest_under)
 from .statistics import Statistic
+from .graph_pieces import graph_pieces, leading_by_pieces
 
 __all__ = [
     "BipartiteSums",
@@ -422,6 +422,9 @@ def bipartite_sums(index: np.ndarray, b: np.ndarray, m: int) -> BipartiteSums:
     ``b`` (both ``(c, K)``, from :meth:`Representatives.weights`)."""
     c, K = index.shape
     scaled = b / b.sum(axis=1, keepdims=True)  # b_t / d_t (d_t > 0: the nearest weighs >= e^-1/2)
+    found = pair_sums(index, scaled, b, m)  # compiled on large fits: the same sums, one pass
+    if found is not None:
+        return BipartiteSums(c, *found)
     pair = (index[:, :, None] * m + index[:, None, :]).ravel()
     value = (scaled[:, :, None] * b[:, None, :]).ravel()
     cross = np.bincount(pair, weights=value, minlength=m * m).reshape(m, m)
@@ -493,27 +496,13 @@ class TransferCutMap:
                               self.eigenvalues[:p].copy())
 
 
-def graph_pieces(sums: BipartiteSums) -> int:
-    """How many separate pieces the bipartite graph of the rows and the representatives
-    they chose falls into: two representatives are in one piece when a row joins both
-    (``cross > 0``), rows are in their representatives' piece.
-
-    Each piece gives the eigenvalue ``mu = 1`` once; with more pieces than clusters the
-    leading eigenvectors span the pieces' indicators in an arbitrary basis, and nothing
-    in the graph says which pieces belong together.
-    """
-    from scipy.sparse.csgraph import connected_components
-
-    used = sums.degrees > 0
-    n, _ = connected_components(sums.cross[np.ix_(used, used)] > 0, directed=False)
-    return int(n)
-
-
 def solve_transfer_cut(sums: BipartiteSums, reps: Representatives,
                        n_components: int) -> TransferCutMap:
-    """The ``n_components`` leading eigenpairs of ``S = D_Y^-1/2 E D_Y^-1/2`` (a dense
-    symmetric solve: ARPACK misses copies of a repeated eigenvalue 1, which a graph in
-    several pieces has, one per piece) and the map they give.
+    """The ``n_components`` leading eigenpairs of ``S = D_Y^-1/2 E D_Y^-1/2`` (dense
+    symmetric solves, one per piece of the graph,
+    :func:`~ooc_spectral.core.graph_pieces.leading_by_pieces`: ARPACK misses copies of a
+    repeated eigenvalue 1, which a graph in several pieces has, one per piece) and the
+    map they give.
 
     Representatives no row chose (``D_Y = 0``) are left out of ``S``; their
     coefficients are 0. Each eigenvector's sign makes its largest entry positive.
@@ -528,8 +517,7 @@ def solve_transfer_cut(sums: BipartiteSums, reps: Representatives,
     dinv[used] = 1.0 / np.sqrt(sums.degrees[used])
     S = sums.cross[np.ix_(used, used)] * dinv[used][:, None] * dinv[used][None, :]
     S = 0.5 * (S + S.T)
-    mu, W = scipy.linalg.eigh(S, subset_by_index=[r - p, r - 1])
-    mu, W = mu[::-1].copy(), W[:, ::-1]
+    mu, W = leading_by_pieces(S, p)
     big = np.argmax(np.abs(W), axis=0)
     W = W * np.sign(W[big, np.arange(p)])[None, :]
     np.clip(mu, 0.0, 1.0, out=mu)
