@@ -437,14 +437,19 @@ def embed_and_label(source, cmap: ClusterMap, chunk_rows: int | None = None, gra
     rows' representatives and weights, where the fit kept them), lazy dask arrays
     otherwise."""
     if source.kind == "numpy":
-        if graph is None:
-            reps = cmap.tmap.representatives
-            with accel_for(source.n_rows * reps.size):
-                graph = in_threads(lambda block: reps.neighbourhood(block[1]),
-                                   in_memory_blocks(source, task_rows(source, chunk_rows)))
-        parts = in_threads(lambda g: cmap.embed_weights(*g), graph)
-        E = np.concatenate(parts) if parts else np.empty((0, cmap.n_components))
-        return E, nearest_center(E, cmap.centers)
+        with one_thread():  # the blocks split between the cores, BLAS on one thread each
+            return _embed_and_label_in_memory(source, cmap, chunk_rows, graph)
     X = source.to_dask(task_rows(source, chunk_rows))
     return (map_rows(X, cmap, source.chunk_starts, name="ooc-spectral-rep-embed"),
             label_rows(X, cmap, source.chunk_starts))
+
+
+def _embed_and_label_in_memory(source, cmap: ClusterMap, chunk_rows, graph):
+    if graph is None:
+        reps = cmap.tmap.representatives
+        with accel_for(source.n_rows * reps.size):
+            graph = in_threads(lambda block: reps.neighbourhood(block[1]),
+                               in_memory_blocks(source, task_rows(source, chunk_rows)))
+    parts = in_threads(lambda g: cmap.embed_weights(*g), graph)
+    E = np.concatenate(parts) if parts else np.empty((0, cmap.n_components))
+    return E, nearest_center(E, cmap.centers)
