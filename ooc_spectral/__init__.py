@@ -29,6 +29,7 @@ from .exceptions import (
     DictionaryError,
     DictionarySizeError,
     DictionaryWarning,
+    FarRowsWarning,
     InterruptedRun,
     InvalidInputError,
     InvalidParameterError,

@@ -29,6 +29,7 @@ PUBLIC = [
     "DictionarySizeError",
     "DictionaryWarning",
     "DegeneratePartitionWarning",
+    "FarRowsWarning",
     "NotFittedError",
     "ConfigurationMismatchError",
     "LockedError",
@@ -325,6 +326,12 @@ class DegeneratePartitionWarning(UserWarning):
     one cluster holds almost every row and the others a handful, leading coordinates
     carried by a handful of rows, or a graph in pieces (several leading eigenvalues equal
     to 1). The message names what to change (:mod:`ooc_spectral.core.degenerate`)."""
+
+
+class FarRowsWarning(UserWarning):
+    """Rows so far from every representative of a clustering that their graph weights
+    underflow: each is placed by its nearest representatives alone (the limit of its
+    weights). Often missing-value codes (such as -9999) or rows in other units."""
 
 
 def warn_once(message: str, category: type[Warning], *, stacklevel: int = 2,

@@ -520,3 +520,68 @@ def test_the_compiled_pair_sums_are_numpys_bincount_bit_for_bit(K):
     np.put_along_axis(dense, index, b, axis=1)
     np.testing.assert_allclose(compiled.cross, dense.T @ (dense / dense.sum(1, keepdims=True)),
                                rtol=1e-12, atol=1e-15)
+
+
+def test_rows_far_from_every_representative_take_the_limit_of_their_weights():
+    """A row thousands of the graph's scales away (a missing-value code, a unit error):
+    every weight exp(-d^2 / (2 s_t s_j)) underflows. It used to embed as 0 / 0 = NaN and
+    take label 0 in predict, and to crash the fit with "infs or NaNs" on finite input.
+    Now its weights are their limit (the nearest in d^2 / s_j weighs 1), a FarRowsWarning
+    says how many rows, and the other rows' weights are unchanged bit for bit."""
+    import warnings
+
+    from sklearn.datasets import make_blobs
+
+    from ooc_spectral import FarRowsWarning, GreedySpectralClustering
+
+    X, y = make_blobs(3000, n_features=2, centers=[[-10, 0], [0, 0], [10, 0]], cluster_std=1.0,
+                      random_state=0)
+    est = GreedySpectralClustering(3, random_state=0).fit(X)
+    right = np.bincount(est.labels_[y == 2]).argmax()
+    far = np.array([[1e4, 0.0], [1e4, 3.0], [1e6, -2.0]])  # beyond the blob at x = +10
+    with pytest.warns(FarRowsWarning, match="3 of 3 rows are so far"):
+        E = est.cluster_map_.embed(far)
+        labels = est.predict(far)
+    assert np.all(np.isfinite(E)) and np.all(labels == right)
+    reps = est.cluster_map_.tmap.representatives
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FarRowsWarning)  # ordinary rows: no warning
+        index, b = reps.neighbourhood(X)
+    index2, d2 = reps._search(X, reps.n_neighbors, reps.reach)
+    s = np.sqrt(d2[:, :reps.n_neighbors]).mean(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        expected = np.exp(-np.fmax(d2 / (reps.scales[index2] * (2.0 * s[:, None])), 0.0))
+    assert np.array_equal(index, index2) and np.array_equal(b, expected)
+
+    sentinel = X.copy()
+    sentinel[[5, 50, 500], 1] = -9999.0  # missing-value codes among the training rows
+    with pytest.warns(FarRowsWarning, match="3 of 3000 rows"):
+        sums = R.chunk_bipartite(sentinel, reps)
+    assert np.all(np.isfinite(sums.cross)) and np.all(np.isfinite(sums.degrees))
+    tmap = R.solve_transfer_cut(sums, reps, 3)  # used to raise: infs or NaNs
+    assert np.all(np.isfinite(tmap.coefficients)) and tmap.eigenvalues[0] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("scale", [1e-200, 1e160])
+def test_rows_whose_squared_distances_leave_float64_are_refused_naming_the_fix(scale):
+    """Squared distances that overflow (an IndexError from the k-d tree's infinite
+    distances) or underflow (every row on its representatives: "32 pieces, ask for
+    n_clusters=32") used to come out as a traceback or a wrong refusal."""
+    from ooc_spectral import GreedySpectralClustering
+    from ooc_spectral.exceptions import InvalidInputError
+
+    X = _blobs()
+    with pytest.raises(InvalidInputError, match="squared distances (overflow|underflow).*rescale"):
+        GreedySpectralClustering(3, random_state=0).fit(X * scale)
+
+
+@pytest.mark.parametrize("scale", [1e-140, 1e140])
+def test_rows_at_extreme_but_representable_scales_cluster_as_at_unit_scale(scale):
+    from sklearn.metrics import adjusted_rand_score
+
+    from ooc_spectral import GreedySpectralClustering
+
+    X = _blobs()
+    unit = GreedySpectralClustering(3, random_state=0).fit(X).labels_
+    scaled = GreedySpectralClustering(3, random_state=0).fit(X * scale).labels_
+    assert adjusted_rand_score(unit, scaled) == 1.0

@@ -33,11 +33,11 @@ from __future__ import annotations
 import numpy as np
 from scipy.spatial import cKDTree
 
-from .representatives import (DISTANCE_BLOCK_BYTES, KDTREE_MAX_FEATURES, _scaled_with_norms,
-                              _sq_norms, _with_ones, in_threads)
+from .representatives import (DISTANCE_BLOCK_BYTES, KDTREE_MAX_FEATURES, Representatives,
+                              _scaled_with_norms, _sq_norms, _with_ones, in_threads)
 
-__all__ = ["kmeans_plusplus", "lloyd", "select_representatives", "SEEDING_FACTOR",
-           "LLOYD_RTOL"]
+__all__ = ["kmeans_plusplus", "lloyd", "select_representatives", "representative_scales",
+           "SEEDING_FACTOR", "LLOYD_RTOL"]
 
 #: k-means++ seeds ``m`` centres from this many times ``m`` rows of the sample.
 SEEDING_FACTOR = 3
@@ -148,3 +148,25 @@ def select_representatives(sample: np.ndarray, m: int, seed: int, *,
     _, first = np.unique(C, axis=0, return_index=True)
     C = C[np.sort(first)]
     return C + mean
+
+
+def representative_scales(points: np.ndarray, n_neighbors: int,
+                          sample: np.ndarray) -> np.ndarray:
+    """``s_j`` of each representative: the mean, over the rows of ``sample`` whose nearest
+    representative is ``j``, of their mean distance ``s_t`` to their ``n_neighbors``
+    nearest representatives (the local scale of the region ``j`` stands for: small in a
+    dense cluster, large in a sparse one). A representative no sample row is nearest to,
+    or whose rows all sit on representatives, takes the median ``s_t`` of the sample."""
+    reps = Representatives(points, min(int(n_neighbors), len(points)))
+    S = np.asarray(sample, dtype=np.float64)
+    index, d2 = reps.nearest(S)
+    s = np.sqrt(d2).mean(axis=1)
+    m = reps.size
+    count = np.bincount(index[:, 0], minlength=m)
+    total = np.bincount(index[:, 0], weights=s, minlength=m)
+    positive = s[s > 0]
+    fallback = float(np.median(positive)) if positive.size else 1.0
+    scales = np.full(m, fallback)
+    mean = np.divide(total, count, out=np.zeros(m), where=count > 0)
+    scales[mean > 0] = mean[mean > 0]
+    return scales

@@ -90,6 +90,7 @@ from k-means on a random sample, K nearest representatives, the transfer cut).
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -100,6 +101,7 @@ from scipy.spatial import cKDTree
 from .._accel.fused import grouped_reach, nearest_reach, pair_sums
 from .._accel.support import accel_for
 from .._validation import check_finite
+from ..exceptions import FarRowsWarning
 from .nearest import (RepresentativeGroups, _scaled_with_norms, _sq_norms,  # noqa: F401
                       _with_ones, pruning_groups, smallest_k, smallest_under)
 from .statistics import Statistic
@@ -116,11 +118,11 @@ __all__ = [
     "Representatives",
     "TransferCutMap",
     "chunk_bipartite",
-    "representative_scales",
     "smallest_k",
     "smallest_under",
     "solve_transfer_cut",
     "unit_rows",
+    "FAR_EXPONENT",
 ]
 
 #: Bytes of the distance block a sub-block of rows holds (rows x m float64): 1024 rows at
@@ -151,6 +153,9 @@ REACH_FACTOR = 4
 NEAR_TIES_MIN_FEATURES = KDTREE_MAX_FEATURES + 1
 #: Eigenvalues ``mu`` below this are treated as 0 when a coordinate divides by ``sqrt(mu)``.
 TINY_EIGENVALUE = 1e-12
+#: A row whose every weight ``exp(-x)`` has ``x`` above this (weights below 1e-304, near
+#: the smallest normal double) takes its weights' limit (:func:`_far_rows_at_their_limit`).
+FAR_EXPONENT = 700.0
 
 
 def unit_rows(E: np.ndarray) -> np.ndarray:
@@ -366,6 +371,7 @@ class Representatives:
         with np.errstate(divide="ignore", invalid="ignore"):
             np.divide(d2, ratio, out=ratio)  # no near tie (inf): weight 0
         np.fmax(ratio, 0.0, out=ratio)  # 0 / 0 (a row on all K): weight 1
+        _far_rows_at_their_limit(ratio, K)
         np.negative(ratio, out=ratio)
         return index, np.exp(ratio, out=ratio)
 
@@ -378,26 +384,31 @@ class Representatives:
         return index[:, :K], b[:, :K]
 
 
-def representative_scales(points: np.ndarray, n_neighbors: int,
-                          sample: np.ndarray) -> np.ndarray:
-    """``s_j`` of each representative: the mean, over the rows of ``sample`` whose nearest
-    representative is ``j``, of their mean distance ``s_t`` to their ``n_neighbors``
-    nearest representatives (the local scale of the region ``j`` stands for: small in a
-    dense cluster, large in a sparse one). A representative no sample row is nearest to,
-    or whose rows all sit on representatives, takes the median ``s_t`` of the sample."""
-    reps = Representatives(points, min(int(n_neighbors), len(points)))
-    S = np.asarray(sample, dtype=np.float64)
-    index, d2 = reps.nearest(S)
-    s = np.sqrt(d2).mean(axis=1)
-    m = reps.size
-    count = np.bincount(index[:, 0], minlength=m)
-    total = np.bincount(index[:, 0], weights=s, minlength=m)
-    positive = s[s > 0]
-    fallback = float(np.median(positive)) if positive.size else 1.0
-    scales = np.full(m, fallback)
-    mean = np.divide(total, count, out=np.zeros(m), where=count > 0)
-    scales[mean > 0] = mean[mean > 0]
-    return scales
+def _far_rows_at_their_limit(exponent: np.ndarray, K: int) -> None:
+    """Rows whose ``K`` weights ``exp(-exponent)`` would all fall below ``exp(-FAR_EXPONENT)``
+    (about 1e-304: a row hundreds of the graph's scales away from every representative,
+    as a missing-value code such as -9999 is) get their weights' limit instead: the
+    exponents less the row's least, so that its nearest representative (by
+    ``d^2 / (s_t s_j)``) weighs 1 and the rest keep their ratios to it. Their normalized
+    weights, and so their coordinates, are what the weights tend to as the row moves
+    away; without this they are 0 / 0. Changed in place; other rows keep their values
+    bit for bit. A :class:`~ooc_spectral.exceptions.FarRowsWarning` says how many."""
+    low = exponent[:, :K].min(axis=1)
+    far = low > FAR_EXPONENT
+    if not far.any():
+        return
+    beyond = far & ~np.isfinite(low)  # squared distances past float64: the first listed
+    exponent[beyond] = np.inf
+    exponent[beyond, 0] = 0.0
+    far &= ~beyond
+    exponent[far] -= low[far, None]
+    far |= beyond
+    warnings.warn(
+        f"{int(far.sum())} of {len(far)} rows are so far from every representative that "
+        f"their graph weights underflow (exp(-d^2 / (2 s_t s_j)) below exp(-{FAR_EXPONENT:g})): "
+        "each is placed by its nearest representatives alone, the limit of its weights. "
+        "Rows this far from the rest are often missing-value codes (such as -9999) or rows "
+        "in other units: check them", FarRowsWarning, stacklevel=4)
 
 
 # --------------------------------------------------------------------------- #
@@ -421,7 +432,7 @@ def bipartite_sums(index: np.ndarray, b: np.ndarray, m: int) -> BipartiteSums:
     """The :class:`BipartiteSums` of rows given their representatives ``index`` and weights
     ``b`` (both ``(c, K)``, from :meth:`Representatives.weights`)."""
     c, K = index.shape
-    scaled = b / b.sum(axis=1, keepdims=True)  # b_t / d_t (d_t > 0: the nearest weighs >= e^-1/2)
+    scaled = b / b.sum(axis=1, keepdims=True)  # b_t / d_t (d_t > 0: the largest weighs > e^-FAR_EXPONENT)
     found = pair_sums(index, scaled, b, m)  # compiled on large fits: the same sums, one pass
     if found is not None:
         return BipartiteSums(c, *found)

@@ -9,7 +9,7 @@ cut, why it is the bipartite graph's spectral embedding); this module runs them 
    (:func:`read_sample`: every region of the data is sampled in proportion to its rows,
    so a small cluster stored in one place is not missed as a few runs of contiguous
    rows would miss it), k-means++ and Lloyd on it, and each representative's scale from
-   the same sample (:func:`~ooc_spectral.core.representatives.representative_scales`);
+   the same sample (:func:`~ooc_spectral.core.representative_selection.representative_scales`);
 2. **bipartite pass** (a parallel map over row chunks and the ordered tree reduction of
    :func:`~ooc_spectral.pipeline.accumulate.tree_reduce`): every chunk reduced to a
    :class:`~ooc_spectral.core.representatives.BipartiteSums` (``m x m`` and ``m``
@@ -55,8 +55,8 @@ from ..core.representatives import (BIPARTITE_BLOCK_ROWS, BipartiteSums, Cluster
                                     bipartite_sums,
                                     chunk_bipartite, combine_in_order,
                                     graph_pieces, in_threads, nearest_center,
-                                    representative_scales, solve_transfer_cut, unit_rows)
-from ..core.representative_selection import select_representatives
+                                    solve_transfer_cut, unit_rows)
+from ..core.representative_selection import representative_scales, select_representatives
 from .._accel.support import accel_for
 from .._accel.threads import one_thread
 from .._validation import check_finite
@@ -94,6 +94,9 @@ STAGE = "bipartite-r2"
 #: (docs/clustering.md: two moons ARI 0.98 at 200 representatives, 0.82 at 1000).
 REPRESENTATIVES_PER_CLUSTER = 100
 MAX_REPRESENTATIVES = 1000
+#: The largest spread of the rows around their mean (times sqrt(features)) whose squared
+#: distances float64 holds with room to spare, and its inverse the smallest (:func:`check_spread`).
+SPREAD_LIMIT = 1e150
 #: In-memory rows keep each row's neighbourhood (12 bytes per row and representative of
 #: its reach) for the labels up to this size; above it the labels find them again.
 GRAPH_CACHE_BYTES = 256 * 2**20
@@ -199,11 +202,28 @@ def choose_representatives(source, n_representatives: int, n_neighbors: int, see
     n = source.n_rows
     m = max(1, min(int(n_representatives), -(-n // 2)))
     sample = read_sample(source, sample_rows(n, sample_factor * m, seed, REPRESENTATIVES_PURPOSE))
+    check_spread(sample)
     points = select_representatives(sample, m, seed)
     K = min(int(n_neighbors), points.shape[0])
     near_ties = points.shape[1] >= NEAR_TIES_MIN_FEATURES
     return Representatives(points, K, representative_scales(points, K, sample),
                            reach=REACH_FACTOR * K if near_ties else K)
+
+
+def check_spread(sample: np.ndarray) -> None:
+    """Refuse rows whose squared distances leave float64: a spread around their mean
+    above ``1e150`` (the squares overflow) or, not 0, below ``1e-150`` (they underflow,
+    and every row looks as if it sat on its representatives)."""
+    if sample.size == 0:
+        return
+    with np.errstate(over="ignore", invalid="ignore"):
+        spread = float(np.max(np.abs(sample - sample.mean(axis=0))))
+    wide = not spread * np.sqrt(sample.shape[1]) <= SPREAD_LIMIT
+    if wide or 0.0 < spread < 1.0 / SPREAD_LIMIT:
+        raise InvalidInputError(
+            f"the rows spread {spread:.3g} around their mean: their squared distances "
+            f"{'overflow' if wide else 'underflow'} float64, and the graph's weights are made "
+            "of them; rescale the columns (for instance standardise them) and fit again")
 
 
 def _from_flat(flat: dict) -> BipartiteSums:
