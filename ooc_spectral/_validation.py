@@ -145,7 +145,7 @@ def check_finite(block: np.ndarray, row_offset: int, source=None,
         where = f"row {row}, column {col}"
     kind = "NaN" if np.isnan(value) else "infinity"
     raise NonFiniteInputError(
-        f"X contains {kind} at {where}; remove or impute non-finite values before fitting",
+        f"X contains {kind} at {where}; remove or impute the non-finite values and pass the rows again",
         row=row,
         chunk=c,
     )

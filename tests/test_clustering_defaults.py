@@ -212,6 +212,8 @@ def test_degenerate_readings():
     assert degenerate.partition_message([566, 3]).endswith("the other holds 3 (sizes 566, 3)")
     assert degenerate.partition_message([980, 20]) is None  # 2% is not a handful
     assert degenerate.partition_message([1000]) is None
+    assert degenerate.partition_message([3, 3]) is None  # a handful by count, not by share
+    assert degenerate.partition_message([17, 3]) is None and degenerate.partition_message([27, 3])
     V = np.zeros((500, 3))
     V[:, 0] = 1 / np.sqrt(500)  # spread over every row
     V[7, 1] = 1.0  # one row

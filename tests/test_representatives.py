@@ -368,6 +368,9 @@ def test_a_graph_in_more_pieces_than_clusters_is_refused_with_advice_that_works(
         GreedySpectralClustering(4, **kw).fit(X5)
     est = GreedySpectralClustering(5, **kw).fit(X5)
     assert adjusted_rand_score(y5, est.labels_) == 1.0
+    # one cluster asked: nothing arbitrary, every row in it (it used to be refused too)
+    one = GreedySpectralClustering(1, **kw).fit(X5)
+    assert np.all(one.labels_ == 0) and np.all(one.predict(X5[:50]) == 0)
 
 
 def test_the_command_line_refuses_a_graph_in_more_pieces_with_exit_2_and_no_complete_output(

@@ -37,6 +37,9 @@ __all__ = ["DEGENERATE_FRACTION", "DEGENERATE_MIN_ROWS", "UNIT_EIGENVALUE_TOL", 
 DEGENERATE_FRACTION = 0.01
 #: ... or this many, whichever is larger.
 DEGENERATE_MIN_ROWS = 3
+#: ... and only where the largest cluster holds at least this share of the rows ("almost
+#: every row": on a few rows, 3 of 6 is a handful by the count and not by the share).
+ALMOST_EVERY = 0.9
 #: An eigenvalue of ``D^-1/2 W D^-1/2`` within this of 1 counts a piece of the graph.
 UNIT_EIGENVALUE_TOL = 1e-6
 
@@ -54,7 +57,7 @@ def partition_message(sizes) -> str | None:
     if sizes.size < 2 or n <= 0:
         return None
     rest = n - float(sizes.max())
-    if rest > handful(n):
+    if rest > handful(n) or sizes.max() < ALMOST_EVERY * n:  # 3 of 6 rows is no handful
         return None
     shown = ", ".join(f"{v:.0f}" for v in np.sort(sizes)[::-1][:8])
     more = ", ..." if sizes.size > 8 else ""

@@ -331,7 +331,7 @@ def check_connected(sums: BipartiteSums, n_clusters, n_neighbors: int) -> int:
     pieces = graph_pieces(sums)
     auto = n_clusters == "auto"
     k = AUTO_MAX_CLUSTERS if auto else int(n_clusters)
-    if pieces <= k:
+    if pieces <= k or k == 1:  # one cluster: every row in it, whatever the pieces
         return pieces
     K = int(n_neighbors)
     asked = (f"the n_clusters='auto' limit of {k}" if auto else f"n_clusters={k}")
@@ -353,10 +353,12 @@ def warn_if_degenerate(owner: str, sizes, n_neighbors: int, k: int) -> None:
     what = degenerate.partition_message(sizes)
     if what is None:
         return
+    fewer = (f"ask for fewer clusters than n_clusters={k}, or " if k > 2 else
+             "check those rows (one cluster and a few outliers is what the graph sees), or ")
     degenerate.warn(owner, f"the partition is degenerate: {what}", (
         "The rows of the small clusters are far from the rest (outliers) or the graph "
-        f"barely links them: ask for fewer clusters than n_clusters={k}, or raise "
-        f"n_neighbors={n_neighbors} (each row then joins more representatives)"))
+        f"barely links them: {fewer}raise n_neighbors={n_neighbors} (each row then joins "
+        "more representatives)"))
 
 
 def task_rows(source, requested: int | None = None) -> int:
@@ -376,8 +378,10 @@ def solve_for(sums: BipartiteSums, reps: Representatives, n_clusters, n_componen
     if r < (3 if auto else want):
         raise InvalidInputError(
             f"only {r} representatives are joined to rows, too few for "
-            f"{'n_clusters=auto' if auto else f'{want} coordinates'}; pass more rows or "
-            "lower n_clusters / n_components")
+            f"{'n_clusters=auto' if auto else f'{want} coordinates'}: raise "
+            "n_representatives where it is below that, or lower n_clusters / n_components "
+            "(identical rows make one representative: the rows hold fewer distinct points "
+            "than that)")
     tmap = solve_transfer_cut(sums, reps, min(want, r))
     lam = laplacian_from_transfer_cut(tmap.eigenvalues)
     gaps = None
