@@ -206,6 +206,39 @@ def restore_logging_module():
         yield
 
 
+def _numba_cache_is_current() -> bool:
+    """Whether numba's disk cache of the compiled loops (beside the module, where a
+    checkout keeps it) is newer than their source."""
+    from pathlib import Path
+
+    import ooc_spectral
+
+    accel = Path(ooc_spectral.__file__).parent / "_accel"
+    index = list((accel / "__pycache__").glob("fused_numba.*.nbi"))
+    source = (accel / "fused_numba.py").stat().st_mtime
+    return bool(index) and min(f.stat().st_mtime for f in index) >= source
+
+
+def pytest_configure(config):
+    """In a fresh checkout, compile the loops once before the test processes start: each
+    process that imports them before numba's disk cache exists compiles every loop itself
+    (about 10 s of CPU each; the two workers, their dask workers and the command lines they
+    start did so side by side). The controller only, and only where the cache is missing or
+    older than the source."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+
+    if hasattr(config, "workerinput") or importlib.util.find_spec("numba") is None:
+        return
+    if _numba_cache_is_current():
+        return
+    # a failure here is left to the tests that use the loops to report
+    subprocess.run([sys.executable, "-c", "from ooc_spectral._accel import fused_numba"],
+                   env=dict(os.environ), capture_output=True, check=False, timeout=600)
+
+
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept

@@ -94,6 +94,8 @@ def top_eigenpairs(A: np.ndarray, k: int, *, overwrite: bool = False) -> tuple[n
 #: fraction of the spectrum is wanted and the matrix has at least LANCZOS_MIN_ROWS rows.
 LANCZOS_MAX_FRACTION = 0.1
 LANCZOS_MIN_ROWS = 500
+#: Lanczos gives way to LAPACK after about this many products with the matrix per row.
+LANCZOS_MAX_PRODUCTS = 0.25
 
 
 def dense_top_eigenpairs(K: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -103,16 +105,22 @@ def dense_top_eigenpairs(K: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]
     (ARPACK, ``tol=0``: Ritz residuals at rounding, ``||K v - lambda v|| <= eps |lambda|``),
     which needs only products with ``K``; the dense LAPACK solve spends most of its time
     reducing all of ``K`` to tridiagonal form. ARPACK's start vector is seeded, so the
-    result is deterministic. When ARPACK does not converge, or when many pairs are
-    wanted, LAPACK's ``evr`` (falling back to ``evd`` when it misses a tight cluster).
+    result is deterministic. When ARPACK has not converged after about ``n / 4`` products
+    (:data:`LANCZOS_MAX_PRODUCTS`: the cost of the dense solve's reduction is about
+    ``2 n / 3`` of them; a tight cluster at the top, as the normalized kernel of
+    well-separated clusters has, took thousands), or when many pairs are wanted,
+    LAPACK's ``evr`` (falling back to ``evd`` when it misses a tight cluster).
     """
     n = K.shape[0]
     if n >= LANCZOS_MIN_ROWS and k <= LANCZOS_MAX_FRACTION * n:
         from scipy.sparse.linalg import ArpackNoConvergence, eigsh
 
         v0 = np.random.default_rng(0).standard_normal(n)
+        ncv = min(n, max(2 * k + 1, 20))
+        # the first iteration takes ncv products, each restart ncv - k
+        restarts = max(3, int(LANCZOS_MAX_PRODUCTS * n) // max(ncv - k, 1))
         try:
-            vals, V = eigsh(K, k=k, which="LA", v0=v0, tol=0.0, ncv=min(n, max(2 * k + 1, 20)))
+            vals, V = eigsh(K, k=k, which="LA", v0=v0, tol=0.0, ncv=ncv, maxiter=restarts)
         except ArpackNoConvergence:
             pass
         else:
