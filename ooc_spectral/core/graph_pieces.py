@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
-__all__ = ["graph_pieces", "leading_by_pieces"]
+__all__ = ["graph_pieces", "pieces_of", "leading_by_pieces"]
 
 
 def graph_pieces(sums) -> int:
@@ -25,8 +25,15 @@ def graph_pieces(sums) -> int:
     leading eigenvectors span the pieces' indicators in an arbitrary basis, and nothing
     in the graph says which pieces belong together.
     """
+    return pieces_of(sums)[0]
+
+
+def pieces_of(sums) -> tuple[int, np.ndarray]:
+    """``(count, label)`` of :func:`graph_pieces`, the labels over the representatives
+    joined to rows (``degrees > 0``) in their order: what :func:`leading_by_pieces` takes,
+    so that the pieces are found once a fit."""
     used = sums.degrees > 0
-    return _pieces(sums.cross[np.ix_(used, used)])[0]
+    return _pieces(sums.cross[np.ix_(used, used)])
 
 
 def _pieces(cross: np.ndarray) -> tuple[int, np.ndarray]:
@@ -41,16 +48,18 @@ def _pieces(cross: np.ndarray) -> tuple[int, np.ndarray]:
     return int(n), label
 
 
-def leading_by_pieces(S: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray]:
+def leading_by_pieces(S: np.ndarray, p: int,
+                      pieces: tuple[int, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The ``p`` largest eigenvalues of the symmetric ``S`` (``r x r``), descending, and
     their eigenvectors ``(r, p)``. ``S`` is block diagonal over its graph's pieces
     (:func:`_pieces`), so its eigenpairs are those of the pieces' blocks, zero outside
     their piece: one small solve a piece (10 pieces of 100: a hundredth of the work of
     the whole ``r x r`` solve) and, for a repeated eigenvalue 1, the pieces' own
     eigenvectors rather than an arbitrary basis of their span. Equal eigenvalues are
-    ordered by piece, then by the order within the piece's solve."""
+    ordered by piece, then by the order within the piece's solve. ``pieces``: ``S``'s
+    pieces where the caller has them (:func:`pieces_of`), else found here."""
     r = S.shape[0]
-    count, label = _pieces(S)
+    count, label = _pieces(S) if pieces is None else pieces
     if count == 1:
         mu, W = scipy.linalg.eigh(S, subset_by_index=[r - p, r - 1])
         return mu[::-1].copy(), W[:, ::-1]

@@ -105,7 +105,7 @@ from ..exceptions import FarRowsWarning
 from .nearest import (RepresentativeGroups, _scaled_with_norms, _sq_norms,  # noqa: F401
                       _with_ones, pruning_groups, smallest_k, smallest_under)
 from .statistics import Statistic
-from .graph_pieces import graph_pieces, leading_by_pieces
+from .graph_pieces import graph_pieces, leading_by_pieces, pieces_of  # noqa: F401
 
 __all__ = [
     "BipartiteSums",
@@ -507,8 +507,8 @@ class TransferCutMap:
                               self.eigenvalues[:p].copy())
 
 
-def solve_transfer_cut(sums: BipartiteSums, reps: Representatives,
-                       n_components: int) -> TransferCutMap:
+def solve_transfer_cut(sums: BipartiteSums, reps: Representatives, n_components: int,
+                       pieces: tuple[int, np.ndarray] | None = None) -> TransferCutMap:
     """The ``n_components`` leading eigenpairs of ``S = D_Y^-1/2 E D_Y^-1/2`` (dense
     symmetric solves, one per piece of the graph,
     :func:`~ooc_spectral.core.graph_pieces.leading_by_pieces`: ARPACK misses copies of a
@@ -517,6 +517,8 @@ def solve_transfer_cut(sums: BipartiteSums, reps: Representatives,
 
     Representatives no row chose (``D_Y = 0``) are left out of ``S``; their
     coefficients are 0. Each eigenvector's sign makes its largest entry positive.
+    ``pieces``: the graph's pieces where the caller has them
+    (:func:`~ooc_spectral.core.graph_pieces.pieces_of`).
     """
     m = reps.size
     p = int(n_components)
@@ -528,7 +530,7 @@ def solve_transfer_cut(sums: BipartiteSums, reps: Representatives,
     dinv[used] = 1.0 / np.sqrt(sums.degrees[used])
     S = sums.cross[np.ix_(used, used)] * dinv[used][:, None] * dinv[used][None, :]
     S = 0.5 * (S + S.T)
-    mu, W = leading_by_pieces(S, p)
+    mu, W = leading_by_pieces(S, p, pieces)
     big = np.argmax(np.abs(W), axis=0)
     W = W * np.sign(W[big, np.arange(p)])[None, :]
     np.clip(mu, 0.0, 1.0, out=mu)

@@ -54,7 +54,7 @@ from ..core.representatives import (BIPARTITE_BLOCK_ROWS, BipartiteSums, Cluster
                                     NEAR_TIES_MIN_FEATURES, REACH_FACTOR, Representatives, TransferCutMap,
                                     bipartite_sums,
                                     chunk_bipartite, combine_in_order,
-                                    graph_pieces, in_threads, nearest_center,
+                                    in_threads, nearest_center, pieces_of,
                                     solve_transfer_cut, unit_rows)
 from ..core.representative_selection import representative_scales, select_representatives
 from .._accel.support import accel_for
@@ -322,17 +322,19 @@ def label_rows(X: da.Array, cmap: ClusterMap, chunk_starts=None) -> da.Array:
                          meta=np.empty((0,), dtype=np.int64), chunks=(X.chunks[0],), name=name)
 
 
-def check_connected(sums: BipartiteSums, n_clusters, n_neighbors: int) -> int:
-    """The pieces of the graph (:func:`graph_pieces`); a graph in more pieces than
+def check_connected(sums: BipartiteSums, n_clusters, n_neighbors: int) -> tuple[int, np.ndarray]:
+    """The pieces of the graph (:func:`~ooc_spectral.core.graph_pieces.pieces_of`:
+    their count and the representatives' labels); a graph in more pieces than
     ``n_clusters`` (or than ``"auto"`` chooses among) is refused: its embedding would keep
     an arbitrary few of the pieces' indicators (the rows of the others at 0) and k-means
     would group pieces the graph does not relate, a clustering that looks plausible and
     means nothing."""
-    pieces = graph_pieces(sums)
+    found = pieces_of(sums)
+    pieces = found[0]
     auto = n_clusters == "auto"
     k = AUTO_MAX_CLUSTERS if auto else int(n_clusters)
     if pieces <= k or k == 1:  # one cluster: every row in it, whatever the pieces
-        return pieces
+        return found
     K = int(n_neighbors)
     asked = (f"the n_clusters='auto' limit of {k}" if auto else f"n_clusters={k}")
     head = (f"the graph of the rows and their n_neighbors={K} nearest representatives falls "
@@ -367,7 +369,8 @@ def task_rows(source, requested: int | None = None) -> int:
 
 
 def solve_for(sums: BipartiteSums, reps: Representatives, n_clusters, n_components: int | None,
-              pieces: int) -> tuple[TransferCutMap, int, np.ndarray | None, np.ndarray]:
+              pieces: tuple[int, np.ndarray]) -> tuple[TransferCutMap, int, np.ndarray | None,
+                                                       np.ndarray]:
     """``(map, k, gaps, laplacian)``: the solve, and ``k`` (from the eigengap for
     ``n_clusters="auto"``, at least the graph's pieces). The map keeps ``n_components``
     coordinates (default ``k``, Ng, Jordan & Weiss's)."""
@@ -382,11 +385,11 @@ def solve_for(sums: BipartiteSums, reps: Representatives, n_clusters, n_componen
             "n_representatives where it is below that, or lower n_clusters / n_components "
             "(identical rows make one representative: the rows hold fewer distinct points "
             "than that)")
-    tmap = solve_transfer_cut(sums, reps, min(want, r))
+    tmap = solve_transfer_cut(sums, reps, min(want, r), pieces)
     lam = laplacian_from_transfer_cut(tmap.eigenvalues)
     gaps = None
     if auto:
-        k, gaps = choose_n_clusters(lam, low=max(2, pieces))
+        k, gaps = choose_n_clusters(lam, low=max(2, pieces[0]))
     else:
         k = int(n_clusters)
     return tmap.leading(p or k), k, gaps, lam
