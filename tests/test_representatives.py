@@ -588,3 +588,28 @@ def test_rows_at_extreme_but_representable_scales_cluster_as_at_unit_scale(scale
     unit = GreedySpectralClustering(3, random_state=0).fit(X).labels_
     scaled = GreedySpectralClustering(3, random_state=0).fit(X * scale).labels_
     assert adjusted_rand_score(unit, scaled) == 1.0
+
+
+def test_the_far_row_and_spread_thresholds_are_pinned():
+    """The limit applies past an exponent of 700 (weights below e^-700 ~ 1e-304), not
+    before; the spread refused is above 1e150 (times sqrt(features)) or below 1e-150."""
+    import warnings
+
+    from ooc_spectral.exceptions import FarRowsWarning, InvalidInputError
+    from ooc_spectral.pipeline.representatives import check_spread
+
+    near = np.array([[699.0, 699.5, np.inf]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FarRowsWarning)
+        R._far_rows_at_their_limit(near, 2)
+    assert near.tolist() == [[699.0, 699.5, np.inf]]  # unchanged below the threshold
+    far = np.array([[701.0, 701.5, np.inf]])
+    with pytest.warns(FarRowsWarning, match="1 of 1 rows"):
+        R._far_rows_at_their_limit(far, 2)
+    assert far.tolist() == [[0.0, 0.5, np.inf]]
+    one = np.array([[0.0], [1.0]])  # spread 0.5 around the mean, one feature
+    check_spread(one * 1.9e150)  # spread 0.95e150
+    check_spread(one * 2.1e-150)  # spread 1.05e-150
+    for scale in (2.1e150, 1.9e-150):
+        with pytest.raises(InvalidInputError, match="rescale"):
+            check_spread(one * scale)
