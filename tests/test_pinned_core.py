@@ -408,3 +408,36 @@ def test_an_entering_pivot_rounded_beyond_1_in_400_comes_from_double_double(monk
             assert (key in extended) == (r > 1 / 400), r
     assert any(1.2 / 400 < r < 10 / 400 for r in ratio.values())
     assert any(r < 0.5 / 400 for r in ratio.values())
+
+
+def test_lanczos_gives_way_to_lapack_after_a_quarter_of_n_products():
+    """dense_top_eigenpairs lets ARPACK run at most about n/4 products (ncv at first,
+    ncv - k a restart), then solves with LAPACK: a tight pair at the top of a 2000 x 2000
+    matrix took thousands of products before. The answer is LAPACK's, to rounding."""
+    import scipy.sparse.linalg
+
+    from ooc_spectral.core import eigensolve
+
+    rng = np.random.default_rng(0)
+    n, k = 2000, 2
+    Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    spectrum = np.concatenate([[1.0, 1.0 - 1e-9], rng.uniform(0.0, 0.999, n - 2)])
+    K = (Q * spectrum) @ Q.T
+    K = 0.5 * (K + K.T)
+    seen = {}
+    real = scipy.sparse.linalg.eigsh
+
+    def spy(*args, **kw):
+        seen.update(kw)
+        return real(*args, **kw)
+
+    scipy.sparse.linalg.eigsh = spy
+    try:
+        vals, V = eigensolve.dense_top_eigenpairs(K, k)
+    finally:
+        scipy.sparse.linalg.eigsh = real
+    ncv = seen["ncv"]
+    assert ncv + (seen["maxiter"] - 1) * (ncv - k) <= 0.25 * n + ncv  # about n/4 products
+    assert seen["maxiter"] >= 3
+    np.testing.assert_allclose(vals, [1.0 - 1e-9, 1.0], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.abs(V.T @ (Q[:, :2] @ Q[:, :2].T) @ V), np.eye(2), atol=1e-6)
