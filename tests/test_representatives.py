@@ -613,3 +613,38 @@ def test_the_far_row_and_spread_thresholds_are_pinned():
     for scale in (2.1e150, 1.9e-150):
         with pytest.raises(InvalidInputError, match="rescale"):
             check_spread(one * scale)
+
+
+def test_the_command_line_transform_of_far_rows_is_finite_complete_and_verified(blobs8, tmp_path):
+    """A nightly transform whose rows include missing-value codes (-9999): it used to
+    write NaN coordinates and label 0 with exit 0 (and an all-NaN chunk zarr does not
+    store). Now: exit 0, every coordinate finite, the far rows labelled as predict labels
+    them, the warning on stderr, and verify finds the OUTDIR intact."""
+    import subprocess
+    import sys
+
+    import zarr
+
+    from ooc_spectral.batch.cli import main
+
+    X, _ = blobs8
+    write_zarr(tmp_path / "in.zarr", X, 1000)
+    assert _fit_cli(tmp_path / "in.zarr", tmp_path / "out") == 0
+    new = X[:2000].copy()
+    new[[10, 500, 1500], 3] = -9999.0
+    write_zarr(tmp_path / "new.zarr", new, 500)
+    run = subprocess.run([sys.executable, "-m", "ooc_spectral", "transform", str(tmp_path / "out"),
+                          str(tmp_path / "new.zarr"), "--out", str(tmp_path / "pred"),
+                          "--engine", "threads"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    import re
+    assert re.search(r"FarRowsWarning: 3 of \d+ rows are so far from every representative",
+                     run.stderr)
+    E = zarr.open_array(str(tmp_path / "pred" / "embedding"))[:]
+    labels = zarr.open_array(str(tmp_path / "pred" / "labels"))[:]
+    assert np.all(np.isfinite(E))
+    assert main(["verify", str(tmp_path / "pred"), "--quiet"]) == 0
+    ref = _reps(6, n_representatives=200).fit(X)
+    with pytest.warns(Warning):
+        expected = ref.predict(new[[10, 500, 1500]])
+    assert labels[[10, 500, 1500]].tolist() == expected.tolist()
