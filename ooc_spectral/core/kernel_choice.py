@@ -103,11 +103,11 @@ def _median_measure(kernel: str, X: np.ndarray) -> float:
     distances (rbf) or of L1 distances (laplacian) over distinct pairs of rows."""
     if kernel == "polynomial":
         return float(np.median(_sq_norms(X)))
-    from scipy.spatial.distance import cdist
+    from scipy.spatial.distance import pdist
 
-    d = cdist(X, X, metric="sqeuclidean" if kernel == "rbf" else "cityblock")
-    iu = np.triu_indices(X.shape[0], k=1)
-    return float(np.median(d[iu])) if iu[0].size else 0.0
+    # each distinct pair once (the upper triangle of cdist's matrix, the same values)
+    d = pdist(X, metric="sqeuclidean" if kernel == "rbf" else "cityblock")
+    return float(np.median(d)) if d.size else 0.0
 
 
 def resolve_gamma(kernel: str, gamma: float | None, source, seed: int,

@@ -10,7 +10,8 @@ make the exact problem the better answer, where its n x n Gram matrix fits in me
   the first rows of the visiting order entered (:data:`EARLY_EXACT`), or the dictionary
   reached :func:`exact_limit` points (half of the rows on a few hundred, ``sqrt(80 n)`` on
   more: the greedy problem then costs more than the exact one); both normalizations then
-  solve exactly;
+  solve exactly. A float64 probe of the first window that certifies nothing tells it
+  before the certified scan starts (:func:`~ooc_spectral.pipeline.scan.probe_exact`);
 - **a tol below what float64 certifies** with a dictionary on these rows (a
   :class:`~ooc_spectral.exceptions.NumericalBreakdownError` of the scan, of pass 2's
   certificate or of the eigenvalue interval): the exact problem is what a tol that small

@@ -55,7 +55,7 @@ from .accumulate import PartialStore, accumulate, extension_pass
 from .certification import advised, certified_spectrum, rounding_report
 from .exact import (EARLY_EXACT, EARLY_STOP, SHORT_EXACT, exact_at_hand, exact_limit,
                     solve_exactly)
-from .scan import GreedyScan, Rescan, Selection, capped_early_stop
+from .scan import GreedyScan, Rescan, Selection, capped_early_stop, probe_exact
 from .writeback import EmbeddingOutput, map_rows
 
 __all__ = ["FitRun", "FitResult", "Checkpoint"]
@@ -148,9 +148,8 @@ class FitRun:
         self.timings: dict[str, float] = {}
         self.peak_memory: dict[str, int] = {}
         self.resumed: list[str] = []
-        #: The scan's size limit: ``max_dictionary_size``, or half the rows when
-        #: reaching it switches small data to the exact solve (:meth:`run`), and its
-        #: early stop on the first rows (:mod:`ooc_spectral.pipeline.exact`).
+        #: The scan's size limit (``max_dictionary_size``, or where the exact problem is at
+        #: hand :func:`~.exact.exact_limit`) and its early stop (:mod:`~.exact`, :meth:`run`).
         self._scan_limit = config.max_dictionary_size
         self._scan_early: tuple[int, int, int] | None = None
         #: Whether the scan decides in double-double what float64 cannot (where the exact
@@ -247,6 +246,8 @@ class FitRun:
             self.selection = greedy(state, tol, order.n_windows)
             return state.freeze(c.solver), tol, True
         else:
+            if self._scan_early == EARLY_EXACT:  # the exact problem, told before the scan
+                probe_exact(self.source, order, kernel, c.affine, c.tol, self._scan_limit)
             state = DictionaryState(kernel, self.source.n_features, c.affine)
             state.rounding.extended_allowed = self._extended
             self.selection = greedy(state, c.tol, 0)

@@ -41,13 +41,19 @@ from ..io.source import DataSource
 from .exact import EARLY_EXACT, EARLY_ROWS, capped_exact
 
 __all__ = ["WindowReader", "scan_source", "heads_for_every_row", "capped_early_stop", "Rescan",
-           "Selection", "GreedyScan", "EARLY_SPLITS"]
+           "Selection", "GreedyScan", "EARLY_SPLITS", "probe_exact", "PROBE_PART_ROWS",
+           "PROBE_RATE_MARGIN"]
 
 log = logging.getLogger("ooc_spectral")
 
 #: The first rows of the visiting order are scanned in these parts (:func:`scan_source`),
 #: at whose ends a dictionary heading for every row is recognised.
 EARLY_SPLITS = EARLY_ROWS
+#: :func:`probe_exact` goes on past the early parts in parts of this many rows ...
+PROBE_PART_ROWS = 320
+#: ... until its dictionary, growing at this many times the rate of its last part, would
+#: stay below the exact path's size.
+PROBE_RATE_MARGIN = 2.0
 
 
 def _early_error(state: DictionaryState, early: tuple[int, int, int], n_rows: int, tol: float,
@@ -66,6 +72,21 @@ def _early_error(state: DictionaryState, early: tuple[int, int, int], n_rows: in
     return err
 
 
+def _scan_part(state: DictionaryState, Xw, rw, a: int, b: int, tol: float, *, max_size: int,
+               early: tuple[int, int, int] | None, n_rows: int, block_rows=None,
+               certify: bool = True) -> None:
+    """Rows ``a:b`` of the first window, stopping with the early
+    :class:`DictionarySizeError` once ``early[0]`` of them entered where ``early[1:]`` is
+    ``(a, b)``, or the size error past ``max_size``."""
+    head = (state.size + early[0] - 1 if early is not None and early[1:] == (a, b)
+            else max_size)
+    if scan_rows(state, Xw[a:b], rw[a:b], tol, limit=min(head, max_size),
+                 block_rows=block_rows, certify=certify):
+        if head < max_size:
+            raise _early_error(state, early, n_rows, tol, max_size)
+        raise _size_error(state, max_size, 0, n_rows, tol)
+
+
 def _scan_first_rows(state: DictionaryState, Xw, rw, tol: float, *, max_size: int,
                      early: tuple[int, int, int] | None, n_rows: int, block_rows=None,
                      stop: int | None = None) -> int:
@@ -75,16 +96,51 @@ def _scan_first_rows(state: DictionaryState, Xw, rw, tol: float, *, max_size: in
     where the parts end."""
     a = 0
     for b in (r for r in EARLY_SPLITS if r < Xw.shape[0] and (stop is None or r <= stop)):
-        # early=(points, a, b): stop when that many of rows a:b qualify
-        head = (state.size + early[0] - 1 if early is not None
-                and early[1:] == (a, b) else max_size)
-        if scan_rows(state, Xw[a:b], rw[a:b], tol, limit=min(head, max_size),
-                     block_rows=block_rows):
-            if head < max_size:
-                raise _early_error(state, early, n_rows, tol, max_size)
-            raise _size_error(state, max_size, 0, n_rows, tol)
+        _scan_part(state, Xw, rw, a, b, tol, max_size=max_size, early=early, n_rows=n_rows,
+                   block_rows=block_rows)
         a = b
     return a
+
+
+def probe_exact(source: DataSource, order: VisitOrder, kernel, affine: bool, tol: float,
+                limit: int, early: tuple[int, int, int] = EARLY_EXACT) -> None:
+    """Whether a fit whose exact problem is at hand goes to it, told before the certified
+    scan by a float64 scan of the first window that certifies nothing.
+
+    The scan of such a fit stops for the exact problem once its dictionary reaches
+    ``limit`` points (:func:`~ooc_spectral.pipeline.exact.exact_limit`) or takes
+    ``early[0]`` of the rows ``early[1]:early[2]``
+    (:data:`~ooc_spectral.pipeline.exact.EARLY_EXACT`); everything it certified on the
+    way is then thrown away, and on small data that was most of the fit (digits at the
+    default gamma: 315 points certified one by one, then the exact solve). The probe
+    runs the same selection on computed residuals alone, without the rounding bounds,
+    the factor's measurement or double-double, and raises the
+    :class:`DictionarySizeError` the scan would stop with. It gives up (returns, and the
+    certified scan follows) once
+    its dictionary, growing at :data:`PROBE_RATE_MARGIN` times the rate of its last part
+    (the rows come in a random order, so the rate only falls in expectation), would end
+    below ``limit``, or at the end of the first window. Either way only how fast the fit
+    runs depends on the probe: the exact problem is the answer the scan reaching
+    ``limit`` gives, and a fit the probe lets through runs as before.
+    """
+    Xw, rw = WindowReader(source, order).read(0)
+    n = source.n_rows
+    state = DictionaryState(kernel, source.n_features, affine, rounding=False)
+    ends = [r for r in EARLY_SPLITS if r < Xw.shape[0]]
+    a = ends[-1] if ends else 0
+    ends += list(range(a + PROBE_PART_ROWS, Xw.shape[0], PROBE_PART_ROWS)) + [Xw.shape[0]]
+    a = 0
+    try:
+        for b in ends:
+            before = state.size
+            _scan_part(state, Xw, rw, a, b, tol, max_size=limit, early=early, n_rows=n,
+                       certify=False)
+            rate = (state.size - before) / max(b - a, 1)
+            if state.size + PROBE_RATE_MARGIN * rate * (n - b) < limit:
+                return
+            a = b
+    except NumericalBreakdownError:  # float64 cannot decide: the certified scan will
+        return
 
 
 def heads_for_every_row(source: DataSource, order: VisitOrder, kernel, affine: bool, tol: float,

@@ -231,6 +231,9 @@ def _scan_panel(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: fl
         # a row computed in the span, known above it only against a smaller dictionary, is
         # bounded again too before it may enter
         stale = dhat[i] <= floor[i] and bounded[i] != m
+        if stale and not state.keeps_rounding:  # no bounds to tell: computed in the span
+            pos = i + 1
+            continue
         if not certified[i] or stale:
             if bounded[i] != m:  # bound it again against the grown dictionary, with the
                 # uncertified rows after it (one vectorized call, not one per row)

@@ -36,11 +36,16 @@ REFINE_MAX_POINTS = 3000
 class DictionaryState:
     """The growing dictionary: points, row numbers, Cholesky factor, ``w`` and ``beta``.
 
-    Storage grows by doubling; views ``[:size]`` are the live part.
+    Storage grows by doubling; views ``[:size]`` are the live part. With
+    ``rounding=False`` (a scan that certifies nothing: the probe of
+    :func:`~ooc_spectral.pipeline.scan.probe_exact`) the rounding bound's constants are
+    not kept.
     """
 
-    def __init__(self, kernel: Kernel, n_features: int, affine: bool, capacity: int = 64):
+    def __init__(self, kernel: Kernel, n_features: int, affine: bool, capacity: int = 64,
+                 rounding: bool = True):
         self.kernel = kernel
+        self.keeps_rounding = bool(rounding)
         self.affine = bool(affine)
         self.n_features = int(n_features)
         self.size = 0
@@ -130,8 +135,9 @@ class DictionaryState:
                 self._aux = np.empty((self._points.shape[0],) + np.shape(x_aux))
             self._aux[m] = x_aux
         self.size = m + 1
-        self.last_rounding = self.rounding.appended(self.L, self._points[m], x_aux, self.points,
-                                                    self.aux)
+        if self.keeps_rounding:
+            self.last_rounding = self.rounding.appended(self.L, self._points[m], x_aux,
+                                                        self.points, self.aux)
         return w_new
 
     def copy(self) -> "DictionaryState":
@@ -147,6 +153,7 @@ class DictionaryState:
             new._aux[:m] = self._aux[:m]
         new.beta = self.beta
         new.size = m
+        new.keeps_rounding = self.keeps_rounding
         new._local = self._local  # immutable, and built from points the copy shares
         new.rounding = self.rounding.copy()
         return new
