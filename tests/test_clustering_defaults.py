@@ -279,6 +279,13 @@ def test_the_command_line_default_is_pythons(blobs, tmp_path):
     assert _fit_cli(tmp_path / "in.zarr", "--out", tmp_path / "k", "--n-clusters", 4,
                     "--affinity", "kernel") == 2
     assert _fit_cli(tmp_path / "in.zarr", "--out", tmp_path / "k", "--n-clusters", "some") == 2
+    assert _fit_cli(tmp_path / "in.zarr", "--out", tmp_path / "k", "--n-clusters", 0) == 2
+    # one cluster, as Python's GreedySpectralClustering(1) gives it: every row in it
+    assert _fit_cli(tmp_path / "in.zarr", "--out", tmp_path / "one", "--n-clusters", 1) == 0
+    one = zarr.open_array(str(tmp_path / "one" / "labels"))[:]
+    assert one.shape == (len(X),) and not one.any()
+    np.testing.assert_array_equal(one, np.asarray(
+        GreedySpectralClustering(1, random_state=0).fit(str(tmp_path / "in.zarr")).labels_))
 
 
 def test_the_command_line_auto_and_a_workflow_file(tmp_path):

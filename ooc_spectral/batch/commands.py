@@ -107,9 +107,9 @@ def _fit_representatives(args, job) -> dict:
     from ..core.config import FitConfig
     from .representatives_job import run_representatives_job
 
-    if args.n_clusters is None or (args.n_clusters != "auto" and args.n_clusters < 2):
-        raise CommandError("--affinity representatives needs --n-clusters K, K at least 2, "
-                           "or --n-clusters auto")
+    if args.n_clusters is None or (args.n_clusters != "auto" and args.n_clusters < 1):
+        raise CommandError("--affinity representatives needs --n-clusters K, K at least 1 "
+                           "(as GreedySpectralClustering), or --n-clusters auto")
     for flag, value in (("--n-representatives", args.n_representatives),
                         ("--n-neighbors", args.n_neighbors)):
         if value != "auto" and value < 1:
