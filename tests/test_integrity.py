@@ -387,6 +387,28 @@ def test_a_model_array_of_fill_values_is_stored_and_an_absent_one_proven_by_the_
     assert cli("verify", out).returncode == 0
 
 
+def test_an_output_chunk_equal_to_the_fill_value_is_stored_and_verify_passes(tmp_path):
+    """An embedding chunk that is all NaN (the embedding's fill value) and a labels chunk
+    all -1 (theirs) are stored like any other: the arrays are created with
+    write_empty_chunks=True, but zarr does not keep that runtime setting when a worker
+    opens the array again, so such a chunk was left out, read as never written, and
+    transform rewrote it forever (an audit: an embedding chunk of NaN)."""
+    from ooc_spectral.io.integrity import missing_chunks
+    from ooc_spectral.pipeline.cluster_output import LABELS, LABELS_WRITTEN, ClusterOutput
+    from ooc_spectral.pipeline.writeback import EMBEDDING, WRITTEN, write_marked
+
+    out = ClusterOutput(str(tmp_path / "out"), 6, 2, 3).prepare()
+    rows = [(EMBEDDING, WRITTEN, np.full((3, 2), np.nan), np.ones((3, 2))),
+            (LABELS, LABELS_WRITTEN, np.full(3, -1), np.arange(3))]
+    for name, marks, fill, other in rows:
+        write_marked(out.url, name, marks, fill, 0, 3, 3, out.run_id)
+        write_marked(out.url, name, marks, other, 3, 6, 3, out.run_id)
+        arr = zarr.open_array(str(tmp_path / "out" / name), mode="r")
+        assert missing_chunks(arr) == [], name
+        np.testing.assert_array_equal(arr[:3], fill)
+        assert zarr.open_array(str(tmp_path / "out" / marks), mode="r")[...].all(), name
+
+
 def test_a_flipped_byte_in_a_model_array_makes_load_raise(complete_run, tmp_path):
     ref_out, _ = complete_run
     model = tmp_path / "model"

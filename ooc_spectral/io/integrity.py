@@ -39,7 +39,8 @@ from ..exceptions import MissingChunkError
 
 __all__ = ["checksummed", "arrays_digest", "input_fingerprint", "chunk_keys",
            "missing_chunks", "damaged_chunks", "fingerprint_changes", "unwritten_inner_chunks",
-           "absent_chunks_are_fill", "COMPLETE_ATTR", "InputWatch", "file_fingerprint"]
+           "absent_chunks_are_fill", "storing_every_chunk", "COMPLETE_ATTR", "InputWatch",
+           "file_fingerprint"]
 
 #: Attribute (on an input array or its group) by which a user says the data are complete:
 #: chunks that have no object are fill values by intent (zarr's ``write_empty_chunks``).
@@ -53,6 +54,21 @@ def checksummed() -> dict:
     from zarr.codecs import Crc32cCodec
 
     return {"compressors": [Crc32cCodec()], "config": {"write_empty_chunks": True}}
+
+
+def storing_every_chunk(arr):
+    """``arr`` (an opened ``zarr.Array``) set to store every chunk written, even one equal
+    to the fill value: :func:`checksummed`'s ``write_empty_chunks`` is a runtime setting
+    that an array opened again does not keep (a worker's handle left an embedding chunk of
+    NaN out, and it read as never written). Per array: zarr's global setting would reach
+    every thread of the process."""
+    import zarr
+
+    if hasattr(arr, "with_config"):  # zarr >= 3.1.6
+        return arr.with_config({"write_empty_chunks": True})
+    a = arr._async_array  # the same array, constructed again with its own configuration
+    return zarr.Array(zarr.AsyncArray(a.metadata, a.store_path,
+                                      config={"write_empty_chunks": True}))
 
 
 def arrays_digest(arrays: dict[str, np.ndarray]) -> str:

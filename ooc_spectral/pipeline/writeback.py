@@ -39,7 +39,7 @@ from .._validation import check_finite
 from ..core.model import SpectralMap
 from ..exceptions import ConfigurationMismatchError, OutputNotWritableError
 from ..io.integrity import (UNDIGESTED, checksummed, chunk_digest, damaged_chunks, digest_check,
-                            missing_chunks)
+                            missing_chunks, storing_every_chunk)
 from ..io.row_blocks import RowBlocks
 from ..runtime.execution import Executor, compute, shared
 
@@ -153,7 +153,9 @@ def _open(url: str, name: str, run_id: str | None = None, options=None):
     import zarr
 
     extra = {"storage_options": options.to_dict()} if options else {}
-    arr = zarr.open_array(f"{url.rstrip('/')}/{name}", mode="r+", **extra)
+    # every chunk written stored, even one of fill values (an embedding chunk all NaN, a
+    # labels chunk all -1): a chunk left out reads as never written
+    arr = storing_every_chunk(zarr.open_array(f"{url.rstrip('/')}/{name}", mode="r+", **extra))
     found = arr.attrs.get("run_id")
     if run_id is not None and found != run_id:
         _open.cache_clear()
