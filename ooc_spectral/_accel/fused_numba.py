@@ -326,3 +326,62 @@ def pair_sums(index, scaled, b, cross, degrees):  # pragma: no cover - compiled
     for t in range(c):
         for a in range(K):
             degrees[index[t, a]] += b[t, a]
+
+
+# the squared distances by differences (the rows moved by their mean), each a sum in
+# feature order; the cumulative sum in row order, as NumPy's: no fastmath
+@numba.njit("void(float64[:, ::1], int64, float64[::1], int64[::1])",
+            cache=True, nogil=True, boundscheck=False)
+def kmeans_plusplus(ST, first, draws, chosen):  # pragma: no cover - compiled
+    d, n = ST.shape
+    m = chosen.shape[0]
+    closest = np.zeros(n)
+    dist = np.empty(n)
+    cum = np.empty(n)
+    taken = np.zeros(n, dtype=np.bool_)
+    j = first
+    for i in range(m):
+        if i > 0:  # the next centre: drawn with probability proportional to `closest`
+            total = 0.0
+            for t in range(n):
+                total += closest[t]
+                cum[t] = total
+            u = draws[i - 1]
+            if total > 0.0:
+                x = u * total
+                lo = 0
+                hi = n  # the first place whose cumulative sum exceeds x
+                while lo < hi:
+                    mid = (lo + hi) >> 1
+                    if cum[mid] > x:
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                j = min(lo, n - 1)
+                while closest[j] == 0.0:  # rounding at the top of the cumulative sum
+                    j -= 1
+            else:  # every row sits on a centre: one of the rows not taken yet
+                r = min(int(u * (n - i)), n - i - 1)
+                j = 0
+                while taken[j] or r > 0:
+                    if not taken[j]:
+                        r -= 1
+                    j += 1
+        chosen[i] = j
+        taken[j] = True
+        for t in range(n):
+            dist[t] = 0.0
+        for k in range(d):
+            c = ST[k, j]
+            row = ST[k]
+            for t in range(n):
+                z = row[t] - c
+                dist[t] += z * z
+        if i == 0:
+            for t in range(n):
+                closest[t] = dist[t]
+        else:
+            for t in range(n):
+                if dist[t] < closest[t]:
+                    closest[t] = dist[t]
+        closest[j] = 0.0

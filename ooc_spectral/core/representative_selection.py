@@ -33,6 +33,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.spatial import cKDTree
 
+from .._accel.fused import kmeans_plusplus as compiled_seeding
+
 from .representatives import (DISTANCE_BLOCK_BYTES, KDTREE_MAX_FEATURES, Representatives,
                               _scaled_with_norms, _sq_norms, _with_ones, in_threads)
 
@@ -49,11 +51,20 @@ def kmeans_plusplus(S: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarr
     """``m`` rows of ``S`` (``m <= len(S)``) chosen by k-means++ seeding (Arthur &
     Vassilvitskii 2007): each next centre drawn with probability proportional to the
     squared distance to the nearest centre so far. Rows already at distance 0 of a
-    centre are drawn only once every other row is."""
+    centre are drawn only once every other row is.
+
+    Where numba's loops are at hand (large fits), one compiled loop with the GIL
+    released (:func:`~ooc_spectral._accel.fused.kmeans_plusplus`, the same draws: the
+    same seeds up to rounding) replaces the ``m`` steps of NumPy's calls, whose Python
+    overhead was most of the seeding's time."""
     n = S.shape[0]
+    first = int(rng.integers(n))
+    found = compiled_seeding(S, m, first, rng)  # compiled on large fits: the same to rounding
+    if found is not None:
+        return S[found].copy()
     s2 = _sq_norms(S)
     chosen = np.empty(m, dtype=np.int64)
-    chosen[0] = rng.integers(n)
+    chosen[0] = first
     closest = np.maximum(s2 - 2.0 * (S @ S[chosen[0]]) + s2[chosen[0]], 0.0)
     closest[chosen[0]] = 0.0
     taken = np.zeros(n, dtype=bool)
