@@ -304,7 +304,7 @@ def grouped_reach(Y: np.ndarray, x2: np.ndarray, groups, K: int, reach: int, rat
     V = np.empty((c, reach))
     visited = loops.grouped_reach(np.ascontiguousarray(Y, dtype=np.float64),
                         np.ascontiguousarray(x2, dtype=np.float64), groups.scaled, groups.norms,
-                        groups.permutation, groups.starts, groups.centres, groups.radii, int(K),
+                        groups.permutation, groups.starts, groups.centres_t, groups.radii, int(K),
                         float(ratio) ** 2, groups.max_norm, bool(prune), J, V)
     return J, V, int(visited)
 

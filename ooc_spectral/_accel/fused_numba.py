@@ -264,10 +264,10 @@ def _visit_group(y, a, b, A, r2, perm, acc, vs, js, filled):  # pragma: no cover
             "int64[::1], float64[:, ::1], float64[::1], int64, float64, float64, boolean, "
             "int64[:, ::1], float64[:, ::1])",
             cache=True, nogil=True, boundscheck=False, error_model="numpy")
-def grouped_reach(Y, x2, A, r2, perm, starts, centres, radii, K, ratio2, rmax, prune,
+def grouped_reach(Y, x2, A, r2, perm, starts, centres_t, radii, K, ratio2, rmax, prune,
                   J, V):  # pragma: no cover - compiled
     c, d = Y.shape
-    G = centres.shape[0]
+    G = centres_t.shape[1]
     reach = J.shape[1]
     acc = np.empty(A.shape[0])
     lb = np.empty(G)
@@ -277,13 +277,17 @@ def grouped_reach(Y, x2, A, r2, perm, starts, centres, radii, K, ratio2, rmax, p
     for t in range(c):
         y = Y[t]
         xt = x2[t]
+        for g in range(G):  # |y - c_g|^2, feature by feature over all groups at once
+            lb[g] = 0.0
+        for k in range(d):
+            yk = y[k]
+            ck = centres_t[k]
+            for g in range(G):
+                z = yk - ck[g]
+                lb[g] += z * z
         first = 0  # the group of the smallest bound, visited first
         for g in range(G):  # a lower bound of |y - r|^2 over the group's members
-            s = 0.0
-            for k in range(d):
-                z = y[k] - centres[g, k]
-                s += z * z
-            low = np.sqrt(s) - radii[g]
+            low = np.sqrt(lb[g]) - radii[g]
             low = low * low if low > 0.0 else 0.0
             lb[g] = low
             if low < lb[first]:

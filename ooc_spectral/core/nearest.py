@@ -9,7 +9,7 @@ gathered and sorted in a padded row of their own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .._accel.fused import grouped_reach
 
@@ -115,6 +115,9 @@ class RepresentativeGroups:
         ``|r|^2`` in that order.
     max_norm : float
         The largest ``|r|`` (the scale of the rounding of ``|r|^2 - 2 y.r``).
+    centres_t : ndarray of shape (d, G)
+        ``centres`` transposed, C-ordered: a row's distances to all the centres are
+        summed feature by feature, over all the groups at once (vectorized).
     """
 
     permutation: np.ndarray
@@ -124,6 +127,10 @@ class RepresentativeGroups:
     scaled: np.ndarray
     norms: np.ndarray
     max_norm: float
+    centres_t: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "centres_t", np.ascontiguousarray(self.centres.T))
 
 
 def group_points(P: np.ndarray, n_groups: int | None = None,

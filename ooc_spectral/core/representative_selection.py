@@ -45,6 +45,10 @@ __all__ = ["kmeans_plusplus", "lloyd", "select_representatives", "representative
 SEEDING_FACTOR = 3
 #: Lloyd stops when an iteration lowers the quantization error by less than this share.
 LLOYD_RTOL = 0.01
+#: :func:`representative_scales` searches the sample in parts of this many of the
+#: search's blocks (:meth:`Representatives.block_rows`), split between the cores: each
+#: row's nearest representatives are the same whatever the parts.
+SCALES_BLOCKS = 2
 
 
 def kmeans_plusplus(S: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarray:
@@ -170,7 +174,10 @@ def representative_scales(points: np.ndarray, n_neighbors: int,
     or whose rows all sit on representatives, takes the median ``s_t`` of the sample."""
     reps = Representatives(points, min(int(n_neighbors), len(points)))
     S = np.asarray(sample, dtype=np.float64)
-    index, d2 = reps.nearest(S)
+    step = SCALES_BLOCKS * reps.block_rows()  # whole blocks of the search, on every core
+    parts = in_threads(lambda a: reps.nearest(S[a:a + step]), range(0, max(len(S), 1), step))
+    index = np.concatenate([p[0] for p in parts])
+    d2 = np.concatenate([p[1] for p in parts])
     s = np.sqrt(d2).mean(axis=1)
     m = reps.size
     count = np.bincount(index[:, 0], minlength=m)
