@@ -15,7 +15,7 @@ from .._accel.fused import grouped_reach
 
 import numpy as np
 
-__all__ = ["smallest_under", "smallest_k", "RepresentativeGroups", "group_points",
+__all__ = ["smallest_under", "smallest_k", "RepresentativeGroups", "group_points", "regroup",
            "pruning_groups", "GROUPED_MIN_POINTS", "GROUPED_MAX_FEATURES", "GROUPED_MAX_SHARE"]
 
 #: The pruned search (:class:`RepresentativeGroups`) serves representatives of more than
@@ -155,15 +155,37 @@ def group_points(P: np.ndarray, n_groups: int | None = None,
     renumber = np.full(G, -1)
     renumber[used] = np.arange(used.size)
     label = renumber[label]
-    C = C[used]
     order = np.argsort(label, kind="stable")
     starts = np.zeros(used.size + 1, dtype=np.int64)
     np.cumsum(np.bincount(label, minlength=used.size), out=starts[1:])
-    radii = np.zeros(used.size)
+    return _grouped(P, p2, order.astype(np.int64), starts, label, C[used])
+
+
+def _grouped(P, p2, order, starts, label, C) -> RepresentativeGroups:
+    """The groups of ``P`` (``label``: each point's group; ``order``, ``starts``: the
+    points group by group) around the centres ``C``, with their radii."""
+    radii = np.zeros(C.shape[0])
     np.maximum.at(radii, label, np.sqrt(_sq_norms(P - C[label])))
-    return RepresentativeGroups(order.astype(np.int64), starts, np.ascontiguousarray(C), radii,
+    return RepresentativeGroups(order, starts, np.ascontiguousarray(C), radii,
                                 np.ascontiguousarray(-2.0 * P[order]), p2[order].copy(),
                                 float(np.sqrt(p2.max(initial=0.0))))
+
+
+def regroup(groups: RepresentativeGroups, P: np.ndarray) -> RepresentativeGroups:
+    """``groups``' grouping of the points (the same members, by number) for the moved
+    points ``P`` (``(m, d)``): each group's centre the mean of its members, its radius
+    their largest distance to it. The bounds hold for any centre, so a search with these
+    groups gives the result of the unpruned search, whichever grouping it keeps; Lloyd's
+    iterations keep their first grouping as the centres move
+    (:func:`~ooc_spectral.core.representative_selection.lloyd`)."""
+    P = np.ascontiguousarray(P, dtype=np.float64)
+    G = groups.starts.size - 1
+    label = np.empty(P.shape[0], dtype=np.int64)
+    label[groups.permutation] = np.repeat(np.arange(G), np.diff(groups.starts))
+    counts = np.diff(groups.starts).astype(np.float64)
+    C = np.stack([np.bincount(label, weights=P[:, k], minlength=G)
+                  for k in range(P.shape[1])], axis=1) / counts[:, None]
+    return _grouped(P, _sq_norms(P), groups.permutation, groups.starts, label, C)
 
 
 def pruning_groups(P: np.ndarray, n_neighbors: int, reach: int,
