@@ -98,13 +98,15 @@ def test_a_model_with_groups_gives_a_row_the_same_values_in_fit_predict_and_from
     np.testing.assert_allclose(np.asarray(sc.embedding_.compute()), ref.embedding_, atol=1e-9)
 
 
-def test_lloyd_by_the_pruned_search_gives_the_blocked_products_centres(monkeypatch):
+@pytest.mark.parametrize("shift", [0.0, 1e4])
+def test_lloyd_by_the_pruned_search_gives_the_blocked_products_centres(monkeypatch, shift):
     """Lloyd's nearest centres from the pruned search (well separated clusters in 20-D,
-    600 centres) and from the blocked products: the same centres; on overlapping clusters
-    the trial on the first rows keeps the products."""
+    600 centres; rows far from the origin moved by their mean first, as
+    select_representatives moves them) and from the blocked products: the same centres;
+    on overlapping clusters the trial on the first rows keeps the products."""
     from ooc_spectral.core import representative_selection as rs
 
-    X, _ = _clustered(4000)
+    X, _ = _clustered(4000, shift=shift)
     S = X - X.mean(axis=0)
     C0 = rs.kmeans_plusplus(S[:1800], 600, np.random.default_rng(0))
     assert rs._lloyd_groups(S, C0) is not None
