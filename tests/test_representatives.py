@@ -71,6 +71,29 @@ def test_select_representatives_is_seeded_and_drops_duplicates():
 
 
 
+@pytest.mark.parametrize("shift", [0.0, 1e6])
+def test_the_compiled_seeding_draws_the_rows_numpys_draws(shift):
+    """k-means++ compiled (numba, on large fits) and by NumPy's calls: the same seeds from
+    the same generator, on rows far from the origin too (moved by their mean first, as
+    select_representatives moves them); with fewer distinct rows than seeds, every
+    distinct row is drawn before any repeat."""
+    import dask
+
+    pytest.importorskip("numba")
+    from ooc_spectral.core.representative_selection import kmeans_plusplus
+
+    S = _blobs(1500) + shift
+    S = S - S.mean(axis=0)
+    got = kmeans_plusplus(S, 300, np.random.default_rng(4))
+    with dask.config.set({"ooc-spectral.numba": False}):
+        ref = kmeans_plusplus(S, 300, np.random.default_rng(4))
+    np.testing.assert_array_equal(got, ref)
+    D = np.repeat(np.arange(6.0)[:, None], 3, axis=1).repeat(4, axis=0)  # 6 rows, 4 copies
+    D = D - D.mean(axis=0)
+    seeds = kmeans_plusplus(D, 10, np.random.default_rng(0))
+    assert len(np.unique(seeds[:6], axis=0)) == 6 and len(np.unique(seeds, axis=0)) == 6
+
+
 @pytest.mark.parametrize("d", [2, 10])  # the k-d tree's assignment, and the blocked products
 def test_lloyd_stops_at_the_first_iteration_that_gains_under_rtol(d):
     """``lloyd(..., rtol)`` is the plain iteration stopped after the update of the first

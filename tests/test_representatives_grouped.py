@@ -96,3 +96,26 @@ def test_a_model_with_groups_gives_a_row_the_same_values_in_fit_predict_and_from
     labels = np.asarray(sc.labels_.compute())
     np.testing.assert_array_equal(labels, ref.labels_)
     np.testing.assert_allclose(np.asarray(sc.embedding_.compute()), ref.embedding_, atol=1e-9)
+
+
+@pytest.mark.parametrize("shift", [0.0, 1e4])
+def test_lloyd_by_the_pruned_search_gives_the_blocked_products_centres(monkeypatch, shift):
+    """Lloyd's nearest centres from the pruned search (well separated clusters in 20-D,
+    600 centres; rows far from the origin moved by their mean first, as
+    select_representatives moves them) and from the blocked products: the same centres;
+    on overlapping clusters the trial on the first rows keeps the products."""
+    from ooc_spectral.core import representative_selection as rs
+
+    X, _ = _clustered(4000, shift=shift)
+    S = X - X.mean(axis=0)
+    C0 = rs.kmeans_plusplus(S[:1800], 600, np.random.default_rng(0))
+    assert rs._lloyd_groups(S, C0) is not None
+    got = rs.lloyd(S, C0, 4, rs.LLOYD_RTOL)
+    monkeypatch.setattr(rs, "_lloyd_groups", lambda S, C: None)
+    ref = rs.lloyd(S, C0, 4, rs.LLOYD_RTOL)
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+    assert np.abs(got - C0).max() > 0.1  # the centres moved
+    monkeypatch.undo()
+    Y, _ = _clustered(4000, std=8.0)
+    S = Y - Y.mean(axis=0)
+    assert rs._lloyd_groups(S, rs.kmeans_plusplus(S[:1800], 600, np.random.default_rng(0))) is None

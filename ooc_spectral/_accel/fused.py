@@ -31,7 +31,7 @@ from .support import (ACCEL_MIN_ENTRIES, accel_allowed, accel_for, config_flag,
 
 __all__ = ["numba_loops", "loops_backend", "loops_for", "LOOPS_MIN_ELEMENTS", "centre_rows", "centre_rows_weighted", "clip_unit_col_sums", "clip_unit_dot",
            "CENTRE_PIECE_ELEMENTS", "DOT_MAX_COLUMNS", "nearest_reach",
-           "grouped_reach", "pair_sums"]
+           "grouped_reach", "pair_sums", "kmeans_plusplus"]
 
 #: Entries of a C-ordered block that the NumPy form of :func:`centre_rows` takes at a
 #: time (a piece of 1 MiB, read once into the core's cache for its three uses; as the
@@ -304,7 +304,7 @@ def grouped_reach(Y: np.ndarray, x2: np.ndarray, groups, K: int, reach: int, rat
     V = np.empty((c, reach))
     visited = loops.grouped_reach(np.ascontiguousarray(Y, dtype=np.float64),
                         np.ascontiguousarray(x2, dtype=np.float64), groups.scaled, groups.norms,
-                        groups.permutation, groups.starts, groups.centres, groups.radii, int(K),
+                        groups.permutation, groups.starts, groups.centres_t, groups.radii, int(K),
                         float(ratio) ** 2, groups.max_norm, bool(prune), J, V)
     return J, V, int(visited)
 
@@ -327,3 +327,26 @@ def pair_sums(index: np.ndarray, scaled: np.ndarray, b: np.ndarray, m: int):
                     np.ascontiguousarray(scaled, dtype=np.float64),
                     np.ascontiguousarray(b, dtype=np.float64), cross, degrees)
     return cross, degrees
+
+
+def kmeans_plusplus(S: np.ndarray, m: int, first: int, rng: np.random.Generator):
+    """Compiled: the rows of k-means++'s ``m`` seeds in ``S`` (``(n, d)``, moved by its
+    mean; ``m <= n``), ``first`` the first, each next drawn by the next of ``m - 1``
+    uniform draws of ``rng`` with probability proportional to the squared distance to
+    the nearest seed so far (by differences, summed in feature order), the cumulative
+    sum in row order as :func:`numpy.cumsum`'s; once every row sits on a seed, the draw
+    picks among the rows not taken. One pass over ``S`` a seed, without the Python
+    calls of :func:`~ooc_spectral.core.representative_selection.kmeans_plusplus`
+    (whose values it gives to rounding), the GIL released.
+
+    Returns the ``m`` row numbers, or None (``rng`` untouched) where the compiled loops
+    are not at hand.
+    """
+    loops = numba_loops()
+    n = S.shape[0]
+    if loops is None or S.ndim != 2 or not 1 <= m <= n or not 0 <= first < n:
+        return None
+    chosen = np.empty(int(m), dtype=np.int64)
+    loops.kmeans_plusplus(np.ascontiguousarray(S.T, dtype=np.float64), int(first),
+                          rng.random(int(m) - 1), chosen)
+    return chosen

@@ -264,10 +264,10 @@ def _visit_group(y, a, b, A, r2, perm, acc, vs, js, filled):  # pragma: no cover
             "int64[::1], float64[:, ::1], float64[::1], int64, float64, float64, boolean, "
             "int64[:, ::1], float64[:, ::1])",
             cache=True, nogil=True, boundscheck=False, error_model="numpy")
-def grouped_reach(Y, x2, A, r2, perm, starts, centres, radii, K, ratio2, rmax, prune,
+def grouped_reach(Y, x2, A, r2, perm, starts, centres_t, radii, K, ratio2, rmax, prune,
                   J, V):  # pragma: no cover - compiled
     c, d = Y.shape
-    G = centres.shape[0]
+    G = centres_t.shape[1]
     reach = J.shape[1]
     acc = np.empty(A.shape[0])
     lb = np.empty(G)
@@ -277,13 +277,17 @@ def grouped_reach(Y, x2, A, r2, perm, starts, centres, radii, K, ratio2, rmax, p
     for t in range(c):
         y = Y[t]
         xt = x2[t]
+        for g in range(G):  # |y - c_g|^2, feature by feature over all groups at once
+            lb[g] = 0.0
+        for k in range(d):
+            yk = y[k]
+            ck = centres_t[k]
+            for g in range(G):
+                z = yk - ck[g]
+                lb[g] += z * z
         first = 0  # the group of the smallest bound, visited first
         for g in range(G):  # a lower bound of |y - r|^2 over the group's members
-            s = 0.0
-            for k in range(d):
-                z = y[k] - centres[g, k]
-                s += z * z
-            low = np.sqrt(s) - radii[g]
+            low = np.sqrt(lb[g]) - radii[g]
             low = low * low if low > 0.0 else 0.0
             lb[g] = low
             if low < lb[first]:
@@ -326,3 +330,62 @@ def pair_sums(index, scaled, b, cross, degrees):  # pragma: no cover - compiled
     for t in range(c):
         for a in range(K):
             degrees[index[t, a]] += b[t, a]
+
+
+# the squared distances by differences (the rows moved by their mean), each a sum in
+# feature order; the cumulative sum in row order, as NumPy's: no fastmath
+@numba.njit("void(float64[:, ::1], int64, float64[::1], int64[::1])",
+            cache=True, nogil=True, boundscheck=False)
+def kmeans_plusplus(ST, first, draws, chosen):  # pragma: no cover - compiled
+    d, n = ST.shape
+    m = chosen.shape[0]
+    closest = np.zeros(n)
+    dist = np.empty(n)
+    cum = np.empty(n)
+    taken = np.zeros(n, dtype=np.bool_)
+    j = first
+    for i in range(m):
+        if i > 0:  # the next centre: drawn with probability proportional to `closest`
+            total = 0.0
+            for t in range(n):
+                total += closest[t]
+                cum[t] = total
+            u = draws[i - 1]
+            if total > 0.0:
+                x = u * total
+                lo = 0
+                hi = n  # the first place whose cumulative sum exceeds x
+                while lo < hi:
+                    mid = (lo + hi) >> 1
+                    if cum[mid] > x:
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                j = min(lo, n - 1)
+                while closest[j] == 0.0:  # rounding at the top of the cumulative sum
+                    j -= 1
+            else:  # every row sits on a centre: one of the rows not taken yet
+                r = min(int(u * (n - i)), n - i - 1)
+                j = 0
+                while taken[j] or r > 0:
+                    if not taken[j]:
+                        r -= 1
+                    j += 1
+        chosen[i] = j
+        taken[j] = True
+        for t in range(n):
+            dist[t] = 0.0
+        for k in range(d):
+            c = ST[k, j]
+            row = ST[k]
+            for t in range(n):
+                z = row[t] - c
+                dist[t] += z * z
+        if i == 0:
+            for t in range(n):
+                closest[t] = dist[t]
+        else:
+            for t in range(n):
+                if dist[t] < closest[t]:
+                    closest[t] = dist[t]
+        closest[j] = 0.0

@@ -9,13 +9,13 @@ gathered and sorted in a padded row of their own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .._accel.fused import grouped_reach
 
 import numpy as np
 
-__all__ = ["smallest_under", "smallest_k", "RepresentativeGroups", "group_points",
+__all__ = ["smallest_under", "smallest_k", "RepresentativeGroups", "group_points", "regroup",
            "pruning_groups", "GROUPED_MIN_POINTS", "GROUPED_MAX_FEATURES", "GROUPED_MAX_SHARE"]
 
 #: The pruned search (:class:`RepresentativeGroups`) serves representatives of more than
@@ -31,6 +31,10 @@ GROUPED_MIN_POINTS = 512
 #: twice what NumPy's product and selection spend on one entry, and where the groups
 #: overlap (blobs of std 8 in 20-D) the bounds skip little.
 GROUPED_MAX_SHARE = 0.3
+#: :func:`pruning_groups` tries the search on this many of the points (the whole
+#: search of 1000 points against themselves cost a fit of 10^5 rows 0.03 s where the
+#: groups do not prune).
+TRIAL_POINTS = 256
 
 
 def _sq_norms(A: np.ndarray) -> np.ndarray:
@@ -115,6 +119,9 @@ class RepresentativeGroups:
         ``|r|^2`` in that order.
     max_norm : float
         The largest ``|r|`` (the scale of the rounding of ``|r|^2 - 2 y.r``).
+    centres_t : ndarray of shape (d, G)
+        ``centres`` transposed, C-ordered: a row's distances to all the centres are
+        summed feature by feature, over all the groups at once (vectorized).
     """
 
     permutation: np.ndarray
@@ -124,6 +131,10 @@ class RepresentativeGroups:
     scaled: np.ndarray
     norms: np.ndarray
     max_norm: float
+    centres_t: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "centres_t", np.ascontiguousarray(self.centres.T))
 
 
 def group_points(P: np.ndarray, n_groups: int | None = None,
@@ -148,21 +159,44 @@ def group_points(P: np.ndarray, n_groups: int | None = None,
     renumber = np.full(G, -1)
     renumber[used] = np.arange(used.size)
     label = renumber[label]
-    C = C[used]
     order = np.argsort(label, kind="stable")
     starts = np.zeros(used.size + 1, dtype=np.int64)
     np.cumsum(np.bincount(label, minlength=used.size), out=starts[1:])
-    radii = np.zeros(used.size)
+    return _grouped(P, p2, order.astype(np.int64), starts, label, C[used])
+
+
+def _grouped(P, p2, order, starts, label, C) -> RepresentativeGroups:
+    """The groups of ``P`` (``label``: each point's group; ``order``, ``starts``: the
+    points group by group) around the centres ``C``, with their radii."""
+    radii = np.zeros(C.shape[0])
     np.maximum.at(radii, label, np.sqrt(_sq_norms(P - C[label])))
-    return RepresentativeGroups(order.astype(np.int64), starts, np.ascontiguousarray(C), radii,
+    return RepresentativeGroups(order, starts, np.ascontiguousarray(C), radii,
                                 np.ascontiguousarray(-2.0 * P[order]), p2[order].copy(),
                                 float(np.sqrt(p2.max(initial=0.0))))
+
+
+def regroup(groups: RepresentativeGroups, P: np.ndarray) -> RepresentativeGroups:
+    """``groups``' grouping of the points (the same members, by number) for the moved
+    points ``P`` (``(m, d)``): each group's centre the mean of its members, its radius
+    their largest distance to it. The bounds hold for any centre, so a search with these
+    groups gives the result of the unpruned search, whichever grouping it keeps; Lloyd's
+    iterations keep their first grouping as the centres move
+    (:func:`~ooc_spectral.core.representative_selection.lloyd`)."""
+    P = np.ascontiguousarray(P, dtype=np.float64)
+    G = groups.starts.size - 1
+    label = np.empty(P.shape[0], dtype=np.int64)
+    label[groups.permutation] = np.repeat(np.arange(G), np.diff(groups.starts))
+    counts = np.diff(groups.starts).astype(np.float64)
+    C = np.stack([np.bincount(label, weights=P[:, k], minlength=G)
+                  for k in range(P.shape[1])], axis=1) / counts[:, None]
+    return _grouped(P, _sq_norms(P), groups.permutation, groups.starts, label, C)
 
 
 def pruning_groups(P: np.ndarray, n_neighbors: int, reach: int,
                    ratio: float) -> RepresentativeGroups | None:
     """The :class:`RepresentativeGroups` of the points ``P`` (moved by their mean) where
-    they prune: ``P``'s own search (``n_neighbors``, ``reach``, ``ratio``) computes at most
+    they prune: the search of :data:`TRIAL_POINTS` evenly spaced points of ``P`` (all of
+    them where fewer; ``n_neighbors``, ``reach``, ``ratio``) computes at most
     :data:`GROUPED_MAX_SHARE` of its distances; else None (and None where the shape is
     outside :data:`GROUPED_MAX_FEATURES` / :data:`GROUPED_MIN_POINTS`). A function of its
     arguments alone; without numba's loops the groups are kept (and not used)."""
@@ -170,7 +204,8 @@ def pruning_groups(P: np.ndarray, n_neighbors: int, reach: int,
     if not (d <= GROUPED_MAX_FEATURES and m >= GROUPED_MIN_POINTS):
         return None
     groups = group_points(P)
-    trial = grouped_reach(P, _sq_norms(P), groups, n_neighbors, reach, ratio)
-    if trial is not None and trial[2] > GROUPED_MAX_SHARE * m * m:
+    rows = P if m <= TRIAL_POINTS else P[np.linspace(0, m - 1, TRIAL_POINTS).round().astype(np.int64)]
+    trial = grouped_reach(rows, _sq_norms(rows), groups, n_neighbors, reach, ratio)
+    if trial is not None and trial[2] > GROUPED_MAX_SHARE * len(rows) * m:
         return None
     return groups

@@ -25,13 +25,23 @@ Two rules keep the selection's cost well under a pass over the data:
 The distances are those of :mod:`ooc_spectral.core.representatives`: one product per
 cache-sized block of rows (a k-d tree up to
 :data:`~ooc_spectral.core.representatives.KDTREE_MAX_FEATURES` features), the blocks
-split between the cores.
+split between the cores. Where the centres fall into well separated groups (the pruned
+search's shapes, :func:`~ooc_spectral.core.nearest.pruning_groups`, and a trial on the
+first :data:`LLOYD_TRIAL_ROWS` rows computes at most a
+:data:`~ooc_spectral.core.nearest.GROUPED_MAX_SHARE` of the distances), Lloyd's nearest
+centres come from the pruned search instead
+(:func:`~ooc_spectral._accel.fused.grouped_reach`, the groups of the first centres kept
+as they move, :func:`~ooc_spectral.core.nearest.regroup`): the same nearest centres,
+their distances to rounding.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from scipy.spatial import cKDTree
+
+from .._accel.fused import grouped_reach, kmeans_plusplus as compiled_seeding
+from .nearest import GROUPED_MAX_FEATURES, GROUPED_MAX_SHARE, GROUPED_MIN_POINTS, group_points, regroup
 
 from .representatives import (DISTANCE_BLOCK_BYTES, KDTREE_MAX_FEATURES, Representatives,
                               _scaled_with_norms, _sq_norms, _with_ones, in_threads)
@@ -43,17 +53,34 @@ __all__ = ["kmeans_plusplus", "lloyd", "select_representatives", "representative
 SEEDING_FACTOR = 3
 #: Lloyd stops when an iteration lowers the quantization error by less than this share.
 LLOYD_RTOL = 0.01
+#: Lloyd's nearest centres come from the pruned search where it computes at most
+#: :data:`~ooc_spectral.core.nearest.GROUPED_MAX_SHARE` of the distances of this many
+#: rows (well separated clusters), else from blocked products.
+LLOYD_TRIAL_ROWS = 256
+#: :func:`representative_scales` searches the sample in parts of this many of the
+#: search's blocks (:meth:`Representatives.block_rows`), split between the cores: each
+#: row's nearest representatives are the same whatever the parts.
+SCALES_BLOCKS = 2
 
 
 def kmeans_plusplus(S: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarray:
     """``m`` rows of ``S`` (``m <= len(S)``) chosen by k-means++ seeding (Arthur &
     Vassilvitskii 2007): each next centre drawn with probability proportional to the
     squared distance to the nearest centre so far. Rows already at distance 0 of a
-    centre are drawn only once every other row is."""
+    centre are drawn only once every other row is.
+
+    Where numba's loops are at hand (large fits), one compiled loop with the GIL
+    released (:func:`~ooc_spectral._accel.fused.kmeans_plusplus`, the same draws: the
+    same seeds up to rounding) replaces the ``m`` steps of NumPy's calls, whose Python
+    overhead was most of the seeding's time."""
     n = S.shape[0]
+    first = int(rng.integers(n))
+    found = compiled_seeding(S, m, first, rng)  # compiled on large fits: the same to rounding
+    if found is not None:
+        return S[found].copy()
     s2 = _sq_norms(S)
     chosen = np.empty(m, dtype=np.int64)
-    chosen[0] = rng.integers(n)
+    chosen[0] = first
     closest = np.maximum(s2 - 2.0 * (S @ S[chosen[0]]) + s2[chosen[0]], 0.0)
     closest[chosen[0]] = 0.0
     taken = np.zeros(n, dtype=bool)
@@ -96,8 +123,15 @@ def lloyd(S: np.ndarray, C: np.ndarray, max_iter: int, rtol: float = 0.0) -> np.
         j = np.argmin(D, axis=1)
         return j, float(np.sum(np.take_along_axis(D, j[:, None], axis=1)[:, 0] + s2[a:a + step]))
 
+    groups = _lloyd_groups(S, C) if A is not None else None
     for _ in range(max_iter):
-        if A is None:
+        found = None
+        if groups is not None:  # the pruned search, where the first iteration showed it prunes
+            found = _grouped_nearest(S, s2, regroup(groups, C), m)
+            groups = groups if found is not None and found[2] else None
+        if found is not None:
+            new, now = found[0], found[1]
+        elif A is None:
             d, new = cKDTree(C).query(S, k=1)  # at most 10 m rows: one thread
             now = float(np.dot(d, d))
         else:
@@ -121,6 +155,35 @@ def lloyd(S: np.ndarray, C: np.ndarray, max_iter: int, rtol: float = 0.0) -> np.
             break
         error = now
     return C
+
+
+def _lloyd_groups(S: np.ndarray, C: np.ndarray):
+    """The grouping of Lloyd's first centres for the pruned nearest-centre search
+    (:func:`~ooc_spectral._accel.fused.grouped_reach`), where its shape is one the pruned
+    search serves and it prunes on the first :data:`LLOYD_TRIAL_ROWS` rows of ``S``;
+    else None. A function of ``S`` and ``C``; only the speed depends on it."""
+    m, d = C.shape
+    if not (d <= GROUPED_MAX_FEATURES and m >= GROUPED_MIN_POINTS):
+        return None
+    groups = group_points(C)
+    trial = _grouped_nearest(S[:LLOYD_TRIAL_ROWS], _sq_norms(S[:LLOYD_TRIAL_ROWS]), groups, m)
+    return groups if trial is not None and trial[2] else None
+
+
+def _grouped_nearest(S, s2, groups, m):
+    """``(label, error, prunes)``: each row's nearest centre by the pruned search (in parts
+    on every core: a function of each row alone), the sum of the squared distances, and
+    whether the search computed at most :data:`~ooc_spectral.core.nearest.GROUPED_MAX_SHARE`
+    of all the distances; None without numba's loops."""
+    n = S.shape[0]
+    step = max(64, DISTANCE_BLOCK_BYTES // (8 * m))
+    parts = in_threads(lambda a: grouped_reach(S[a:a + step], s2[a:a + step], groups, 1, 1, 1.0),
+                       range(0, n, step))
+    if not parts or parts[0] is None:
+        return None
+    label = np.concatenate([p[0][:, 0] for p in parts])
+    error = float(sum(np.sum(p[1][:, 0]) for p in parts))
+    return label, error, sum(p[2] for p in parts) <= GROUPED_MAX_SHARE * n * m
 
 
 def select_representatives(sample: np.ndarray, m: int, seed: int, *,
@@ -159,7 +222,10 @@ def representative_scales(points: np.ndarray, n_neighbors: int,
     or whose rows all sit on representatives, takes the median ``s_t`` of the sample."""
     reps = Representatives(points, min(int(n_neighbors), len(points)))
     S = np.asarray(sample, dtype=np.float64)
-    index, d2 = reps.nearest(S)
+    step = SCALES_BLOCKS * reps.block_rows()  # whole blocks of the search, on every core
+    parts = in_threads(lambda a: reps.nearest(S[a:a + step]), range(0, max(len(S), 1), step))
+    index = np.concatenate([p[0] for p in parts])
+    d2 = np.concatenate([p[1] for p in parts])
     s = np.sqrt(d2).mean(axis=1)
     m = reps.size
     count = np.bincount(index[:, 0], minlength=m)
