@@ -47,7 +47,7 @@ import zarr
 from ..exceptions import ConfigurationMismatchError, LockedError, OutputNotWritableError
 from . import strict_json
 from .integrity import checksummed, seal_holds, sealed
-from .zarr_nodes import new_group, rooted
+from .zarr_nodes import new_array, new_group
 from .safety import bare_group_meta as _bare_group_meta
 from .safety import classify_outdir, open_nofollow, remove_members_marker_last, write_file_atomic
 from .safety import unfinished_beginning as _unfinished_beginning
@@ -141,15 +141,13 @@ class RunCheckpoint:
                   prefix_done: bool = False) -> None:
         meta = self.group.attrs.get("scan") or {}
         slot_name = "scan_b" if meta.get("slot") == "scan_a" else "scan_a"
-        slot = rooted(self.group.require_group(slot_name))  # zarr checks no parent per array
+        slot = self.group.require_group(slot_name)
         values = {name: np.ascontiguousarray(value) for name, value in (
             ("points", state.points), ("indices", state.indices), ("L", state.L),
             ("w", state.w))}
-        for name, value in values.items():
-            arr = slot.create_array(name, shape=value.shape, dtype=value.dtype,
-                                    chunks=tuple(max(1, s) for s in value.shape) or (1,),
-                                    overwrite=True, **checksummed())
-            arr[...] = value
+        for name, value in values.items():  # on a store rooted at it: no parent checked
+            new_array(slot, name, value, chunks=tuple(max(1, s) for s in value.shape) or (1,),
+                      overwrite=True, **checksummed())
         # the pointer is written last, atomically
         fields = {"slot": slot_name, "windows_done": int(windows_done), "tol": float(tol),
                   "size": int(state.size), "prefix_done": bool(prefix_done), "time": _now(),
@@ -212,9 +210,7 @@ class RunCheckpoint:
         for key, value in partial.items():
             if isinstance(value, np.ndarray):
                 arrays[key] = value
-                arr = g.create_array(key, shape=value.shape, dtype=value.dtype,
-                                     chunks=value.shape or (1,), overwrite=True, **checksummed())
-                arr[...] = value
+                new_array(g, key, value, overwrite=True, **checksummed())
             else:
                 scalars[key] = value.item() if isinstance(value, np.generic) else value
         fields = {"scalars": scalars, "arrays": sorted(arrays), "part": name, "run": self.run}

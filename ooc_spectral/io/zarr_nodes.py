@@ -1,19 +1,19 @@
-"""Groups written to with few requests on object storage: a group on a store rooted at it.
+"""Groups and arrays written with few requests on object storage: each on a store rooted at it.
 
-zarr checks, for every array it creates, that no group above it up to the store's root is
-an array and writes the metadata of any that is missing (``save_metadata(ensure_parents=
-True)``): on S3 a HEAD and a GET for each level, for every array. A checkpoint part sits four
-levels below an OUTDIR's root (``checkpoint/partials/<part>/<array>``): about ten requests per
-array before its own two. :func:`rooted` gives the same group on a store whose root is the
-group itself, so that an array created in it has one parent to check, the group, which
-exists; :func:`new_group` creates a child group that way. The files written are the same.
+zarr checks, for every array or group it creates, that no group above it up to the store's
+root is an array and writes the metadata of any that is missing (``save_metadata(
+ensure_parents=True)``): on S3 a HEAD and a GET for each level, for every array. A
+checkpoint part sits four levels below an OUTDIR's root (``checkpoint/partials/<part>/
+<array>``): about ten requests per array before its own two. :func:`new_group` and
+:func:`new_array` create a child of a group that exists on a store rooted at the child
+itself: no parent to check or write. The objects written are the same.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["rooted", "new_group"]
+__all__ = ["new_group", "new_array"]
 
 
 def _store_at(group, name: str = ""):
@@ -34,18 +34,6 @@ def _store_at(group, name: str = ""):
     return None
 
 
-def rooted(group):
-    """``group`` on a store rooted at it (no request: its metadata is the one in hand)."""
-    import zarr
-    from zarr.core.group import AsyncGroup
-    from zarr.storage import StorePath
-
-    store = _store_at(group)
-    if store is None or store is group.store:
-        return group
-    return zarr.Group(AsyncGroup(metadata=group.metadata, store_path=StorePath(store, "")))
-
-
 def new_group(group, name: str):
     """A new, empty group ``name`` in ``group`` (which must not hold ``name``), on a store
     rooted at it: what ``group.require_group(name)`` creates, in about two requests."""
@@ -55,3 +43,22 @@ def new_group(group, name: str):
     if store is None:
         return group.require_group(name)
     return zarr.create_group(store=store, zarr_format=3)
+
+
+def new_array(group, name: str, value, **kwargs):
+    """Create the array ``name`` in ``group`` holding ``value`` (one chunk unless ``chunks``
+    is given; ``kwargs`` as for ``create_array``) on a store rooted at the array: no parent
+    checked or written, ``group`` being there already. Returns the array."""
+    import numpy as np
+    import zarr
+
+    value = np.asarray(value)
+    kwargs.setdefault("chunks", value.shape or (1,))
+    store = _store_at(group, name)
+    if store is None:
+        arr = group.create_array(name, shape=value.shape, dtype=value.dtype, **kwargs)
+    else:
+        arr = zarr.create_array(store, shape=value.shape, dtype=value.dtype, zarr_format=3,
+                                **kwargs)
+    arr[...] = value
+    return arr
