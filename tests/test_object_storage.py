@@ -469,8 +469,9 @@ def test_concurrent_fit_is_refused_naming_the_holder_and_sigkill_in_pass_2_resum
 def test_a_checkpoint_part_is_written_without_reading_the_groups_above_it(s3, tmp_path):
     """zarr checks every group above a new array up to the store's root (a HEAD and a GET
     each, on S3): a pass-2 part sits four levels below the OUTDIR's root, about ten requests
-    per array before its own. Written on a store rooted at the part, no group above it is
-    read or written; the part reads back whole, in the same objects as on a local disk."""
+    per array before its own. Written on stores rooted at the part and at each of its arrays,
+    no group above the part is read or written; the part reads back whole, in the same
+    objects as on a local disk."""
     from ooc_spectral.io.checkpoint import RunDirectory
 
     partial = {"mean": np.arange(3.0), "m2": np.eye(3), "rows": 500, "trace": 1.5}
