@@ -10,6 +10,8 @@ data sets of the tests.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 
 LD = np.longdouble
@@ -174,11 +176,15 @@ def exact_residuals(kernel, X, D, dps: int = 80) -> np.ndarray:
 
 
 def precise_residuals(kernel, X, D, dps: int = 40) -> np.ndarray:
-    """The rows' squared distances to the span of D at ``dps`` decimal digits (mpmath):
-    kernel values from the rows' exact decimal expansions, one LU of the dictionary's Gram
-    matrix. For the rows where long double cannot decide a bound (its own rounding, about
-    1e-19 times the factor's condition, is comparable to the gap); pure Python, so a few
-    rows against dictionaries of a few hundred points."""
+    """The rows' squared distances to the span of D, to about ``dps`` decimal digits.
+
+    Kernel values from the rows' exact decimal expansions at ``dps`` digits (mpmath); the
+    Cholesky factor of the dictionary's Gram matrix and the substitutions in fixed point on
+    Python integers (:func:`_fixed_cholesky`: every value an integer multiple of
+    ``2**-FIXED_BITS``, about 1e-77, each operation rounded once at that resolution), far
+    below the kernel values' own rounding. For the rows where long double cannot decide a
+    bound (its own rounding, about 1e-19 times the factor's condition, is comparable to the
+    gap); pure Python, so a few rows against dictionaries of a few hundred points."""
     import mpmath
 
     mpmath.mp.dps = dps
@@ -191,23 +197,66 @@ def precise_residuals(kernel, X, D, dps: int = 40) -> np.ndarray:
 
     def k(a, b):
         if name == "rbf":
-            s = mpmath.fsum((mpmath.mpf(float(x)) - mpmath.mpf(float(y))) ** 2 for x, y in zip(a, b))
+            s = mpmath.fsum((x - y) ** 2 for x, y in zip(a, b))
         else:
-            s = mpmath.fsum(abs(mpmath.mpf(float(x)) - mpmath.mpf(float(y))) for x, y in zip(a, b))
-        return mpmath.exp(-g * s)
+            s = mpmath.fsum(abs(x - y) for x, y in zip(a, b))
+        return _fixed(mpmath.exp(-g * s))
 
-    m = len(D)
-    M = mpmath.matrix(m, m)
-    for i in range(m):
-        for j in range(i + 1):
-            M[i, j] = M[j, i] = k(D[i], D[j])
-    Lc = mpmath.cholesky(M)
+    P = [[mpmath.mpf(float(v)) for v in row] for row in D]  # exact: a float is a binary fraction
+    m = len(P)
+    L = _fixed_cholesky([[k(P[i], P[j]) for j in range(i + 1)] for i in range(m)])
+    one = 1 << FIXED_BITS
     out = []
     for x in X:
-        kv = mpmath.matrix([k(d, x) for d in D])
-        z = _forward_mp(Lc, kv)
-        out.append(float(1 - mpmath.fsum(v * v for v in z)))
+        x = [mpmath.mpf(float(v)) for v in x]
+        z = _fixed_forward(L, [k(d, x) for d in P])
+        # k(x, x) = 1 for both kernels; the sum of squares carries 2 * FIXED_BITS
+        out.append(float(Fraction(one * one - sum(v * v for v in z), one * one)))
     return np.asarray(out)
+
+
+#: The resolution of :func:`_fixed_cholesky`'s fixed point: ``2**-FIXED_BITS``.
+FIXED_BITS = 256
+
+
+def _fixed(v) -> int:
+    """An mpmath number in [-1, 1] as the nearest integer multiple of ``2**-FIXED_BITS``."""
+    import mpmath
+
+    return int(mpmath.nint(mpmath.ldexp(v, FIXED_BITS)))
+
+
+def _fixed_cholesky(M: list) -> list:
+    """The lower Cholesky factor of a symmetric positive definite matrix with entries in
+    [-1, 1] (the lower triangle as rows, fixed point :func:`_fixed`), in fixed point: row i
+    of the factor as a list of ``i + 1`` integers. Exact integer products and sums; each
+    division and square root rounds down once, at ``2**-FIXED_BITS``: a backward error of
+    about ``m 2**-FIXED_BITS`` in every entry (every entry of the factor is at most 1 in
+    magnitude, the diagonal of M being at most 1)."""
+    from math import isqrt
+
+    bits = FIXED_BITS
+    L = []
+    for i, row in enumerate(M):
+        Li = []
+        for j in range(i):
+            Lj = L[j]  # map stops at Li's j entries: Lj's first j, not its diagonal
+            Li.append(((row[j] << bits) - sum(map(int.__mul__, Li, Lj))) // Lj[j])
+        s = (row[i] << bits) - sum(v * v for v in Li)
+        if not s > 0:
+            raise np.linalg.LinAlgError(f"the dictionary's Gram matrix is not positive definite "
+                                        f"at {4 * bits // 13} digits at pivot {i}")
+        Li.append(isqrt(s))
+        L.append(Li)
+    return L
+
+
+def _fixed_forward(L: list, b: list) -> list:
+    """``L^-1 b`` in the fixed point of :func:`_fixed_cholesky` (each entry rounded down once)."""
+    z = []
+    for i, Li in enumerate(L):
+        z.append(((b[i] << FIXED_BITS) - sum(map(int.__mul__, Li, z))) // Li[i])
+    return z
 
 
 def _forward_mp(L, b):

@@ -54,9 +54,12 @@ class _Throttle:
 
     def __init__(self, app):
         self.app, self.on, self.writes = app, False, threading.Lock()
+        self.seen = None  # a list: every request's (method, path) is appended to it
 
     def __call__(self, environ, start_response):
         method = environ.get("REQUEST_METHOD")
+        if self.seen is not None:
+            self.seen.append((method, environ.get("PATH_INFO", "")))
         if self.on and method == "PUT" and "/partials/" in environ.get("PATH_INFO", ""):
             time.sleep(0.05)
         if method in ("PUT", "POST", "DELETE"):
@@ -461,6 +464,41 @@ def test_concurrent_fit_is_refused_naming_the_holder_and_sigkill_in_pass_2_resum
     assert "pass2" in summary["resumed_stages"]
     np.testing.assert_allclose(embedding(out), embedding(local_fit), rtol=0, atol=1e-10)
     assert not fs.exists(f"{BUCKET}/killed/.lock")
+
+
+def test_a_checkpoint_part_is_written_without_reading_the_groups_above_it(s3, tmp_path):
+    """zarr checks every group above a new array up to the store's root (a HEAD and a GET
+    each, on S3): a pass-2 part sits four levels below the OUTDIR's root, about ten requests
+    per array before its own. Written on stores rooted at the part and at each of its arrays,
+    no group above the part is read or written; the part reads back whole, in the same
+    objects as on a local disk."""
+    from ooc_spectral.io.checkpoint import RunDirectory
+
+    partial = {"mean": np.arange(3.0), "m2": np.eye(3), "rows": 500, "trace": 1.5}
+    listings = []
+    for out in (f"s3://{BUCKET}/parts/run", tmp_path / "run"):
+        zarr.create_group(str(out), zarr_format=3)
+        ck = RunDirectory(out).checkpoint(every=1)
+        ck.save_partial("moments", 0, partial)  # the partials group made
+        seen = s3["throttle"].seen = []
+        try:
+            ck.save_partial("moments", 1, {**partial, "rows": 499})
+        finally:
+            s3["throttle"].seen = None
+        if isinstance(out, str):
+            above = {f"/{BUCKET}/parts/run/zarr.json", f"/{BUCKET}/parts/run/checkpoint/zarr.json",
+                     f"/{BUCKET}/parts/run/checkpoint/partials/zarr.json"}
+            assert seen and not [r for r in seen if r[1] in above], seen
+        fresh = RunDirectory(out).checkpoint(every=1)
+        for segment, rows in ((0, 500), (1, 499)):
+            back = fresh.load_partial("moments", segment)
+            assert back["rows"] == rows and back["trace"] == 1.5
+            np.testing.assert_array_equal(back["m2"], partial["m2"])
+        assert fresh.discarded_partials == 0 and fresh.loaded_partials == 2
+        listings.append(sorted(str(k).split("/run/", 1)[1] for k in (
+            s3["fs"].find(f"{BUCKET}/parts/run") if isinstance(out, str)
+            else (str(p) for p in out.rglob("*") if p.is_file()))))
+    assert listings[0] == listings[1]
 
 
 def test_object_lock_conditional_create_lease_and_takeover(s3, monkeypatch):

@@ -47,6 +47,7 @@ import zarr
 from ..exceptions import ConfigurationMismatchError, LockedError, OutputNotWritableError
 from . import strict_json
 from .integrity import checksummed, seal_holds, sealed
+from .zarr_nodes import new_array, new_group
 from .safety import bare_group_meta as _bare_group_meta
 from .safety import classify_outdir, open_nofollow, remove_members_marker_last, write_file_atomic
 from .safety import unfinished_beginning as _unfinished_beginning
@@ -107,10 +108,8 @@ class RunCheckpoint:
     """
 
     def __init__(self, group, every: int = 4, run: str | None = None):
-        self.group, self.run = group, run
-        self.every = max(1, int(every))
-        self.loaded_partials = 0
-        self.discarded_partials = 0
+        self.group, self.run, self.every = group, run, max(1, int(every))
+        self.loaded_partials, self.discarded_partials, self._parts = 0, 0, None
 
     # -- scan -------------------------------------------------------------- #
     def load_scan(self) -> dict | None:
@@ -146,11 +145,9 @@ class RunCheckpoint:
         values = {name: np.ascontiguousarray(value) for name, value in (
             ("points", state.points), ("indices", state.indices), ("L", state.L),
             ("w", state.w))}
-        for name, value in values.items():
-            arr = slot.create_array(name, shape=value.shape, dtype=value.dtype,
-                                    chunks=tuple(max(1, s) for s in value.shape) or (1,),
-                                    overwrite=True, **checksummed())
-            arr[...] = value
+        for name, value in values.items():  # on a store rooted at it: no parent checked
+            new_array(slot, name, value, chunks=tuple(max(1, s) for s in value.shape) or (1,),
+                      overwrite=True, **checksummed())
         # the pointer is written last, atomically
         fields = {"slot": slot_name, "windows_done": int(windows_done), "tol": float(tol),
                   "size": int(state.size), "prefix_done": bool(prefix_done), "time": _now(),
@@ -165,6 +162,10 @@ class RunCheckpoint:
     def _partial_name(self, stage: str, segment: int) -> str:
         return f"{stage}_{segment:06d}"
 
+    def _partials(self):  # made once, not opened again (a request or two) for every part
+        self._parts = self.group.require_group("partials") if self._parts is None else self._parts
+        return self._parts
+
     def load_partial(self, stage: str, segment: int) -> dict | None:
         """A finished segment's partial sums, or None to compute them (again).
 
@@ -173,7 +174,7 @@ class RunCheckpoint:
         """
         name = self._partial_name(stage, segment)
         try:
-            parts = self.group.require_group("partials")
+            parts = self._partials()
             if name not in parts:
                 return None
             g = parts[name]
@@ -201,18 +202,15 @@ class RunCheckpoint:
         return out
 
     def save_partial(self, stage: str, segment: int, partial: dict) -> None:
-        parts = self.group.require_group("partials")
-        name = self._partial_name(stage, segment)
+        parts, name = self._partials(), self._partial_name(stage, segment)
         if name in parts:  # a damaged part being replaced: start from an empty group
             del parts[name]
-        g = parts.require_group(name)
+        g = new_group(parts, name)  # on a store rooted at it: zarr checks no parent per array
         scalars, arrays = {}, {}
         for key, value in partial.items():
             if isinstance(value, np.ndarray):
                 arrays[key] = value
-                arr = g.create_array(key, shape=value.shape, dtype=value.dtype,
-                                     chunks=value.shape or (1,), overwrite=True, **checksummed())
-                arr[...] = value
+                new_array(g, key, value, overwrite=True, **checksummed())
             else:
                 scalars[key] = value.item() if isinstance(value, np.generic) else value
         fields = {"scalars": scalars, "arrays": sorted(arrays), "part": name, "run": self.run}
@@ -238,9 +236,7 @@ class RunDirectory:
             self.fs, self._fspath = filesystem(self.path)
         else:
             self.path = local_output_path(text)
-        self._locked = False
-        self._lock_fd = None
-        self._object_lock = None
+        self._locked, self._lock_fd, self._object_lock = False, None, None
 
     @property
     def url(self) -> str:
@@ -432,8 +428,8 @@ class RunDirectory:
                 f"that file, or delete the directory (rm -r {self.path}) and run the fit again")
 
     # -- state ------------------------------------------------------------- #
-    def group(self, mode: str = "a"):
-        return zarr.open_group(self.url, mode=mode)
+    def group(self, mode: str = "a"):  # an OUTDIR is zarr v3: no probe of v2's three files
+        return zarr.open_group(self.url, mode=mode, zarr_format=3)
 
     def _exists(self, name: str) -> bool:
         if self.remote:

@@ -48,6 +48,7 @@ from ..exceptions import (
     StoreNotFoundError,
 )
 from .integrity import arrays_digest, checksummed, seal_holds, sealed
+from .zarr_nodes import new_array
 from ..core.kernel_choice import kernel_from_attrs, kernel_to_attrs
 from ..core.kernel_names import KERNEL_ALIASES
 from ..core.model import Dictionary, SpectralMap
@@ -212,9 +213,8 @@ def write_model(model: SavedModel, path, *, overwrite: bool = False) -> None:
     except OSError as exc:
         raise OutputNotWritableError(f"cannot write a model at {loc!r}: {exc}") from exc
     values = {name: np.asarray(value) for name, value in arrays.items()}
-    for name, value in values.items():
-        group.create_array(name, shape=value.shape, dtype=value.dtype,
-                           chunks=value.shape or (1,), **checksummed())[...] = value
+    for name, value in values.items():  # on a store rooted at the array: no parent checked
+        new_array(group, name, value, **checksummed())
     meta = {
         "arrays_sha256": arrays_digest(values),
         "format": FORMAT_VERSION,
