@@ -99,3 +99,22 @@ def test_a_fit_whose_dictionary_stays_small_is_let_through_after_a_few_hundred_r
     assert est.spectral_map_.dictionary.size == ref.spectral_map_.dictionary.size == 61
     np.testing.assert_array_equal(est.embedding_, ref.embedding_)
     np.testing.assert_array_equal(est.eigenvalues_, ref.eigenvalues_)
+
+
+@pytest.mark.parametrize("tol, said", [
+    (1e-12, r"tol=1e-12 is below what float64 arithmetic certifies"),
+    (0.0, r"tol=0 asks for every direction of the data"),
+])
+def test_below_what_float64_certifies_the_warning_still_names_the_tol(tol, said, monkeypatch):
+    """A 1,000-row roll at the default gamma: at tol 1e-12 (or 0) the certified scan breaks
+    down and the exact problem is solved because of the tol. The probe's uncertified
+    dictionary reached sqrt(80 n) = 283 points first, and the warning blamed the size with
+    the advice of a smaller gamma, which does not help (an audit); below 1e-6 of the largest
+    k(x, x) the probe does not run, and the warning is the scan's own."""
+    X = _roll(1000)
+    est, msgs = _fit(X, {"n_components": 2, "tol": tol}, probe=True, monkeypatch=monkeypatch)
+    ref, ref_msgs = _fit(X, {"n_components": 2, "tol": tol}, probe=False,
+                         monkeypatch=monkeypatch)
+    assert len(msgs) == 1 and msgs == ref_msgs and re.search(said, msgs[0])
+    assert "smaller gamma" not in msgs[0]
+    np.testing.assert_array_equal(est.embedding_, ref.embedding_)

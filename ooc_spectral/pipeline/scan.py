@@ -42,7 +42,7 @@ from .exact import EARLY_EXACT, EARLY_ROWS, capped_exact
 
 __all__ = ["WindowReader", "scan_source", "heads_for_every_row", "capped_early_stop", "Rescan",
            "Selection", "GreedyScan", "EARLY_SPLITS", "probe_exact", "PROBE_PART_ROWS",
-           "PROBE_RATE_MARGIN"]
+           "PROBE_RATE_MARGIN", "PROBE_MIN_TOL"]
 
 log = logging.getLogger("ooc_spectral")
 
@@ -54,6 +54,10 @@ PROBE_PART_ROWS = 320
 #: ... until its dictionary, growing at this many times the rate of its last part, would
 #: stay below the exact path's size.
 PROBE_RATE_MARGIN = 2.0
+#: The probe runs only for a tol above this share of the largest ``k(x, x)``: float64
+#: certifies such a tol for the Gaussian kernel at any gamma (it gives way near 1e-9 at
+#: the median heuristic's), and below it the reason a fit goes exact may be the tol.
+PROBE_MIN_TOL = 1e-6
 
 
 def _early_error(state: DictionaryState, early: tuple[int, int, int], n_rows: int, tol: float,
@@ -121,9 +125,15 @@ def probe_exact(source: DataSource, order: VisitOrder, kernel, affine: bool, tol
     (the rows come in a random order, so the rate only falls in expectation), would end
     below ``limit``, or at the end of the first window. Either way only how fast the fit
     runs depends on the probe: the exact problem is the answer the scan reaching
-    ``limit`` gives, and a fit the probe lets through runs as before.
+    ``limit`` gives, and a fit the probe lets through runs as before. It does not run
+    where tol is at most :data:`PROBE_MIN_TOL` of the largest ``k(x, x)`` of the window:
+    there the certified scan may find tol below what float64 certifies, and its
+    :class:`~ooc_spectral.exceptions.NumericalBreakdownError` (not the dictionary's
+    size) is what the exact path's warning must name, with its advice (a larger tol).
     """
     Xw, rw = WindowReader(source, order).read(0)
+    if not tol > PROBE_MIN_TOL * float(np.max(np.abs(kernel.diag(Xw, kernel.aux(Xw))))):
+        return  # where float64 may not certify tol, the scan's own stop says why
     n = source.n_rows
     state = DictionaryState(kernel, source.n_features, affine, rounding=False)
     ends = [r for r in EARLY_SPLITS if r < Xw.shape[0]]
