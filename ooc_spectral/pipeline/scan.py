@@ -54,9 +54,10 @@ PROBE_PART_ROWS = 320
 #: ... until its dictionary, growing at this many times the rate of its last part, would
 #: stay below the exact path's size.
 PROBE_RATE_MARGIN = 2.0
-#: The probe runs only for a tol above this share of the largest ``k(x, x)``: float64
-#: certifies such a tol for the Gaussian kernel at any gamma (it gives way near 1e-9 at
-#: the median heuristic's), and below it the reason a fit goes exact may be the tol.
+#: The probe runs only for a tol above this share of the largest ``k(x, x)``: below it
+#: the reason a fit goes exact may be the tol itself (float64 certifies the Gaussian
+#: kernel's residuals down to about 5e-8 at the median heuristic's gamma on some data,
+#: docs/user_guide/parameters.md), which the certified scan's breakdown names.
 PROBE_MIN_TOL = 1e-6
 
 
