@@ -246,15 +246,30 @@ def test_a_divisive_dictionary_heading_for_every_row_switches_to_the_exact_solve
 def test_a_dictionary_heading_for_every_row_where_the_exact_problem_is_not_at_hand_stops_early():
     """More rows than max_dictionary_size and every row entering: the scan stops early,
     naming the way out, instead of growing to the cap one point at a time. The cap is what
-    keeps the exact problem here, so the exact path's float64 scan of the first 320 rows
-    tells it, before any double-double work (elsewhere rows 560 to 640 do:
+    keeps the exact problem here, so a float64 scan of the first 640 rows tells it, before
+    any double-double work (as elsewhere:
     tests/test_advice.py::test_a_dictionary_heading_for_every_row_gets_one_checked_way_out)."""
     rng = np.random.default_rng(4)
     X = rng.normal(size=(3000, 20))
-    # the message's count is the proof that it stopped at row 320, not after 2000 points
-    with pytest.raises(DictionarySizeError, match=r"took 76 of the 80 rows 240 to 320.*stopped "
+    # the message's count is the proof that it stopped at row 640, not after 2000 points
+    with pytest.raises(DictionarySizeError, match=r"took 76 of the 80 rows 560 to 640.*stopped "
                                                   r"early.*raise max_dictionary_size to 3000"):
         GreedySpectralEmbedding(gamma=5.0, max_dictionary_size=2000, random_state=0).fit(X)
+
+
+def test_a_dictionary_that_settles_below_the_cap_is_not_refused_as_heading_for_every_row():
+    """A 2,000-row swiss roll at gamma 0.12 with max_dictionary_size=1000: its dictionary
+    settles at 866 points, below the cap, but took 76 of the rows 240 to 320, and the early
+    refusal (where only the cap keeps the exact problem) said it heads for every row (an
+    audit: 14,000 rows at gamma 0.12 too). The refusal now reads the rows 560 to 640, and
+    the fit is the certified greedy one."""
+    rng = np.random.default_rng(0)
+    t = 1.5 * np.pi * (1 + 2 * rng.random(2000))
+    X = np.c_[t * np.cos(t), 21 * rng.random(2000), t * np.sin(t)]
+    est = GreedySpectralEmbedding(2, gamma=0.12, max_dictionary_size=1000, random_state=0).fit(X)
+    assert est.spectral_map_.dictionary.L is not None  # greedy, not the exact path
+    assert est.spectral_map_.dictionary.size == 866
+    assert est.max_residual_ <= 1e-3
 
 
 def test_a_dictionary_that_slows_down_is_not_switched():

@@ -38,7 +38,7 @@ from ..core.scan.state import DictionaryState, ScanProgress, _size_error
 from ..core.statistics import VIOLATOR_CAP, BeyondTol, Certificate
 from ..exceptions import DictionarySizeError, NumericalBreakdownError, raise_if_interrupted
 from ..io.source import DataSource
-from .exact import EARLY_EXACT, EARLY_ROWS, capped_exact
+from .exact import EARLY_EXACT, EARLY_ROWS, EARLY_STOP, capped_exact
 
 __all__ = ["WindowReader", "scan_source", "heads_for_every_row", "capped_early_stop", "Rescan",
            "Selection", "GreedyScan", "EARLY_SPLITS", "probe_exact", "PROBE_PART_ROWS",
@@ -179,15 +179,18 @@ def heads_for_every_row(source: DataSource, order: VisitOrder, kernel, affine: b
 def capped_early_stop(config, source: DataSource, kernel) -> DictionarySizeError | None:
     """Where only ``max_dictionary_size`` keeps the exact problem from a fit
     (:func:`~ooc_spectral.pipeline.exact.capped_exact`), whether its dictionary heads for
-    every row, told before any costlier work by the float64 scan of the first rows that the
-    exact path runs (:func:`heads_for_every_row`): the scan with double-double took 41-82 s
-    to stop at tol 0 on 1,500 rows, whose exact problem takes seconds. The error to raise
-    (its advice, :func:`~ooc_spectral.pipeline.advice.with_advice`: the exact path's cap),
-    or None."""
+    every row, told before any costlier work by a float64 scan of the first 640 rows
+    (:func:`heads_for_every_row`): the scan with double-double took 41-82 s to stop at tol 0
+    on 1,500 rows, whose exact problem takes seconds. The stop is a refusal, so it takes
+    the rows 560 to 640 (:data:`~ooc_spectral.pipeline.exact.EARLY_STOP`), where a
+    dictionary that will settle has slowed down: at the exact path's rows 240 to 320 a
+    swiss roll settling at 866 of 2,000 rows still took 76 of 80, and was refused as
+    heading for every row (an audit). The error to raise (its advice,
+    :func:`~ooc_spectral.pipeline.advice.with_advice`: the exact path's cap), or None."""
     if not capped_exact(config, source.n_rows):
         return None
     order = VisitOrder(source.n_rows, config.random_state, window=VISIT_WINDOW_ROWS)
-    return heads_for_every_row(source, order, kernel, config.affine, config.tol, EARLY_EXACT,
+    return heads_for_every_row(source, order, kernel, config.affine, config.tol, EARLY_STOP,
                                config.max_dictionary_size)
 
 
