@@ -210,3 +210,19 @@ def test_kernel_parameters_past_float64s_range_are_named_not_an_overflow(params)
     X = np.random.default_rng(0).normal(size=(300, 3))
     with pytest.raises(NumericalBreakdownError, match="overflows float64.*ordinary size"):
         GreedySpectralEmbedding(random_state=0, **params).fit(X)
+
+
+@pytest.mark.parametrize("params", [{"gamma": 0.1}, {}, {"kernel": "linear"},
+                                    {"kernel": "polynomial"}])
+@pytest.mark.parametrize("n, row", [(1000, 5), (1000, 300), (5000, 4000)])
+def test_a_row_whose_squares_overflow_is_named_by_its_number(params, n, row):
+    """A finite value of 1e300 (its square past float64): the error names the row by its
+    number in the data set. It was named by its place in whatever block the kernel met
+    first ("row 0 (of this block)"): the rows come in a seeded order, and a sample row
+    that large moves the kernel's centre (the sample's mean) so that every row overflows
+    (an audit)."""
+    X = np.random.default_rng(0).normal(size=(n, 3))
+    X[row, 0] = 1e300
+    with pytest.raises(InvalidInputError, match=rf"^row {row} has finite values up to 1e\+300 "
+                                                r"whose squared norm overflows float64"):
+        GreedySpectralEmbedding(2, random_state=0, **params).fit(X)

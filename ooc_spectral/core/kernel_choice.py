@@ -18,7 +18,8 @@ from ..exceptions import InvalidInputError, InvalidParameterError
 from .callable_kernel import CallableKernel
 from .kernel_names import KERNEL_ALIASES, KERNELS, NO_GAMMA, canonical_kernel
 from .kernels import (CosineKernel, Kernel, LaplacianKernel, LinearKernel,
-                      PolynomialKernel, RBFKernel, SubsetNormalizedKernel, _f64, _sq_norms)
+                      PolynomialKernel, RBFKernel, SubsetNormalizedKernel, _f64, _sq_norms,
+                      overflow_error)
 from .planning import SAMPLE_PURPOSE, plan_sample
 
 log = logging.getLogger("ooc_spectral")
@@ -139,14 +140,37 @@ def resolve_kernel(config, source) -> tuple[Kernel, float | None]:
         rows = plan_sample(source.n_rows, GAMMA_SAMPLE_SIZE, c.random_state, SAMPLE_PURPOSE["gamma"])
         sample = source.read_index(rows)
     center = data_center(sample) if centred else None
+    if center is not None:
+        _check_moved(sample, center, rows)
     # the heuristic sees the rows as the kernel will (a polynomial's 1 / median |x|^2 of
     # the moved rows; the distances of rbf and laplacian do not move)
-    gamma = resolve_gamma(c.kernel, c.gamma, source, c.random_state,
-                          sample=None if sample is None else
-                          (sample if center is None else sample - center))
+    try:
+        gamma = resolve_gamma(c.kernel, c.gamma, source, c.random_state,
+                              sample=None if sample is None else
+                              (sample if center is None else sample - center))
+    except InvalidInputError as exc:  # a sample row past float64: named by its number
+        named = None if sample is None else overflow_error(np.asarray(sample, float), rows)
+        if named is None:
+            raise
+        raise named from exc
     kernel = make_kernel(c.kernel, gamma=gamma, degree=c.degree, coef0=c.coef0,
                          kernel_params=c.kernel_params, center=center)
     return kernel, gamma
+
+
+def _check_moved(sample: np.ndarray, center: np.ndarray, rows: np.ndarray) -> None:
+    """A sample row whose squared norm is past float64 moves the centre (the sample's mean)
+    out of range for every row: the error names that row (by its number in the data set),
+    not the first row the kernel meets."""
+    S = np.asarray(sample, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        sq = np.einsum("ij,ij->i", S - center, S - center)
+    if np.isfinite(sq).all():
+        return
+    far = int(np.argmax(np.max(np.abs(S), axis=1)))
+    err = overflow_error(S[far:far + 1], np.asarray(rows)[far:far + 1])
+    if err is not None:
+        raise err
 
 
 def kernel_to_attrs(kernel: Kernel) -> tuple[dict, dict[str, np.ndarray]]:

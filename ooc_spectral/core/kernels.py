@@ -167,18 +167,29 @@ def _sq_norms(X: np.ndarray) -> np.ndarray:
     """Squared row norms; finite values whose squares overflow float64 are a named error."""
     with np.errstate(over="ignore"):
         out = np.einsum("ij,ij->i", X, X)
-    if not np.isfinite(out).all():
-        bad = np.flatnonzero(~np.isfinite(out))
-        finite = np.isfinite(X[bad]).all(axis=1)
-        if finite.any():
-            row = int(bad[np.argmax(finite)])
-            big = float(np.abs(X[row]).max())
-            raise InvalidInputError(
-                f"row {row} (of this block) has finite values up to {big:.3g} whose squared norm "
-                "overflows float64 (above 1.8e308), so no kernel value can be computed; scale "
-                f"the data first, e.g. divide every column by {10.0 ** np.floor(np.log10(big)):.0e}"
-            )
+    if not np.isfinite(out).all() and (err := overflow_error(X, out=out)) is not None:
+        raise err
     return out
+
+
+def overflow_error(X: np.ndarray, rows=None, out=None) -> InvalidInputError | None:
+    """The error naming the first row of ``X`` whose finite values have a squared norm past
+    float64, or None: by its number in the data set where ``rows`` gives them (the scan's
+    rows come in a seeded order), else by its place in this block."""
+    if out is None:
+        with np.errstate(over="ignore"):
+            out = np.einsum("ij,ij->i", X, X)
+    bad = np.flatnonzero(~np.isfinite(out))
+    finite = np.isfinite(X[bad]).all(axis=1)
+    if not finite.any():
+        return None
+    i = int(bad[np.argmax(finite)])
+    big = float(np.abs(X[i]).max())
+    name = f"row {int(rows[i])}" if rows is not None else f"row {i} (of this block)"
+    return InvalidInputError(
+        f"{name} has finite values up to {big:.3g} whose squared norm overflows float64 "
+        "(above 1.8e308), so no kernel value can be computed; scale the data first, e.g. "
+        f"divide every column by {10.0 ** np.floor(np.log10(big)):.0e}")
 
 
 class _Stationary(Kernel):

@@ -36,7 +36,8 @@ from ..core.planning import SCAN_READ_CACHE_BYTES, VISIT_WINDOW_ROWS, VisitOrder
 from ..core.scan.blocked import scan_rows
 from ..core.scan.state import DictionaryState, ScanProgress, _size_error
 from ..core.statistics import VIOLATOR_CAP, BeyondTol, Certificate
-from ..exceptions import DictionarySizeError, NumericalBreakdownError, raise_if_interrupted
+from ..exceptions import (DictionarySizeError, InvalidInputError, NumericalBreakdownError,
+                          raise_if_interrupted)
 from ..io.source import DataSource
 from .exact import EARLY_EXACT, EARLY_ROWS, EARLY_STOP, capped_exact
 
@@ -133,7 +134,11 @@ def probe_exact(source: DataSource, order: VisitOrder, kernel, affine: bool, tol
     size) is what the exact path's warning must name, with its advice (a larger tol).
     """
     Xw, rw = WindowReader(source, order).read(0)
-    if not tol > PROBE_MIN_TOL * float(np.max(np.abs(kernel.diag(Xw, kernel.aux(Xw))))):
+    try:
+        kmax = float(np.max(np.abs(kernel.diag(Xw, kernel.aux(Xw)))))
+    except InvalidInputError:  # a row past float64: the scan names it
+        return
+    if not tol > PROBE_MIN_TOL * kmax:
         return  # where float64 may not certify tol, the scan's own stop says why
     n = source.n_rows
     state = DictionaryState(kernel, source.n_features, affine, rounding=False)

@@ -45,12 +45,12 @@ from scipy.linalg import solve_triangular
 
 from ..._accel.blas import solve_lower_transposed
 from ..._accel.threads import one_blas_thread
-from ..kernels import Kernel
+from ..kernels import Kernel, overflow_error
 from ..model import PIVOT_FLOOR
 from ..planning import (SCAN_ONE_BLAS_THREAD_BELOW, SCAN_PANEL_POINTS, SCAN_PANEL_ROWS, SCAN_SPLIT_ROWS,
                         scan_block_rows, small_blas)
 from ..rounding import diag_error
-from ...exceptions import NumericalBreakdownError
+from ...exceptions import InvalidInputError, NumericalBreakdownError
 from .certify import RESOLVED, decide, entered_resolved
 from .local_certificate import CERTIFY_THREADS, certify_rows, scan_pool
 from .state import DictionaryState
@@ -324,8 +324,14 @@ def scan_rows(state: DictionaryState, X: np.ndarray, rows: np.ndarray, tol: floa
     if state.rounding.extended is not None:  # rows kept between bounds: this part's only
         state.rounding.extended.forget_rows()
     while a < n:
-        with small_blas(state.size, SCAN_ONE_BLAS_THREAD_BELOW):
-            stopped, a = _scan_next(state, X, rows, tol, a, limit, block_rows, certify)
+        try:
+            with small_blas(state.size, SCAN_ONE_BLAS_THREAD_BELOW):
+                stopped, a = _scan_next(state, X, rows, tol, a, limit, block_rows, certify)
+        except InvalidInputError as exc:  # a row past float64: named by its number
+            named = overflow_error(X, rows)
+            if named is None:
+                raise
+            raise named from exc
         if stopped:
             return True
     return False
