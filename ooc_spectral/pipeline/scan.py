@@ -122,10 +122,9 @@ def probe_exact(source: DataSource, order: VisitOrder, kernel, affine: bool, tol
     runs the same selection on computed residuals alone, without the rounding bounds,
     the factor's measurement or double-double, and raises the
     :class:`DictionarySizeError` the scan would stop with. It gives up (returns, and the
-    certified scan follows) once
-    its dictionary, growing at :data:`PROBE_RATE_MARGIN` times the rate of its last part
-    (the rows come in a random order, so the rate only falls in expectation), would end
-    below ``limit``, or at the end of the first window. Either way only how fast the fit
+    certified scan follows) once its dictionary, growing at :data:`PROBE_RATE_MARGIN`
+    times the rate of its last part (the rows come in a random order, so the rate only
+    falls in expectation), would end below ``limit``, or at the end of the first window. Either way only how fast the fit
     runs depends on the probe: the exact problem is the answer the scan reaching
     ``limit`` gives, and a fit the probe lets through runs as before. It does not run
     where tol is at most :data:`PROBE_MIN_TOL` of the largest ``k(x, x)`` of the window:
