@@ -159,25 +159,41 @@ def probe_exact(source: DataSource, order: VisitOrder, kernel, affine: bool, tol
 
 
 def heads_for_every_row(source: DataSource, order: VisitOrder, kernel, affine: bool, tol: float,
-                        early: tuple[int, int, int], max_size: int) -> DictionarySizeError | None:
+                        early: tuple[int, int, int], max_size: int,
+                        confirm: tuple[int, int, int] | None = None) -> DictionarySizeError | None:
     """Whether the dictionary heads for every row, told from the first ``early[2]`` rows of
     the visiting order in float64 (no double-double: the scan the exact path runs,
     :data:`~ooc_spectral.pipeline.exact.EARLY_EXACT`), before any costlier work: the
     :class:`DictionarySizeError` that scan stops with (``early[0]`` of the rows
     ``early[1]:early[2]`` entered, or ``max_size`` points), or None where it does not stop,
-    or float64 cannot decide a row (then only the fit itself can tell)."""
+    or float64 cannot decide a row (then only the fit itself can tell).
+
+    With ``confirm``, a later part of the same kind, a stop at ``early`` stands only where
+    the scan, carried on, stops at ``confirm`` too, or cannot get there (float64 cannot
+    decide a row, or the window ends first): a dictionary that will settle has slowed down
+    by then."""
     Xw, rw = WindowReader(source, order).read(0)
     if early[2] >= Xw.shape[0]:  # the scan's parts end before the window does
         return None
-    state = DictionaryState(kernel, source.n_features, affine)
-    try:
-        _scan_first_rows(state, Xw, rw, tol, max_size=max_size, early=early,
-                         n_rows=source.n_rows, stop=early[2])
-    except DictionarySizeError as err:
-        return err
-    except NumericalBreakdownError:
+
+    def stop_at(part):
+        state = DictionaryState(kernel, source.n_features, affine)
+        try:
+            _scan_first_rows(state, Xw, rw, tol, max_size=max_size, early=part,
+                             n_rows=source.n_rows, stop=part[2])
+        except DictionarySizeError as err:
+            return err
+        except NumericalBreakdownError:
+            return "undecided"
         return None
-    return None
+
+    first = stop_at(early)
+    if not isinstance(first, DictionarySizeError):
+        return None
+    if confirm is None or confirm[2] >= Xw.shape[0]:
+        return first
+    later = stop_at(confirm)
+    return first if later == "undecided" else later
 
 
 def capped_early_stop(config, source: DataSource, kernel) -> DictionarySizeError | None:
@@ -185,17 +201,19 @@ def capped_early_stop(config, source: DataSource, kernel) -> DictionarySizeError
     (:func:`~ooc_spectral.pipeline.exact.capped_exact`), whether its dictionary heads for
     every row, told before any costlier work by a float64 scan of the first 640 rows
     (:func:`heads_for_every_row`): the scan with double-double took 41-82 s to stop at tol 0
-    on 1,500 rows, whose exact problem takes seconds. The stop is a refusal, so it takes
-    the rows 560 to 640 (:data:`~ooc_spectral.pipeline.exact.EARLY_STOP`), where a
-    dictionary that will settle has slowed down: at the exact path's rows 240 to 320 a
-    swiss roll settling at 866 of 2,000 rows still took 76 of 80, and was refused as
-    heading for every row (an audit). The error to raise (its advice,
+    on 1,500 rows, whose exact problem takes seconds. The stop is a refusal, so a stop at
+    the exact path's rows 240 to 320 is confirmed at the rows 560 to 640
+    (:data:`~ooc_spectral.pipeline.exact.EARLY_STOP`), where a dictionary that will settle
+    has slowed down (a swiss roll settling at 866 of 2,000 rows still took 76 of the rows
+    240 to 320, and was refused as heading for every row: an audit), unless float64 cannot
+    get there (tol 0: the factor gives way first, and the later rows cannot say
+    otherwise). The error to raise (its advice,
     :func:`~ooc_spectral.pipeline.advice.with_advice`: the exact path's cap), or None."""
     if not capped_exact(config, source.n_rows):
         return None
     order = VisitOrder(source.n_rows, config.random_state, window=VISIT_WINDOW_ROWS)
-    return heads_for_every_row(source, order, kernel, config.affine, config.tol, EARLY_STOP,
-                               config.max_dictionary_size)
+    return heads_for_every_row(source, order, kernel, config.affine, config.tol, EARLY_EXACT,
+                               config.max_dictionary_size, confirm=EARLY_STOP)
 
 
 class WindowReader:
