@@ -140,14 +140,14 @@ def resolve_kernel(config, source) -> tuple[Kernel, float | None]:
         rows = plan_sample(source.n_rows, GAMMA_SAMPLE_SIZE, c.random_state, SAMPLE_PURPOSE["gamma"])
         sample = source.read_index(rows)
     center = data_center(sample) if centred else None
+    # the rows as the kernel will see them, moved once
+    moved = sample if center is None else np.asarray(sample, dtype=np.float64) - center
     if center is not None:
-        _check_moved(sample, center, rows)
+        _check_moved(sample, moved, rows)
     # the heuristic sees the rows as the kernel will (a polynomial's 1 / median |x|^2 of
     # the moved rows; the distances of rbf and laplacian do not move)
     try:
-        gamma = resolve_gamma(c.kernel, c.gamma, source, c.random_state,
-                              sample=None if sample is None else
-                              (sample if center is None else sample - center))
+        gamma = resolve_gamma(c.kernel, c.gamma, source, c.random_state, sample=moved)
     except InvalidInputError as exc:  # a sample row past float64: named by its number
         named = None if sample is None else overflow_error(np.asarray(sample, float), rows)
         if named is None:
@@ -158,13 +158,13 @@ def resolve_kernel(config, source) -> tuple[Kernel, float | None]:
     return kernel, gamma
 
 
-def _check_moved(sample: np.ndarray, center: np.ndarray, rows: np.ndarray) -> None:
+def _check_moved(sample: np.ndarray, moved: np.ndarray, rows: np.ndarray) -> None:
     """A sample row whose squared norm is past float64 moves the centre (the sample's mean)
-    out of range for every row: the error names that row (by its number in the data set),
-    not the first row the kernel meets."""
+    out of range for every row (``moved``: the sample less the centre): the error names that
+    row (by its number in the data set), not the first row the kernel meets."""
     S = np.asarray(sample, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
-        sq = np.einsum("ij,ij->i", S - center, S - center)
+        sq = np.einsum("ij,ij->i", moved, moved)
     if np.isfinite(sq).all():
         return
     far = int(np.argmax(np.max(np.abs(S), axis=1)))
