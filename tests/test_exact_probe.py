@@ -21,7 +21,7 @@ from sklearn.decomposition import KernelPCA
 import ooc_spectral.pipeline.fit as fit_module
 import ooc_spectral.pipeline.scan as scan_module
 from ooc_spectral import GreedySpectralEmbedding
-from ooc_spectral.exceptions import DictionaryWarning
+from ooc_spectral.exceptions import DictionarySizeError, DictionaryWarning
 
 
 def _roll(n: int) -> np.ndarray:
@@ -118,3 +118,34 @@ def test_below_what_float64_certifies_the_warning_still_names_the_tol(tol, said,
     assert len(msgs) == 1 and msgs == ref_msgs and re.search(said, msgs[0])
     assert "smaller gamma" not in msgs[0]
     np.testing.assert_array_equal(est.embedding_, ref.embedding_)
+
+
+def test_the_probe_runs_only_above_a_millionth_of_the_largest_kernel_value(monkeypatch):
+    """PROBE_MIN_TOL pinned at its edge with a literal: on rows whose largest k(x, x) is 1
+    (Gaussian kernel) the probe scans at tol 1.01e-6 and does not at 0.99e-6; on a kernel
+    whose diagonal is 100 (linear, rows of norm 10) the edge moves to 1e-4."""
+    from ooc_spectral.core.kernels import LinearKernel, RBFKernel
+    from ooc_spectral.core.planning import VISIT_WINDOW_ROWS, VisitOrder
+    from ooc_spectral.io.source import open_source
+
+    calls = []
+    real = scan_module.scan_rows
+
+    def counting(state, X_, rows, tol, **kw):
+        calls.append(len(X_))
+        return real(state, X_, rows, tol, **kw)
+
+    monkeypatch.setattr(scan_module, "scan_rows", counting)
+    X = _roll(1000)
+    source = open_source(X)
+    order = VisitOrder(1000, 0, window=VISIT_WINDOW_ROWS)
+    U = X / np.linalg.norm(X, axis=1, keepdims=True) * 10.0
+    for kernel, rows, edge in ((RBFKernel(0.004), X, 1e-6), (LinearKernel(), U, 1e-4)):
+        src = source if rows is X else open_source(rows)
+        for tol, runs in ((1.01 * edge, True), (0.99 * edge, False)):
+            calls.clear()
+            try:
+                scan_module.probe_exact(src, order, kernel, True, tol, 283)
+            except DictionarySizeError:  # a stop for the exact problem is a run too
+                pass
+            assert bool(calls) is runs, (kernel, tol)
