@@ -135,12 +135,24 @@ def _worker_diagnostics():
             str(dask.config.get("distributed.admin.system-monitor.interval")))
 
 
+def _http_status(url: str) -> int:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
 @pytest.mark.parametrize("diagnostics", [None, True])
 def test_the_embedded_workers_run_without_the_dashboards_diagnostics_unless_asked(diagnostics):
     """The workers' profiler, the event loops' 20 ms tick and the system monitor take a few
     percent of the cores from the passes (``cluster.EMBEDDED_DIAGNOSTICS_OFF``): the
     embedded cluster's workers run without them, and with them when the config says so;
-    the client process's config is as it was afterwards."""
+    the client process's config is as it was afterwards. The dashboard (bokeh's server,
+    about 1.5 s of CPU a run to start) is served only with the diagnostics."""
     import dask
 
     from ooc_spectral.runtime.cluster import dask_client
@@ -151,10 +163,14 @@ def test_the_embedded_workers_run_without_the_dashboards_diagnostics_unless_aske
         seen = list(client.run(_worker_diagnostics).values())
         scheduler_tick = client.run_on_scheduler(
             lambda: str(__import__("dask").config.get("distributed.admin.tick.interval")))
+        http = client.cluster.scheduler.http_server.port
+        status = _http_status(f"http://127.0.0.1:{http}/status")
+    assert http not in (0, 8787)  # a free port, not one two runs would contend for
     if diagnostics:
-        assert seen == [before]
+        assert seen == [before] and status == 200
     else:
         assert seen == [(False, "500ms", "2s")] and scheduler_tick == "500ms"
+        assert status == 404
     assert _worker_diagnostics() == before
 
 

@@ -216,13 +216,16 @@ def dask_client(options: ClusterOptions):
     n = options.workers or os.cpu_count() or 1
     log.info("starting an embedded LocalCluster: %d worker processes x %d threads, memory limit %s",
              n, options.threads_per_worker, options.memory_limit)
+    dashboard = diagnostics_on()
     with embedded_worker_start(), dask.config.set(embedded_cluster_config()), \
             LocalCluster(n_workers=n, threads_per_worker=options.threads_per_worker,
                          processes=True, memory_limit=options.memory_limit,
-                         dashboard_address=":0", silence_logs=_quiet_logs(options.quiet),
+                         dashboard_address=":0", scheduler_kwargs={"dashboard": dashboard},
+                         silence_logs=_quiet_logs(options.quiet),
                          env=worker_environment()) as cluster, \
             Client(cluster) as client:
-        log.debug("dask dashboard: %s", client.dashboard_link)
+        if dashboard:
+            log.info("dask dashboard: %s", client.dashboard_link)
         yield client
 
 
@@ -243,7 +246,8 @@ def worker_start_method() -> str:
 
 
 #: distributed's diagnostics that the embedded cluster turns down, unless the dask config
-#: ``ooc-spectral.cluster-diagnostics`` is True: the workers' statistical profiler
+#: ``ooc-spectral.cluster-diagnostics`` is True (which also starts the dashboard,
+#: :func:`diagnostics_on`): the workers' statistical profiler
 #: (every 10 ms it walks the stacks of the task threads, under the GIL), the event
 #: loops' tick (every 20 ms; a blocked loop is still reported after 3 s) and the
 #: system monitor (every 0.5 s), which feed the dashboard. Without them the task
@@ -256,6 +260,20 @@ EMBEDDED_DIAGNOSTICS_OFF = {
 }
 
 
+def diagnostics_on() -> bool:
+    """Whether the embedded cluster runs with distributed's diagnostics: the dask config
+    ``ooc-spectral.cluster-diagnostics`` (env ``DASK_OOC_SPECTRAL__CLUSTER_DIAGNOSTICS=True``),
+    False by default. Only then does its scheduler serve the dashboard (its address
+    logged): the dashboard costs every run about 1.5 s of CPU to start (bokeh's import and
+    set-up in this process), and without the diagnostics it has little to show.
+    ``--performance-report`` does not need it. The scheduler's HTTP server (health and
+    metrics routes) listens on a free port either way, never on distributed's fixed 8787,
+    which two runs at once would contend for."""
+    from .._accel.support import config_flag
+
+    return config_flag("ooc-spectral.cluster-diagnostics", False)
+
+
 def embedded_cluster_config() -> dict:
     """The dask config the embedded cluster runs under (its nannies pass it to the
     workers): :data:`EMBEDDED_DIAGNOSTICS_OFF` unless ``ooc-spectral.cluster-diagnostics``
@@ -263,9 +281,7 @@ def embedded_cluster_config() -> dict:
     process too while the cluster runs (its scheduler and nannies live here), and
     restored when the cluster stops; an external cluster and the threads engine are
     not touched."""
-    from .._accel.support import config_flag
-
-    return {} if config_flag("ooc-spectral.cluster-diagnostics", False) else dict(EMBEDDED_DIAGNOSTICS_OFF)
+    return {} if diagnostics_on() else dict(EMBEDDED_DIAGNOSTICS_OFF)
 
 
 def worker_environment() -> dict[str, str]:
