@@ -528,8 +528,12 @@ def solve_transfer_cut(sums: BipartiteSums, reps: Representatives, n_components:
         raise ValueError(f"n_components={p} but only {r} representatives are joined to rows")
     dinv = np.zeros(m)
     dinv[used] = 1.0 / np.sqrt(sums.degrees[used])
-    S = sums.cross[np.ix_(used, used)] * dinv[used][:, None] * dinv[used][None, :]
-    S = 0.5 * (S + S.T)
+    d = dinv[used]
+    S = sums.cross.copy() if r == m else sums.cross[np.ix_(used, used)]
+    S *= d[:, None]  # in place: the values of cross * d_i * d_j
+    S *= d[None, :]
+    S = np.add(S, S.T)
+    S *= 0.5
     mu, W = leading_by_pieces(S, p, pieces)
     big = np.argmax(np.abs(W), axis=0)
     W = W * np.sign(W[big, np.arange(p)])[None, :]
