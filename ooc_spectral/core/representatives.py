@@ -512,8 +512,9 @@ def solve_transfer_cut(sums: BipartiteSums, reps: Representatives, n_components:
     """The ``n_components`` leading eigenpairs of ``S = D_Y^-1/2 E D_Y^-1/2`` (dense
     symmetric solves, one per piece of the graph,
     :func:`~ooc_spectral.core.graph_pieces.leading_by_pieces`: ARPACK misses copies of a
-    repeated eigenvalue 1, which a graph in several pieces has, one per piece) and the
-    map they give.
+    repeated eigenvalue 1, which a graph in several pieces has, one per piece; a connected
+    graph of many representatives by Lanczos, kept only where certified to have missed
+    none) and the map they give.
 
     Representatives no row chose (``D_Y = 0``) are left out of ``S``; their
     coefficients are 0. Each eigenvector's sign makes its largest entry positive.
