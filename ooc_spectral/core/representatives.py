@@ -105,7 +105,7 @@ from ..exceptions import FarRowsWarning
 from .nearest import (RepresentativeGroups, _scaled_with_norms, _sq_norms,  # noqa: F401
                       _with_ones, pruning_groups, smallest_k, smallest_under)
 from .statistics import Statistic
-from .graph_pieces import graph_pieces, leading_by_pieces, pieces_of  # noqa: F401
+from .graph_pieces import LANCZOS_MIN_ROWS, graph_pieces, leading_by_pieces, pieces_of  # noqa: F401
 
 __all__ = [
     "BipartiteSums",
@@ -535,7 +535,7 @@ def solve_transfer_cut(sums: BipartiteSums, reps: Representatives, n_components:
     S *= d[None, :]
     S = np.add(S, S.T)
     S *= 0.5
-    mu, W = leading_by_pieces(S, p, pieces)
+    mu, W = leading_by_pieces(S, p, pieces, lanczos=sums.n >= LANCZOS_MIN_ROWS)
     big = np.argmax(np.abs(W), axis=0)
     W = W * np.sign(W[big, np.arange(p)])[None, :]
     np.clip(mu, 0.0, 1.0, out=mu)
