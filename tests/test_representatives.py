@@ -671,3 +671,103 @@ def test_the_command_line_transform_of_far_rows_is_finite_complete_and_verified(
     with pytest.warns(Warning):
         expected = ref.predict(new[[10, 500, 1500]])
     assert labels[[10, 500, 1500]].tolist() == expected.tolist()
+
+
+def _spectrum_matrix(values, seed):
+    """``V diag(values) V'`` for a seeded orthogonal ``V``: a dense, connected symmetric matrix
+    of known spectrum."""
+    r = len(values)
+    V = np.linalg.qr(np.random.default_rng(seed).standard_normal((r, r)))[0]
+    S = (V * np.asarray(values)) @ V.T
+    return 0.5 * (S + S.T), V
+
+
+def test_the_lanczos_solve_equals_the_dense_solve():
+    """A connected S of order 400 (at least LANCZOS_MIN_SIZE): the certified Lanczos solve
+    of the leading eigenpairs above a gap gives the dense solve's eigenvalues to 1e-14 and
+    its invariant subspaces to 1e-12,
+    descending, orthonormal, and is what leading_by_pieces returns."""
+    import scipy.linalg
+
+    from ooc_spectral.core import graph_pieces as gp
+
+    rng = np.random.default_rng(5)
+    values = np.concatenate([[1.0], np.sort(rng.uniform(0.5, 0.95, 12))[::-1],
+                             rng.uniform(0.0, 0.45, 387)])
+    S, _ = _spectrum_matrix(values, 6)
+    assert S.shape[0] >= gp.LANCZOS_MIN_SIZE
+    full, V = scipy.linalg.eigh(S)
+    full, V = full[::-1], V[:, ::-1]
+    for p in (1, 5, 10, 13):
+        found = gp._leading_lanczos(S, p)
+        assert found is not None  # certified
+        mu, W = found
+        np.testing.assert_allclose(mu, full[:p], rtol=0, atol=1e-14)
+        np.testing.assert_allclose(W.T @ W, np.eye(p), atol=1e-13)
+        np.testing.assert_allclose(W @ W.T, V[:, :p] @ V[:, :p].T, atol=1e-12)
+        mu2, W2 = gp.leading_by_pieces(S, p, (1, np.zeros(400, dtype=np.int64)))
+        np.testing.assert_array_equal(mu2, mu)
+        np.testing.assert_array_equal(W2, W)
+
+
+def test_the_lanczos_certificate_refuses_a_missed_or_tied_eigenvalue():
+    """The certificate holds for the p leading eigenpairs and fails where one above the
+    p-th is missing (pairs 2..p+1 given), where the p-th is within LANCZOS_GAP of the next
+    (then the dense solve answers), and for pairs that are not eigenpairs."""
+    import scipy.linalg
+
+    from ooc_spectral.core import graph_pieces as gp
+
+    values = np.concatenate([[1.0, 0.9, 0.8, 0.7], np.linspace(0.5, 0.0, 296)])
+    S, V = _spectrum_matrix(values, 7)
+    assert gp._certified(S, values[:3], V[:, :3])
+    assert not gp._certified(S, values[1:4], V[:, 1:4])  # the top one missed
+    assert not gp._certified(S, values[:3], np.linalg.qr(V[:, :3] + 1e-6 * V[:, 3:6])[0])
+    tied = values.copy()
+    tied[3] = tied[2] - 1e-11  # the 3rd and 4th closer than the certificate's gap
+    S, V = _spectrum_matrix(tied, 8)
+    assert not gp._certified(S, tied[:3], V[:, :3])
+    assert gp._leading_lanczos(S, 3) is None
+    mu, W = gp.leading_by_pieces(S, 3, (1, np.zeros(300, dtype=np.int64)))
+    ref, U = scipy.linalg.eigh(S, subset_by_index=[297, 299])
+    np.testing.assert_array_equal(mu, ref[::-1])
+    np.testing.assert_array_equal(W, U[:, ::-1])
+
+
+@pytest.mark.parametrize("shift", [0.0, 1e6])
+def test_a_fit_by_lanczos_gives_the_dense_solves_labels(shift, monkeypatch):
+    """Overlapping 20-D blobs (one connected graph of 300 representatives), also far from
+    the origin: the fit with the Lanczos solve has the dense solve's representatives and
+    labels exactly, its eigenvalues to 1e-14 and its embedding to 1e-9."""
+    from ooc_spectral.core import graph_pieces as gp
+
+    X, _ = skd.make_blobs(6000, n_features=20, centers=4, cluster_std=6.0, random_state=2)
+    X = X + shift
+    dense = _reps(4, n_representatives=300).fit(X)  # 6000 rows: below LANCZOS_MIN_ROWS
+    monkeypatch.setattr(R, "LANCZOS_MIN_ROWS", 6000)
+    fast = _reps(4, n_representatives=300).fit(X)
+    monkeypatch.setattr(gp, "LANCZOS_MIN_SIZE", 10**9)  # the dense solve again
+    again = _reps(4, n_representatives=300).fit(X)
+    np.testing.assert_array_equal(again.embedding_, dense.embedding_)
+    assert fast.representatives_.shape == (300, 20)
+    np.testing.assert_array_equal(fast.representatives_, dense.representatives_)
+    np.testing.assert_array_equal(fast.labels_, dense.labels_)
+    np.testing.assert_allclose(fast.eigenvalues_, dense.eigenvalues_, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(fast.embedding_, dense.embedding_, rtol=0, atol=1e-9)
+    assert not np.array_equal(fast.embedding_, dense.embedding_)  # two solves, not one
+
+
+def test_lanczos_gives_up_early_on_a_crowded_spectrum():
+    """A spectrum crowded below 1 (as digits' graph has): Lanczos does not converge within
+    LANCZOS_MAX_RESTARTS restarts, and the dense solve answers, bit for bit eigh's."""
+    import scipy.linalg
+
+    from ooc_spectral.core import graph_pieces as gp
+
+    values = np.concatenate([[1.0], 1.0 - np.geomspace(1e-3, 0.3, 399)])
+    S, _ = _spectrum_matrix(values, 9)
+    assert gp._leading_lanczos(S, 10) is None
+    mu, W = gp.leading_by_pieces(S, 10, (1, np.zeros(400, dtype=np.int64)))
+    ref, U = scipy.linalg.eigh(S, subset_by_index=[390, 399])
+    np.testing.assert_array_equal(mu, ref[::-1])
+    np.testing.assert_array_equal(W, U[:, ::-1])

@@ -6,6 +6,11 @@ Two representatives are in one piece when a row joins both (``cross > 0`` in
 ``S = D_Y^-1/2 E D_Y^-1/2`` of the transfer cut is block diagonal over the pieces, so its
 eigenpairs are those of the blocks: on data in well separated clusters the solve is a few
 small ones instead of one of size ``m``.
+
+A connected graph of many representatives is solved by Lanczos (ARPACK) for the few
+leading eigenpairs, each such solve certified (:func:`_leading_lanczos`: the residual,
+and a Cholesky factorization proving no other eigenvalue above the ``p``-th found);
+where the certificate fails, by the dense solve.
 """
 
 from __future__ import annotations
@@ -13,7 +18,26 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
-__all__ = ["graph_pieces", "pieces_of", "leading_by_pieces"]
+__all__ = ["graph_pieces", "pieces_of", "leading_by_pieces", "LANCZOS_MIN_SIZE",
+           "LANCZOS_MIN_ROWS"]
+
+#: A connected ``S`` of at least this order, in a fit of at least
+#: :data:`LANCZOS_MIN_ROWS` rows, is solved by Lanczos for its ``p`` leading eigenpairs
+#: (``p`` at most :data:`LANCZOS_MAX_SHARE` of it), certified, within
+#: :data:`LANCZOS_MAX_RESTARTS` restarts; else (or where that fails) by the dense solve.
+#: On the 20-D blobs of 10^5 rows (m = 1000, p = 10) it converges in about 45 products
+#: and takes half the dense solve's time with the certificate; a spectrum crowded near 1
+#: (digits: 221 products) takes longer than the dense solve, so Lanczos is tried only
+#: where the fit's passes dwarf a failed attempt, and gives up early.
+LANCZOS_MIN_SIZE = 256
+LANCZOS_MIN_ROWS = 50_000
+LANCZOS_MAX_RESTARTS = 6
+LANCZOS_MAX_SHARE = 0.1
+#: The certificate proves every eigenvalue not found below the ``p``-th found less this
+#: (a ``p``-th eigenvalue closer than it to the next is left to the dense solve), with
+#: residuals ``|S w - mu w|`` at most ``LANCZOS_RESIDUAL`` (``S``'s entries are at most 1).
+LANCZOS_GAP = 1e-8
+LANCZOS_RESIDUAL = 1e-10
 
 
 def graph_pieces(sums) -> int:
@@ -48,8 +72,8 @@ def _pieces(cross: np.ndarray) -> tuple[int, np.ndarray]:
     return int(n), label
 
 
-def leading_by_pieces(S: np.ndarray, p: int,
-                      pieces: tuple[int, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def leading_by_pieces(S: np.ndarray, p: int, pieces: tuple[int, np.ndarray] | None = None,
+                      lanczos: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The ``p`` largest eigenvalues of the symmetric ``S`` (``r x r``), descending, and
     their eigenvectors ``(r, p)``. ``S`` is block diagonal over its graph's pieces
     (:func:`_pieces`), so its eigenpairs are those of the pieces' blocks, zero outside
@@ -57,10 +81,14 @@ def leading_by_pieces(S: np.ndarray, p: int,
     the whole ``r x r`` solve) and, for a repeated eigenvalue 1, the pieces' own
     eigenvectors rather than an arbitrary basis of their span. Equal eigenvalues are
     ordered by piece, then by the order within the piece's solve. ``pieces``: ``S``'s
-    pieces where the caller has them (:func:`pieces_of`), else found here."""
+    pieces where the caller has them (:func:`pieces_of`), else found here. ``lanczos``:
+    a connected ``S`` may be solved by :func:`_leading_lanczos` (certified)."""
     r = S.shape[0]
     count, label = _pieces(S) if pieces is None else pieces
     if count == 1:
+        found = _leading_lanczos(S, p) if lanczos else None
+        if found is not None:
+            return found
         mu, W = scipy.linalg.eigh(S, subset_by_index=[r - p, r - 1])
         return mu[::-1].copy(), W[:, ::-1]
     values, owner, vectors = [], [], []
@@ -79,3 +107,55 @@ def leading_by_pieces(S: np.ndarray, p: int,
         idx, w = vectors[i]
         W[idx, col] = w
     return values[order].copy(), W
+
+
+def _leading_lanczos(S: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The ``p`` largest eigenpairs of the symmetric ``S`` (``r x r``, descending) by
+    ARPACK's Lanczos (``eigsh``, ``tol=0``, a fixed start vector: deterministic), where
+    ``r >= LANCZOS_MIN_SIZE`` and ``p <= LANCZOS_MAX_SHARE r``, else None; None too where
+    ARPACK fails (within :data:`LANCZOS_MAX_RESTARTS` restarts) or the result is not
+    certified. Lanczos can miss an eigenvalue (a
+    repeated one, or one its start vector barely holds), so the result is kept only with
+    a proof that it did not: with ``W`` the found vectors (residuals at most
+    :data:`LANCZOS_RESIDUAL`) and ``sigma`` the ``p``-th found value less
+    :data:`LANCZOS_GAP`, ``M = Q (sigma I - S) Q + W W'`` (``Q = I - W W'``) is positive
+    definite exactly when every eigenvalue of ``S`` on the complement of ``W`` is below
+    ``sigma``, and its Cholesky factorization succeeds only then (to rounding, far below
+    the gap). The values equal the dense solve's to rounding (1e-15 on the bench's
+    1000 x 1000 solves) and the vectors to rounding over the gaps."""
+    import scipy.sparse.linalg
+
+    r = S.shape[0]
+    if r < LANCZOS_MIN_SIZE or not 1 <= p <= LANCZOS_MAX_SHARE * r:
+        return None
+    v0 = np.random.default_rng(0x4C414E43).uniform(-1.0, 1.0, r)
+    try:
+        mu, W = scipy.sparse.linalg.eigsh(S, k=p, which="LA", v0=v0, tol=0.0,
+                                          maxiter=LANCZOS_MAX_RESTARTS)
+    except (scipy.sparse.linalg.ArpackError, scipy.sparse.linalg.ArpackNoConvergence):
+        return None
+    order = np.argsort(-mu, kind="stable")
+    mu, W = mu[order], np.ascontiguousarray(W[:, order])
+    if not (np.all(np.isfinite(mu)) and _certified(S, mu, W)):
+        return None
+    return mu, W
+
+
+def _certified(S: np.ndarray, mu: np.ndarray, W: np.ndarray) -> bool:
+    """Whether ``(mu, W)`` (descending) are eigenpairs of ``S`` and every other eigenvalue
+    is below ``mu[-1] - LANCZOS_GAP`` (:func:`_leading_lanczos`)."""
+    SW = S @ W
+    if np.max(np.abs(SW - W * mu)) > LANCZOS_RESIDUAL:
+        return False
+    if np.max(np.abs(W.T @ W - np.eye(W.shape[1]))) > LANCZOS_RESIDUAL:
+        return False
+    sigma = mu[-1] - LANCZOS_GAP
+    AW = sigma * W - SW  # (sigma I - S) W
+    G = W.T @ AW
+    G = 0.5 * (G + G.T) + np.eye(W.shape[1])
+    # Q A Q + W W' = A - W (AW)' - (AW) W' + W G W' = A + [W, AW] [W G - AW, -W]'
+    M = np.negative(S)
+    M.flat[::S.shape[0] + 1] += sigma
+    M += np.hstack([W, AW]) @ np.hstack([W @ G - AW, -W]).T
+    _, info = scipy.linalg.lapack.dpotrf(M, lower=1, overwrite_a=1, clean=0)
+    return info == 0

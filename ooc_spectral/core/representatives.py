@@ -105,7 +105,7 @@ from ..exceptions import FarRowsWarning
 from .nearest import (RepresentativeGroups, _scaled_with_norms, _sq_norms,  # noqa: F401
                       _with_ones, pruning_groups, smallest_k, smallest_under)
 from .statistics import Statistic
-from .graph_pieces import graph_pieces, leading_by_pieces, pieces_of  # noqa: F401
+from .graph_pieces import LANCZOS_MIN_ROWS, graph_pieces, leading_by_pieces, pieces_of  # noqa: F401
 
 __all__ = [
     "BipartiteSums",
@@ -512,8 +512,9 @@ def solve_transfer_cut(sums: BipartiteSums, reps: Representatives, n_components:
     """The ``n_components`` leading eigenpairs of ``S = D_Y^-1/2 E D_Y^-1/2`` (dense
     symmetric solves, one per piece of the graph,
     :func:`~ooc_spectral.core.graph_pieces.leading_by_pieces`: ARPACK misses copies of a
-    repeated eigenvalue 1, which a graph in several pieces has, one per piece) and the
-    map they give.
+    repeated eigenvalue 1, which a graph in several pieces has, one per piece; a connected
+    graph of many representatives by Lanczos, kept only where certified to have missed
+    none) and the map they give.
 
     Representatives no row chose (``D_Y = 0``) are left out of ``S``; their
     coefficients are 0. Each eigenvector's sign makes its largest entry positive.
@@ -528,9 +529,13 @@ def solve_transfer_cut(sums: BipartiteSums, reps: Representatives, n_components:
         raise ValueError(f"n_components={p} but only {r} representatives are joined to rows")
     dinv = np.zeros(m)
     dinv[used] = 1.0 / np.sqrt(sums.degrees[used])
-    S = sums.cross[np.ix_(used, used)] * dinv[used][:, None] * dinv[used][None, :]
-    S = 0.5 * (S + S.T)
-    mu, W = leading_by_pieces(S, p, pieces)
+    d = dinv[used]
+    S = sums.cross.copy() if r == m else sums.cross[np.ix_(used, used)]
+    S *= d[:, None]  # in place: the values of cross * d_i * d_j
+    S *= d[None, :]
+    S = np.add(S, S.T)
+    S *= 0.5
+    mu, W = leading_by_pieces(S, p, pieces, lanczos=sums.n >= LANCZOS_MIN_ROWS)
     big = np.argmax(np.abs(W), axis=0)
     W = W * np.sign(W[big, np.arange(p)])[None, :]
     np.clip(mu, 0.0, 1.0, out=mu)
