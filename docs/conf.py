@@ -8,7 +8,9 @@ repository holds then:
   ``ooc_spectral.manifold``, ``ooc_spectral.baselines``, ``ooc_spectral.exceptions``),
   each page generated from the docstring (numpydoc);
 * the gallery ``auto_examples/`` from ``docs/examples/plot_*.py``, each example run
-  by sphinx-gallery during the build;
+  by sphinx-gallery during the build (on all its rows; ``tests/test_docs.py`` sets
+  ``OOC_SPECTRAL_GALLERY_FRACTION`` and a hidden block of each example keeps that
+  fraction of the rows: the test proves every line runs and draws, at a third of the cost);
 * the tables and plots of ``performance.md`` from ``workflows/bench/results/*.json``
   (``docs/_ext/benchmark_results.py``), and the comparison table and grid of
   ``clustering.md`` from ``workflows/bench/results/clustering.json``

@@ -3,7 +3,8 @@
 Each fenced block of the README is preceded by a marker comment:
 
 ``<!-- doc-test: run -->``
-    the block is run: a ``python`` block as a script, a ``bash`` block with
+    the block is run: a ``python`` block as a script in the test's process (twice in
+    the same session, as a notebook's cell run again), a ``bash`` block with
     ``bash -euo pipefail``, each in a new temporary directory with this tree's package
     on ``PYTHONPATH`` (the console script imports it too);
 ``<!-- doc-test: skip: REASON -->``
@@ -11,12 +12,14 @@ Each fenced block of the README is preceded by a marker comment:
     in pytest's summary, and where something else tests the same thing it says what.
 
 The Python blocks of the documentation's Markdown pages (``docs/``) run the same way
-unless marked ``skip``. The quickstart workflow the README's main command runs is run
+unless marked ``skip``, once each: a block whose statements begin another page's block
+is run by that one's test. The quickstart workflow the README's main command runs is run
 here at a small size, in a copy of ``workflows/``, and must print no warning.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -95,6 +98,27 @@ def run_block(block: Block, cwd: Path, timeout: float = 900) -> subprocess.Compl
     return proc
 
 
+def run_python_here(block: Block, cwd: Path, namespace: dict | None = None) -> dict:
+    """Run a ``python`` block as a script in this process, in ``cwd`` (the package of
+    this tree, matplotlib drawing to files): what a script of it does, without a new
+    interpreter importing numpy, scikit-learn, dask and the package once more. With
+    ``namespace``, in that one: a notebook's cell run again in the same session."""
+    import matplotlib
+
+    assert block.lang == "python", block.id
+    matplotlib.use("Agg")
+    namespace = {"__name__": "__main__"} if namespace is None else namespace
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(cwd)
+        exec(compile(block.body, block.id, "exec"), namespace)  # noqa: S102 -- our own docs
+    return namespace
+
+
+def _statements(body: str) -> list[str]:
+    """The block's statements, without its comments and layout."""
+    return [ast.dump(node) for node in ast.parse(body).body]
+
+
 # ----------------------------------------------------------------------------- the README
 def test_the_readme_is_short():
     lines = README.read_text().splitlines()
@@ -130,13 +154,13 @@ def test_every_readme_block_is_run_or_skipped_with_a_reason():
 def test_readme_block(block, tmp_path):
     if block.skip_reason:
         pytest.skip(block.skip_reason)
-    proc = run_block(block, tmp_path)
     if block.lang == "python":
         # a notebook user runs the cell again, in the same session and directory: the
         # second run finds the first one's files (the saved model) and must pass too
-        with pytest.MonkeyPatch.context() as mp:
-            mp.chdir(tmp_path)
-            exec(compile(block.body, block.id, "exec"), {"__name__": "__main__"})  # noqa: S102
+        session = run_python_here(block, tmp_path)
+        run_python_here(block, tmp_path, session)
+        return
+    proc = run_block(block, tmp_path)
     if block.lang == "bash":
         # the command-line example makes, fits, transforms, plots and verifies
         assert (tmp_path / "fit" / "report.json").exists()
@@ -150,21 +174,56 @@ def _doc_python_blocks() -> list[Block]:
     return [b for p in pages for b in code_blocks(p) if b.lang == "python"]
 
 
+def _run_elsewhere(block: Block) -> Block | None:
+    """Another page's block that runs first this block's statements and then more (the
+    same example, comments aside, continued there): running it runs this one."""
+    mine = _statements(block.body)
+    for other in _doc_python_blocks():
+        theirs = _statements(other.body)
+        if other.id != block.id and not other.skip_reason and len(theirs) > len(mine) \
+                and theirs[:len(mine)] == mine:
+            return other
+    return None
+
+
+@pytest.fixture(scope="module")
+def doc_run(tmp_path_factory):
+    """``doc_run(block)``: the namespace the block left, run once for the module in a new
+    temporary directory (the pipeline example's test reads what its block's test ran)."""
+    ran: dict[str, dict] = {}
+
+    def run(block: Block) -> dict:
+        if block.id not in ran:
+            ran[block.id] = run_python_here(block, tmp_path_factory.mktemp("block"))
+        return ran[block.id]
+
+    return run
+
+
 @pytest.mark.parametrize("block", _doc_python_blocks(), ids=lambda b: b.id)
-def test_docs_python_block(block, tmp_path):
+def test_docs_python_block(block, doc_run):
     if block.skip_reason:
         pytest.skip(block.skip_reason)
-    run_block(block, tmp_path)
+    if _run_elsewhere(block) is None:  # else that block's test runs this one's statements
+        doc_run(block)
 
 
-def test_the_pipeline_example_reconstructs_the_rows():
+def test_a_block_run_as_part_of_another_is_that_ones_beginning():
+    """docs/representatives.md shows the first statements of docs/clustering.md's example
+    (the clustering of the digits, a fit of several seconds): the latter's test runs them."""
+    block = next(b for b in code_blocks(DOCS / "representatives.md") if b.lang == "python")
+    other = _run_elsewhere(block)
+    assert other is not None and other.source == "docs/clustering.md", block.id
+    assert _statements(other.body)[:len(_statements(block.body))] == _statements(block.body)
+
+
+def test_the_pipeline_example_reconstructs_the_rows(doc_run):
     """The user guide's pipeline: pandas output with named columns, and inverse_transform
     gives back the rows to within 5% of the data's RMS radius."""
     pd = pytest.importorskip("pandas")
     block = next(b for b in code_blocks(DOCS / "user_guide" / "estimators.md")
                  if "pipe.inverse_transform(emb)" in b.body)
-    ns: dict = {}
-    exec(block.body, ns)  # noqa: S102 -- our own documentation
+    ns = doc_run(block)
     X, emb, back = ns["X"], ns["emb"], ns["back"]
     assert isinstance(emb, pd.DataFrame)
     assert list(emb.columns) == [f"greedyspectralembedding{i}" for i in range(10)]

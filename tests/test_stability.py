@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +16,6 @@ from ooc_spectral.experiments.stability import affine_align, split_sizes, substi
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / "workflows" / "paper" / "stability.toml"
-EXE = shutil.which("ooc-spectral") or "ooc-spectral"
 
 
 def test_registered():
@@ -72,13 +69,13 @@ def test_bad_parameters(tmp_path, params, match):
         run_experiment("stability", tmp_path, **params)
 
 
-def test_workflow_runs_at_reduced_size(tmp_path):
+def test_workflow_runs_at_reduced_size(tmp_path, main_):
+    # the command line's main in this process: the console script runs a paper workflow
+    # in tests/test_reproductions.py
     out = tmp_path / "stability"
-    proc = subprocess.run(
-        [EXE, "run", str(WORKFLOW), "--set",
-         "stability.param={n = 120, fractions = [0.05, 0.25], n_loo = 3, repeats = 1}",
-         "--set", f"stability.out={out}", "--json", "--quiet"],
-        capture_output=True, text=True, timeout=300)
+    proc = main_("run", WORKFLOW, "--set",
+                 "stability.param={n = 120, fractions = [0.05, 0.25], n_loo = 3, repeats = 1}",
+                 "--set", f"stability.out={out}", "--json", "--quiet")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["status"] == "complete" and summary["steps"][0]["step"] == "stability"

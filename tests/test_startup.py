@@ -141,30 +141,44 @@ est.transform(X[:10])
 """
 
 
-def test_a_small_in_memory_fit_imports_no_cluster_storage_or_compiled_loops():
-    mods = _modules_after(_SMALL_FIT)
+@pytest.fixture(scope="module")
+def small_fit_process():
+    """What a fresh interpreter holds after :data:`_SMALL_FIT`: the top-level modules, whether
+    ``dask.array`` and ``dask`` were imported, whether MKL's and llvmlite's libraries are
+    mapped (None where there is no ``/proc/self/maps``). One process for the three tests
+    that read it."""
+    import json
+
+    code = _SMALL_FIT + (
+        "\nimport json, os, sys\n"
+        "maps = open('/proc/self/maps').read() if os.path.exists('/proc/self/maps') else None\n"
+        "print(json.dumps({'modules': sorted({m.split('.')[0] for m in sys.modules}),\n"
+        "                  'dask.array': 'dask.array' in sys.modules, 'dask': 'dask' in sys.modules,\n"
+        "                  'libmkl': None if maps is None else 'libmkl' in maps,\n"
+        "                  'llvmlite': None if maps is None else 'llvmlite' in maps}))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_small_in_memory_fit_imports_no_cluster_storage_or_compiled_loops(small_fit_process):
+    mods = set(small_fit_process["modules"])
     assert "ooc_spectral" in mods and "sklearn" in mods
     assert not mods & HEAVY, sorted(mods & HEAVY)
 
 
-def test_a_small_in_memory_fit_and_transform_build_no_dask_array():
+def test_a_small_in_memory_fit_and_transform_build_no_dask_array(small_fit_process):
     # the passes' tasks of numpy rows are dask.delayed calls on RowBlocks: importing
     # dask.array (and xarray with it) would be most of a small fit's fixed cost
-    out = subprocess.run([sys.executable, "-c", _SMALL_FIT + "\nimport sys\n"
-                          "print('dask.array' in sys.modules, 'dask' in sys.modules)"],
-                         capture_output=True, text=True, check=True)
-    assert out.stdout.split()[-2:] == ["False", "True"], out.stdout
+    got = (small_fit_process["dask.array"], small_fit_process["dask"])
+    assert got == (False, True), small_fit_process
 
 
-def test_a_small_fit_loads_neither_mkl_nor_llvm():
-    import os
-
-    if not os.path.exists("/proc/self/maps"):  # pragma: no cover - Linux only
+def test_a_small_fit_loads_neither_mkl_nor_llvm(small_fit_process):
+    if small_fit_process["libmkl"] is None:  # pragma: no cover - Linux only
         pytest.skip("no /proc/self/maps")
-    out = subprocess.run([sys.executable, "-c", _SMALL_FIT + "\nmaps = open('/proc/self/maps')"
-                          ".read()\nprint('libmkl' in maps, 'llvmlite' in maps)"],
-                         capture_output=True, text=True, check=True)
-    assert out.stdout.split()[-2:] == ["False", "False"], out.stdout
+    got = (small_fit_process["libmkl"], small_fit_process["llvmlite"])
+    assert got == (False, False), small_fit_process
 
 
 def test_importing_the_package_and_estimator_imports_nothing_heavy():
