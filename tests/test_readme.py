@@ -25,11 +25,14 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from ooc_spectral.exceptions import DegeneratePartitionWarning, DictionaryWarning, FarRowsWarning
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -108,8 +111,12 @@ def run_python_here(block: Block, cwd: Path, namespace: dict | None = None) -> d
     assert block.lang == "python", block.id
     matplotlib.use("Agg")
     namespace = {"__name__": "__main__"} if namespace is None else namespace
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
         mp.chdir(cwd)
+        # an example at its documented settings gets no warning of the package's (a
+        # dictionary past the exact problem's size, a degenerate partition, far rows)
+        for category in (DictionaryWarning, DegeneratePartitionWarning, FarRowsWarning):
+            warnings.simplefilter("error", category)
         exec(compile(block.body, block.id, "exec"), namespace)  # noqa: S102 -- our own docs
     return namespace
 
