@@ -222,8 +222,11 @@ def test_certified_scan_selects_pointwise_dictionary(data, kernel, affine, small
 
 def test_certificate_at_the_default_size_rules_out_most_rows():
     """A dictionary past LOCAL_MIN_SIZE: same dictionary, and most rows never solved."""
-    X, _ = make_swiss_roll(3000, random_state=1)  # m = 785 (at 6000 rows: 802, twice the cost)
-    kernel, tol = RBFKernel(0.1), 1e-3
+    # "default size": past LOCAL_MIN_SIZE, where the certificate exists; gamma 0.05 at 1,500
+    # rows gives m = 425 (gamma 0.1 at 3,000 rows: 785, four times the pointwise scan's cost,
+    # O(n m^2), for the same code path) and leaves 238 rows (16%) to the full solve
+    X, _ = make_swiss_roll(1500, random_state=1)
+    kernel, tol = RBFKernel(0.05), 1e-3
     rows = np.arange(len(X))
     ref = pointwise_scan(kernel, X, rows, tol)
     assert ref.size > local_certificate.LOCAL_MIN_SIZE
