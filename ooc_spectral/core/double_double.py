@@ -86,8 +86,14 @@ def _split(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fast_two_sum(a, b):
+    """``a + b = s + e`` exactly where ``|a| >= |b|`` (Dekker): ``e = b - (s - a)``, in place
+    on arrays."""
     s = a + b
-    return s, b - (s - a)
+    if np.ndim(s) == 0:
+        return s, b - (s - a)
+    e = s - a
+    np.subtract(b, e, out=e)
+    return s, e
 
 
 def two_prod(a, b):

@@ -79,9 +79,18 @@ def _slices(A: np.ndarray, count: int, beta: int,
 
 
 def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``a + b = s + e`` exactly (Knuth): ``e = (a - (s - bb)) + (b - bb)``, ``bb = s - a``,
+    the same operations in the same order on arrays in place (three temporaries, not six:
+    the double-double products spend most of their time here)."""
     s = a + b
     bb = s - a
-    return s, (a - (s - bb)) + (b - bb)
+    if np.ndim(s) == 0:
+        return s, (a - (s - bb)) + (b - bb)
+    e = s - bb
+    np.subtract(a, e, out=e)
+    np.subtract(b, bb, out=bb)
+    e += bb
+    return s, e
 
 
 def exact_gram(L: np.ndarray, start: int = 0) -> tuple[np.ndarray, np.ndarray, float]:
@@ -109,11 +118,15 @@ def exact_gram(L: np.ndarray, start: int = 0) -> tuple[np.ndarray, np.ndarray, f
     S, _ = _slices(L, 4, beta)
     hi = np.zeros((k, m))
     lo = np.zeros((k, m))
+    # one gemm per slice of the rows start: against the slices it pairs with, stacked (each
+    # entry exact whatever BLAS groups, so the same products as one gemm per pair), added
+    # in the order p, then q
+    stacked = np.ascontiguousarray(np.concatenate(S).T)  # m x 4m
     for p in range(4):
-        for q in range(4):
-            if p + q + 2 > 5:
-                continue
-            hi, e = _two_sum(hi, S[p][start:] @ S[q].T)
+        n = 4 - p  # q with p + q <= 3 (from 0: the orders up to 5 above)
+        P = S[p][start:] @ stacked[:, :n * m]
+        for q in range(n):
+            hi, e = _two_sum(hi, P[:, q * m:(q + 1) * m])
             lo += e
     mu = np.max(np.abs(L), axis=1)
     scale = float(np.max(mu)) ** 2 * 4.0  # 2^tau_i <= 2 mu_i
