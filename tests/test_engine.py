@@ -152,7 +152,7 @@ def test_the_embedded_workers_run_without_the_dashboards_diagnostics_unless_aske
     percent of the cores from the passes (``cluster.EMBEDDED_DIAGNOSTICS_OFF``): the
     embedded cluster's workers run without them, and with them when the config says so;
     the client process's config is as it was afterwards. The dashboard (bokeh's server,
-    about 1.5 s of CPU a run to start) is served only with the diagnostics."""
+    1 to 1.6 s of CPU a run to start) is served only with the diagnostics."""
     import dask
 
     from ooc_spectral.runtime.cluster import dask_client

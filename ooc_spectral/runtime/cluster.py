@@ -264,7 +264,7 @@ def diagnostics_on() -> bool:
     """Whether the embedded cluster runs with distributed's diagnostics: the dask config
     ``ooc-spectral.cluster-diagnostics`` (env ``DASK_OOC_SPECTRAL__CLUSTER_DIAGNOSTICS=True``),
     False by default. Only then does its scheduler serve the dashboard (its address
-    logged): the dashboard costs every run about 1.5 s of CPU to start (bokeh's import and
+    logged): the dashboard costs every run 1 to 1.6 s of CPU to start (bokeh's import and
     set-up in this process), and without the diagnostics it has little to show.
     ``--performance-report`` does not need it. The scheduler's HTTP server (health and
     metrics routes) listens on a free port either way, never on distributed's fixed 8787,
