@@ -722,6 +722,13 @@ def test_the_lanczos_certificate_refuses_a_missed_or_tied_eigenvalue():
     S, V = _spectrum_matrix(values, 7)
     assert gp._certified(S, values[:3], V[:, :3])
     assert not gp._certified(S, values[1:4], V[:, 1:4])  # the top one missed
+    # a value off by more than the residual bound, spread so thin over the vector's 300
+    # entries that no entry of the residual reaches the bound: the norm catches it
+    off = values[:3].copy()
+    off[2] += 0.9 * gp.LANCZOS_RESIDUAL / np.max(np.abs(V[:, 2]))
+    assert np.max(np.abs(S @ V[:, :3] - V[:, :3] * off)) < gp.LANCZOS_RESIDUAL
+    assert abs(off[2] - values[2]) > gp.LANCZOS_RESIDUAL
+    assert not gp._certified(S, off, V[:, :3])
     assert not gp._certified(S, values[:3], np.linalg.qr(V[:, :3] + 1e-6 * V[:, 3:6])[0])
     tied = values.copy()
     tied[3] = tied[2] - 1e-11  # the 3rd and 4th closer than the certificate's gap
