@@ -423,7 +423,14 @@ class BipartiteSums(Statistic):
     cross: np.ndarray
     degrees: np.ndarray
 
-    def combine(self, other: "BipartiteSums") -> "BipartiteSums":
+    def combine(self, other: "BipartiteSums", *, in_place: bool = False) -> "BipartiteSums":
+        """The sums of this part's rows then ``other``'s. ``in_place``: added into this
+        part's arrays, which its owner no longer reads (no new ``m x m`` array and its
+        page faults per block); the same sums bit for bit."""
+        if in_place:
+            np.add(self.cross, other.cross, out=self.cross)
+            np.add(self.degrees, other.degrees, out=self.degrees)
+            return BipartiteSums(self.n + other.n, self.cross, self.degrees)
         return BipartiteSums(self.n + other.n, self.cross + other.cross,
                              self.degrees + other.degrees)
 

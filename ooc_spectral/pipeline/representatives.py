@@ -296,20 +296,14 @@ def in_memory_pass(source, reps: Representatives, step: int) -> tuple[BipartiteS
 
     blocks = in_memory_blocks(source, step)
     window = PASS_WINDOW * (os.cpu_count() or 1)
-    n, cross, degrees, graph = 0, None, None, ([] if keep else None)
+    total, graph = None, ([] if keep else None)
     while batch := list(itertools.islice(blocks, window)):
         for part, g in in_threads(one, batch):
-            # BipartiteSums.combine's sums in row order, into the first part's arrays
-            # (each part's own): no new m x m array and its page faults per block
-            n += part.n
-            if cross is None:
-                cross, degrees = part.cross, part.degrees
-            else:
-                cross += part.cross
-                degrees += part.degrees
+            # in row order, into the first part's arrays (each part is this loop's own)
+            total = part if total is None else total.combine(part, in_place=True)
             if keep:
                 graph.append(g)
-    return (None if cross is None else BipartiteSums(n, cross, degrees)), graph
+    return total, graph
 
 
 def _label_located(block, cmap, chunk_starts=None, block_info=None):
