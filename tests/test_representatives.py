@@ -725,9 +725,9 @@ def test_the_lanczos_certificate_refuses_a_missed_or_tied_eigenvalue():
     # a value off by more than the residual bound, spread so thin over the vector's 300
     # entries that no entry of the residual reaches the bound: the norm catches it
     off = values[:3].copy()
-    off[2] += 0.9 * gp.LANCZOS_RESIDUAL / np.max(np.abs(V[:, 2]))
-    assert np.max(np.abs(S @ V[:, :3] - V[:, :3] * off)) < gp.LANCZOS_RESIDUAL
-    assert abs(off[2] - values[2]) > gp.LANCZOS_RESIDUAL
+    off[2] += 0.9e-10 / np.max(np.abs(V[:, 2]))  # the residual bound, 1e-10
+    assert np.max(np.abs(S @ V[:, :3] - V[:, :3] * off)) < 1e-10
+    assert abs(off[2] - values[2]) > 1e-10
     assert not gp._certified(S, off, V[:, :3])
     assert not gp._certified(S, values[:3], np.linalg.qr(V[:, :3] + 1e-6 * V[:, 3:6])[0])
     tied = values.copy()
@@ -778,3 +778,33 @@ def test_lanczos_gives_up_early_on_a_crowded_spectrum():
     ref, U = scipy.linalg.eigh(S, subset_by_index=[390, 399])
     np.testing.assert_array_equal(mu, ref[::-1])
     np.testing.assert_array_equal(W, U[:, ::-1])
+
+
+def test_the_lanczos_thresholds_at_their_edges():
+    """The thresholds pinned with literals: Lanczos from order 256 (255: the dense solve),
+    a p-th eigenvalue certified 1.2e-8 above the next and refused 0.8e-8 above it (the
+    gap, 1e-8), and tried in fits of 50,000 rows (49,999: not)."""
+    from ooc_spectral.core import graph_pieces as gp
+
+    for r, tried in ((255, False), (256, True)):
+        values = np.concatenate([[1.0, 0.9, 0.8], np.linspace(0.5, 0.0, r - 3)])
+        S, _ = _spectrum_matrix(values, 10)
+        assert (gp._leading_lanczos(S, 3) is not None) == tried, r
+    for gap, certified in ((1.2e-8, True), (0.8e-8, False)):
+        values = np.concatenate([[1.0, 0.9, 0.8, 0.8 - gap], np.linspace(0.5, 0.0, 296)])
+        S, V = _spectrum_matrix(values, 11)
+        assert gp._certified(S, values[:3], V[:, :3]) == certified, gap
+
+    seen = []
+    real = R.leading_by_pieces
+
+    def recording(S, p, pieces=None, lanczos=True):
+        seen.append(lanczos)
+        return real(S, p, pieces, lanczos=lanczos)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(R, "leading_by_pieces", recording)
+        X, _ = skd.make_blobs(50_000, n_features=2, centers=3, cluster_std=2.0, random_state=0)
+        _reps(3, n_representatives=30).fit(X[:49_999])
+        _reps(3, n_representatives=30).fit(X)
+    assert seen == [False, True]
