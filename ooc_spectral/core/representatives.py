@@ -424,15 +424,11 @@ class BipartiteSums(Statistic):
     degrees: np.ndarray
 
     def combine(self, other: "BipartiteSums", *, in_place: bool = False) -> "BipartiteSums":
-        """The sums of this part's rows then ``other``'s. ``in_place``: added into this
-        part's arrays, which its owner no longer reads (no new ``m x m`` array and its
-        page faults per block); the same sums bit for bit."""
-        if in_place:
-            np.add(self.cross, other.cross, out=self.cross)
-            np.add(self.degrees, other.degrees, out=self.degrees)
-            return BipartiteSums(self.n + other.n, self.cross, self.degrees)
-        return BipartiteSums(self.n + other.n, self.cross + other.cross,
-                             self.degrees + other.degrees)
+        """This part's sums then ``other``'s; ``in_place``: into this part's arrays (no
+        new ``m x m`` array a block; their owner reads them no more), the same sums."""
+        out = (self.cross, self.degrees) if in_place else (None, None)
+        return BipartiteSums(self.n + other.n, np.add(self.cross, other.cross, out=out[0]),
+                             np.add(self.degrees, other.degrees, out=out[1]))
 
 
 def bipartite_sums(index: np.ndarray, b: np.ndarray, m: int) -> BipartiteSums:
