@@ -119,6 +119,30 @@ def swiss_roll():
     return X, t
 
 
+def dask_scheduler(tmp_path, env=None, timeout: float = 60.0):
+    """``(process, address)`` of a ``dask scheduler`` started in its own session on a free
+    port, once its scheduler file is complete: the file appears before the scheduler has
+    written it (an empty file read too early is a JSON error, not an address)."""
+    import json
+    import subprocess
+    import time
+
+    sched_file = tmp_path / "scheduler.json"
+    proc = subprocess.Popen(["dask", "scheduler", "--scheduler-file", str(sched_file), "--port",
+                             "0", "--no-dashboard"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + timeout
+    while True:
+        try:
+            return proc, json.loads(sched_file.read_text())["address"]
+        except (FileNotFoundError, ValueError, KeyError):
+            if proc.poll() is not None or time.time() > deadline:
+                proc.kill()
+                raise AssertionError(f"the dask scheduler did not start within {timeout} s "
+                                     f"(exit code {proc.poll()})") from None
+            time.sleep(0.05)
+
+
 @pytest.fixture(scope="session")
 def cluster():
     """A real dask.distributed LocalCluster with two worker processes."""

@@ -213,16 +213,9 @@ def test_a_signal_dropped_after_the_last_step_is_logged_and_never_reaches_a_late
 
 # --------------------------------------------------------------------------- liveness
 def _scheduler(tmp_path):
-    sched_file = tmp_path / "scheduler.json"
-    proc = subprocess.Popen(["dask", "scheduler", "--scheduler-file", str(sched_file), "--port",
-                             "0", "--no-dashboard"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 60
-    while not sched_file.exists():
-        assert time.time() < deadline
-        time.sleep(0.1)
-    time.sleep(0.2)
-    return proc, json.loads(sched_file.read_text())["address"]
+    from conftest import dask_scheduler
+
+    return dask_scheduler(tmp_path)
 
 
 def test_all_workers_killed_in_pass2_exit_1_within_the_bound_and_the_lock_is_released(

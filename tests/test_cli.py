@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -325,17 +324,12 @@ def test_workflow_errors_name_file_step_and_key(main_, tmp_path, text, words):
 
 
 def test_fit_on_external_dask_cluster(data, tmp_path):
-    sched_file = tmp_path / "scheduler.json"
+    from conftest import dask_scheduler
+
     env = {**os.environ, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
-    procs = [subprocess.Popen(["dask", "scheduler", "--scheduler-file", str(sched_file),
-                               "--port", "0", "--no-dashboard"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)]
+    sched, address = dask_scheduler(tmp_path, env=env)
+    procs = [sched]
     try:
-        deadline = time.time() + 60
-        while not sched_file.exists() and time.time() < deadline:
-            time.sleep(0.1)
-        address = json.loads(sched_file.read_text())["address"]
         for _ in range(2):
             procs.append(subprocess.Popen(["dask", "worker", address, "--nthreads", "1",
                                            "--no-dashboard"], env=env, stdout=subprocess.DEVNULL,

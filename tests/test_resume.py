@@ -135,15 +135,11 @@ def test_sigkill_then_rerun_equals_uninterrupted_run(data, reference, tmp_path, 
 def test_scheduler_loss_exits_1_and_the_rerun_resumes(data, reference, tmp_path,
                                                        restore_logging):
     """The dask scheduler dies mid-pass: exit code 1, and the same command resumes."""
-    sched_file = tmp_path / "scheduler.json"
-    procs = [subprocess.Popen(["dask", "scheduler", "--scheduler-file", str(sched_file), "--port",
-                               "0", "--no-dashboard"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)]
+    from conftest import dask_scheduler
+
+    sched, address = dask_scheduler(tmp_path)
+    procs = [sched]
     try:
-        deadline = time.time() + 60
-        while not sched_file.exists() and time.time() < deadline:
-            time.sleep(0.1)
-        address = json.loads(sched_file.read_text())["address"]
         procs.append(subprocess.Popen(["dask", "worker", address, "--nthreads", "1",
                                        "--no-dashboard"], stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL, start_new_session=True))
