@@ -270,6 +270,49 @@ def test_mkl_is_off_when_the_config_says_so_at_every_call(value, on):
             assert _blas.blas_backend().startswith("mkl ") is on
 
 
+@pytest.mark.parametrize("vendor, on", [("GenuineIntel", True), ("AuthenticAMD", False),
+                                        ("HygonGenuine", False), ("", False)])
+@pytest.mark.parametrize("setting", ["auto", "AUTO", None])
+def test_mkl_by_default_only_on_intel_processors(monkeypatch, vendor, on, setting):
+    """``auto`` (also the setting's absence): MKL where the processor is Intel's, OpenBLAS
+    elsewhere (on an AMD EPYC MKL's solve, accumulation and exp ran slower than
+    OpenBLAS's and NumPy's); True and False still decide on any processor."""
+    import dask
+
+    from conftest import mkl_backend
+
+    from ooc_spectral._accel import blas as _blas
+    from ooc_spectral._accel import support
+
+    monkeypatch.setattr(support, "cpu_vendor", lambda: vendor)
+    with mkl_backend(True):  # installed and loaded
+        with dask.config.set({"ooc-spectral.mkl": setting}):
+            if setting is None:
+                dask.config.config.get("ooc-spectral", {}).pop("mkl", None)
+                monkeypatch.delenv("DASK_OOC_SPECTRAL__MKL", raising=False)
+            assert (_blas.mkl() is not None) is on
+            assert _blas.blas_backend().startswith("mkl ") is on
+        for forced in (True, False):
+            with dask.config.set({"ooc-spectral.mkl": forced}):
+                assert (_blas.mkl() is not None) is forced
+
+
+def test_the_processor_vendor_is_read_from_the_system():
+    from ooc_spectral._accel import support
+
+    vendor = support.cpu_vendor()
+    assert isinstance(vendor, str) and vendor == support.cpu_vendor()  # read once
+    try:
+        with open("/proc/cpuinfo") as f:
+            named = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("vendor_id")]
+    except OSError:
+        pytest.skip("no /proc/cpuinfo")
+    if not named:
+        pytest.skip("/proc/cpuinfo names no vendor on this architecture")
+    assert vendor == named[0]
+    assert support.intel_cpu() is (named[0] == "GenuineIntel")
+
+
 def test_mkl_is_loaded_once_and_sequential_under_concurrent_first_calls():
     import threading
 

@@ -21,7 +21,7 @@ from scipy.linalg import solve_triangular
 
 from .ctypes_blas import (_INT_MAX, _blas_call, _fortran_refs, gil_free_dgemm, gil_free_syrk,
                           gil_free_trsm)
-from .support import accel_allowed, config_flag, contiguous_float64, once
+from .support import accel_allowed, config_flag, contiguous_float64, intel_cpu, once
 
 __all__ = ["solve_lower_transposed", "solve_lower_rows", "add_gram_lower", "symmetric_from_lower",
            "fast_solve_order", "mkl", "mkl_version", "blas_backend", "exp_inplace", "matmul_nt_into",
@@ -60,16 +60,22 @@ def _mkl_candidates() -> list[str]:
 def mkl():
     """Intel MKL's ``libmkl_rt`` as a ctypes library, or None.
 
-    Installed (``pip install "ooc-spectral[mkl]"``, x86-64) and not turned off by the
-    dask config ``ooc-spectral.mkl`` (env ``DASK_OOC_SPECTRAL__MKL=False``; read at
-    every call, once per block inside a task's :func:`~ooc_spectral._accel.support.accel_for`,
-    so that a change takes effect at the next pass), pass 2 solves its
+    Installed (``pip install "ooc-spectral[mkl]"``, x86-64), on an Intel processor
+    (:func:`~ooc_spectral._accel.support.intel_cpu`) unless the dask config
+    ``ooc-spectral.mkl`` says otherwise (default ``"auto"``; ``True`` or ``False``, env
+    ``DASK_OOC_SPECTRAL__MKL``; read at every call, once per block inside a task's
+    :func:`~ooc_spectral._accel.support.accel_for`, so that a change takes effect at the
+    next pass), pass 2 solves its
     kernel blocks with MKL's ``dtrsm`` and accumulates them with its ``dsyrk``
     (:func:`solve_lower_transposed` on blocks in the C order, :func:`fast_solve_order`;
     :func:`solve_lower_rows`; :func:`add_gram_lower`): OpenBLAS's ``dtrsm`` runs
     far below its ``dgemm`` rate, MKL's near it (docs/measurements.md, "Intel MKL for
     pass 2's solve"). The scan's block solves (:func:`solve_lower_transposed`) use it
     too. Both libraries' solves are backward stable; results agree to rounding.
+    On other processors MKL takes slower paths than OpenBLAS: on an AMD EPYC its
+    ``dtrsm`` and ``dsyrk`` ran at 64% of the gemm rate against OpenBLAS's 87% and 96%,
+    its ``vmdExp`` at a fifth of NumPy's ``exp``, and pass 2 reached 58% of its floor on
+    MKL against 79% on OpenBLAS (docs/measurements.md, "MKL on other processors").
 
     Each call runs on the calling thread alone: the tasks are the parallelism. When
     this module is the first to load the library (once per process, under a lock),
@@ -80,7 +86,7 @@ def mkl():
     None, too, inside :func:`~ooc_spectral._accel.support.accel_for` a block too small to
     pay for loading the library (a small fit never loads it; issue 38).
     """
-    if not config_flag("ooc-spectral.mkl", True) or not accel_allowed():
+    if not config_flag("ooc-spectral.mkl", "auto", auto=intel_cpu) or not accel_allowed():
         return None  # off, or a block too small to pay for loading it (support.accel_for)
     return _load_mkl()
 

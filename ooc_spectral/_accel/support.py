@@ -13,7 +13,7 @@ from contextlib import contextmanager
 import numpy as np
 
 __all__ = ["once", "config_flag", "contiguous_float64", "accel_for", "accel_allowed",
-           "ACCEL_MIN_ENTRIES", "ACCEL_MIN_ROWS"]
+           "cpu_vendor", "intel_cpu", "ACCEL_MIN_ENTRIES", "ACCEL_MIN_ROWS"]
 
 #: Fewest entries of a task's block (its rows x the dictionary's points) for which the
 #: optional accelerators are used: numba's compiled loops and Intel MKL. Loading them
@@ -88,6 +88,32 @@ class once:
         return (True, self._value[0]) if self._value else (False, None)
 
 
+def _read_cpu_vendor() -> str:
+    """The processor's vendor as the system names it: ``vendor_id`` of ``/proc/cpuinfo``
+    (Linux: ``GenuineIntel``, ``AuthenticAMD``, ...), else ``platform.processor()``
+    (Windows names the vendor there too); "" where neither says."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or ""
+
+
+#: :func:`_read_cpu_vendor` once per process
+cpu_vendor = once(_read_cpu_vendor)
+
+
+def intel_cpu() -> bool:
+    """Whether this machine's processor is Intel's (:func:`cpu_vendor` names
+    ``GenuineIntel``)."""
+    return "GenuineIntel" in cpu_vendor()
+
+
 def contiguous_float64(*arrays, orders: str = "C", writeable: bool = False) -> bool:
     """True if every array is float64 and contiguous in its order of ``orders`` (``"C"``
     or ``"F"`` per array, the last one repeated), and writeable if asked: what compiled
@@ -100,10 +126,11 @@ def contiguous_float64(*arrays, orders: str = "C", writeable: bool = False) -> b
     return True
 
 
-def config_flag(key: str, default: bool) -> bool:
+def config_flag(key: str, default, auto=None) -> bool:
     """The dask config ``key`` as a bool: the strings ``""``, ``0``, ``false``, ``no`` and
-    ``off`` (any case, as an environment variable gives them) are False, other strings
-    True, anything else by its truth value. Inside :func:`accel_for` read once per block."""
+    ``off`` (any case, as an environment variable gives them) are False, ``auto`` is
+    ``auto()`` where that is given (the machine decides), other strings True, anything
+    else by its truth value. Inside :func:`accel_for` read once per block."""
     cache = _block_flags.get()
     if cache is not None and (key, default) in cache:
         return cache[key, default]
@@ -111,7 +138,9 @@ def config_flag(key: str, default: bool) -> bool:
 
     value = dask.config.get(key, default)
     if isinstance(value, str):
-        value = value.strip().lower() not in ("", "0", "false", "no", "off")
+        word = value.strip().lower()
+        value = auto() if word == "auto" and auto is not None else word not in (
+            "", "0", "false", "no", "off")
     value = bool(value)
     if cache is not None:
         cache[key, default] = value

@@ -5,7 +5,7 @@ n x d float32 rows to zarr (kept with ``--keep``), then ``ooc-spectral fit DATA 
 --dictionary-size m --n-components 2`` runs ``--fits`` times (the embedded default engine).
 Before and after each fit the floors are measured with the fastest libraries this machine
 has for each (``cli_floors.floors``): float64 gemm (NumPy's BLAS, or Intel MKL's sequential
-``dgemm``, one per core, where the passes use MKL: the ``mkl`` extra), ``exp`` (NumPy's, or
+``dgemm``, one per core, where it is installed: the ``mkl`` extra), ``exp`` (NumPy's, or
 MKL's vector ``vmdExp`` in the high-accuracy mode the passes use), each on in-cache pieces,
 and the zarr read of the whole input; the result names the library each floor used.
 
@@ -111,22 +111,27 @@ def one_thread_floors(data: Path) -> dict:
 
     import ctypes
 
-    from ooc_spectral._accel.blas import _VML_HA_IGNORE, _vector_exp, mkl
+    import dask
+
+    from cli_floors import installed_mkl
+    from ooc_spectral._accel.blas import _VML_HA_IGNORE, _vector_exp
 
     n = 1500
     a, b, c = np.random.rand(n, n), np.random.rand(n, n), np.zeros((n, n))
     with threadpool_limits(1, user_api="blas"):
         numpy_gemm = thread_cpu_rate(lambda: np.matmul(a, b, out=c), 2.0 * n**3)
     mkl_gemm = None
-    if mkl() is not None:
+    lib = installed_mkl()  # the fastest this machine offers, used by the passes or not
+    if lib is not None:
         from solve_layouts import mkl_matmul
 
-        mkl_gemm = thread_cpu_rate(lambda: mkl_matmul(a, b, c), 2.0 * n**3)
+        with dask.config.set({"ooc-spectral.mkl": True}):
+            mkl_gemm = thread_cpu_rate(lambda: mkl_matmul(a, b, c), 2.0 * n**3)
     x = -np.random.rand(EXP_PIECE)
     y = np.empty_like(x)
     numpy_exp = thread_cpu_rate(lambda: [np.exp(x, out=y) for _ in range(32)], 32.0 * x.size)
 
-    vml = None if mkl() is None else _vector_exp(mkl())
+    vml = None if lib is None else _vector_exp(lib)
 
     def vexp():  # out of place: no copy timed
         for _ in range(32):
