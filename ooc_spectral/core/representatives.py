@@ -47,7 +47,8 @@ coordinates
 ``D_X^-1/2 B D_Y^-1/2`` with singular value ``sqrt(mu)`` and unit length, so ``u`` equals
 ``sqrt(2)`` times the row part of the unit (``f' D f = 1``) generalized eigenvector
 (``tests/test_representatives.py`` checks it against a dense ``(n + m) x (n + m)``
-solve). The first coordinate is the constant 1 (the trivial eigenvector).
+solve). The first coordinate is the constant 1 (the trivial eigenvector), unless ``mu_2`` is
+within about 1e-9 of 1 (pieces barely linked): rounding then mixes the first two eigenvectors.
 
 Only ``E`` (``m x m``), ``D_Y`` (``m``) and ``n`` depend on all the rows: pass 2 sums
 them chunk by chunk (:func:`chunk_bipartite`, a :class:`BipartiteSums` per chunk,
