@@ -309,3 +309,30 @@ def test_the_command_line_auto_and_a_workflow_file(tmp_path):
     labels = zarr.open_array(str(wf.parent / "fit" / "labels"))[:]
     out_labels = zarr.open_array(str(tmp_path / "out" / "labels"))[:]
     np.testing.assert_array_equal(labels, out_labels)
+
+
+# --------------------------------------------------------------------------- known defects
+# Found by an adversarial audit (round 4, ninth session); xfail(strict=True) while they
+# stand, so that a fix shows as an XPASS and the mark is then removed.
+@pytest.mark.xfail(strict=True, reason=(
+    "a tight cluster of 5% of the rows far from a wide one gets 1-2 of the 200 representatives "
+    "from k-means (fewer than n_neighbors=5), so its rows join the wide cluster's edge and the "
+    "wide cluster is split instead, with no warning; n_representatives=500 finds it"))
+def test_a_tight_small_cluster_far_from_a_wide_one_is_found():
+    X, y = skd.make_blobs(n_samples=[2000, 100], centers=[[0, 0], [15, 0]],
+                          cluster_std=[2.0, 0.1], random_state=0)
+    best_peer = _ari(y, KMeans(2, n_init=10, random_state=0).fit_predict(X))
+    assert best_peer > 0.99
+    got = _ari(y, GreedySpectralClustering(2, random_state=7).fit(X).labels_)
+    assert got >= best_peer - 0.02
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "n_clusters='auto' on scikit-learn's anisotropic blobs (3 clusters; n_clusters=3 gives "
+    "ARI 0.998) chooses 13 at seed 0: the eigengap at k=3 (0.29) barely beats the gaps of "
+    "the noise (up to 0.34), and nothing says the choice is weak"))
+def test_auto_finds_three_anisotropic_blobs():
+    X, y = skd.make_blobs(n_samples=1500, random_state=170)
+    X = X @ np.array([[0.6, -0.6], [-0.4, 0.8]])
+    assert _ari(y, GreedySpectralClustering(3, random_state=0).fit(X).labels_) > 0.99
+    assert GreedySpectralClustering("auto", random_state=0).fit(X).n_clusters_ == 3
