@@ -84,6 +84,38 @@ def test_make_data_writes_group_with_labels(data):
     assert g.attrs["ooc_spectral_dataset"]["complete"] is True
 
 
+@pytest.mark.parametrize("mkl", [False, True])
+def test_report_names_what_pass_2_ran_on(mkl):
+    """``blas``, ``compiled_loops`` and ``pass2_block_rows`` of ``report.json`` are what a task
+    of pass 2 used: the accelerators only on tasks of at least ACCEL_MIN_ENTRIES entries
+    (rows x m). A small fit with MKL installed and on ran on OpenBLAS; the report said MKL."""
+    from types import SimpleNamespace
+
+    from conftest import mkl_backend
+
+    from ooc_spectral._accel.fused import loops_backend
+    from ooc_spectral._accel.support import ACCEL_MIN_ENTRIES
+    from ooc_spectral.batch.jobs import pass2_libraries
+    from ooc_spectral.core.planning import solve_block_rows
+
+    def result(task_rows, m=800, exact=False):
+        return SimpleNamespace(exact=exact, task_rows=task_rows, block_rows=2621,
+                               dictionary=SimpleNamespace(size=m))
+
+    large = result(ACCEL_MIN_ENTRIES // 800 + 1)
+    small = result(ACCEL_MIN_ENTRIES // 800 - 1)
+    with mkl_backend(mkl):
+        got = pass2_libraries(large)
+        assert got["blas"].startswith("mkl ") is mkl
+        assert got["compiled_loops"] == loops_backend()
+        assert got["pass2_block_rows"] == solve_block_rows(2621, 800, "C" if mkl else "F")
+        assert (got["pass2_block_rows"] < 2621) is mkl  # the C order's sub-blocks of a few MiB
+        got = pass2_libraries(small)
+        assert got == {"blas": "openblas (scipy)", "compiled_loops": None, "pass2_block_rows": 2621}
+        # the exact path has no pass 2: the process's view
+        assert pass2_libraries(result(10, exact=True))["blas"].startswith("mkl ") is mkl
+
+
 def test_make_data_bad_name_is_usage_error(main_, tmp_path):
     proc = main_("make-data", "moons", "--n", 10, "--out", tmp_path / "x.zarr")
     assert proc.returncode == 2
@@ -102,9 +134,9 @@ def test_fit_writes_embedding_model_and_report(data, fitted):
     assert report["blas"] == "openblas (scipy)"  # the suite's default reaches the command (conftest)
     from ooc_spectral._accel.fused import loops_backend
 
-    assert report["compiled_loops"] == loops_backend()  # numba's loops where installed
-    if importlib.util.find_spec("numba") is not None:  # the test extra installs it
-        assert report["compiled_loops"].startswith("numba ")
+    # pass 2's tasks of this small fit are below the accelerators' block size: NumPy's calls
+    # (test_report_names_what_pass_2_ran_on for large tasks)
+    assert loops_backend() is None or report["compiled_loops"] is None
     assert report["pass2_block_rows"] == report["block_rows"]  # the F order keeps the planned size
     assert report["resumed_stages"] == []
     assert report["max_residual"] <= 1e-3

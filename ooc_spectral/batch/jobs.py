@@ -200,11 +200,6 @@ def run_fit_job(job: FitJob) -> dict:
                 # (none on the exact path)
                 "pass2_tasks": None if result.exact else (result.reduce_tasks or result.tasks),
                 "block_rows": result.block_rows,
-                # pass 2's sub-blocks as this process's BLAS solves them (the C order on MKL;
-                # as "blas", the view of this process: an external cluster's workers decide
-                # by their own installation and config)
-                "pass2_block_rows": None if result.block_rows is None else solve_block_rows(
-                    result.block_rows, result.dictionary.size, fast_solve_order()),
                 "output_dtype": config.output_dtype,
                 "stages": {name: {"seconds": round(sec, 4),
                                   "peak_memory_bytes": run.peak_memory.get(name)}
@@ -214,11 +209,31 @@ def run_fit_job(job: FitJob) -> dict:
                 **where,
                 "resumed_stages": result.resumed,
                 "config": resolved,
-                "blas": blas_backend(),
-                "compiled_loops": loops_backend(),  # pass 2's elementwise loops (ooc_spectral._accel.fused)
+                **pass2_libraries(result),
                 **provenance(resolved),
             }
             return complete(rundir, report, {**EMBEDDING, **MODEL}, update_base=base_rows)
+
+
+def pass2_libraries(result) -> dict:
+    """The report's ``blas``, ``compiled_loops`` and ``pass2_block_rows``: what a task of
+    pass 2 of ``task_rows`` rows runs on, in this process's installation and config (an
+    external cluster's workers decide by their own). The accelerators (Intel MKL, numba's
+    loops) serve only blocks of at least
+    :data:`~ooc_spectral._accel.support.ACCEL_MIN_ENTRIES` entries (rows x m), so a small
+    fit's tasks run on OpenBLAS and NumPy whatever is installed, and its sub-blocks keep
+    the planned size (the F order). Without pass 2 (the exact path): the process's view."""
+    from .._accel.support import accel_allowed, accel_for
+
+    m = int(result.dictionary.size)
+    rows = None if result.exact or not result.task_rows else int(result.task_rows) * m
+    with accel_for(rows):
+        return {"blas": blas_backend(),
+                # pass 2's elementwise loops (ooc_spectral._accel.fused)
+                "compiled_loops": loops_backend() if accel_allowed() else None,
+                # its sub-blocks as that BLAS solves them (the C order on MKL)
+                "pass2_block_rows": None if result.block_rows is None else solve_block_rows(
+                    result.block_rows, m, fast_solve_order())}
 
 
 def _keep_update_base(rundir: RunDirectory, job: FitJob, config: FitConfig, source: DataSource,
