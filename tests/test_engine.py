@@ -297,6 +297,64 @@ def test_accumulate_runs_the_re_split_tasks_after_the_whole_ones(fitted):
     np.testing.assert_allclose(got.m2, ref.m2, rtol=0, atol=1e-11 * np.abs(ref.m2).max())
 
 
+def test_partials_of_other_libraries_are_recomputed_not_mixed(fitted, monkeypatch):
+    """A pass resumed under other libraries (MKL or OpenBLAS, numba's loops or NumPy's: the
+    same values to rounding, not bit for bit) computes every segment afresh; under the
+    same ones it takes them all. The libraries' name is that of a task's block: the
+    accelerators serve only blocks of at least ACCEL_MIN_ENTRIES entries."""
+    import dask
+    import dask.array as da
+
+    from ooc_spectral._accel import blas as _blas
+    from ooc_spectral._accel.fused import loops_backend
+    from ooc_spectral._accel.support import ACCEL_MIN_ENTRIES
+    from ooc_spectral.pipeline import accumulate as acc
+    from ooc_spectral.runtime.execution import Executor
+
+    store, ran = {}, []
+
+    class Store:
+        def load_partial(self, stage, segment):
+            return store.get((stage, segment))
+
+        def save_partial(self, stage, segment, partial):
+            store[(stage, segment)] = partial
+
+    class Counting(Executor):
+        def run(self, label, parts, on_result=None, *, keep=True):
+            ran.extend(parts)
+            return super().run(label, parts, on_result, keep=keep)
+
+    X, est = fitted
+    d = est.spectral_map_.dictionary
+
+    def run():
+        ran.clear()
+        return acc.accumulate(da.from_array(X, chunks=(len(X) // 4, X.shape[1])), d, "moments",
+                              executor=Counting(local=True, threads=2), store=Store(),
+                              max_segments=2)
+
+    first = run()
+    assert len(ran) == 2 and len(store) == 2
+    run()
+    assert ran == []  # the same libraries: every segment taken
+    monkeypatch.setattr(acc, "libraries_tag", lambda entries: "l-other")
+    other = run()
+    assert len(ran) == 2 and len(store) == 4  # another name: computed afresh, not mixed
+    np.testing.assert_allclose(other.m2, first.m2, rtol=0, atol=1e-11 * np.abs(first.m2).max())
+    # the name follows the libraries a task's block would use, and only those
+    small, large = ACCEL_MIN_ENTRIES - 1, ACCEL_MIN_ENTRIES
+    for key, on, off in (("ooc-spectral.numba", True, False), ("ooc-spectral.mkl", True, False)):
+        with dask.config.set({key: on}):
+            tags_on = (_blas.libraries_tag(small), _blas.libraries_tag(large))
+        with dask.config.set({key: off}):
+            tags_off = (_blas.libraries_tag(small), _blas.libraries_tag(large))
+        assert tags_on[0] == tags_off[0]  # a small block uses neither
+        with dask.config.set({key: on}):
+            in_use = (loops_backend() if key.endswith("numba") else _blas.mkl()) is not None
+        assert (tags_on[1] != tags_off[1]) is in_use, key
+
+
 def test_partials_of_a_re_split_tail_resume_only_the_same_tasks(fitted):
     """Resume: a pass whose segments were all saved recomputes nothing with the same
     tasks (tail included) and gives the same moments; with other tasks its stage name

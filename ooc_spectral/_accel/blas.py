@@ -25,6 +25,7 @@ from .support import accel_allowed, config_flag, contiguous_float64, intel_cpu, 
 
 __all__ = ["solve_lower_transposed", "solve_lower_rows", "add_gram_lower", "symmetric_from_lower",
            "fast_solve_order", "mkl", "mkl_version", "blas_backend", "exp_inplace", "matmul_nt_into",
+           "pass_libraries", "libraries_tag",
            "one_task_at_a_time"]
 
 # --------------------------------------------------------------------------- MKL
@@ -181,6 +182,33 @@ def blas_backend() -> str:
     decide by their own."""
     version = mkl_version()
     return f"mkl {version}" if version else "openblas (scipy)"
+
+
+def pass_libraries(entries: int | None) -> dict:
+    """What a task of a pass whose block has ``entries`` entries (rows x dictionary points)
+    runs on in this process's installation and config: ``{"blas": blas_backend(),
+    "compiled_loops": "numba <version>" or None}``. The accelerators (MKL, numba's loops)
+    serve only blocks of at least :data:`~ooc_spectral._accel.support.ACCEL_MIN_ENTRIES`
+    entries; None: not said (used wherever available). An external cluster's workers
+    decide by their own installation and config."""
+    from .fused import loops_backend
+    from .support import accel_for
+
+    with accel_for(entries):
+        return {"blas": blas_backend(),
+                "compiled_loops": loops_backend() if accel_allowed() else None}
+
+
+def libraries_tag(entries: int | None) -> str:
+    """A short name of :func:`pass_libraries` for a pass's checkpoint partials: MKL's and
+    OpenBLAS's results, and numba's loops' and NumPy's, agree to rounding only, so a pass
+    resumed under other libraries (a changed config, another machine, an upgrade)
+    recomputes its partials instead of mixing the two into a result neither run gives."""
+    import hashlib
+    import json
+
+    libs = json.dumps(pass_libraries(entries), sort_keys=True)
+    return "l" + hashlib.sha256(libs.encode()).hexdigest()[:8]
 
 
 def add_gram_lower(acc: np.ndarray, Z: np.ndarray) -> np.ndarray:

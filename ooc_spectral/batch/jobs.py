@@ -18,8 +18,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from .._accel.blas import blas_backend, fast_solve_order
-from .._accel.fused import loops_backend
+from .._accel.blas import fast_solve_order, pass_libraries
 from ..io.checkpoint import RunDirectory
 from ..io.integrity import InputWatch
 from ..runtime.cluster import ClusterOptions, compute_engine
@@ -223,17 +222,16 @@ def pass2_libraries(result) -> dict:
     :data:`~ooc_spectral._accel.support.ACCEL_MIN_ENTRIES` entries (rows x m), so a small
     fit's tasks run on OpenBLAS and NumPy whatever is installed, and its sub-blocks keep
     the planned size (the F order). Without pass 2 (the exact path): the process's view."""
-    from .._accel.support import accel_allowed, accel_for
+    from .._accel.support import accel_for
 
     m = int(result.dictionary.size)
-    rows = None if result.exact or not result.task_rows else int(result.task_rows) * m
-    with accel_for(rows):
-        return {"blas": blas_backend(),
-                # pass 2's elementwise loops (ooc_spectral._accel.fused)
-                "compiled_loops": loops_backend() if accel_allowed() else None,
-                # its sub-blocks as that BLAS solves them (the C order on MKL)
-                "pass2_block_rows": None if result.block_rows is None else solve_block_rows(
-                    result.block_rows, m, fast_solve_order())}
+    entries = None if result.exact or not result.task_rows else int(result.task_rows) * m
+    with accel_for(entries):
+        order = fast_solve_order()
+    # blas, and compiled_loops: pass 2's elementwise loops (ooc_spectral._accel.fused); its
+    # sub-blocks as that BLAS solves them (the C order on MKL)
+    return {**pass_libraries(entries), "pass2_block_rows": None if result.block_rows is None
+            else solve_block_rows(result.block_rows, m, order)}
 
 
 def _keep_update_base(rundir: RunDirectory, job: FitJob, config: FitConfig, source: DataSource,

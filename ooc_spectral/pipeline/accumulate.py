@@ -21,6 +21,7 @@ from typing import Protocol
 import dask
 import numpy as np
 
+from .._accel.blas import libraries_tag
 from ..core.model import Dictionary
 from ..core.pass2 import (STAT_KINDS, _combine_many, _InOrder, extend_moments, extend_moments_kernel,
                           kernel_cross_is_accurate)
@@ -111,7 +112,12 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
              else (int(old_size),) if kind in ("cross", "kernel_cross") else ())
     bulk = len(blocks) - int(tail)
     segs = segments(bulk, max_segments) + ([range(bulk, len(blocks))] if tail else [])
-    stage = f"{stage or kind}-{STATS_FORMAT}"
+    # partials of other libraries agree to rounding only: a pass resumed under another BLAS
+    # or without numba's loops recomputes them rather than mix the two (a task's block:
+    # its rows x the dictionary's points, what decides the accelerators)
+    m = getattr(dictionary, "size", None)
+    first = int(X.chunks[0][0]) if len(X.chunks[0]) else 0
+    stage = f"{stage or kind}-{STATS_FORMAT}-{libraries_tag(None if m is None else first * int(m))}"
 
     fold = _InOrder()
     todo = {}
