@@ -297,6 +297,31 @@ def test_accumulate_runs_the_re_split_tasks_after_the_whole_ones(fitted):
     np.testing.assert_allclose(got.m2, ref.m2, rtol=0, atol=1e-11 * np.abs(ref.m2).max())
 
 
+class _PartialsInMemory:
+    """A :class:`~ooc_spectral.pipeline.accumulate.PartialStore` in a dict, ``parts``."""
+
+    def __init__(self):
+        self.parts = {}
+
+    def load_partial(self, stage, segment):
+        return self.parts.get((stage, segment))
+
+    def save_partial(self, stage, segment, partial):
+        self.parts[(stage, segment)] = partial
+
+
+def _counting_executor(ran: list):
+    """A local two-thread executor that appends the segments each pass computes to ``ran``."""
+    from ooc_spectral.runtime.execution import Executor
+
+    class Counting(Executor):
+        def run(self, label, parts, on_result=None, *, keep=True):
+            ran.extend(parts)
+            return super().run(label, parts, on_result, keep=keep)
+
+    return Counting(local=True, threads=2)
+
+
 def test_partials_of_other_libraries_are_recomputed_not_mixed(fitted, monkeypatch):
     """A pass resumed under other libraries (MKL or OpenBLAS, numba's loops or NumPy's: the
     same values to rounding, not bit for bit) computes every segment afresh; under the
@@ -309,30 +334,16 @@ def test_partials_of_other_libraries_are_recomputed_not_mixed(fitted, monkeypatc
     from ooc_spectral._accel.fused import loops_backend
     from ooc_spectral._accel.support import ACCEL_MIN_ENTRIES
     from ooc_spectral.pipeline import accumulate as acc
-    from ooc_spectral.runtime.execution import Executor
 
-    store, ran = {}, []
-
-    class Store:
-        def load_partial(self, stage, segment):
-            return store.get((stage, segment))
-
-        def save_partial(self, stage, segment, partial):
-            store[(stage, segment)] = partial
-
-    class Counting(Executor):
-        def run(self, label, parts, on_result=None, *, keep=True):
-            ran.extend(parts)
-            return super().run(label, parts, on_result, keep=keep)
-
+    partials, ran = _PartialsInMemory(), []
+    store = partials.parts
     X, est = fitted
     d = est.spectral_map_.dictionary
 
     def run():
         ran.clear()
         return acc.accumulate(da.from_array(X, chunks=(len(X) // 4, X.shape[1])), d, "moments",
-                              executor=Counting(local=True, threads=2), store=Store(),
-                              max_segments=2)
+                              executor=_counting_executor(ran), store=partials, max_segments=2)
 
     first = run()
     assert len(ran) == 2 and len(store) == 2
@@ -362,33 +373,16 @@ def test_partials_of_a_re_split_tail_resume_only_the_same_tasks(fitted):
     import dask.array as da
 
     from ooc_spectral.pipeline.accumulate import accumulate
-    from ooc_spectral.runtime.execution import Executor
-
-    class Store:
-        def __init__(self):
-            self.parts = {}
-
-        def load_partial(self, stage, segment):
-            return self.parts.get((stage, segment))
-
-        def save_partial(self, stage, segment, partial):
-            self.parts[(stage, segment)] = partial
-
-    class Counting(Executor):
-        def run(self, label, parts, on_result=None, *, keep=True):
-            ran.extend(parts)
-            return super().run(label, parts, on_result, keep=keep)
-
     X, est = fitted
     d = est.spectral_map_.dictionary
     rows = len(X) // 5
     rest = len(X) - 4 * rows
     tailed = (rows,) * 4 + (rest - rest // 2, rest // 2)
-    store, ran = Store(), []
+    store, ran = _PartialsInMemory(), []
 
     def run(sizes, tail):
         return accumulate(da.from_array(X, chunks=(sizes, X.shape[1])), d, "moments",
-                          executor=Counting(local=True, threads=2), store=store, max_segments=3,
+                          executor=_counting_executor(ran), store=store, max_segments=3,
                           stage=f"moments-{tasks_tag(sizes)}", tail=tail)
 
     first = run(tailed, 2)
