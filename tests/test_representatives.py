@@ -808,3 +808,48 @@ def test_the_lanczos_thresholds_at_their_edges():
         _reps(3, n_representatives=30).fit(X[:49_999])
         _reps(3, n_representatives=30).fit(X)
     assert seen == [False, True]
+
+
+def _cover(X, m, K=5, seed=0):
+    """The representatives of ``X`` as a fit chooses them (``m`` asked, ``K`` neighbours)
+    and what :func:`isolated_cover` added to them."""
+    from ooc_spectral.core.representative_selection import isolated_cover, sample_neighbours
+
+    P = select_representatives(X, m, seed=seed)
+    reps = R.Representatives(P, K)
+    return P, isolated_cover(reps, X, sample_neighbours(reps, X), seed)
+
+
+def test_an_isolated_tight_group_gets_n_neighbors_representatives_of_its_own():
+    """k-means leaves a tight cluster far from a wide one with fewer representatives than
+    n_neighbors; the cover adds K rows of that cluster for each of its isolated ones, none
+    a copy of another."""
+    from ooc_spectral.core.representative_selection import ISOLATED_MAX_SHARE
+
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(0, 2.0, (2000, 2)), rng.normal([15, 0], 0.1, (100, 2))])
+    P, extra = _cover(X, 200, seed=7)
+    tight = lambda A: A[:, 0] > 10  # noqa: E731
+    assert 1 <= tight(P).sum() < 5  # what k-means gave it
+    assert len(extra) % 5 == 0 and 5 <= len(extra) <= ISOLATED_MAX_SHARE * len(P)
+    assert np.all(tight(extra))  # rows of the tight cluster
+    assert tight(np.concatenate([P, extra])).sum() >= 5 + 1
+    assert len(np.unique(np.concatenate([P, extra]), axis=0)) == len(P) + len(extra)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: skd.make_moons(4000, noise=0.1, random_state=0)[0],
+    lambda: skd.make_blobs([4000, 800, 200], cluster_std=[1.5, 0.5, 0.3], random_state=1)[0],
+    lambda: skd.make_blobs(3000, n_features=20, centers=10, cluster_std=1.0, random_state=0)[0],
+])
+def test_nothing_is_added_where_no_group_is_isolated(make):
+    assert len(_cover(make(), 200)[1]) == 0
+
+
+def test_duplicates_far_away_are_one_point_not_an_isolated_group():
+    """Twenty copies of one row far from the rest (a missing-value code): their cell has no
+    spread, and representatives there would coincide: none is added."""
+    rng = np.random.default_rng(1)
+    X = np.concatenate([rng.normal(0, 1.0, (2000, 2)), np.full((20, 2), -9999.0)])
+    P, extra = _cover(X, 100)
+    assert len(extra) == 0
