@@ -312,24 +312,19 @@ def test_the_command_line_auto_and_a_workflow_file(tmp_path):
 
 
 # --------------------------------------------------------------------------- known defects
-# Found by an adversarial audit (round 4, ninth session); xfail(strict=True) while a defect
-# stands, so that a fix shows as an XPASS and the mark is then removed.
+# Found by an adversarial audit (round 4, ninth session); xfail(strict=True) while they
+# stand, so that a fix shows as an XPASS and the mark is then removed.
+@pytest.mark.xfail(strict=True, reason=(
+    "a tight cluster of 5% of the rows far from a wide one gets 1-2 of the 200 representatives "
+    "from k-means (fewer than n_neighbors=5), so its rows join the wide cluster's edge and the "
+    "wide cluster is split instead, with no warning; n_representatives=500 finds it"))
 def test_a_tight_small_cluster_far_from_a_wide_one_is_found():
-    """A tight cluster of 5% of the rows beside a wide one: k-means gave it one or two of
-    the 200 representatives, fewer than n_neighbors, and its rows joined the wide cluster's
-    edge (ARI 0.015 at seed 7, the wide cluster cut in half, no warning; at 21,000 rows 6
-    seeds of 10). The isolated group's representatives are now completed to n_neighbors
-    (core.representative_selection.isolated_cover): every seed finds it."""
     X, y = skd.make_blobs(n_samples=[2000, 100], centers=[[0, 0], [15, 0]],
                           cluster_std=[2.0, 0.1], random_state=0)
     best_peer = _ari(y, KMeans(2, n_init=10, random_state=0).fit_predict(X))
     assert best_peer > 0.99
-    for seed in range(10):
-        got = _ari(y, GreedySpectralClustering(2, random_state=seed).fit(X).labels_)
-        assert got >= best_peer - 0.02, seed
-    X, y = skd.make_blobs(n_samples=[20000, 1000], centers=[[0, 0], [10, 0]],
-                          cluster_std=[2.0, 0.1], random_state=0)
-    assert _ari(y, GreedySpectralClustering(2, random_state=0).fit(X).labels_) > 0.99
+    got = _ari(y, GreedySpectralClustering(2, random_state=7).fit(X).labels_)
+    assert got >= best_peer - 0.02
 
 
 @pytest.mark.xfail(strict=True, reason=(

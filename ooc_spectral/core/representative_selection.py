@@ -22,13 +22,6 @@ Two rules keep the selection's cost well under a pass over the data:
   density; the error's last percent moves them by a fraction of their spacing, which
   the graph's local scales absorb, while each iteration costs as much as the seeding.
 
-A third rule completes what k-means leaves short: it places few centres where the rows
-vary little, so a tight cluster far from the rest can get fewer representatives than a row
-has neighbours, and its rows are then joined to another cluster's edge.
-:func:`isolated_cover` finds such groups (a representative whose ``K - 1`` nearest fellows
-lie :data:`ISOLATED_RATIO` times farther than its rows spread around it) and adds ``K`` of
-their rows as representatives.
-
 The distances are those of :mod:`ooc_spectral.core.representatives`: one product per
 cache-sized block of rows (a k-d tree up to
 :data:`~ooc_spectral.core.representatives.KDTREE_MAX_FEATURES` features), the blocks
@@ -54,8 +47,7 @@ from .representatives import (DISTANCE_BLOCK_BYTES, KDTREE_MAX_FEATURES, Represe
                               _scaled_with_norms, _sq_norms, _with_ones, in_threads)
 
 __all__ = ["kmeans_plusplus", "lloyd", "select_representatives", "representative_scales",
-           "sample_neighbours", "isolated_cover", "SEEDING_FACTOR", "LLOYD_RTOL",
-           "ISOLATED_RATIO", "ISOLATED_MAX_SHARE"]
+           "SEEDING_FACTOR", "LLOYD_RTOL"]
 
 #: k-means++ seeds ``m`` centres from this many times ``m`` rows of the sample.
 SEEDING_FACTOR = 3
@@ -65,14 +57,6 @@ LLOYD_RTOL = 0.01
 #: :data:`~ooc_spectral.core.nearest.GROUPED_MAX_SHARE` of the distances of this many
 #: rows (well separated clusters), else from blocked products.
 LLOYD_TRIAL_ROWS = 256
-#: :func:`isolated_cover`: a representative whose ``n_neighbors - 1`` nearest fellows are
-#: more than this many times farther than its rows spread around it stands for an isolated
-#: tight group. On the clustering benchmark's sets (5 seeds each) the ratio stays below 10
-#: (noisy moons and circles: 5-10; digits, breast cancer, the 20-D blobs: 1-3); a tight
-#: cluster of 5% of the rows beside a wide one reached 33-128 where it was missed.
-ISOLATED_RATIO = 20.0
-#: :func:`isolated_cover` adds at most this share of ``m``.
-ISOLATED_MAX_SHARE = 0.25
 #: :func:`representative_scales` searches the sample in parts of this many of the
 #: search's blocks (:meth:`Representatives.block_rows`), split between the cores: each
 #: row's nearest representatives are the same whatever the parts.
@@ -229,78 +213,21 @@ def select_representatives(sample: np.ndarray, m: int, seed: int, *,
     return C + mean
 
 
-def sample_neighbours(reps: Representatives, sample: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(index, d2)``, both ``(len(sample), K)``: each sample row's ``K`` nearest
-    representatives and squared distances, by distance."""
-    S = np.asarray(sample, dtype=np.float64)
-    step = SCALES_BLOCKS * reps.block_rows()  # whole blocks of the search, on every core
-    parts = in_threads(lambda a: reps.nearest(S[a:a + step]), range(0, max(len(S), 1), step))
-    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
-
-
-def isolated_cover(reps: Representatives, sample: np.ndarray,
-                   found: tuple[np.ndarray, np.ndarray], seed: int) -> np.ndarray:
-    """Representatives to add where a tight group of rows is isolated and under-covered:
-    ``(a, d)``, ``a`` at most :data:`ISOLATED_MAX_SHARE` of ``m`` (``reps``: the ``m``
-    representatives and ``K``).
-
-    k-means places few centres where the rows vary little: a tight cluster far from the
-    rest can get one or two of the ``m``, fewer than ``K = n_neighbors``, and then each of
-    its rows is joined to ``K - 1`` representatives of another cluster's edge, which ties
-    the two together (the graph's cut then splits a wide cluster instead; docs/clustering.md).
-    A representative is *isolated* where its ``K - 1`` nearest fellow representatives are
-    more than :data:`ISOLATED_RATIO` times farther than the root mean square distance of
-    its sample rows (``found``: :func:`sample_neighbours`) to it, and more than ``K``
-    distinct sample rows have it nearest (copies of one row are one point, however far);
-    for each, k-means++ seeding picks ``K`` of those rows as new representatives, the most
-    isolated first. A function of its arguments alone."""
-    m, K, d = reps.size, reps.n_neighbors, reps.n_features
-    if K < 2:
-        return np.empty((0, d))
-    index, d2 = found
-    cell = index[:, 0]
-    count = np.bincount(cell, minlength=m)
-    spread = np.sqrt(np.bincount(cell, weights=d2[:, 0], minlength=m) / np.maximum(count, 1))
-    fellows = reps.nearest(reps.points)[1][:, K - 1]  # itself and K - 1 others
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(spread > 0, np.sqrt(fellows) / spread, 0.0)
-    isolated = np.flatnonzero((count > K) & (ratio > ISOLATED_RATIO))
-    if isolated.size == 0:
-        return np.empty((0, d))
-    rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x49534F]))
-    S = np.asarray(sample, dtype=np.float64)
-    added, budget = [], int(ISOLATED_MAX_SHARE * m)
-    for j in isolated[np.argsort(-ratio[isolated], kind="stable")]:
-        if budget < K:
-            break
-        rows = np.unique(S[cell == j], axis=0)  # copies of a row are one point
-        if len(rows) <= K:
-            continue
-        mean = rows.mean(axis=0)
-        added.append(kmeans_plusplus(np.ascontiguousarray(rows - mean), K, rng) + mean)
-        budget -= K
-    if not added:
-        return np.empty((0, d))
-    # new points only, each once (a cell of few distinct rows gives some twice)
-    both = np.concatenate([reps.points, *added])
-    _, first = np.unique(both, axis=0, return_index=True)
-    return both[np.sort(first[first >= m])]
-
-
-def representative_scales(points: np.ndarray, n_neighbors: int, sample: np.ndarray,
-                          found: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+def representative_scales(points: np.ndarray, n_neighbors: int,
+                          sample: np.ndarray) -> np.ndarray:
     """``s_j`` of each representative: the mean, over the rows of ``sample`` whose nearest
     representative is ``j``, of their mean distance ``s_t`` to their ``n_neighbors``
     nearest representatives (the local scale of the region ``j`` stands for: small in a
     dense cluster, large in a sparse one). A representative no sample row is nearest to,
-    or whose rows all sit on representatives, takes the median ``s_t`` of the sample.
-    ``found``: :func:`sample_neighbours` of these arguments, where already computed."""
-    if found is None:
-        found = sample_neighbours(Representatives(points, min(int(n_neighbors), len(points))),
-                                  sample)
-    index, d2 = found
+    or whose rows all sit on representatives, takes the median ``s_t`` of the sample."""
+    reps = Representatives(points, min(int(n_neighbors), len(points)))
+    S = np.asarray(sample, dtype=np.float64)
+    step = SCALES_BLOCKS * reps.block_rows()  # whole blocks of the search, on every core
+    parts = in_threads(lambda a: reps.nearest(S[a:a + step]), range(0, max(len(S), 1), step))
+    index = np.concatenate([p[0] for p in parts])
+    d2 = np.concatenate([p[1] for p in parts])
     s = np.sqrt(d2).mean(axis=1)
-    m = len(points)
+    m = reps.size
     count = np.bincount(index[:, 0], minlength=m)
     total = np.bincount(index[:, 0], weights=s, minlength=m)
     positive = s[s > 0]

@@ -198,9 +198,7 @@ class GreedySpectralClustering(SparseInputMixin, FeatureNamesInMixin, ClusterMix
         ``m`` for ``affinity="representatives"`` (at most half the rows are used).
         ``"auto"``: 100 per cluster, at most 1000 (1000 for ``n_clusters="auto"``): the
         graph needs representatives enough to trace each cluster, and each one more
-        costs every pass over the rows. An isolated tight group that k-means left with
-        fewer than ``n_neighbors`` gets ``n_neighbors`` more (at most a quarter of ``m``
-        in all; ``representatives_`` holds them all).
+        costs every pass over the rows.
     n_neighbors : int, default=5
         ``K``, the representatives each row is joined to (``affinity="representatives"``).
         A graph that falls into more separate pieces than ``n_clusters`` (always with

@@ -8,10 +8,8 @@ cut, why it is the bipartite graph's spectral embedding); this module runs them 
    rows, gathered in one read of the storage chunks that hold them
    (:func:`read_sample`: every region of the data is sampled in proportion to its rows,
    so a small cluster stored in one place is not missed as a few runs of contiguous
-   rows would miss it), k-means++ and Lloyd on it, ``K`` more in each isolated tight
-   group k-means left short
-   (:func:`~ooc_spectral.core.representative_selection.isolated_cover`), and each
-   representative's scale from the same sample (:func:`~ooc_spectral.core.representative_selection.representative_scales`);
+   rows would miss it), k-means++ and Lloyd on it, and each representative's scale from
+   the same sample (:func:`~ooc_spectral.core.representative_selection.representative_scales`);
 2. **bipartite pass** (a parallel map over row chunks and the ordered tree reduction of
    :func:`~ooc_spectral.pipeline.accumulate.tree_reduce`): every chunk reduced to a
    :class:`~ooc_spectral.core.representatives.BipartiteSums` (``m x m`` and ``m``
@@ -58,8 +56,7 @@ from ..core.representatives import (BIPARTITE_BLOCK_ROWS, BipartiteSums, Cluster
                                     chunk_bipartite, combine_in_order,
                                     in_threads, nearest_center, pieces_of,
                                     solve_transfer_cut, unit_rows)
-from ..core.representative_selection import (isolated_cover, representative_scales,
-                                              sample_neighbours, select_representatives)
+from ..core.representative_selection import representative_scales, select_representatives
 from .._accel.support import accel_for
 from .._accel.threads import one_thread
 from .._validation import check_finite
@@ -208,14 +205,8 @@ def choose_representatives(source, n_representatives: int, n_neighbors: int, see
     check_spread(sample)
     points = select_representatives(sample, m, seed)
     K = min(int(n_neighbors), points.shape[0])
-    reps = Representatives(points, K)
-    found = sample_neighbours(reps, sample)
-    extra = isolated_cover(reps, sample, found, seed)  # tight groups k-means left short
-    if len(extra):
-        points = np.concatenate([points, extra])
-        found = sample_neighbours(Representatives(points, K), sample)
     near_ties = points.shape[1] >= NEAR_TIES_MIN_FEATURES
-    return Representatives(points, K, representative_scales(points, K, sample, found),
+    return Representatives(points, K, representative_scales(points, K, sample),
                            reach=REACH_FACTOR * K if near_ties else K)
 
 
