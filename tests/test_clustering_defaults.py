@@ -327,6 +327,26 @@ def test_a_tight_small_cluster_far_from_a_wide_one_is_found():
     assert got >= best_peer - 0.02
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_a_clump_of_near_identical_rows_joins_its_nearest_cluster(seed):
+    """What a fix of the test above must keep (an audit found a first fix breaking both):
+    40 near-identical rows beside cluster A, 13 from B, join A; 10 tight rows far from
+    two clusters join one of them, and the fit is not refused (giving each clump
+    representatives of its own made it a separate piece: the clump labelled with B at some
+    seeds, silently, and 'more pieces than n_clusters' at others)."""
+    rng = np.random.default_rng(0)
+    A, B = rng.normal([0, 0], 1.0, (1000, 2)), rng.normal([8, 0], 1.0, (1000, 2))
+    X = np.concatenate([A, B, rng.normal([-5, 0], 0.01, (40, 2))])
+    labels = _no_degenerate_warning(lambda: GreedySpectralClustering(2, random_state=seed).fit(X)).labels_
+    a = np.bincount(labels[:1000]).argmax()
+    assert np.all(labels[:1000] == a) and np.all(labels[1000:2000] != a)
+    assert np.all(labels[2000:] == a)
+    B = rng.normal([10, 0], 1.0, (1000, 2))
+    X = np.concatenate([A, B, rng.normal([5, 40], 0.05, (10, 2))])
+    labels = GreedySpectralClustering(2, random_state=seed).fit(X).labels_
+    assert _ari(np.r_[np.zeros(1000), np.ones(1000)], labels[:2000]) == 1.0
+
+
 @pytest.mark.xfail(strict=True, reason=(
     "n_clusters='auto' on scikit-learn's anisotropic blobs (3 clusters; n_clusters=3 gives "
     "ARI 0.998) chooses 13 at seed 0: the eigengap at k=3 (0.29) barely beats the gaps of "
