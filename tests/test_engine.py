@@ -354,7 +354,8 @@ def test_partials_of_other_libraries_are_recomputed_not_mixed(fitted, monkeypatc
     assert len(ran) == 2 and len(store) == 4  # another name: computed afresh, not mixed
     np.testing.assert_allclose(other.m2, first.m2, rtol=0, atol=1e-11 * np.abs(first.m2).max())
     # the name follows the libraries a task's block would use, and only those
-    small, large = ACCEL_MIN_ENTRIES - 1, ACCEL_MIN_ENTRIES
+    assert ACCEL_MIN_ENTRIES == 8_388_608  # 2^23, pinned: the edges below are literals
+    small, large = 8_388_607, 8_388_608
     for key, on, off in (("ooc-spectral.numba", True, False), ("ooc-spectral.mkl", True, False)):
         with dask.config.set({key: on}):
             tags_on = (_blas.libraries_tag(small), _blas.libraries_tag(large))
@@ -364,6 +365,15 @@ def test_partials_of_other_libraries_are_recomputed_not_mixed(fitted, monkeypatc
         with dask.config.set({key: on}):
             in_use = (loops_backend() if key.endswith("numba") else _blas.mkl()) is not None
         assert (tags_on[1] != tags_off[1]) is in_use, key
+    # a task's entries: its rows x the dictionary's points; the preimage pass's problem
+    # counts the spectral map's dictionary, as its tasks' gate does
+    from types import SimpleNamespace
+
+    from ooc_spectral.core.pass2 import block_entries
+
+    assert block_entries(10_486, SimpleNamespace(size=800)) == 8_388_800
+    problem = SimpleNamespace(spectral_map=SimpleNamespace(dictionary=SimpleNamespace(size=800)))
+    assert block_entries(10_485, problem) == 8_388_000
 
 
 def test_partials_of_a_re_split_tail_resume_only_the_same_tasks(fitted):

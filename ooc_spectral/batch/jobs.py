@@ -30,6 +30,7 @@ from ..io.safety import output_apart_from_model, output_outside_input
 from ..exceptions import DictionaryError
 from ..pipeline.advice import with_advice
 from ..pipeline.fit import FitRun
+from ..core.pass2 import block_entries
 from ..core.planning import plan_block_rows, plan_tasks, solve_block_rows
 from ..io.source import DataSource, open_source
 from ..pipeline.writeback import EmbeddingOutput, client_accel
@@ -225,7 +226,8 @@ def pass2_libraries(result) -> dict:
     from .._accel.support import accel_for
 
     m = int(result.dictionary.size)
-    entries = None if result.exact or not result.task_rows else int(result.task_rows) * m
+    entries = None if result.exact or not result.task_rows else block_entries(result.task_rows,
+                                                                              result.dictionary)
     with accel_for(entries):
         order = fast_solve_order()
     # blas, and compiled_loops: pass 2's elementwise loops (ooc_spectral._accel.fused); its

@@ -44,6 +44,7 @@ from .statistics import (BeyondTol, Certificate, CrossMoments, Degrees, Gram, Ke
                          RowSums, Statistic, _combine_optional, _pooled)
 
 __all__ = [
+    "block_entries",
     "chunk_moments",
     "chunk_cross_moments",
     "chunk_ksums",
@@ -402,15 +403,21 @@ class _InOrder:
         return self.folded
 
 
+def block_entries(rows: int, dictionary) -> int:
+    """The entries of a task's block of ``rows`` rows (rows x the dictionary's points),
+    what decides the accelerators (:func:`~ooc_spectral._accel.fused.loops_for`). The
+    preimage kind passes its problem, whose dictionary is the spectral map's."""
+    m = getattr(dictionary, "size", None) or dictionary.spectral_map.dictionary.size
+    return int(rows) * int(m)
+
+
 def _sized(func):
     """``func`` on a task's block, with the compiled loops only where the block is large
     enough to pay for loading them (:func:`~ooc_spectral._accel.fused.loops_for`)."""
 
     @functools.wraps(func)
     def wrapper(block, dictionary, offset, *args, **kwargs):
-        # the preimage kind gets its problem (the spectral map's dictionary) instead
-        m = getattr(dictionary, "size", None) or dictionary.spectral_map.dictionary.size
-        with loops_for(len(block) * m):
+        with loops_for(block_entries(len(block), dictionary)):
             return func(block, dictionary, offset, *args, **kwargs)
 
     return wrapper

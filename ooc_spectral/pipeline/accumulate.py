@@ -23,8 +23,8 @@ import numpy as np
 
 from .._accel.blas import libraries_tag
 from ..core.model import Dictionary
-from ..core.pass2 import (STAT_KINDS, _combine_many, _InOrder, extend_moments, extend_moments_kernel,
-                          kernel_cross_is_accurate)
+from ..core.pass2 import (STAT_KINDS, _combine_many, _InOrder, block_entries, extend_moments,
+                          extend_moments_kernel, kernel_cross_is_accurate)
 from ..core.planning import MAX_SEGMENTS, segments
 from ..core.statistics import STATS_FORMAT, Moments, Statistic, from_flat
 from ..runtime.execution import Executor, shared
@@ -113,11 +113,10 @@ def accumulate(X, dictionary: Dictionary, kind: str, *, executor: Executor,
     bulk = len(blocks) - int(tail)
     segs = segments(bulk, max_segments) + ([range(bulk, len(blocks))] if tail else [])
     # partials of other libraries agree to rounding only: a pass resumed under another BLAS
-    # or without numba's loops recomputes them rather than mix the two (a task's block:
-    # its rows x the dictionary's points, what decides the accelerators)
-    m = getattr(dictionary, "size", None)
+    # or without numba's loops recomputes them rather than mix the two (named by the
+    # libraries of the first task's block)
     first = int(X.chunks[0][0]) if len(X.chunks[0]) else 0
-    stage = f"{stage or kind}-{STATS_FORMAT}-{libraries_tag(None if m is None else first * int(m))}"
+    stage = f"{stage or kind}-{STATS_FORMAT}-{libraries_tag(block_entries(first, dictionary))}"
 
     fold = _InOrder()
     todo = {}
